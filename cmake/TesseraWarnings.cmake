@@ -1,0 +1,10 @@
+# Warning flags for every tessera target (Falco CompilerFlags.cmake idea).
+add_library(tessera_warnings INTERFACE)
+target_compile_options(tessera_warnings INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
+  -Woverloaded-virtual -Wconversion -Wsign-conversion -Wnull-dereference -Wformat=2
+  -Wimplicit-fallthrough
+  $<$<CXX_COMPILER_ID:Clang>:-Wthread-safety>)
+if(TESSERA_WERROR)
+  target_compile_options(tessera_warnings INTERFACE -Werror)
+endif()

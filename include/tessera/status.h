@@ -1,0 +1,143 @@
+// Status and StatusOr<T>: tessera's error type, shared by every part, including the preload
+// library (no third-party dependency, no exceptions, cheap when OK, as leveldb's Status).
+#pragma once
+
+#include <cstdint>
+#include <new>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace tessera {
+
+// The one list of error codes. Names, ToString() and metric labels all come from here.
+// X(enumerator, "label")
+#define TESSERA_STATUS_CODES(X)                 \
+  X(kOk, "ok")                                  \
+  X(kInvalidArgument, "invalid_argument")       \
+  X(kNotFound, "not_found")                     \
+  X(kResourceExhausted, "resource_exhausted")   \
+  X(kFailedPrecondition, "failed_precondition") \
+  X(kPermissionDenied, "permission_denied")     \
+  X(kUnavailable, "unavailable")                \
+  X(kDataLoss, "data_loss")                     \
+  X(kInternal, "internal")
+
+enum class StatusCode : std::uint8_t {
+#define TESSERA_STATUS_ENUM(name, label) name,
+  TESSERA_STATUS_CODES(TESSERA_STATUS_ENUM)
+#undef TESSERA_STATUS_ENUM
+};
+
+// "invalid_argument" for kInvalidArgument; "unknown" for a value outside the list.
+std::string_view StatusCodeName(StatusCode code);
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  Status(StatusCode code, std::string message);
+
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == StatusCode::kOk; }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+  // "invalid_argument: gpu-memory: ..." or "ok".
+  std::string ToString() const;
+
+  // Returns a copy whose message is "context: message" (for errors; OK stays OK).
+  Status WithContext(std::string_view context) const;
+
+  friend bool operator==(const Status& a, const Status& b) {
+    return a.code_ == b.code_ && a.message_ == b.message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+Status InvalidArgumentError(std::string message);
+Status NotFoundError(std::string message);
+Status ResourceExhaustedError(std::string message);
+Status FailedPreconditionError(std::string message);
+Status PermissionDeniedError(std::string message);
+Status UnavailableError(std::string message);
+Status DataLossError(std::string message);
+Status InternalError(std::string message);
+
+// StatusOr<T>: either a value or a non-OK Status. Accessing value() of an error is a bug
+// (checked by TESSERA_ASSERT in debug builds).
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  // NOLINTNEXTLINE(google-explicit-constructor): implicit from an error, as absl::StatusOr.
+  StatusOr(Status status) : status_(std::move(status)) {
+    if (status_.ok()) status_ = InternalError("StatusOr constructed from an OK status");
+  }
+  // NOLINTNEXTLINE(google-explicit-constructor): implicit from a value, as absl::StatusOr.
+  StatusOr(T value) : has_value_(true) { new (&storage_.value) T(std::move(value)); }
+
+  StatusOr(const StatusOr& other) : status_(other.status_), has_value_(other.has_value_) {
+    if (has_value_) new (&storage_.value) T(other.storage_.value);
+  }
+  StatusOr(StatusOr&& other) noexcept(std::is_nothrow_move_constructible_v<T>)
+      : status_(std::move(other.status_)), has_value_(other.has_value_) {
+    if (has_value_) new (&storage_.value) T(std::move(other.storage_.value));
+  }
+  StatusOr& operator=(StatusOr other) noexcept(std::is_nothrow_move_constructible_v<T>) {
+    Reset();
+    status_ = std::move(other.status_);
+    has_value_ = other.has_value_;
+    if (has_value_) new (&storage_.value) T(std::move(other.storage_.value));
+    return *this;
+  }
+  ~StatusOr() { Reset(); }
+
+  bool ok() const { return has_value_; }
+  const Status& status() const { return status_; }
+
+  T& value() & { return storage_.value; }
+  const T& value() const& { return storage_.value; }
+  T&& value() && { return std::move(storage_.value); }
+  T& operator*() & { return storage_.value; }
+  const T& operator*() const& { return storage_.value; }
+  T* operator->() { return &storage_.value; }
+  const T* operator->() const { return &storage_.value; }
+
+ private:
+  void Reset() {
+    if (has_value_) storage_.value.~T();
+    has_value_ = false;
+  }
+  union Storage {
+    Storage() {}
+    ~Storage() {}
+    T value;
+  };
+  Status status_;
+  bool has_value_ = false;
+  Storage storage_;
+};
+
+}  // namespace tessera
+
+#define TESSERA_STATUS_CONCAT_INNER(a, b) a##b
+#define TESSERA_STATUS_CONCAT(a, b) TESSERA_STATUS_CONCAT_INNER(a, b)
+
+// Returns the Status of `expr` from the enclosing function if it is not OK.
+#define TESSERA_RETURN_IF_ERROR(expr)                         \
+  do {                                                        \
+    ::tessera::Status tessera_status_ = (expr);               \
+    if (!tessera_status_.ok()) return tessera_status_;        \
+  } while (false)
+
+// `lhs = value of expr`, or returns its Status from the enclosing function.
+#define TESSERA_ASSIGN_OR_RETURN(lhs, expr) \
+  TESSERA_ASSIGN_OR_RETURN_IMPL(TESSERA_STATUS_CONCAT(tessera_statusor_, __LINE__), lhs, expr)
+#define TESSERA_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
+  auto tmp = (expr);                                  \
+  if (!tmp.ok()) return tmp.status();                 \
+  lhs = std::move(tmp).value()

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	basecompatibility "k8s.io/component-base/compatibility"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	scheduleroptions "k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+)
+
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, " ") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// runUp starts etcd, kube-apiserver and kube-scheduler in this one process,
+// writes an admin kubeconfig and runs until SIGINT/SIGTERM.
+func runUp(args []string) int {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "where to write the cluster-admin kubeconfig (required)")
+	stateDir := fs.String("dir", "", "state directory for etcd data and credentials (default: a new temporary directory, removed on exit)")
+	etcdLogLevel := fs.String("etcd-log-level", "warn", "etcd log level")
+	noScheduler := fs.Bool("no-scheduler", false, "do not start kube-scheduler")
+	var apiserverArgs, schedulerArgs stringList
+	fs.Var(&apiserverArgs, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--feature-gates=Foo=true (repeatable; wins over the defaults)")
+	fs.Var(&schedulerArgs, "scheduler-arg", "extra kube-scheduler flag (repeatable; wins over the defaults)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *kubeconfig == "" {
+		return fatalf("up: --kubeconfig is required")
+	}
+	if err := up(*kubeconfig, *stateDir, *etcdLogLevel, !*noScheduler, apiserverArgs, schedulerArgs); err != nil {
+		return fatalf("up: %v", err)
+	}
+	return 0
+}
+
+func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserverArgs, schedulerArgs []string) (retErr error) {
+	// One signal context for the whole process: upstream's handler may only be
+	// installed once, so up cannot use the upstream cobra commands as a whole.
+	ctx := genericapiserver.SetupSignalContext()
+
+	if stateDir == "" {
+		d, err := os.MkdirTemp("", "tessera-testcluster-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		stateDir = d
+	}
+	absKubeconfig, err := filepath.Abs(kubeconfig)
+	if err != nil {
+		return err
+	}
+
+	p, err := generatePKI(filepath.Join(stateDir, "pki"))
+	if err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+
+	// etcd.
+	clientPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	etcd, etcdURL, err := startEtcd(filepath.Join(stateDir, "etcd"), clientPort, peerPort, etcdLogLevel)
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	defer etcd.Close()
+	klog.InfoS("tessera-testcluster: etcd ready", "url", etcdURL)
+
+	// kube-apiserver, serving on a listener we already hold (no port race).
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	apiPort := ln.Addr().(*net.TCPAddr).Port
+	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	adminKubeconfig := filepath.Join(stateDir, "admin.kubeconfig")
+	if err := p.writeKubeconfig(adminKubeconfig, server); err != nil {
+		return err
+	}
+
+	s := apiserveroptions.NewServerRunOptions()
+	apiFlags := pflag.NewFlagSet("kube-apiserver", pflag.ContinueOnError)
+	for _, f := range s.Flags().FlagSets {
+		apiFlags.AddFlagSet(f)
+	}
+	defaults := []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", apiPort),
+		"--tls-cert-file=" + p.ServingCert,
+		"--tls-private-key-file=" + p.ServingKey,
+		"--client-ca-file=" + p.CACert,
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + p.SAPub,
+		"--service-account-signing-key-file=" + p.SAKey,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--authorization-mode=RBAC",
+		// A loopback advertise address is rejected for the "kubernetes"
+		// Service endpoints; nothing in the harness needs them.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Join(stateDir, "apiserver-certs"),
+	}
+	if err := apiFlags.Parse(append(defaults, apiserverArgs...)); err != nil {
+		return fmt.Errorf("kube-apiserver flags: %w", err)
+	}
+	s.SecureServing.Listener = ln
+
+	if err := s.GenericServerRunOptions.ComponentGlobalsRegistry.Set(); err != nil {
+		return err
+	}
+	featureGate := s.GenericServerRunOptions.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+	rest.SetDefaultWarningHandler(rest.NoWarnings{})
+	if err := logsapi.ValidateAndApply(s.Logs, featureGate); err != nil {
+		return err
+	}
+	completed, err := s.Complete(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver: %w", err)
+	}
+	if errs := completed.Validate(); len(errs) != 0 {
+		return fmt.Errorf("kube-apiserver: %w", utilerrors.NewAggregate(errs))
+	}
+	apiDone := make(chan error, 1)
+	go func() { apiDone <- apiserverapp.Run(ctx, completed) }()
+
+	// Wait for /readyz before starting the scheduler and publishing the
+	// kubeconfig, so that the kubeconfig's existence means "API is up".
+	restCfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		select {
+		case err := <-apiDone:
+			return false, fmt.Errorf("kube-apiserver exited: %v", err)
+		default:
+		}
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for kube-apiserver /readyz: %w", err)
+	}
+	klog.InfoS("tessera-testcluster: kube-apiserver ready", "server", server, "after", time.Since(start).Round(time.Millisecond))
+
+	// kube-scheduler.
+	schedDone := make(chan error, 1)
+	if withScheduler {
+		schedPort, err := freePort()
+		if err != nil {
+			return err
+		}
+		opts := scheduleroptions.NewOptions()
+		schedFlags := pflag.NewFlagSet("kube-scheduler", pflag.ContinueOnError)
+		for _, f := range opts.Flags.FlagSets {
+			schedFlags.AddFlagSet(f)
+		}
+		defaults := []string{
+			"--kubeconfig=" + adminKubeconfig,
+			"--authentication-kubeconfig=" + adminKubeconfig,
+			"--authorization-kubeconfig=" + adminKubeconfig,
+			"--bind-address=127.0.0.1",
+			fmt.Sprintf("--secure-port=%d", schedPort),
+		}
+		if err := schedFlags.Parse(append(defaults, schedulerArgs...)); err != nil {
+			return fmt.Errorf("kube-scheduler flags: %w", err)
+		}
+		cc, sched, err := schedulerapp.Setup(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("kube-scheduler: %w", err)
+		}
+		go func() { schedDone <- schedulerapp.Run(ctx, cc, sched) }()
+		klog.InfoS("tessera-testcluster: kube-scheduler started", "healthz", fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort))
+	}
+
+	if err := p.writeKubeconfig(absKubeconfig, server); err != nil {
+		return err
+	}
+	fmt.Printf("tessera-testcluster: up server=%s kubeconfig=%s dir=%s\n", server, absKubeconfig, stateDir)
+
+	select {
+	case <-ctx.Done():
+		klog.InfoS("tessera-testcluster: shutting down")
+	case err := <-apiDone:
+		retErr = fmt.Errorf("kube-apiserver exited: %v", err)
+	case err := <-schedDone:
+		retErr = fmt.Errorf("kube-scheduler exited: %v", err)
+	}
+	// The scheduler's Run() returns an error once its context is cancelled;
+	// the API server shuts down gracefully. Bound the wait either way.
+	select {
+	case err := <-apiDone:
+		if err != nil && retErr == nil && !errors.Is(err, context.Canceled) {
+			klog.ErrorS(err, "kube-apiserver shutdown")
+		}
+	case <-time.After(30 * time.Second):
+		klog.InfoS("tessera-testcluster: kube-apiserver did not stop within 30s")
+	}
+	_ = os.Remove(absKubeconfig)
+	return retErr
+}

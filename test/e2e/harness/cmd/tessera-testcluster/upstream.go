@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"runtime"
+	"runtime/debug"
+
+	"k8s.io/component-base/cli"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+// The three wrappers below are the upstream main() functions, verbatim in
+// spirit: same cobra command, same flags, same exit codes.
+
+func runKubeAPIServer(_ []string) int {
+	return cli.Run(apiserverapp.NewAPIServerCommand())
+}
+
+func runKubeScheduler(_ []string) int {
+	return cli.Run(schedulerapp.NewSchedulerCommand())
+}
+
+func runKubectl(_ []string) int {
+	command := kubectlcmd.NewDefaultKubectlCommand()
+	if err := cli.RunNoErrOutput(command); err != nil {
+		kubectlutil.CheckErr(err) // prints and exits like upstream kubectl
+	}
+	return 0
+}
+
+func moduleVersion(path string) string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, d := range bi.Deps {
+		if d.Path == path {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "not linked"
+}
+
+func goVersion() string { return runtime.Version() }
+
+var _ = os.Args
