@@ -1,0 +1,80 @@
+// THE shared-region ABI (layout version 1): one region per container, mapped by every process of
+// the container (the preload library) and by the node side (tessera-node or `tessera run`).
+// Plain standard-layout structs with fixed-width fields and explicit padding; layout pinned by
+// src/core/shm_layout_test.cc. Any change to a field's offset or size bumps kLayoutVersion.
+//
+// Accounting protocol (docs/design/0002-contracts-v1.md, "Shared region"):
+//   reserve:  lock `lock`; if devices[d].used + n > devices[d].limit -> unlock, out of memory;
+//             devices[d].used += n; slots[s].used[d] += n; unlock
+//   call the driver; on failure roll back the same way; on free subtract the same way.
+//   A process holds its slot's robust `owner` mutex for its whole life; when it dies, the
+//   kernel marks the mutex EOWNERDEAD and whoever locks it next releases the slot's usage.
+//   If the holder of `lock` dies inside the critical section, the next locker gets EOWNERDEAD
+//   and recomputes every devices[d].used as the sum of the slots before continuing.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace tessera::shm {
+
+inline constexpr std::uint64_t kMagic = 0x5245534553534554ULL;  // "TESSERES" little-endian
+inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kMaxDevices = 16;
+inline constexpr std::uint32_t kMaxSlots = 256;
+inline constexpr std::size_t kUuidBytes = 64;  // "GPU-…" or "MIG-…", NUL-terminated
+
+struct Header {
+  std::uint64_t magic;
+  std::uint32_t layout_version;
+  std::uint32_t header_bytes;       // sizeof(Header)
+  std::uint64_t region_bytes;       // sizeof(Region)
+  std::uint32_t max_devices;        // kMaxDevices
+  std::uint32_t max_slots;          // kMaxSlots
+  std::atomic<std::uint32_t> ready; // 1 once the creator has filled devices[]
+  std::uint32_t device_count;
+  std::atomic<std::uint64_t> machinery_errors;  // tessera's own failures (fail-open events)
+  std::uint8_t reserved[16];
+};
+
+struct Device {
+  char uuid[kUuidBytes];
+  std::uint64_t limit_bytes;              // copy of the limits file, for readers
+  std::atomic<std::uint64_t> used_bytes;  // sum over slots, changed only under Region::lock
+  std::atomic<std::uint64_t> peak_bytes;
+  std::atomic<std::uint64_t> oom_rejections;
+  std::uint32_t cores_percent;            // 0: no compute reservation
+  std::uint32_t reserved0;
+  std::uint8_t reserved[24];
+};
+
+struct Slot {
+  pthread_mutex_t owner;                  // robust, process-shared; held for the process's life
+  std::atomic<std::uint32_t> state;       // 0 free, 1 active
+  std::int32_t pid;                       // in the process's own PID namespace (diagnostics)
+  std::uint64_t start_time;               // /proc/self/stat field 22, against PID reuse
+  std::atomic<std::uint64_t> used_bytes[kMaxDevices];
+  std::uint8_t reserved[8];
+};
+
+struct Region {
+  Header header;
+  pthread_mutex_t lock;                   // robust, process-shared; guards used_bytes
+  std::uint8_t reserved_lock[24];
+  Device devices[kMaxDevices];
+  Slot slots[kMaxSlots];
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(sizeof(std::atomic<std::uint64_t>) == 8);
+static_assert(sizeof(pthread_mutex_t) == 40, "the ABI assumes x86-64 / aarch64 glibc");
+static_assert(std::is_standard_layout_v<Region>);
+static_assert(sizeof(Header) == 64);
+static_assert(sizeof(Device) == 128);
+static_assert(sizeof(Slot) == 192);
+
+}  // namespace tessera::shm
