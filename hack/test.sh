@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds and runs every test. This is the README's test command and what .ci/run calls.
+#   1. dependencies (hack/install-deps.sh, idempotent)
+#   2. GCC build, warnings as errors; all tests (unit, fuzz corpus replay, ...)
+#   3. clang build with address + undefined sanitizers; all tests again
+#   4. clang libFuzzer build; each fuzz target runs a bounded number of inputs
+#   5. clang thread-sanitizer build of the core tests
+# Build folders live under build/ and are reused, so a second run is incremental.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+jobs=$(nproc)
+
+hack/install-deps.sh
+
+step() { printf '\n=== %s ===\n' "$*"; }
+
+# Each ctest run adds to the tally printed last ("N passed, N failed").
+passed=0
+failed=0
+run_ctest() {
+  local log
+  log=$(mktemp)
+  local rc=0
+  ctest "$@" --output-on-failure 2>&1 | tee "$log" || rc=$?
+  local line
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -n 1 || true)
+  rm -f "$log"
+  if [[ -z "$line" ]]; then
+    echo "no ctest summary (rc=$rc)"
+    exit 1
+  fi
+  local bad total
+  bad=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* ([0-9]+) tests failed out of ([0-9]+).*/\2/' <<<"$line")
+  passed=$((passed + total - bad))
+  failed=$((failed + bad))
+  if ((rc != 0 || bad != 0)); then
+    printf '\n%d passed, %d failed\n' "$passed" "$failed"
+    exit 1
+  fi
+}
+
+run_preset() {
+  local preset=$1
+  step "build: $preset"
+  cmake --preset "$preset" >/dev/null
+  cmake --build "build/$preset" -j "$jobs"
+  step "test: $preset"
+  run_ctest --test-dir "build/$preset" -j "$jobs"
+}
+
+run_preset dev
+run_preset asan
+
+step "fuzz: libFuzzer, bounded runs"
+cmake --preset fuzz >/dev/null
+cmake --build "build/fuzz" -j "$jobs" --target quantity_fuzz policy_fuzz
+for target in quantity policy; do
+  work=$(mktemp -d)
+  cp test/fuzz/${target}_corpus/* "$work"/
+  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_len=512 "$work" 2>&1 | tail -n 2
+  rm -rf "$work"
+done
+
+step "build+test: tsan (core)"
+cmake --preset tsan >/dev/null
+cmake --build build/tsan -j "$jobs" --target status_test log_test quantity_test
+run_ctest --test-dir build/tsan -j "$jobs" -R '^(Status|StatusOr|Log|LogTest|Quantity)'
+
+printf '\ntessera: every test step passed\n%d passed, %d failed\n' "$passed" "$failed"
