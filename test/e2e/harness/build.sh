@@ -25,7 +25,17 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$here"
 start=$SECONDS
-"$GO" build -o "$out/tessera-testcluster" ./cmd/tessera-testcluster
+# Stamp the upstream version packages the way Kubernetes's own build does, so
+# that `kubectl version` and /version report the pinned release instead of
+# v0.0.0-master. (-X only affects the link step: it costs no recompile.)
+kver=$("$GO" list -m -f '{{.Version}}' k8s.io/kubernetes)
+kminor=${kver#v1.}; kminor=${kminor%%.*}
+ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$kver -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kminor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+"$GO" build -ldflags "$ldflags" -o "$out/tessera-testcluster" ./cmd/tessera-testcluster
 # Multi-call convenience: `kubectl` runs the linked upstream kubectl.
 ln -sf tessera-testcluster "$out/kubectl"
 echo "build.sh: built $out/tessera-testcluster in $((SECONDS - start))s" >&2

@@ -95,6 +95,10 @@ status:
     reason: SmokeTest
     message: fake node for the harness smoke test
 YAML
+# The TaintNodesByCondition admission plugin taints every new Node
+# not-ready:NoSchedule; without a node lifecycle controller (no
+# kube-controller-manager here) nothing removes it, so do it by hand.
+k taint node smoke-node-0 node.kubernetes.io/not-ready:NoSchedule- >/dev/null
 k create -f - >/dev/null <<'YAML'
 apiVersion: v1
 kind: Pod

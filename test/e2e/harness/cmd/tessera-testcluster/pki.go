@@ -21,12 +21,12 @@ import (
 // pki holds the paths of the throw-away credentials of one test cluster.
 // Everything is generated fresh per cluster and lives only in its state dir.
 type pki struct {
-	Dir                   string
-	CACert, CAKey         string
+	Dir                     string
+	CACert, CAKey           string
 	ServingCert, ServingKey string
-	AdminCert, AdminKey   string
-	SAKey, SAPub          string
-	caPEM                 []byte
+	AdminCert, AdminKey     string
+	SAKey, SAPub            string
+	caPEM                   []byte
 }
 
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {

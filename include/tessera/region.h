@@ -1,0 +1,82 @@
+// The shared usage region of one container (layout: tessera/shm_layout.h): create, attach,
+// claim a slot, reserve and release memory. Dependency-free: linked into the preload library,
+// `tessera run` and the node agent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tessera/shm_layout.h"
+#include "tessera/status.h"
+
+namespace tessera::shm {
+
+struct DeviceLimit {
+  std::string uuid;
+  std::uint64_t limit_bytes = 0;
+  std::uint32_t cores_percent = 0;
+};
+
+// A mapping of a region file. Movable, not copyable; unmaps on destruction.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&& other) noexcept;
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping();
+
+  Region* region() const { return region_; }
+  explicit operator bool() const { return region_ != nullptr; }
+
+  // Creates (or replaces) the region file at `path`, sized and initialized for `devices`
+  // (at most kMaxDevices), mode 0666 so every UID of the container can account into it.
+  static StatusOr<Mapping> Create(const std::string& path, const std::vector<DeviceLimit>& devices);
+  // Creates the file only if it does not exist yet; otherwise attaches (HAMi-compatible mode,
+  // where the first process of a container creates the region).
+  static StatusOr<Mapping> CreateOrAttach(const std::string& path,
+                                          const std::vector<DeviceLimit>& devices);
+  // Maps an existing region; refuses a wrong magic, layout version or size (DataLoss), and a
+  // region whose creator never finished (Unavailable).
+  static StatusOr<Mapping> Attach(const std::string& path);
+
+ private:
+  explicit Mapping(Region* region) : region_(region) {}
+  Region* region_ = nullptr;
+};
+
+// Checks a mapped region's header (also used by the fuzz target on raw bytes).
+Status ValidateHeader(const Header& header, std::uint64_t file_bytes);
+
+inline constexpr std::uint32_t kNoSlot = 0xffffffffu;
+
+// Claims a free slot (reclaiming dead ones) and locks its robust owner mutex from the calling
+// thread, which must live as long as the process (the preload library calls this from its
+// constructor on the main thread, and from the fork child handler).
+StatusOr<std::uint32_t> ClaimSlot(Region& region, std::int32_t pid, std::uint64_t start_time);
+// Returns the slot's usage to the container and frees it (clean process exit).
+void ReleaseSlot(Region& region, std::uint32_t slot);
+
+// The device entry for a UUID, or -1.
+int FindDevice(const Region& region, std::string_view uuid);
+
+// Atomically reserves `bytes` on `device` for `slot`: ResourceExhausted (with used and limit in
+// the message) if that would exceed the device's limit. Never check-then-add.
+Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes);
+// Returns `bytes` (a failed driver call rolling back, or a free).
+void Release(Region& region, std::uint32_t slot, int device, std::uint64_t bytes);
+
+// Frees the usage of every slot whose process has died (its owner mutex is EOWNERDEAD).
+// Returns how many slots were reclaimed. Event-driven: called when a slot is claimed and
+// before an allocation is refused; no timer.
+int ReclaimDeadSlots(Region& region);
+
+std::uint64_t UsedBytes(const Region& region, int device);
+
+// "1.51328": layout version and size, printed by `tessera version`.
+std::string AbiVersion();
+
+}  // namespace tessera::shm

@@ -1,0 +1,353 @@
+#include "tessera/region.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+namespace tessera::shm {
+namespace {
+
+constexpr std::uint64_t kRegionBytes = sizeof(Region);
+
+std::string Errno(std::string_view what, const std::string& path) {
+  return std::string(what) + " " + path + ": " + std::strerror(errno);
+}
+
+void InitRobustMutex(pthread_mutex_t* mutex) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  pthread_mutex_init(mutex, &attr);
+  pthread_mutexattr_destroy(&attr);
+}
+
+void RecomputeTotals(Region& region) {
+  for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+    std::uint64_t sum = 0;
+    for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+      if (region.slots[s].state.load(std::memory_order_relaxed) != 0) {
+        sum += region.slots[s].used_bytes[d].load(std::memory_order_relaxed);
+      }
+    }
+    region.devices[d].used_bytes.store(sum, std::memory_order_relaxed);
+  }
+}
+
+// Locks the region lock; if its holder died mid-update, repairs the totals from the slots.
+void LockRegion(Region& region) {
+  const int rc = pthread_mutex_lock(&region.lock);
+  if (rc == EOWNERDEAD) {
+    RecomputeTotals(region);
+    pthread_mutex_consistent(&region.lock);
+  }
+}
+void UnlockRegion(Region& region) { pthread_mutex_unlock(&region.lock); }
+
+// Frees a slot whose owner is gone. Caller holds the region lock.
+void FreeSlotLocked(Region& region, std::uint32_t s) {
+  Slot& slot = region.slots[s];
+  for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
+    const std::uint64_t used = slot.used_bytes[d].exchange(0, std::memory_order_relaxed);
+    if (used != 0) region.devices[d].used_bytes.fetch_sub(used, std::memory_order_relaxed);
+  }
+  slot.pid = 0;
+  slot.start_time = 0;
+  slot.state.store(0, std::memory_order_release);
+}
+
+// Tries to take over slot `s` if its owner is dead or gone; returns true if the caller now
+// holds its owner mutex (and the slot's usage has been returned).
+bool TryTakeDeadSlot(Region& region, std::uint32_t s) {
+  const int rc = pthread_mutex_trylock(&region.slots[s].owner);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&region.slots[s].owner);
+  } else if (rc != 0) {
+    return false;  // EBUSY: alive
+  }
+  // The owner died (EOWNERDEAD), or released the slot between our look and our lock (then its
+  // usage is already zero and freeing again is harmless).
+  LockRegion(region);
+  FreeSlotLocked(region, s);
+  UnlockRegion(region);
+  return true;
+}
+
+}  // namespace
+
+Mapping::Mapping(Mapping&& other) noexcept : region_(other.region_) { other.region_ = nullptr; }
+Mapping& Mapping::operator=(Mapping&& other) noexcept {
+  if (this != &other) {
+    if (region_ != nullptr) munmap(region_, kRegionBytes);
+    region_ = other.region_;
+    other.region_ = nullptr;
+  }
+  return *this;
+}
+Mapping::~Mapping() {
+  if (region_ != nullptr) munmap(region_, kRegionBytes);
+}
+
+Status ValidateHeader(const Header& header, std::uint64_t file_bytes) {
+  if (file_bytes < sizeof(Header)) {
+    return DataLossError("region is " + std::to_string(file_bytes) + " bytes, smaller than its header");
+  }
+  if (header.magic != kMagic) return DataLossError("region has a wrong magic number");
+  if (header.layout_version != kLayoutVersion) {
+    return DataLossError("region layout version " + std::to_string(header.layout_version) +
+                         ", this library reads version " + std::to_string(kLayoutVersion));
+  }
+  if (header.header_bytes != sizeof(Header) || header.region_bytes != kRegionBytes ||
+      file_bytes != kRegionBytes || header.max_devices != kMaxDevices ||
+      header.max_slots != kMaxSlots) {
+    return DataLossError("region size " + std::to_string(file_bytes) + " does not match ABI " +
+                         AbiVersion());
+  }
+  if (header.device_count > kMaxDevices) {
+    return DataLossError("region lists " + std::to_string(header.device_count) + " devices");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+void Initialize(Region& region, const std::vector<DeviceLimit>& devices) {
+  std::memset(static_cast<void*>(&region), 0, kRegionBytes);
+  region.header.magic = kMagic;
+  region.header.layout_version = kLayoutVersion;
+  region.header.header_bytes = sizeof(Header);
+  region.header.region_bytes = kRegionBytes;
+  region.header.max_devices = kMaxDevices;
+  region.header.max_slots = kMaxSlots;
+  region.header.device_count = static_cast<std::uint32_t>(devices.size());
+  InitRobustMutex(&region.lock);
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    Device& d = region.devices[i];
+    std::strncpy(d.uuid, devices[i].uuid.c_str(), kUuidBytes - 1);
+    d.limit_bytes = devices[i].limit_bytes;
+    d.cores_percent = devices[i].cores_percent;
+  }
+  for (Slot& slot : region.slots) InitRobustMutex(&slot.owner);
+  region.header.ready.store(1, std::memory_order_release);
+}
+
+StatusOr<Region*> MapRegion(int fd, const std::string& path) {
+  void* addr = mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (addr == MAP_FAILED) return UnavailableError(Errno("cannot map region", path));
+  return static_cast<Region*>(addr);
+}
+
+Status CheckDevices(const std::vector<DeviceLimit>& devices) {
+  if (devices.size() > kMaxDevices) {
+    return InvalidArgumentError("at most " + std::to_string(kMaxDevices) + " devices per region");
+  }
+  for (const auto& d : devices) {
+    if (d.uuid.empty() || d.uuid.size() >= kUuidBytes) {
+      return InvalidArgumentError("device UUID must be 1 to 63 bytes");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<DeviceLimit>& devices) {
+  TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
+  // Build in a temporary file, then rename: attachers never see a half-initialized region.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return UnavailableError(Errno("cannot create region", tmp));
+  fchmod(fd, 0666);
+  if (ftruncate(fd, static_cast<off_t>(kRegionBytes)) != 0) {
+    const Status s = UnavailableError(Errno("cannot size region", tmp));
+    close(fd);
+    unlink(tmp.c_str());
+    return s;
+  }
+  auto region = MapRegion(fd, tmp);
+  close(fd);
+  if (!region.ok()) {
+    unlink(tmp.c_str());
+    return region.status();
+  }
+  Initialize(**region, devices);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const Status s = UnavailableError(Errno("cannot publish region", path));
+    munmap(*region, kRegionBytes);
+    unlink(tmp.c_str());
+    return s;
+  }
+  return Mapping(*region);
+}
+
+StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
+                                          const std::vector<DeviceLimit>& devices) {
+  TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    if (errno == EEXIST) return Attach(path);
+    return UnavailableError(Errno("cannot create region", path));
+  }
+  fchmod(fd, 0666);
+  if (ftruncate(fd, static_cast<off_t>(kRegionBytes)) != 0) {
+    const Status s = UnavailableError(Errno("cannot size region", path));
+    close(fd);
+    return s;
+  }
+  auto region = MapRegion(fd, path);
+  close(fd);
+  if (!region.ok()) return region.status();
+  Initialize(**region, devices);
+  return Mapping(*region);
+}
+
+StatusOr<Mapping> Mapping::Attach(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return NotFoundError(Errno("no region", path));
+    return UnavailableError(Errno("cannot open region", path));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const Status s = UnavailableError(Errno("cannot stat region", path));
+    close(fd);
+    return s;
+  }
+  const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
+  if (file_bytes != kRegionBytes) {
+    close(fd);
+    return DataLossError("region " + path + " is " + std::to_string(file_bytes) +
+                         " bytes; ABI " + AbiVersion() + " needs " + std::to_string(kRegionBytes));
+  }
+  auto region = MapRegion(fd, path);
+  close(fd);
+  if (!region.ok()) return region.status();
+  Mapping mapping(*region);
+  // A concurrent creator (CreateOrAttach) may still be initializing: wait a bounded while.
+  for (int i = 0; i < 10000 && mapping.region()->header.ready.load(std::memory_order_acquire) == 0;
+       ++i) {
+    sched_yield();
+  }
+  if (mapping.region()->header.ready.load(std::memory_order_acquire) == 0) {
+    return UnavailableError("region " + path + " was never initialized by its creator");
+  }
+  const Status valid = ValidateHeader(mapping.region()->header, file_bytes);
+  if (!valid.ok()) return valid.WithContext("region " + path);
+  return mapping;
+}
+
+StatusOr<std::uint32_t> ClaimSlot(Region& region, std::int32_t pid, std::uint64_t start_time) {
+  // Protocol: only the holder of a slot's owner mutex changes its state. A claimer takes the
+  // mutex first, then marks the slot active; so an active slot whose mutex can be taken has a
+  // dead owner (EOWNERDEAD), and a claim that dies half-way leaves a free slot.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+      Slot& slot = region.slots[s];
+      if (slot.state.load(std::memory_order_acquire) != 0) continue;
+      const int rc = pthread_mutex_trylock(&slot.owner);
+      if (rc == EOWNERDEAD) {
+        pthread_mutex_consistent(&slot.owner);
+      } else if (rc != 0) {
+        continue;
+      }
+      if (slot.state.load(std::memory_order_acquire) != 0) {  // a dead owner's active slot
+        LockRegion(region);
+        FreeSlotLocked(region, s);
+        UnlockRegion(region);
+      }
+      slot.pid = pid;
+      slot.start_time = start_time;
+      slot.state.store(1, std::memory_order_release);
+      return s;
+    }
+    if (ReclaimDeadSlots(region) == 0) break;
+  }
+  return ResourceExhaustedError("all " + std::to_string(kMaxSlots) +
+                                " process slots of the region are taken by live processes");
+}
+
+void ReleaseSlot(Region& region, std::uint32_t slot) {
+  if (slot >= kMaxSlots) return;
+  LockRegion(region);
+  FreeSlotLocked(region, slot);
+  UnlockRegion(region);
+  pthread_mutex_unlock(&region.slots[slot].owner);
+}
+
+int FindDevice(const Region& region, std::string_view uuid) {
+  const std::uint32_t n = region.header.device_count < kMaxDevices ? region.header.device_count
+                                                                     : kMaxDevices;
+  for (std::uint32_t d = 0; d < n; ++d) {
+    const char* have = region.devices[d].uuid;
+    if (uuid == std::string_view(have, strnlen(have, kUuidBytes))) return static_cast<int>(d);
+  }
+  return -1;
+}
+
+Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes) {
+  if (slot >= kMaxSlots || device < 0 || static_cast<std::uint32_t>(device) >= kMaxDevices) {
+    return InternalError("reserve: bad slot or device");
+  }
+  Device& d = region.devices[device];
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    LockRegion(region);
+    const std::uint64_t used = d.used_bytes.load(std::memory_order_relaxed);
+    if (bytes <= d.limit_bytes && used <= d.limit_bytes - bytes) {
+      const std::uint64_t now = used + bytes;
+      d.used_bytes.store(now, std::memory_order_relaxed);
+      region.slots[slot].used_bytes[device].fetch_add(bytes, std::memory_order_relaxed);
+      if (now > d.peak_bytes.load(std::memory_order_relaxed)) {
+        d.peak_bytes.store(now, std::memory_order_relaxed);
+      }
+      UnlockRegion(region);
+      return Status::Ok();
+    }
+    UnlockRegion(region);
+    // Before refusing, return the usage of processes that died (event-driven reclaim).
+    if (attempt == 0 && ReclaimDeadSlots(region) > 0) continue;
+    d.oom_rejections.fetch_add(1, std::memory_order_relaxed);
+    return ResourceExhaustedError("limit " + std::to_string(d.limit_bytes) + " bytes, used " +
+                                  std::to_string(used) + ", requested " + std::to_string(bytes));
+  }
+  return ResourceExhaustedError("unreachable");
+}
+
+void Release(Region& region, std::uint32_t slot, int device, std::uint64_t bytes) {
+  if (slot >= kMaxSlots || device < 0 || static_cast<std::uint32_t>(device) >= kMaxDevices) return;
+  LockRegion(region);
+  auto& mine = region.slots[slot].used_bytes[device];
+  const std::uint64_t have = mine.load(std::memory_order_relaxed);
+  const std::uint64_t give = bytes < have ? bytes : have;  // never underflow
+  mine.store(have - give, std::memory_order_relaxed);
+  region.devices[device].used_bytes.fetch_sub(give, std::memory_order_relaxed);
+  UnlockRegion(region);
+}
+
+int ReclaimDeadSlots(Region& region) {
+  int reclaimed = 0;
+  for (std::uint32_t s = 0; s < kMaxSlots; ++s) {
+    if (region.slots[s].state.load(std::memory_order_acquire) == 0) continue;
+    if (TryTakeDeadSlot(region, s)) {
+      pthread_mutex_unlock(&region.slots[s].owner);
+      ++reclaimed;
+    }
+  }
+  return reclaimed;
+}
+
+std::uint64_t UsedBytes(const Region& region, int device) {
+  if (device < 0 || static_cast<std::uint32_t>(device) >= kMaxDevices) return 0;
+  return region.devices[device].used_bytes.load(std::memory_order_relaxed);
+}
+
+std::string AbiVersion() {
+  return std::to_string(kLayoutVersion) + "." + std::to_string(sizeof(Region));
+}
+
+}  // namespace tessera::shm
