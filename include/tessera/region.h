@@ -30,6 +30,13 @@ class Mapping {
   ~Mapping();
 
   Region* region() const { return region_; }
+  // Gives up ownership: the region stays mapped for the life of the process (the preload
+  // library, whose hooks may run until the very end).
+  Region* release() {
+    Region* r = region_;
+    region_ = nullptr;
+    return r;
+  }
   explicit operator bool() const { return region_ != nullptr; }
 
   // Creates (or replaces) the region file at `path`, sized and initialized for `devices`

@@ -207,11 +207,17 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 		if err := schedFlags.Parse(append(defaults, schedulerArgs...)); err != nil {
 			return fmt.Errorf("kube-scheduler flags: %w", err)
 		}
-		cc, sched, err := schedulerapp.Setup(ctx, opts)
+		// With leader election on, upstream's Run() calls os.Exit(0) as soon
+		// as its context is cancelled, which would skip the shutdown of the
+		// API server and etcd and the removal of the state directory below.
+		// So the scheduler gets a context that is never cancelled: it dies
+		// with the process once up() has cleaned up and returned.
+		schedCtx := context.Background()
+		cc, sched, err := schedulerapp.Setup(schedCtx, opts)
 		if err != nil {
 			return fmt.Errorf("kube-scheduler: %w", err)
 		}
-		go func() { schedDone <- schedulerapp.Run(ctx, cc, sched) }()
+		go func() { schedDone <- schedulerapp.Run(schedCtx, cc, sched) }()
 		klog.InfoS("tessera-testcluster: kube-scheduler started", "healthz", fmt.Sprintf("https://127.0.0.1:%d/healthz", schedPort))
 	}
 
@@ -228,8 +234,8 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 	case err := <-schedDone:
 		retErr = fmt.Errorf("kube-scheduler exited: %v", err)
 	}
-	// The scheduler's Run() returns an error once its context is cancelled;
-	// the API server shuts down gracefully. Bound the wait either way.
+	// The API server shuts down gracefully once ctx is done; bound the wait.
+	// The deferred etcd.Close() and state-dir removal run after it.
 	select {
 	case err := <-apiDone:
 		if err != nil && retErr == nil && !errors.Is(err, context.Canceled) {

@@ -1,0 +1,193 @@
+// Enforcing hooks for memory, contexts and driver lookups (policy kEnforce rows of
+// cuda_hooks.def). Every allocation is reserve -> driver call -> commit or roll back.
+#include <algorithm>
+
+#include "hook/intercept.h"
+
+namespace tessera::hook {
+namespace {
+
+constexpr std::uint64_t kPitchAlignment = 512;
+
+std::uint64_t RoundUp(std::uint64_t v, std::uint64_t to) { return (v + to - 1) / to * to; }
+
+// Allocation on the current context's device, charged `bytes`, tracked for the matching free.
+template <typename Call>
+CUresult ChargedAllocation(std::uint64_t bytes, const char* what, CUdeviceptr* out, Call call) {
+  EnsureInitialized();
+  DeviceQuota quota;
+  CUdevice dev = 0;
+  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || !quota.limited) return call();
+  if (quota.refuse) {
+    (void)ReserveBytes(quota, bytes, what);  // logs the refusal
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (ChargeContextOnce(dev) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!ReserveBytes(quota, bytes, what).ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = call();
+  if (r != CUDA_SUCCESS) {
+    ReleaseBytes(quota, bytes);
+    return r;
+  }
+  RecordAllocation(*out, quota.region_device, bytes);
+  return r;
+}
+
+// Context creation: the context's own memory is charged (once per process and device) before
+// the driver creates it.
+template <typename Call>
+CUresult ChargedContext(CUdevice dev, Call call) {
+  EnsureInitialized();
+  if (ChargeContextOnce(dev) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  return call();
+}
+
+}  // namespace
+
+template <>
+CUresult Intercept<CudaHook::cuMemAlloc_v2>(CUdeviceptr* dptr, size_t bytes) {
+  return ChargedAllocation(bytes, "cuMemAlloc", dptr,
+                           [&] { return Real<CudaHook::cuMemAlloc_v2>()(dptr, bytes); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemAllocManaged>(CUdeviceptr* dptr, size_t bytes,
+                                                unsigned int flags) {
+  return ChargedAllocation(bytes, "cuMemAllocManaged", dptr, [&] {
+    return Real<CudaHook::cuMemAllocManaged>()(dptr, bytes, flags);
+  });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                                 size_t height, unsigned int element_bytes) {
+  EnsureInitialized();
+  const auto real = Real<CudaHook::cuMemAllocPitch_v2>();
+  DeviceQuota quota;
+  CUdevice dev = 0;
+  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || !quota.limited) {
+    return real(dptr, pitch, width, height, element_bytes);
+  }
+  // The pitch is known only after the call: reserve the usual upper bound first, then settle.
+  const std::uint64_t estimate = RoundUp(width, kPitchAlignment) * height;
+  if (quota.refuse || ChargeContextOnce(dev) != CUDA_SUCCESS ||
+      !ReserveBytes(quota, estimate, "cuMemAllocPitch").ok()) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = real(dptr, pitch, width, height, element_bytes);
+  if (r != CUDA_SUCCESS) {
+    ReleaseBytes(quota, estimate);
+    return r;
+  }
+  const std::uint64_t actual = static_cast<std::uint64_t>(*pitch) * height;
+  if (actual > estimate && !ReserveBytes(quota, actual - estimate, "cuMemAllocPitch").ok()) {
+    Real<CudaHook::cuMemFree_v2>()(*dptr);
+    ReleaseBytes(quota, estimate);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (actual < estimate) ReleaseBytes(quota, estimate - actual);
+  RecordAllocation(*dptr, quota.region_device, actual);
+  return r;
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
+  EnsureInitialized();
+  int device = -1;
+  std::uint64_t bytes = 0;
+  const bool tracked = TakeAllocation(dptr, &device, &bytes);
+  const CUresult r = Real<CudaHook::cuMemFree_v2>()(dptr);
+  if (!tracked) return r;
+  if (r != CUDA_SUCCESS) {
+    RecordAllocation(dptr, device, bytes);  // still allocated
+    return r;
+  }
+  DeviceQuota quota;
+  quota.limited = true;
+  quota.region_device = device;
+  ReleaseBytes(quota, bytes);
+  return r;
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_bytes) {
+  EnsureInitialized();
+  const CUresult r = Real<CudaHook::cuMemGetInfo_v2>()(free_bytes, total_bytes);
+  if (r != CUDA_SUCCESS) return r;
+  DeviceQuota quota;
+  CUdevice dev = 0;
+  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || !quota.limited) return r;
+  if (quota.refuse) {
+    if (free_bytes != nullptr) *free_bytes = 0;
+    return r;
+  }
+  const std::uint64_t used = UsedBytes(quota);
+  const std::uint64_t limit = quota.limit_bytes;
+  const std::uint64_t left = used < limit ? limit - used : 0;
+  if (total_bytes != nullptr) *total_bytes = std::min<std::uint64_t>(*total_bytes, limit);
+  if (free_bytes != nullptr) *free_bytes = std::min<std::uint64_t>(*free_bytes, left);
+  return r;
+}
+
+template <>
+CUresult Intercept<CudaHook::cuDeviceTotalMem_v2>(size_t* bytes, CUdevice dev) {
+  EnsureInitialized();
+  const CUresult r = Real<CudaHook::cuDeviceTotalMem_v2>()(bytes, dev);
+  if (r != CUDA_SUCCESS || bytes == nullptr) return r;
+  const DeviceQuota quota = QuotaForDevice(dev);
+  if (quota.limited && !quota.refuse) *bytes = std::min<std::uint64_t>(*bytes, quota.limit_bytes);
+  return r;
+}
+
+template <>
+CUresult Intercept<CudaHook::cuCtxCreate_v2>(CUcontext* ctx, unsigned int flags, CUdevice dev) {
+  return ChargedContext(dev, [&] { return Real<CudaHook::cuCtxCreate_v2>()(ctx, flags, dev); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuCtxCreate_v3>(CUcontext* ctx, CUexecAffinityParam* params,
+                                             int num_params, unsigned int flags, CUdevice dev) {
+  return ChargedContext(
+      dev, [&] { return Real<CudaHook::cuCtxCreate_v3>()(ctx, params, num_params, flags, dev); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuCtxCreate_v4>(CUcontext* ctx, CUctxCreateParams* params,
+                                             unsigned int flags, CUdevice dev) {
+  return ChargedContext(dev,
+                        [&] { return Real<CudaHook::cuCtxCreate_v4>()(ctx, params, flags, dev); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuDevicePrimaryCtxRetain>(CUcontext* ctx, CUdevice dev) {
+  return ChargedContext(dev, [&] { return Real<CudaHook::cuDevicePrimaryCtxRetain>()(ctx, dev); });
+}
+
+// The CUDA runtime fetches cuGetProcAddress by dlsym, then asks it for "cuGetProcAddress"
+// itself and uses the answer for every later lookup: every answer that is a hooked entry point
+// must be our trampoline. The real driver resolves name, version and per-thread flags; we map
+// the real pointer it returns to ours.
+template <>
+CUresult Intercept<CudaHook::cuGetProcAddress_v2>(const char* symbol, void** pfn, int cuda_version,
+                                                  cuuint64_t flags,
+                                                  CUdriverProcAddressQueryResult* status) {
+  EnsureInitialized();
+  const auto real = Real<CudaHook::cuGetProcAddress_v2>();
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(symbol, pfn, cuda_version, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = TrampolineForReal(*pfn);
+  return r;
+}
+
+template <>
+CUresult Intercept<CudaHook::cuGetProcAddress>(const char* symbol, void** pfn, int cuda_version,
+                                               cuuint64_t flags) {
+  EnsureInitialized();
+  const auto real = Real<CudaHook::cuGetProcAddress>();
+  if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = real(symbol, pfn, cuda_version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = TrampolineForReal(*pfn);
+  return r;
+}
+
+}  // namespace tessera::hook

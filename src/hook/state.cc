@@ -1,0 +1,390 @@
+#include "hook/state.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "hook/hook_table.h"
+#include "tessera/limits.h"
+#include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+#include "tessera/region.h"
+
+extern char** environ;
+
+namespace tessera::hook {
+
+std::atomic<bool> g_initialized{false};
+
+namespace {
+
+enum class Mode : std::uint8_t {
+  kInactive,     // no limits file, no HAMi variables: everything passes through
+  kLimitsFile,   // node-written limits (authoritative)
+  kHamiEnv,      // HAMi-core's environment contract (weaker trust)
+};
+
+// Process-wide state. Deliberately leaked (never destroyed): other threads may still be in a
+// hook while the process exits.
+struct State {
+  Mode mode = Mode::kInactive;
+  bool fail_closed = false;
+  bool machinery_ok = true;
+  Limits limits;
+  HamiLimits hami;
+  shm::Region* region = nullptr;
+  std::uint32_t slot = shm::kNoSlot;
+  std::string region_path;
+  // CUDA ordinal -> region device index; kUnknown until resolved, kNotEntitled when the device
+  // is not in the limits, kUnlimited when no tessera limit applies to it.
+  static constexpr int kUnknown = -2;
+  static constexpr int kNotEntitled = -3;
+  static constexpr int kUnlimited = -1;
+  static constexpr int kMaxOrdinals = 64;
+  std::atomic<int> ordinal_map[kMaxOrdinals];
+  std::atomic<std::uint32_t> context_charged{0};  // bit per region device
+  std::mutex alloc_mu;
+  std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>> allocations;
+  std::mutex init_mu;
+};
+
+State& S() {
+  static State* state = new State();
+  return *state;
+}
+
+void ResetOrdinalMap(State& s) {
+  for (auto& m : s.ordinal_map) m.store(State::kUnknown, std::memory_order_relaxed);
+}
+
+std::uint64_t ProcessStartTime() {
+  char buffer[1024];
+  const int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, buffer, sizeof(buffer) - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buffer[n] = '\0';
+  const char* p = std::strrchr(buffer, ')');  // the command name may contain spaces
+  if (p == nullptr) return 0;
+  // Field 22 (starttime) is the 20th field after ')'.
+  for (int field = 3; field < 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? 0 : std::strtoull(p + 1, nullptr, 10);
+}
+
+bool ReadFile(const char* path, std::string* out) {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buffer[4096];
+  ssize_t n;
+  out->clear();
+  while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
+    out->append(buffer, static_cast<std::size_t>(n));
+    if (out->size() > (1u << 20)) break;  // a limits file is a few lines
+  }
+  close(fd);
+  return true;
+}
+
+const char* EnvOr(std::string_view name, std::string_view fallback) {
+  const char* value = std::getenv(std::string(name).c_str());
+  return value != nullptr && value[0] != '\0' ? value : fallback.data();
+}
+
+void MachineryFailed(State& s, const std::string& what) {
+  s.machinery_ok = false;
+  TESSERA_LOG(kError, kHook, "%s; %s", what.c_str(),
+              s.fail_closed ? "enforcement fail-closed: GPU allocations will be refused"
+                            : "enforcement fail-open: GPU calls pass through unlimited");
+}
+
+void ClaimSlot(State& s) {
+  if (s.region == nullptr) return;
+  auto slot = shm::ClaimSlot(*s.region, static_cast<std::int32_t>(getpid()), ProcessStartTime());
+  if (!slot.ok()) {
+    MachineryFailed(s, "cannot claim a process slot: " + slot.status().message());
+    return;
+  }
+  s.slot = *slot;
+}
+
+void OnForkChild() {
+  State& s = S();
+  // The child has its own CUDA state (none) and needs its own slot; the parent's mutexes stay
+  // the parent's.
+  {
+    std::lock_guard<std::mutex> lock(s.alloc_mu);
+    s.allocations.clear();
+  }
+  s.context_charged.store(0);
+  ResetOrdinalMap(s);
+  s.slot = shm::kNoSlot;
+  if (s.machinery_ok) ClaimSlot(s);
+}
+
+void Configure(State& s) {
+  ResetOrdinalMap(s);
+  if (const char* level = std::getenv(std::string(names::kEnvHookLogLevel).c_str())) {
+    if (auto parsed = log::ParseLevel(level); parsed.ok()) log::SetLevel(*parsed);
+  }
+  const char* limits_path = EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
+  std::string text;
+  if (ReadFile(limits_path, &text)) {
+    s.mode = Mode::kLimitsFile;
+    auto limits = ParseLimitsFile(text);
+    if (!limits.ok()) {
+      s.fail_closed = true;  // a corrupt node-written file is an anomaly: do not trust the cap
+      MachineryFailed(s, std::string("limits file ") + limits_path + ": " + limits.status().message());
+      return;
+    }
+    s.limits = std::move(limits).value();
+    s.fail_closed = s.limits.fail_closed;
+    s.region_path = EnvOr(names::kEnvRegionFile, names::kPathRegionFile);
+    auto mapping = shm::Mapping::Attach(s.region_path);
+    if (!mapping.ok()) {
+      MachineryFailed(s, "shared region: " + mapping.status().message());
+      return;
+    }
+    s.region = mapping->release();
+    ClaimSlot(s);
+    return;
+  }
+  auto hami = ParseHamiEnvironment(environ);
+  if (!hami.ok()) {
+    TESSERA_LOG(kError, kHook, "ignoring HAMi variables: %s", hami.status().message().c_str());
+    return;
+  }
+  if (!hami->any()) return;  // inactive
+  s.mode = Mode::kHamiEnv;
+  s.hami = std::move(hami).value();
+  TESSERA_LOG(kInfo, kHook,
+              "no limits file at %s: using HAMi-compatible environment limits (weaker trust: the "
+              "tenant controls its own environment)",
+              limits_path);
+  std::vector<shm::DeviceLimit> devices;
+  for (int i = 0; i < static_cast<int>(shm::kMaxDevices); ++i) {
+    const auto cap = s.hami.ForIndex(i);
+    devices.push_back({"idx-" + std::to_string(i), cap ? *cap : kMaxQuantity,
+                       s.hami.sm_percent ? *s.hami.sm_percent : 0});
+  }
+  s.region_path = EnvOr(names::kEnvRegionFile, "");
+  if (s.region_path.empty()) s.region_path = "/tmp/tessera-hami-" + std::to_string(getuid()) + ".region";
+  auto mapping = shm::Mapping::CreateOrAttach(s.region_path, devices);
+  if (!mapping.ok()) {
+    MachineryFailed(s, "HAMi-compatible region: " + mapping.status().message());
+    return;
+  }
+  s.region = mapping->release();
+  ClaimSlot(s);
+}
+
+// Runs once: from the library constructor (main thread, the usual case) or, if another
+// library's constructor calls CUDA before ours ran, from that first call.
+void ConfigureOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    State& s = S();
+    Configure(s);
+    if (s.mode != Mode::kInactive) pthread_atfork(nullptr, nullptr, OnForkChild);
+  });
+}
+
+__attribute__((constructor)) void OnLoad() { ConfigureOnce(); }
+
+__attribute__((destructor)) void OnUnload() {
+  State& s = S();
+  if (s.region != nullptr && s.slot != shm::kNoSlot) {
+    shm::ReleaseSlot(*s.region, s.slot);
+    s.slot = shm::kNoSlot;
+  }
+}
+
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn RealDlsymForInit() {
+  void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+  if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+  return reinterpret_cast<DlsymFn>(p);
+}
+
+thread_local bool t_initializing = false;
+
+std::string FormatUuid(const CUuuid& uuid) {
+  char out[48];
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  std::snprintf(out, sizeof(out),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return out;
+}
+
+int ResolveOrdinal(State& s, CUdevice dev) {
+  if (s.mode == Mode::kHamiEnv) {
+    return shm::FindDevice(*s.region, "idx-" + std::to_string(dev));
+  }
+  CUuuid uuid{};
+  CUresult r = CUDA_ERROR_NOT_FOUND;
+  if (auto fn = Real<CudaHook::cuDeviceGetUuid_v2>()) r = fn(&uuid, dev);
+  if (r != CUDA_SUCCESS) {
+    if (auto fn = Real<CudaHook::cuDeviceGetUuid>()) r = fn(&uuid, dev);
+  }
+  if (r != CUDA_SUCCESS) return State::kUnknown;
+  const std::string id = FormatUuid(uuid);
+  const int index = shm::FindDevice(*s.region, id);
+  if (index < 0) {
+    TESSERA_LOG(kWarn, kHook, "CUDA device %d (%s) is not in the limits file: allocations refused",
+                dev, id.c_str());
+    return State::kNotEntitled;
+  }
+  return index;
+}
+
+}  // namespace
+
+void InitializeSlow() {
+  if (t_initializing) return;  // re-entered from the driver while resolving: use what we have
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.init_mu);
+  if (g_initialized.load(std::memory_order_acquire)) return;
+  t_initializing = true;
+  ConfigureOnce();
+  const DlsymFn real_dlsym = RealDlsymForInit();
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr || real_dlsym == nullptr) {
+    TESSERA_LOG(kError, kHook, "cannot load libcuda.so.1: %s", dlerror());
+  } else {
+    for (std::size_t i = 0; i < kCudaHookCount; ++i) {
+      g_real_cuda[i] = real_dlsym(handle, std::string(kCudaHooks[i].symbol).c_str());
+    }
+  }
+  IndexRealFunctions();
+  t_initializing = false;
+  g_initialized.store(true, std::memory_order_release);
+}
+
+DeviceQuota QuotaForDevice(CUdevice dev) {
+  State& s = S();
+  DeviceQuota q;
+  if (s.mode == Mode::kInactive) return q;
+  if (!s.machinery_ok || s.region == nullptr || s.slot == shm::kNoSlot) {
+    q.limited = s.fail_closed;
+    q.refuse = s.fail_closed;
+    return q;
+  }
+  int index = State::kUnknown;
+  const bool cacheable = dev >= 0 && dev < State::kMaxOrdinals;
+  if (cacheable) index = s.ordinal_map[dev].load(std::memory_order_acquire);
+  if (index == State::kUnknown) {
+    index = ResolveOrdinal(s, dev);
+    if (cacheable && index != State::kUnknown) {
+      s.ordinal_map[dev].store(index, std::memory_order_release);
+    }
+  }
+  if (index == State::kNotEntitled) {
+    q.limited = true;
+    q.refuse = true;
+    return q;
+  }
+  if (index < 0) return q;  // unknown (driver could not say) or unlimited
+  q.limited = true;
+  q.region_device = index;
+  q.limit_bytes = s.region->devices[index].limit_bytes;
+  return q;
+}
+
+CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev) {
+  const auto get_device = Real<CudaHook::cuCtxGetDevice>();
+  if (get_device == nullptr) return CUDA_ERROR_NOT_FOUND;
+  const CUresult r = get_device(dev);
+  if (r != CUDA_SUCCESS) return r;
+  *quota = QuotaForDevice(*dev);
+  return CUDA_SUCCESS;
+}
+
+Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what) {
+  State& s = S();
+  if (quota.refuse) {
+    TESSERA_LOG(kWarn, kHook, "out of memory: %s of %llu bytes refused (device not entitled, or "
+                "tessera's accounting is unavailable under fail-closed) pid %d",
+                what, static_cast<unsigned long long>(bytes), static_cast<int>(getpid()));
+    return ResourceExhaustedError("refused");
+  }
+  if (!quota.limited || quota.region_device < 0) return Status::Ok();
+  Status status = shm::Reserve(*s.region, s.slot, quota.region_device, bytes);
+  if (!status.ok()) {
+    TESSERA_LOG(kWarn, kHook, "out of memory: %s on %s: %s, pid %d", what,
+                s.region->devices[quota.region_device].uuid, status.message().c_str(),
+                static_cast<int>(getpid()));
+  }
+  return status;
+}
+
+void ReleaseBytes(const DeviceQuota& quota, std::uint64_t bytes) {
+  State& s = S();
+  if (!quota.limited || quota.region_device < 0 || s.region == nullptr) return;
+  shm::Release(*s.region, s.slot, quota.region_device, bytes);
+}
+
+std::uint64_t UsedBytes(const DeviceQuota& quota) {
+  State& s = S();
+  if (!quota.limited || quota.region_device < 0 || s.region == nullptr) return 0;
+  return shm::UsedBytes(*s.region, quota.region_device);
+}
+
+CUresult ChargeContextOnce(CUdevice dev) {
+  State& s = S();
+  const DeviceQuota q = QuotaForDevice(dev);
+  if (!q.limited) return CUDA_SUCCESS;
+  if (q.refuse) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::uint32_t bit = 1u << q.region_device;
+  if ((s.context_charged.fetch_or(bit) & bit) != 0) return CUDA_SUCCESS;
+  std::uint64_t context_bytes = 0;
+  if (s.mode == Mode::kLimitsFile) {
+    const char* uuid = s.region->devices[q.region_device].uuid;
+    for (const auto& d : s.limits.devices) {
+      if (d.uuid == uuid) context_bytes = d.context_bytes;
+    }
+  }
+  if (context_bytes == 0) return CUDA_SUCCESS;
+  if (!ReserveBytes(q, context_bytes, "CUDA context").ok()) {
+    s.context_charged.fetch_and(~bit);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.alloc_mu);
+  s.allocations[ptr] = {region_device, bytes};
+}
+
+bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.alloc_mu);
+  auto it = s.allocations.find(ptr);
+  if (it == s.allocations.end()) return false;
+  *region_device = it->second.first;
+  *bytes = it->second.second;
+  s.allocations.erase(it);
+  return true;
+}
+
+void ResetForTest() {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.alloc_mu);
+  s.allocations.clear();
+  s.context_charged.store(0);
+  ResetOrdinalMap(s);
+}
+
+}  // namespace tessera::hook

@@ -1,0 +1,53 @@
+// The preload library's process-wide state: configuration (limits file or HAMi environment),
+// the container's shared region and this process's slot, the device map and the allocation
+// table. Set up in two steps:
+//   - at load (library constructor, main thread): read the limits, attach the region and claim
+//     a slot — cheap, no driver call, so the robust slot mutex is held by the main thread;
+//   - at the first intercepted call (EnsureInitialized): resolve the real driver functions.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "hook/cuda_api.h"
+#include "tessera/status.h"
+
+namespace tessera::hook {
+
+void InitializeSlow();
+extern std::atomic<bool> g_initialized;
+
+// The fast path is one acquire load.
+inline void EnsureInitialized() {
+  if (__builtin_expect(!g_initialized.load(std::memory_order_acquire), 0)) InitializeSlow();
+}
+
+// What an enforcing hook learns about the device of the current context.
+struct DeviceQuota {
+  bool limited = false;      // false: no tessera limit applies (pass through)
+  bool refuse = false;       // machinery failed under fail-closed, or device not entitled
+  int region_device = -1;
+  std::uint64_t limit_bytes = 0;
+};
+
+// The quota of CUDA device `dev` (ordinal in this process).
+DeviceQuota QuotaForDevice(CUdevice dev);
+// The quota of the current context's device (CUDA_ERROR_INVALID_CONTEXT if none).
+CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev);
+
+// Reserve/release against the region for this process's slot. Reserve logs the refusal.
+Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what);
+void ReleaseBytes(const DeviceQuota& quota, std::uint64_t bytes);
+std::uint64_t UsedBytes(const DeviceQuota& quota);
+
+// Charges the per-process context cost of `dev` once (limits file `context=`).
+CUresult ChargeContextOnce(CUdevice dev);
+
+// The allocation table: pointer -> (region device, bytes).
+void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes);
+bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes);
+
+// Test hook: forget everything (used only by unit tests that link the state directly).
+void ResetForTest();
+
+}  // namespace tessera::hook

@@ -1,0 +1,108 @@
+// The exported trampolines and the lookup tables, all expanded from cuda_hooks.def.
+#include <array>
+#include <mutex>
+
+#include "hook/hook_table.h"
+#include "hook/intercept.h"
+
+namespace tessera::hook {
+
+void* g_real_cuda[kCudaHookCount] = {};
+
+namespace {
+
+constexpr std::uint32_t Fnv1a(std::string_view s) {
+  std::uint32_t h = 2166136261u;
+  for (char c : s) {
+    h ^= static_cast<std::uint8_t>(c);
+    h *= 16777619u;
+  }
+  return h;
+}
+
+constexpr std::size_t kNameTableSize = 256;
+static_assert(kCudaHookCount * 2 <= kNameTableSize, "grow kNameTableSize");
+
+// Open addressing, built at compile time: slot -> hook index + 1 (0 = empty).
+constexpr std::array<std::uint16_t, kNameTableSize> BuildNameTable() {
+  std::array<std::uint16_t, kNameTableSize> table{};
+  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
+    std::size_t h = Fnv1a(kCudaHooks[i].symbol) & (kNameTableSize - 1);
+    while (table[h] != 0) h = (h + 1) & (kNameTableSize - 1);
+    table[h] = static_cast<std::uint16_t>(i + 1);
+  }
+  return table;
+}
+constexpr auto kNameTable = BuildNameTable();
+
+// Real entry point -> hook, filled once by IndexRealFunctions before g_initialized is set.
+constexpr std::size_t kIdentityTableSize = 256;
+struct IdentitySlot {
+  void* real;
+  std::uint16_t hook;
+};
+IdentitySlot g_identity[kIdentityTableSize] = {};
+
+std::size_t PointerHash(void* p) {
+  auto v = reinterpret_cast<std::uintptr_t>(p);
+  v ^= v >> 17;
+  v *= 0x9E3779B97F4A7C15ULL;
+  return static_cast<std::size_t>(v >> 56) & (kIdentityTableSize - 1);
+}
+
+}  // namespace
+
+CudaHook FindCudaHookByName(std::string_view name) {
+  std::size_t h = Fnv1a(name) & (kNameTableSize - 1);
+  while (kNameTable[h] != 0) {
+    const std::size_t index = kNameTable[h] - 1u;
+    if (kCudaHooks[index].symbol == name) return static_cast<CudaHook>(index);
+    h = (h + 1) & (kNameTableSize - 1);
+  }
+  return CudaHook::kCount;
+}
+
+void IndexRealFunctions() {
+  for (auto& slot : g_identity) slot = {nullptr, 0};
+  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
+    void* real = g_real_cuda[i];
+    if (real == nullptr) continue;
+    std::size_t h = PointerHash(real);
+    while (g_identity[h].real != nullptr && g_identity[h].real != real) {
+      h = (h + 1) & (kIdentityTableSize - 1);
+    }
+    g_identity[h] = {real, static_cast<std::uint16_t>(i)};
+  }
+}
+
+void* TrampolineForReal(void* real) {
+  if (real == nullptr) return nullptr;
+  std::size_t h = PointerHash(real);
+  while (g_identity[h].real != nullptr) {
+    if (g_identity[h].real == real) return kCudaTrampolines[g_identity[h].hook];
+    h = (h + 1) & (kIdentityTableSize - 1);
+  }
+  return real;
+}
+
+}  // namespace tessera::hook
+
+// Exported trampolines. No noexcept: cuda.h declares them without it (the library is built
+// -fno-exceptions).
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)            \
+  extern "C" TESSERA_EXPORT CUresult sym params {                                     \
+    return ::tessera::hook::Intercept<::tessera::hook::CudaHook::sym> args;           \
+  }
+#include "hook/cuda_hooks.def"
+#undef TESSERA_CUDA_HOOK
+
+namespace tessera::hook {
+
+void* const kCudaTrampolines[kCudaHookCount] = {
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) \
+  reinterpret_cast<void*>(&::sym),
+#include "hook/cuda_hooks.def"
+#undef TESSERA_CUDA_HOOK
+};
+
+}  // namespace tessera::hook

@@ -1,0 +1,339 @@
+// A stateful fake libcuda.so.1 for CI (no GPU), generated from the same cuda_hooks.def as the
+// preload library: every row is exported; the rows that matter for accounting behave like a
+// device (contexts, memory, UUIDs, cuGetProcAddress with versions and per-thread variants);
+// the rest succeed and count their calls.
+//
+// Configuration (environment, read once):
+//   TESSERA_FAKE_GPUS          number of devices (default 2)
+//   TESSERA_FAKE_GPU_MEMORY    bytes per device (default 16 GiB)
+//   TESSERA_FAKE_CONTEXT_BYTES device memory a context takes (default 0)
+//   TESSERA_FAKE_STATE         file holding the devices' physical usage, shared by every
+//                              process using the fake (default: private to the process), so a
+//                              test can check what "nvidia-smi" would see
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "hook/hook_table.h"
+
+#define TESSERA_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace tessera::fake {
+namespace {
+
+using hook::CudaHook;
+using hook::kCudaHookCount;
+using hook::kCudaHooks;
+
+constexpr int kMaxDevices = 16;
+
+struct Shared {
+  std::atomic<std::uint64_t> physical[kMaxDevices];
+};
+
+struct Fake {
+  int devices = 2;
+  std::uint64_t memory = 16ULL << 30;
+  std::uint64_t context_bytes = 0;
+  Shared* shared = nullptr;
+  std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
+  std::mutex mu;
+  std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>> allocations;
+  std::uint64_t next_address = 0x10000;
+  std::atomic<std::uint32_t> contexts = 0;  // bit per device with a context charged
+};
+
+std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+Fake& F() {
+  static Fake* fake = [] {
+    auto* f = new Fake();
+    f->devices = static_cast<int>(EnvU64("TESSERA_FAKE_GPUS", 2));
+    if (f->devices > kMaxDevices) f->devices = kMaxDevices;
+    f->memory = EnvU64("TESSERA_FAKE_GPU_MEMORY", 16ULL << 30);
+    f->context_bytes = EnvU64("TESSERA_FAKE_CONTEXT_BYTES", 0);
+    void* mem = MAP_FAILED;
+    if (const char* path = std::getenv("TESSERA_FAKE_STATE")) {
+      const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+      if (fd >= 0 && ftruncate(fd, sizeof(Shared)) == 0) {
+        mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      }
+      if (fd >= 0) close(fd);
+    }
+    if (mem == MAP_FAILED) {
+      mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    }
+    f->shared = static_cast<Shared*>(mem);
+    return f;
+  }();
+  return *fake;
+}
+
+thread_local int t_current = -1;  // device of the current context
+
+CUcontext ContextFor(int dev) { return reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x1000 + dev)); }
+int DeviceOf(CUcontext ctx) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(ctx) - 0x1000); }
+bool ValidDevice(int dev) { return dev >= 0 && dev < F().devices; }
+
+// Takes physical memory on `dev`, as the device would (all processes share it).
+bool TakePhysical(int dev, std::uint64_t bytes) {
+  auto& used = F().shared->physical[dev];
+  std::uint64_t now = used.load();
+  do {
+    if (bytes > F().memory || now > F().memory - bytes) return false;
+  } while (!used.compare_exchange_weak(now, now + bytes));
+  return true;
+}
+
+CUresult MakeContext(int dev) {
+  if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  const std::uint32_t bit = 1u << dev;
+  if ((F().contexts.fetch_or(bit) & bit) == 0 && F().context_bytes != 0 &&
+      !TakePhysical(dev, F().context_bytes)) {
+    F().contexts.fetch_and(~bit);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Allocate(CUdeviceptr* dptr, std::uint64_t bytes) {
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!TakePhysical(t_current, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(F().mu);
+  *dptr = F().next_address;
+  F().next_address += (bytes + 0xfff) & ~0xfffULL;
+  F().allocations[*dptr] = {t_current, bytes};
+  return CUDA_SUCCESS;
+}
+
+// The default behaviour of a row: succeed.
+template <CudaHook H, typename... Args>
+CUresult Behave(Args...) {
+  return CUDA_SUCCESS;
+}
+
+template <>
+CUresult Behave<CudaHook::cuDriverGetVersion>(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceGetCount>(int* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = F().devices;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceGet>(CUdevice* device, int ordinal) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+CUresult FakeUuid(CUuuid* uuid, CUdevice dev) {
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
+  uuid->bytes[0] = static_cast<char>(0xfa);
+  uuid->bytes[1] = static_cast<char>(0xce);
+  uuid->bytes[15] = static_cast<char>(dev);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceGetUuid>(CUuuid* uuid, CUdevice dev) { return FakeUuid(uuid, dev); }
+template <>
+CUresult Behave<CudaHook::cuDeviceGetUuid_v2>(CUuuid* uuid, CUdevice dev) { return FakeUuid(uuid, dev); }
+template <>
+CUresult Behave<CudaHook::cuDeviceGetName>(char* name, int len, CUdevice dev) {
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<std::size_t>(len), "Tessera Fake GPU %d", dev);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceTotalMem_v2>(size_t* bytes, CUdevice dev) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = F().memory;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDevicePrimaryCtxRetain>(CUcontext* ctx, CUdevice dev) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = MakeContext(dev);
+  if (r == CUDA_SUCCESS) *ctx = ContextFor(dev);
+  return r;
+}
+CUresult CreateContext(CUcontext* ctx, CUdevice dev) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = MakeContext(dev);
+  if (r != CUDA_SUCCESS) return r;
+  *ctx = ContextFor(dev);
+  t_current = dev;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuCtxCreate_v2>(CUcontext* ctx, unsigned int, CUdevice dev) {
+  return CreateContext(ctx, dev);
+}
+template <>
+CUresult Behave<CudaHook::cuCtxCreate_v3>(CUcontext* ctx, CUexecAffinityParam*, int, unsigned int,
+                                          CUdevice dev) {
+  return CreateContext(ctx, dev);
+}
+template <>
+CUresult Behave<CudaHook::cuCtxCreate_v4>(CUcontext* ctx, CUctxCreateParams*, unsigned int,
+                                          CUdevice dev) {
+  return CreateContext(ctx, dev);
+}
+template <>
+CUresult Behave<CudaHook::cuCtxSetCurrent>(CUcontext ctx) {
+  if (ctx == nullptr) {
+    t_current = -1;
+    return CUDA_SUCCESS;
+  }
+  if (!ValidDevice(DeviceOf(ctx))) return CUDA_ERROR_INVALID_CONTEXT;
+  t_current = DeviceOf(ctx);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuCtxGetCurrent>(CUcontext* ctx) {
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = t_current < 0 ? nullptr : ContextFor(t_current);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuCtxGetDevice>(CUdevice* device) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = t_current;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemAlloc_v2>(CUdeviceptr* dptr, size_t bytes) { return Allocate(dptr, bytes); }
+template <>
+CUresult Behave<CudaHook::cuMemAllocManaged>(CUdeviceptr* dptr, size_t bytes, unsigned int) {
+  return Allocate(dptr, bytes);
+}
+template <>
+CUresult Behave<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitch, size_t width,
+                                              size_t height, unsigned int) {
+  if (pitch == nullptr || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  *pitch = (width + 511) / 512 * 512;
+  return Allocate(dptr, static_cast<std::uint64_t>(*pitch) * height);
+}
+template <>
+CUresult Behave<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
+  std::lock_guard<std::mutex> lock(F().mu);
+  auto it = F().allocations.find(dptr);
+  if (it == F().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  F().shared->physical[it->second.first].fetch_sub(it->second.second);
+  F().allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_bytes) {
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const std::uint64_t used = F().shared->physical[t_current].load();
+  if (free_bytes != nullptr) *free_bytes = F().memory - used;
+  if (total_bytes != nullptr) *total_bytes = F().memory;
+  return CUDA_SUCCESS;
+}
+
+void* FakeEntryPoint(std::size_t index);  // defined after the exported functions
+
+// cuGetProcAddress as the driver answers it: among the rows for `symbol`, the newest whose
+// version is not above the caller's, preferring the per-thread variant when asked for.
+CUresult Lookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                CUdriverProcAddressQueryResult* status) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  int best = -1;
+  bool known = false;
+  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
+    const auto& row = kCudaHooks[i];
+    if (row.base != symbol) continue;
+    known = true;
+    if (row.since > cuda_version) continue;
+    const bool row_per_thread = row.variant == hook::Variant::kPerThreadStream;
+    if (row_per_thread && !per_thread) continue;
+    if (best < 0) {
+      best = static_cast<int>(i);
+      continue;
+    }
+    const auto& have = kCudaHooks[best];
+    const bool have_per_thread = have.variant == hook::Variant::kPerThreadStream;
+    if ((row_per_thread && !have_per_thread) ||
+        (row_per_thread == have_per_thread && row.since > have.since)) {
+      best = static_cast<int>(i);
+    }
+  }
+  *pfn = nullptr;
+  if (best < 0) {
+    if (status != nullptr) {
+      *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    }
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *pfn = FakeEntryPoint(static_cast<std::size_t>(best));
+  if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+template <>
+CUresult Behave<CudaHook::cuGetProcAddress_v2>(const char* symbol, void** pfn, int cuda_version,
+                                               cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  return Lookup(symbol, pfn, cuda_version, flags, status);
+}
+template <>
+CUresult Behave<CudaHook::cuGetProcAddress>(const char* symbol, void** pfn, int cuda_version,
+                                            cuuint64_t flags) {
+  return Lookup(symbol, pfn, cuda_version, flags, nullptr);
+}
+
+}  // namespace
+}  // namespace tessera::fake
+
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)                   \
+  TESSERA_FAKE_EXPORT CUresult sym params {                                                  \
+    ::tessera::fake::F().calls[static_cast<std::size_t>(::tessera::hook::CudaHook::sym)]++;  \
+    return ::tessera::fake::Behave<::tessera::hook::CudaHook::sym> args;                     \
+  }
+#include "hook/cuda_hooks.def"
+#undef TESSERA_CUDA_HOOK
+
+namespace tessera::fake {
+namespace {
+void* FakeEntryPoint(std::size_t index) {
+  static void* const kEntryPoints[kCudaHookCount] = {
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) reinterpret_cast<void*>(&::sym),
+#include "hook/cuda_hooks.def"
+#undef TESSERA_CUDA_HOOK
+  };
+  return kEntryPoints[index];
+}
+}  // namespace
+}  // namespace tessera::fake
+
+// Test introspection.
+TESSERA_FAKE_EXPORT unsigned long long tessera_fake_calls(const char* symbol) {
+  for (std::size_t i = 0; i < tessera::hook::kCudaHookCount; ++i) {
+    if (tessera::hook::kCudaHooks[i].symbol == symbol) return tessera::fake::F().calls[i].load();
+  }
+  return ~0ULL;
+}
+TESSERA_FAKE_EXPORT unsigned long long tessera_fake_physical_bytes(int dev) {
+  return dev >= 0 && dev < tessera::fake::kMaxDevices ? tessera::fake::F().shared->physical[dev].load() : 0;
+}

@@ -1,0 +1,237 @@
+// A CUDA client for the preload library's integration tests. It reaches the driver one of
+// three ways (argv[1]):
+//   direct   linked against libcuda.so.1 (built as hook_client_direct)
+//   dlopen   dlopen("libcuda.so.1") + dlsym, as PyTorch, CuPy and nvidia-smi do
+//   runtime  the CUDA runtime's sequence: dlsym of cuGetProcAddress_v2, the self-lookups of
+//            "cuGetProcAddress" at 11030 and 12000, then every entry point through the
+//            returned pointer, per-thread (_ptsz/_ptds) variants included
+// then runs a scenario (argv[2...]) and prints key=value lines for the test to check.
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+namespace {
+
+struct Api {
+  decltype(&::cuInit) init = nullptr;
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDevicePrimaryCtxRetain) retain = nullptr;
+  decltype(&::cuCtxSetCurrent) set_current = nullptr;
+  decltype(&::cuCtxCreate_v2) ctx_create = nullptr;
+  decltype(&::cuMemAlloc_v2) alloc = nullptr;
+  decltype(&::cuMemAllocPitch_v2) alloc_pitch = nullptr;
+  decltype(&::cuMemAllocManaged) alloc_managed = nullptr;
+  decltype(&::cuMemFree_v2) free = nullptr;
+  decltype(&::cuMemGetInfo_v2) get_info = nullptr;
+  decltype(&::cuDeviceTotalMem_v2) total_mem = nullptr;
+  decltype(&::cuLaunchKernel) launch = nullptr;
+  decltype(&::cuLaunchKernel_ptsz) launch_ptsz = nullptr;
+  decltype(&::cuMemcpyHtoD_v2_ptds) memcpy_ptds = nullptr;
+  // Every entry point of the list, for the snippet scenario (name -> pointer).
+  std::vector<std::pair<std::string, void*>> all;
+};
+
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+
+template <typename Fn>
+void Set(Fn* out, void* p) {
+  *out = reinterpret_cast<Fn>(p);
+}
+
+#define TESSERA_CLIENT_FIELDS(X)                                                        \
+  X(init, cuInit, "cuInit", 2000, 0) X(device_get, cuDeviceGet, "cuDeviceGet", 2000, 0) \
+  X(retain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)           \
+  X(set_current, cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                         \
+  X(ctx_create, cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                               \
+  X(alloc, cuMemAlloc_v2, "cuMemAlloc", 12000, 0)                                     \
+  X(alloc_pitch, cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0)                     \
+  X(alloc_managed, cuMemAllocManaged, "cuMemAllocManaged", 12000, 0)                  \
+  X(free, cuMemFree_v2, "cuMemFree", 12000, 0)                                        \
+  X(get_info, cuMemGetInfo_v2, "cuMemGetInfo", 12000, 0)                              \
+  X(total_mem, cuDeviceTotalMem_v2, "cuDeviceTotalMem", 12000, 0)                     \
+  X(launch, cuLaunchKernel, "cuLaunchKernel", 12000, 0)                               \
+  X(launch_ptsz, cuLaunchKernel_ptsz, "cuLaunchKernel", 12000, 1)                     \
+  X(memcpy_ptds, cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD", 12000, 1)
+
+bool Load(const char* how, Api* api) {
+#ifdef TESSERA_CLIENT_DIRECT
+  if (std::strcmp(how, "direct") == 0) {
+#define TESSERA_DIRECT(field, sym, base, version, per_thread) \
+  Set(&api->field, reinterpret_cast<void*>(&::sym));
+    TESSERA_CLIENT_FIELDS(TESSERA_DIRECT)
+#undef TESSERA_DIRECT
+    return true;
+  }
+#endif
+  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    std::printf("error=dlopen %s\n", dlerror());
+    return false;
+  }
+  if (std::strcmp(how, "dlopen") == 0) {
+#define TESSERA_DLSYM(field, sym, base, version, per_thread) Set(&api->field, dlsym(handle, #sym));
+    TESSERA_CLIENT_FIELDS(TESSERA_DLSYM)
+#undef TESSERA_DLSYM
+    return true;
+  }
+  if (std::strcmp(how, "runtime") == 0) {
+    auto first = reinterpret_cast<GetProcAddress>(dlsym(handle, "cuGetProcAddress_v2"));
+    if (first == nullptr) return false;
+    // The runtime asks the driver for cuGetProcAddress itself, at both versions seen on H200.
+    void* self_11030 = nullptr;
+    void* self_12000 = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    first("cuGetProcAddress", &self_11030, 11030, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    first("cuGetProcAddress", &self_12000, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    void* ours_v1 = dlsym(RTLD_DEFAULT, "cuGetProcAddress");
+    void* ours_v2 = dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
+    std::printf("self_lookup_11030_hooked=%d\n", self_11030 != nullptr && (self_11030 == ours_v1 || self_11030 == ours_v2));
+    std::printf("self_lookup_12000_hooked=%d\n", self_12000 == ours_v2);
+    auto gpa = reinterpret_cast<GetProcAddress>(self_12000);
+    if (gpa == nullptr) return false;
+#define TESSERA_GPA(field, sym, base, version, per_thread)                                      \
+  {                                                                                             \
+    void* p = nullptr;                                                                          \
+    gpa(base, &p, version,                                                                      \
+        (per_thread) ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT, \
+        &status);                                                                               \
+    Set(&api->field, p);                                                                        \
+    std::printf("resolved %s hooked=%d\n", #sym, p != nullptr && p == dlsym(RTLD_DEFAULT, #sym)); \
+  }
+    TESSERA_CLIENT_FIELDS(TESSERA_GPA)
+#undef TESSERA_GPA
+    return true;
+  }
+  std::printf("error=unknown mode %s\n", how);
+  return false;
+}
+
+CUresult Context(const Api& api, int dev) {
+  CUresult r = api.init(0);
+  if (r != CUDA_SUCCESS) return r;
+  CUdevice d = 0;
+  if ((r = api.device_get(&d, dev)) != CUDA_SUCCESS) return r;
+  CUcontext ctx = nullptr;
+  if ((r = api.retain(&ctx, d)) != CUDA_SUCCESS) return r;
+  return api.set_current(ctx);
+}
+
+void PrintInfo(const Api& api) {
+  size_t free_bytes = 0, total = 0;
+  const CUresult r = api.get_info(&free_bytes, &total);
+  std::printf("info_result=%d free=%zu total=%zu\n", r, free_bytes, total);
+  size_t device_total = 0;
+  api.total_mem(&device_total, 0);
+  std::printf("device_total=%zu\n", device_total);
+}
+
+// Allocates `chunk` bytes with `which` until the driver (or tessera) refuses.
+std::uint64_t AllocUntilRefused(const Api& api, const char* which, std::uint64_t chunk, CUresult* last) {
+  std::uint64_t total = 0;
+  for (int i = 0; i < 1000000; ++i) {
+    CUdeviceptr p = 0;
+    CUresult r;
+    if (std::strcmp(which, "pitch") == 0) {
+      size_t pitch = 0;
+      r = api.alloc_pitch(&p, &pitch, chunk / 64, 64, 4);
+      if (r == CUDA_SUCCESS) total += static_cast<std::uint64_t>(pitch) * 64;
+    } else if (std::strcmp(which, "managed") == 0) {
+      r = api.alloc_managed(&p, chunk, CU_MEM_ATTACH_GLOBAL);
+      if (r == CUDA_SUCCESS) total += chunk;
+    } else {
+      r = api.alloc(&p, chunk);
+      if (r == CUDA_SUCCESS) total += chunk;
+    }
+    if (r != CUDA_SUCCESS) {
+      *last = r;
+      return total;
+    }
+  }
+  *last = CUDA_SUCCESS;
+  return total;
+}
+
+int Run(const Api& api, int argc, char** argv) {
+  const std::string scenario = argc > 0 ? argv[0] : "";
+  const int dev = std::getenv("CLIENT_DEVICE") ? std::atoi(std::getenv("CLIENT_DEVICE")) : 0;
+  CUresult r = Context(api, dev);
+  std::printf("context_result=%d\n", r);
+  if (r != CUDA_SUCCESS) return 0;
+  if (scenario == "alloc") {  // alloc WHICH CHUNK: fill up, report, free all, report again
+    const char* which = argc > 1 ? argv[1] : "plain";
+    const std::uint64_t chunk = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : (4u << 20);
+    CUresult last = CUDA_SUCCESS;
+    const std::uint64_t total = AllocUntilRefused(api, which, chunk, &last);
+    std::printf("allocated=%llu last_result=%d\n", static_cast<unsigned long long>(total), last);
+    PrintInfo(api);
+    std::fflush(stdout);
+    return 0;
+  }
+  if (scenario == "free") {  // allocation, free, allocation again: the quota comes back
+    CUdeviceptr a = 0, b = 0;
+    const std::uint64_t n = std::strtoull(argv[1], nullptr, 10);
+    std::printf("first=%d\n", api.alloc(&a, n));
+    std::printf("second_before_free=%d\n", api.alloc(&b, n));
+    std::printf("free_result=%d\n", api.free(a));
+    std::printf("second_after_free=%d\n", api.alloc(&b, n));
+    std::printf("free_unknown=%d\n", api.free(0xdead0000));
+    PrintInfo(api);
+    return 0;
+  }
+  if (scenario == "hold") {  // hold BYTES: allocate, say so, wait to be killed
+    CUdeviceptr p = 0;
+    std::printf("hold_result=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
+    std::fflush(stdout);
+    pause();
+    return 0;
+  }
+  if (scenario == "launch") {  // per-thread and legacy launches reach the driver
+    std::printf("launch=%d\n", api.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+    std::printf("launch_ptsz=%d\n", api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+    std::printf("memcpy_ptds=%d\n", api.memcpy_ptds(0, nullptr, 0));
+    return 0;
+  }
+  if (scenario == "fork") {  // fork: the child allocates in its own slot
+    CUdeviceptr p = 0;
+    std::printf("parent_alloc=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      CUresult cr = Context(api, dev);
+      CUdeviceptr q = 0;
+      if (cr == CUDA_SUCCESS) cr = api.alloc(&q, std::strtoull(argv[1], nullptr, 10));
+      std::printf("child_alloc=%d\n", cr);
+      std::fflush(stdout);
+      _exit(0);
+    }
+    waitpid(child, nullptr, 0);
+    CUdeviceptr q = 0;
+    std::printf("parent_alloc_after_child=%d\n", api.alloc(&q, std::strtoull(argv[1], nullptr, 10)));
+    return 0;
+  }
+  std::printf("error=unknown scenario %s\n", scenario.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc < 3) {
+    std::fprintf(stderr, "usage: %s direct|dlopen|runtime SCENARIO ARGS...\n", argv[0]);
+    return 2;
+  }
+  Api api;
+  if (!Load(argv[1], &api)) return 1;
+  return Run(api, argc - 2, argv + 2);
+}

@@ -1,0 +1,367 @@
+// The preload library, loaded by LD_PRELOAD into real processes, against the fake driver:
+// every resolution path, every hooked path, limits file vs HAMi variables, fail-open and
+// fail-closed, many processes, SIGKILL, fork.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tessera/limits.h"
+#include "tessera/quantity.h"
+#include "tessera/region.h"
+#include "testutil/status_matchers.h"
+#include "testutil/temp_dir.h"
+
+extern char** environ;
+
+namespace tessera {
+namespace {
+
+constexpr const char* kGpu0 = "GPU-face0000-0000-0000-0000-000000000000";
+constexpr const char* kGpu1 = "GPU-face0000-0000-0000-0000-000000000001";
+
+struct Output {
+  int exit_code = -1;
+  std::string text;
+  // key=value pairs of the output (last wins)
+  std::map<std::string, std::string> values;
+  std::string Get(const std::string& key) const {
+    auto it = values.find(key);
+    return it == values.end() ? "<missing " + key + ">" : it->second;
+  }
+  unsigned long long Num(const std::string& key) const { return std::stoull(values.at(key)); }
+};
+
+void ParseValues(Output* out) {
+  std::istringstream in(out->text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word;
+    while (words >> word) {
+      const auto eq = word.find('=');
+      if (eq != std::string::npos) out->values[word.substr(0, eq)] = word.substr(eq + 1);
+    }
+  }
+}
+
+class Process {
+ public:
+  Process(std::vector<std::string> argv, const std::vector<std::string>& env) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    std::vector<std::string> env_copy = env;
+    std::vector<char*> envp;
+    for (auto& e : env_copy) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    out_fd_ = fds[0];
+  }
+  ~Process() {
+    if (pid_ > 0) Wait();
+  }
+  // Reads until a line containing `marker` (or EOF).
+  std::string ReadUntil(const std::string& marker) {
+    char c;
+    std::string line;
+    while (read(out_fd_, &c, 1) == 1) {
+      text_.push_back(c);
+      if (c != '\n') {
+        line.push_back(c);
+        continue;
+      }
+      if (line.find(marker) != std::string::npos) return line;
+      line.clear();
+    }
+    return line;
+  }
+  void Kill() { kill(pid_, SIGKILL); }
+  Output Wait() {
+    Output out;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(out_fd_, buffer, sizeof(buffer))) > 0) text_.append(buffer, static_cast<std::size_t>(n));
+    close(out_fd_);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    out.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    out.text = text_;
+    ParseValues(&out);
+    return out;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string text_;
+};
+
+class HookTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    limits_path_ = dir_.path() + "/limits";
+    region_path_ = dir_.path() + "/region";
+    fake_state_ = dir_.path() + "/fake-state";
+  }
+
+  // Writes a limits file and creates the region, as tessera-node / `tessera run` do.
+  void Limit(std::uint64_t bytes, std::uint64_t context = 0, bool fail_closed = false,
+             bool create_region = true) {
+    Limits limits;
+    limits.fail_closed = fail_closed;
+    limits.devices.push_back({kGpu0, bytes, 0, context});
+    std::ofstream(limits_path_) << FormatLimitsFile(limits);
+    if (create_region) {
+      auto region = shm::Mapping::Create(region_path_, {{kGpu0, bytes, 0}});
+      ASSERT_OK(region);
+    }
+  }
+
+  std::vector<std::string> Env(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> env = {
+        "LD_PRELOAD=" + std::string(TESSERA_HOOK_LIBRARY),
+        "LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+        "TESSERA_LIMITS_FILE=" + limits_path_,
+        "TESSERA_REGION_FILE=" + region_path_,
+        "TESSERA_FAKE_STATE=" + fake_state_,
+        "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
+        "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+        "TESSERA_HOOK_LOG_LEVEL=info",
+    };
+    env.insert(env.end(), extra.begin(), extra.end());
+    return env;
+  }
+
+  Output Client(const std::string& mode, std::vector<std::string> args,
+                const std::vector<std::string>& extra_env = {}) {
+    std::vector<std::string> argv = {mode == "direct" ? TESSERA_HOOK_CLIENT_DIRECT : TESSERA_HOOK_CLIENT, mode};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Process(argv, Env(extra_env)).Wait();
+  }
+
+  std::uint64_t RegionUsed() {
+    auto m = shm::Mapping::Attach(region_path_);
+    EXPECT_OK(m);
+    return m.ok() ? shm::UsedBytes(*m->region(), 0) : 0;
+  }
+
+  // The fake device's physical usage of GPU 0, shared by every process using it.
+  std::uint64_t FakePhysicalBytes() {
+    std::uint64_t value = 0;
+    const int fd = open(fake_state_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      if (pread(fd, &value, sizeof(value), 0) != sizeof(value)) value = ~0ULL;
+      close(fd);
+    }
+    return value;
+  }
+
+  testutil::TempDir dir_;
+  std::string limits_path_, region_path_, fake_state_;
+};
+
+class HookModeTest : public HookTest, public ::testing::WithParamInterface<const char*> {};
+
+// cuMemAlloc through each way of reaching the driver stops exactly at the cap, and the views
+// report the cap.
+TEST_P(HookModeTest, MemAllocStopsAtTheCap) {
+  Limit(64 * kMiB);
+  const Output out = Client(GetParam(), {"alloc", "plain", std::to_string(4 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("context_result"), "0");
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
+  EXPECT_EQ(out.Get("last_result"), "2") << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(out.Num("total"), 64 * kMiB);
+  EXPECT_EQ(out.Num("free"), 0u);
+  EXPECT_EQ(out.Num("device_total"), 64 * kMiB);
+  if (std::string(GetParam()) == "runtime") {
+    EXPECT_EQ(out.Get("self_lookup_11030_hooked"), "1") << out.text;
+    EXPECT_EQ(out.Get("self_lookup_12000_hooked"), "1") << out.text;
+    EXPECT_EQ(out.text.find("hooked=0"), std::string::npos) << out.text;
+  }
+}
+
+TEST_P(HookModeTest, PitchAllocationsAreCharged) {
+  Limit(64 * kMiB);
+  const Output out = Client(GetParam(), {"alloc", "pitch", std::to_string(4 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_LE(out.Num("allocated"), 64 * kMiB);
+  EXPECT_GT(out.Num("allocated"), 60 * kMiB);
+  EXPECT_EQ(out.Get("last_result"), "2");
+}
+
+TEST_P(HookModeTest, ManagedAllocationsAreCharged) {
+  Limit(64 * kMiB);
+  const Output out = Client(GetParam(), {"alloc", "managed", std::to_string(4 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB);
+  EXPECT_EQ(out.Get("last_result"), "2");
+}
+
+TEST_P(HookModeTest, FreeReturnsTheQuota) {
+  Limit(64 * kMiB);
+  const Output out = Client(GetParam(), {"free", std::to_string(40 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("first"), "0");
+  EXPECT_EQ(out.Get("second_before_free"), "2");
+  EXPECT_EQ(out.Get("free_result"), "0");
+  EXPECT_EQ(out.Get("second_after_free"), "0");
+  EXPECT_EQ(out.Get("free_unknown"), "1") << "the driver's own error passes through";
+  EXPECT_EQ(out.Num("free"), 24 * kMiB);
+}
+
+TEST_P(HookModeTest, PerThreadVariantsReachTheDriver) {
+  Limit(64 * kMiB);
+  const Output out = Client(GetParam(), {"launch"});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("launch"), "0");
+  EXPECT_EQ(out.Get("launch_ptsz"), "0");
+  EXPECT_EQ(out.Get("memcpy_ptds"), "0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, HookModeTest, ::testing::Values("direct", "dlopen", "runtime"));
+
+TEST_F(HookTest, EveryRowIsHookedAndReachesTheDriver) {
+  Limit(64 * kMiB);
+  const Output out = Process({TESSERA_HOOK_SNIPPETS}, Env()).Wait();
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("failures"), "0") << out.text;
+  EXPECT_GT(out.Num("rows"), 40u);
+}
+
+TEST_F(HookTest, ContextIsChargedOncePerProcess) {
+  Limit(64 * kMiB, /*context=*/16 * kMiB);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)});
+  EXPECT_EQ(out.Num("allocated"), 48 * kMiB) << out.text;
+  EXPECT_EQ(out.Num("free"), 0u);
+}
+
+TEST_F(HookTest, ContextLargerThanTheCapIsRefused) {
+  Limit(8 * kMiB, /*context=*/16 * kMiB);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)});
+  EXPECT_EQ(out.Get("context_result"), "2") << out.text;
+}
+
+TEST_F(HookTest, WithoutConfigurationEverythingPassesThrough) {
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kGiB)},
+                            {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none"});
+  EXPECT_EQ(out.Num("allocated"), 16 * kGiB) << out.text;  // the whole fake GPU
+  EXPECT_EQ(out.Num("total"), 16 * kGiB);
+}
+
+TEST_F(HookTest, HamiVariablesAreHonouredWithoutALimitsFile) {
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
+                            {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none",
+                             "CUDA_DEVICE_MEMORY_LIMIT=32m"});
+  EXPECT_EQ(out.Num("allocated"), 32 * kMiB) << out.text;
+  EXPECT_EQ(out.Num("total"), 32 * kMiB);
+  EXPECT_NE(out.text.find("weaker trust"), std::string::npos);
+}
+
+TEST_F(HookTest, HamiPerDeviceVariableWins) {
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
+                            {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none",
+                             "CUDA_DEVICE_MEMORY_LIMIT=32m", "CUDA_DEVICE_MEMORY_LIMIT_1=8m",
+                             "CLIENT_DEVICE=1"});
+  EXPECT_EQ(out.Num("allocated"), 8 * kMiB) << out.text;
+}
+
+TEST_F(HookTest, TheEnvironmentCannotRaiseANodeWrittenLimit) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)},
+                            {"CUDA_DEVICE_MEMORY_LIMIT=8g"});
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
+}
+
+TEST_F(HookTest, FailOpenPassesThroughWhenTheRegionIsMissing) {
+  Limit(64 * kMiB, 0, /*fail_closed=*/false, /*create_region=*/false);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kGiB)});
+  EXPECT_EQ(out.Num("allocated"), 16 * kGiB) << out.text;
+  EXPECT_NE(out.text.find("fail-open"), std::string::npos);
+}
+
+TEST_F(HookTest, FailClosedRefusesWhenTheRegionIsMissing) {
+  Limit(64 * kMiB, 0, /*fail_closed=*/true, /*create_region=*/false);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)});
+  EXPECT_EQ(out.Get("context_result"), "2") << out.text;  // nothing at all on the GPU
+  EXPECT_NE(out.text.find("fail-closed"), std::string::npos);
+}
+
+TEST_F(HookTest, MalformedLimitsFileFailsClosed) {
+  std::ofstream(limits_path_) << "version 1\ndevice " << kGpu0 << " memory=lots\n";
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)});
+  EXPECT_EQ(out.Get("context_result"), "2") << out.text;  // nothing at all on the GPU
+  EXPECT_NE(out.text.find("memory=\"lots\" is not a byte count"), std::string::npos) << out.text;
+}
+
+TEST_F(HookTest, DeviceNotInTheLimitsIsRefused) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)}, {"CLIENT_DEVICE=1"});
+  EXPECT_EQ(out.Get("context_result"), "2") << out.text;  // not even a context on it
+  EXPECT_NE(out.text.find(kGpu1), std::string::npos);
+}
+
+// 16 processes racing under one cap never exceed it in sum, neither in tessera's accounting
+// nor in the fake device's physical usage (what nvidia-smi would show).
+TEST_F(HookTest, SixteenLiveProcessesShareOneCap) {
+  Limit(256 * kMiB);
+  std::vector<std::unique_ptr<Process>> processes;
+  for (int i = 0; i < 16; ++i) {
+    processes.push_back(std::make_unique<Process>(
+        std::vector<std::string>{TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(24 * kMiB)},
+        Env()));
+  }
+  int granted = 0;
+  for (auto& p : processes) {
+    const std::string line = p->ReadUntil("hold_result=");
+    if (line == "hold_result=0") ++granted;
+  }
+  EXPECT_EQ(granted, 10);  // 10 x 24 MiB = 240 MiB fit in 256 MiB; an 11th would not
+  EXPECT_EQ(RegionUsed(), 240 * kMiB);
+  EXPECT_EQ(FakePhysicalBytes(), 240 * kMiB);
+  for (auto& p : processes) p->Kill();
+}
+
+TEST_F(HookTest, SigkilledProcessReleasesItsQuota) {
+  Limit(64 * kMiB);
+  {
+    Process holder({TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(48 * kMiB)}, Env());
+    ASSERT_EQ(holder.ReadUntil("hold_result="), "hold_result=0");
+    EXPECT_EQ(RegionUsed(), 48 * kMiB);
+    holder.Kill();
+  }
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)});
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
+}
+
+TEST_F(HookTest, ForkedChildAccountsInItsOwnSlot) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"fork", std::to_string(24 * kMiB)});
+  EXPECT_EQ(out.Get("parent_alloc"), "0") << out.text;
+  EXPECT_EQ(out.Get("child_alloc"), "0") << out.text;
+  // The child died holding 24 MiB; its slot is reclaimed, so the parent gets room again.
+  EXPECT_EQ(out.Get("parent_alloc_after_child"), "0") << out.text;
+}
+
+}  // namespace
+}  // namespace tessera
