@@ -54,4 +54,8 @@ StatusOr<std::uint64_t> ParseHamiMemory(std::string_view text);
 // process environment).
 StatusOr<HamiLimits> ParseHamiEnvironment(const char* const* environment);
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" from the 16 bytes of a CUuuid, as nvidia-smi and
+// CUDA_VISIBLE_DEVICES spell it.
+std::string FormatGpuUuid(const unsigned char* bytes16);
+
 }  // namespace tessera

@@ -2,8 +2,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 #include "cli/advise_cmd.h"
-#include "tessera/names.h"
+#include "cli/core_commands.h"
 
 namespace tessera::cli {
 
@@ -21,20 +24,16 @@ int ToExitCode(const Status& status) {
 }
 
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  // Dependency-free subcommands first (`run` takes everything after `--` verbatim).
+  if (const int code = RunCoreCommand({argv + 1, argv + argc}, out, err); code >= 0) return code;
   CLI::App app{"tessera: GPU sharing for Kubernetes that keeps the promises it schedules"};
   app.require_subcommand(1);
   int exit_code = 0;
   AddAdviseCommand(app, out, err, &exit_code);
 
-  app.add_subcommand("version", "Print the version")->callback([&out] {
-    out << "tessera " << TESSERA_VERSION << "\n";
-  });
-  app.add_subcommand("names", "List every resource, annotation, label, env var and path")
-      ->callback([&out] {
-        for (const auto& n : names::kAllNames) {
-          out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
-        }
-      });
+  app.add_subcommand("run", "Run a command under a GPU memory cap on a local GPU");
+  app.add_subcommand("version", "Print the version and the shared-region ABI");
+  app.add_subcommand("names", "List every resource, annotation, label, env var and path");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

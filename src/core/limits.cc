@@ -1,5 +1,6 @@
 #include "tessera/limits.h"
 
+#include <cstdio>
 #include <cstring>
 
 #include "tessera/names.h"
@@ -204,6 +205,15 @@ StatusOr<HamiLimits> ParseHamiEnvironment(const char* const* environment) {
       out.sm_percent = static_cast<std::uint32_t>(*percent);
     }
   }
+  return out;
+}
+
+std::string FormatGpuUuid(const unsigned char* b) {
+  char out[48];
+  std::snprintf(out, sizeof(out),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
   return out;
 }
 

@@ -217,16 +217,6 @@ DlsymFn RealDlsymForInit() {
 
 thread_local bool t_initializing = false;
 
-std::string FormatUuid(const CUuuid& uuid) {
-  char out[48];
-  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  std::snprintf(out, sizeof(out),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
-                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
-                b[14], b[15]);
-  return out;
-}
-
 int ResolveOrdinal(State& s, CUdevice dev) {
   if (s.mode == Mode::kHamiEnv) {
     return shm::FindDevice(*s.region, "idx-" + std::to_string(dev));
@@ -238,7 +228,7 @@ int ResolveOrdinal(State& s, CUdevice dev) {
     if (auto fn = Real<CudaHook::cuDeviceGetUuid>()) r = fn(&uuid, dev);
   }
   if (r != CUDA_SUCCESS) return State::kUnknown;
-  const std::string id = FormatUuid(uuid);
+  const std::string id = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
   const int index = shm::FindDevice(*s.region, id);
   if (index < 0) {
     TESSERA_LOG(kWarn, kHook, "CUDA device %d (%s) is not in the limits file: allocations refused",

@@ -7,6 +7,7 @@
 //   TESSERA_FAKE_GPUS          number of devices (default 2)
 //   TESSERA_FAKE_GPU_MEMORY    bytes per device (default 16 GiB)
 //   TESSERA_FAKE_CONTEXT_BYTES device memory a context takes (default 0)
+//   CUDA_VISIBLE_DEVICES       honoured as the driver does: indices or UUIDs, comma-separated
 //   TESSERA_FAKE_STATE         file holding the devices' physical usage, shared by every
 //                              process using the fake (default: private to the process), so a
 //                              test can check what "nvidia-smi" would see
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "hook/hook_table.h"
@@ -48,7 +50,15 @@ struct Fake {
   std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>> allocations;
   std::uint64_t next_address = 0x10000;
   std::atomic<std::uint32_t> contexts = 0;  // bit per device with a context charged
+  int visible[kMaxDevices] = {};            // CUDA ordinal -> physical device
+  int visible_count = 0;
 };
+
+std::string UuidText(int physical) {
+  char out[48];
+  std::snprintf(out, sizeof(out), "GPU-face0000-0000-0000-0000-0000000000%02x", physical);
+  return out;
+}
 
 std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -74,6 +84,25 @@ Fake& F() {
       mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     }
     f->shared = static_cast<Shared*>(mem);
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible == nullptr) {
+      for (int i = 0; i < f->devices; ++i) f->visible[f->visible_count++] = i;
+    } else {
+      std::string list = visible;
+      std::size_t start = 0;
+      while (start <= list.size() && f->visible_count < kMaxDevices) {
+        const std::size_t comma = list.find(',', start);
+        const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        int physical = -1;
+        for (int i = 0; i < f->devices; ++i) {
+          if (item == UuidText(i) || item == std::to_string(i)) physical = i;
+        }
+        if (physical < 0) break;  // the driver stops at the first invalid entry
+        f->visible[f->visible_count++] = physical;
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    }
     return f;
   }();
   return *fake;
@@ -83,7 +112,8 @@ thread_local int t_current = -1;  // device of the current context
 
 CUcontext ContextFor(int dev) { return reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x1000 + dev)); }
 int DeviceOf(CUcontext ctx) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(ctx) - 0x1000); }
-bool ValidDevice(int dev) { return dev >= 0 && dev < F().devices; }
+bool ValidDevice(int dev) { return dev >= 0 && dev < F().visible_count; }
+int Physical(int ordinal) { return F().visible[ordinal]; }
 
 // Takes physical memory on `dev`, as the device would (all processes share it).
 bool TakePhysical(int dev, std::uint64_t bytes) {
@@ -99,7 +129,7 @@ CUresult MakeContext(int dev) {
   if (!ValidDevice(dev)) return CUDA_ERROR_INVALID_DEVICE;
   const std::uint32_t bit = 1u << dev;
   if ((F().contexts.fetch_or(bit) & bit) == 0 && F().context_bytes != 0 &&
-      !TakePhysical(dev, F().context_bytes)) {
+      !TakePhysical(Physical(dev), F().context_bytes)) {
     F().contexts.fetch_and(~bit);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -109,7 +139,7 @@ CUresult MakeContext(int dev) {
 CUresult Allocate(CUdeviceptr* dptr, std::uint64_t bytes) {
   if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!TakePhysical(t_current, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!TakePhysical(Physical(t_current), bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lock(F().mu);
   *dptr = F().next_address;
   F().next_address += (bytes + 0xfff) & ~0xfffULL;
@@ -132,7 +162,7 @@ CUresult Behave<CudaHook::cuDriverGetVersion>(int* version) {
 template <>
 CUresult Behave<CudaHook::cuDeviceGetCount>(int* count) {
   if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *count = F().devices;
+  *count = F().visible_count;
   return CUDA_SUCCESS;
 }
 template <>
@@ -148,7 +178,7 @@ CUresult FakeUuid(CUuuid* uuid, CUdevice dev) {
   std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
   uuid->bytes[0] = static_cast<char>(0xfa);
   uuid->bytes[1] = static_cast<char>(0xce);
-  uuid->bytes[15] = static_cast<char>(dev);
+  uuid->bytes[15] = static_cast<char>(Physical(dev));
   return CUDA_SUCCESS;
 }
 template <>
@@ -239,14 +269,14 @@ CUresult Behave<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
   std::lock_guard<std::mutex> lock(F().mu);
   auto it = F().allocations.find(dptr);
   if (it == F().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-  F().shared->physical[it->second.first].fetch_sub(it->second.second);
+  F().shared->physical[Physical(it->second.first)].fetch_sub(it->second.second);
   F().allocations.erase(it);
   return CUDA_SUCCESS;
 }
 template <>
 CUresult Behave<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_bytes) {
   if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
-  const std::uint64_t used = F().shared->physical[t_current].load();
+  const std::uint64_t used = F().shared->physical[Physical(t_current)].load();
   if (free_bytes != nullptr) *free_bytes = F().memory - used;
   if (total_bytes != nullptr) *total_bytes = F().memory;
   return CUDA_SUCCESS;

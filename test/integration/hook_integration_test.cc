@@ -363,5 +363,54 @@ TEST_F(HookTest, ForkedChildAccountsInItsOwnSlot) {
   EXPECT_EQ(out.Get("parent_alloc_after_child"), "0") << out.text;
 }
 
+// `tessera run` plays the node agent locally: limits file, region, preload, one visible GPU.
+class TesseraRunTest : public HookTest {
+ protected:
+  Output Run(std::vector<std::string> args) {
+    std::vector<std::string> argv = {TESSERA_CLI, "run"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Process(argv, {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                          "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
+                          "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+                          "PATH=/usr/bin:/bin"})
+        .Wait();
+  }
+};
+
+TEST_F(TesseraRunTest, CapsTheCommand) {
+  const Output out = Run({"--gpu-memory", "64Mi", "--context-bytes", "0", "--", TESSERA_HOOK_CLIENT,
+                          "dlopen", "alloc", "plain", std::to_string(4 * kMiB)});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
+  EXPECT_EQ(out.Num("total"), 64 * kMiB);
+  EXPECT_NE(out.text.find("peak 64.00 MiB of 64.00 MiB, 1 allocation(s) refused"), std::string::npos)
+      << out.text;
+}
+
+TEST_F(TesseraRunTest, ChargesTheContextAndPicksTheGpu) {
+  const Output out = Run({"--gpu-memory", "64Mi", "--context-bytes", "16Mi", "--gpu", kGpu1, "--",
+                          TESSERA_HOOK_CLIENT, "dlopen", "alloc", "plain", std::to_string(4 * kMiB)});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Num("allocated"), 48 * kMiB) << out.text;
+  EXPECT_NE(out.text.find(kGpu1), std::string::npos);
+}
+
+TEST_F(TesseraRunTest, ReturnsTheCommandsExitCode) {
+  const Output out = Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--", "/bin/sh", "-c", "exit 7"});
+  EXPECT_EQ(out.exit_code, 7) << out.text;
+}
+
+TEST_F(TesseraRunTest, RejectsBadInput) {
+  const Output big = Run({"--gpu-memory", "17Gi", "--", "/bin/true"});
+  EXPECT_EQ(big.exit_code, 2);
+  EXPECT_NE(big.text.find("--gpu-memory: 17Gi is more than GPU"), std::string::npos) << big.text;
+  const Output gpu = Run({"--gpu-memory", "1Gi", "--gpu", "7", "--", "/bin/true"});
+  EXPECT_EQ(gpu.exit_code, 2);
+  EXPECT_NE(gpu.text.find("--gpu: \"7\" matches none of the 2 CUDA devices"), std::string::npos) << gpu.text;
+  const Output missing = Run({"--gpu-memory", "1Gi", "--", "/nonexistent/program"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.text.find("cannot run"), std::string::npos) << missing.text;
+}
+
 }  // namespace
 }  // namespace tessera

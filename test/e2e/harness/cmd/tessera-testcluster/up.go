@@ -187,6 +187,8 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 
 	// kube-scheduler.
 	schedDone := make(chan error, 1)
+	schedCtx, schedCancel := ctx, context.CancelFunc(func() {})
+	defer func() { schedCancel() }()
 	if withScheduler {
 		schedPort, err := freePort()
 		if err != nil {
@@ -203,16 +205,17 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 			"--authorization-kubeconfig=" + adminKubeconfig,
 			"--bind-address=127.0.0.1",
 			fmt.Sprintf("--secure-port=%d", schedPort),
+			"--leader-elect=false",
 		}
 		if err := schedFlags.Parse(append(defaults, schedulerArgs...)); err != nil {
 			return fmt.Errorf("kube-scheduler flags: %w", err)
 		}
-		// With leader election on, upstream's Run() calls os.Exit(0) as soon
-		// as its context is cancelled, which would skip the shutdown of the
-		// API server and etcd and the removal of the state directory below.
-		// So the scheduler gets a context that is never cancelled: it dies
-		// with the process once up() has cleaned up and returned.
-		schedCtx := context.Background()
+		// Leader election is off by default: with it on, upstream's Run()
+		// calls os.Exit as soon as its context is cancelled or the lease
+		// cannot be renewed (e.g. while the API server shuts down), which
+		// skips the cleanup below. A single scheduler needs no election.
+		// Its own context, so that shutdown can stop it before the API server.
+		schedCtx, schedCancel = context.WithCancel(context.Background())
 		cc, sched, err := schedulerapp.Setup(schedCtx, opts)
 		if err != nil {
 			return fmt.Errorf("kube-scheduler: %w", err)
@@ -231,11 +234,22 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 		klog.InfoS("tessera-testcluster: shutting down")
 	case err := <-apiDone:
 		retErr = fmt.Errorf("kube-apiserver exited: %v", err)
+		apiDone <- nil // for the wait below
 	case err := <-schedDone:
 		retErr = fmt.Errorf("kube-scheduler exited: %v", err)
+		schedDone <- nil // for the wait below
 	}
-	// The API server shuts down gracefully once ctx is done; bound the wait.
-	// The deferred etcd.Close() and state-dir removal run after it.
+	// Stop the scheduler first (its watches would otherwise hold up the API
+	// server's graceful shutdown), then the API server; bound both waits.
+	// The deferred etcd.Close() and state-dir removal run after them.
+	schedCancel()
+	if withScheduler {
+		select {
+		case <-schedDone:
+		case <-time.After(10 * time.Second):
+			klog.InfoS("tessera-testcluster: kube-scheduler did not stop within 10s")
+		}
+	}
 	select {
 	case err := <-apiDone:
 		if err != nil && retErr == nil && !errors.Is(err, context.Canceled) {

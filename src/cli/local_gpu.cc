@@ -1,0 +1,151 @@
+#include "cli/local_gpu.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <cuda.h>
+#include <nvml.h>
+
+#include "tessera/limits.h"
+#include "tessera/quantity.h"
+
+namespace tessera::cli {
+namespace {
+
+// What the probe child reports through the pipe (fixed layout, one write).
+struct ProbeReply {
+  int status;  // CUresult, or -1 when the selector matched no device
+  int index;
+  std::uint64_t memory_bytes;
+  char uuid[64];
+  char name[128];
+  int count;
+};
+
+template <typename Fn>
+Fn Sym(void* handle, const char* name) {
+  return reinterpret_cast<Fn>(dlsym(handle, name));
+}
+
+// Runs in the child: load the driver, find the device, create its primary context, report, and
+// keep the context alive until the parent has measured it.
+[[noreturn]] void ProbeChild(const std::string& selector, int reply_fd, int go_fd) {
+  ProbeReply reply{};
+  reply.status = CUDA_ERROR_NOT_FOUND;
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
+  auto count_fn = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
+  auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
+  auto uuid_fn = cuda ? Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2") : nullptr;
+  auto name_fn = cuda ? Sym<decltype(&cuDeviceGetName)>(cuda, "cuDeviceGetName") : nullptr;
+  auto total_fn = cuda ? Sym<decltype(&cuDeviceTotalMem_v2)>(cuda, "cuDeviceTotalMem_v2") : nullptr;
+  auto retain = cuda ? Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain") : nullptr;
+  auto set_current = cuda ? Sym<decltype(&cuCtxSetCurrent)>(cuda, "cuCtxSetCurrent") : nullptr;
+  if (init && count_fn && get && uuid_fn && name_fn && total_fn && retain && set_current &&
+      (reply.status = init(0)) == CUDA_SUCCESS && (reply.status = count_fn(&reply.count)) == CUDA_SUCCESS) {
+    reply.status = -1;
+    for (int i = 0; i < reply.count; ++i) {
+      CUdevice dev = 0;
+      CUuuid uuid{};
+      if (get(&dev, i) != CUDA_SUCCESS || uuid_fn(&uuid, dev) != CUDA_SUCCESS) continue;
+      const std::string id = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
+      const bool match = selector.empty() ? i == 0
+                         : selector.rfind("GPU-", 0) == 0 ? id == selector
+                                                          : std::to_string(i) == selector;
+      if (!match) continue;
+      reply.index = i;
+      std::strncpy(reply.uuid, id.c_str(), sizeof(reply.uuid) - 1);
+      name_fn(reply.name, sizeof(reply.name) - 1, dev);
+      std::size_t total = 0;
+      total_fn(&total, dev);
+      reply.memory_bytes = total;
+      CUcontext ctx = nullptr;
+      reply.status = retain(&ctx, dev);
+      if (reply.status == CUDA_SUCCESS) reply.status = set_current(ctx);
+      break;
+    }
+  }
+  if (write(reply_fd, &reply, sizeof(reply)) != sizeof(reply)) _exit(1);
+  char go = 0;
+  while (read(go_fd, &go, 1) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+// Device memory NVML says process `pid` uses on `uuid`.
+bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return false;
+  auto init = Sym<decltype(&nvmlInit_v2)>(nvml, "nvmlInit_v2");
+  auto by_uuid = Sym<decltype(&nvmlDeviceGetHandleByUUID)>(nvml, "nvmlDeviceGetHandleByUUID");
+  auto procs = Sym<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
+      nvml, "nvmlDeviceGetComputeRunningProcesses_v3");
+  auto shutdown = Sym<decltype(&nvmlShutdown)>(nvml, "nvmlShutdown");
+  bool found = false;
+  nvmlDevice_t device{};
+  if (init && by_uuid && procs && init() == NVML_SUCCESS) {
+    if (by_uuid(uuid.c_str(), &device) == NVML_SUCCESS) {
+      nvmlProcessInfo_t infos[256];
+      unsigned int count = 256;
+      if (procs(device, &count, infos) == NVML_SUCCESS) {
+        for (unsigned int i = 0; i < count; ++i) {
+          if (static_cast<pid_t>(infos[i].pid) == pid) {
+            *bytes = infos[i].usedGpuMemory;
+            found = true;
+          }
+        }
+      }
+    }
+    if (shutdown) shutdown();
+  }
+  return found;
+}
+
+}  // namespace
+
+StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context) {
+  int reply_pipe[2], go_pipe[2];
+  if (pipe(reply_pipe) != 0 || pipe(go_pipe) != 0) return UnavailableError("pipe failed");
+  const pid_t child = fork();
+  if (child < 0) return UnavailableError("fork failed");
+  if (child == 0) {
+    close(reply_pipe[0]);
+    close(go_pipe[1]);
+    ProbeChild(selector, reply_pipe[1], go_pipe[0]);
+  }
+  close(reply_pipe[1]);
+  close(go_pipe[0]);
+  ProbeReply reply{};
+  const ssize_t n = read(reply_pipe[0], &reply, sizeof(reply));
+  LocalGpu gpu;
+  if (n == sizeof(reply) && reply.status == CUDA_SUCCESS && measure_context) {
+    gpu.context_measured = MeasureWithNvml(reply.uuid, child, &gpu.context_bytes);
+  }
+  close(go_pipe[1]);  // let the probe exit
+  close(reply_pipe[0]);
+  waitpid(child, nullptr, 0);
+  if (n != sizeof(reply)) return UnavailableError("the GPU probe died (is libcuda.so.1 loadable?)");
+  if (reply.status == -1) {
+    return InvalidArgumentError("--gpu: \"" + QuoteForMessage(selector) + "\" matches none of the " +
+                                std::to_string(reply.count) +
+                                " CUDA devices; accepted: a CUDA index (0.." +
+                                std::to_string(reply.count - 1) + ") or a GPU UUID (GPU-…)");
+  }
+  if (reply.status != CUDA_SUCCESS) {
+    return UnavailableError("CUDA driver error " + std::to_string(reply.status) +
+                            " while probing the GPU (is there a GPU and a driver?)");
+  }
+  gpu.index = reply.index;
+  gpu.uuid = reply.uuid;
+  gpu.name = reply.name;
+  gpu.memory_bytes = reply.memory_bytes;
+  return gpu;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,27 @@
+// A local GPU as `tessera run` (and later `tessera doctor`) sees it, probed without touching
+// CUDA in the calling process: a child process loads the driver, so the caller can still fork
+// and exec CUDA programs afterwards. Dependency-free (dlopen of libcuda / libnvidia-ml).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tessera/status.h"
+
+namespace tessera::cli {
+
+struct LocalGpu {
+  int index = 0;
+  std::string uuid;
+  std::string name;
+  std::uint64_t memory_bytes = 0;
+  // Device memory one process's CUDA context takes, measured with NVML for a probe process
+  // (0 when NVML is not available).
+  std::uint64_t context_bytes = 0;
+  bool context_measured = false;
+};
+
+// `selector`: empty (device 0), a CUDA index ("1") or a UUID ("GPU-…").
+StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context);
+
+}  // namespace tessera::cli

@@ -1,0 +1,218 @@
+#include "cli/run_cmd.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "cli/local_gpu.h"
+#include "tessera/limits.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+#include "tessera/region.h"
+
+extern char** environ;
+
+namespace tessera::cli {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: tessera run --gpu-memory QUANTITY [--gpu UUID|INDEX] "
+    "[--context-bytes auto|QUANTITY] [--fail-closed] [--keep] [--hook-library PATH] -- CMD ARGS...";
+
+Status UsageError(const std::string& what) {
+  return InvalidArgumentError(what + "\n" + std::string(kUsage));
+}
+
+// The preload library: --hook-library, $TESSERA_HOOK_LIBRARY, or beside the binary
+// (<prefix>/lib next to <prefix>/bin, or the build tree's src/hook).
+std::string FindHookLibrary(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("TESSERA_HOOK_LIBRARY"); env != nullptr && env[0] != '\0') return env;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  const auto bin = exe.parent_path();
+  for (const auto& candidate : {bin / "../lib/libtessera-cuda.so", bin / "../../src/hook/libtessera-cuda.so",
+                                bin / "libtessera-cuda.so"}) {
+    if (std::filesystem::exists(candidate, ec)) return std::filesystem::weakly_canonical(candidate, ec).string();
+  }
+  return {};
+}
+
+volatile sig_atomic_t g_child = 0;
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+}  // namespace
+
+StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
+  RunOptions o;
+  bool have_memory = false;
+  std::size_t i = 0;
+  const auto value = [&](const std::string& flag) -> StatusOr<std::string> {
+    if (i + 1 >= args.size()) return UsageError(flag + " needs a value");
+    return args[++i];
+  };
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    }
+    if (a == "--gpu-memory") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      auto bytes = ParseQuantity(v);
+      if (!bytes.ok()) return bytes.status().WithContext("--gpu-memory");
+      if (*bytes == 0) return InvalidArgumentError("--gpu-memory: must be more than 0 (e.g. 4Gi)");
+      o.gpu_memory_bytes = *bytes;
+      have_memory = true;
+    } else if (a == "--gpu") {
+      TESSERA_ASSIGN_OR_RETURN(o.gpu, value(a));
+    } else if (a == "--context-bytes") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      if (v == "auto") {
+        o.measure_context = true;
+      } else {
+        auto bytes = ParseQuantity(v);
+        if (!bytes.ok()) return bytes.status().WithContext("--context-bytes (auto or a quantity)");
+        o.measure_context = false;
+        o.context_bytes = *bytes;
+      }
+    } else if (a == "--fail-closed") {
+      o.fail_closed = true;
+    } else if (a == "--keep") {
+      o.keep = true;
+    } else if (a == "--hook-library") {
+      TESSERA_ASSIGN_OR_RETURN(o.hook_library, value(a));
+    } else {
+      return UsageError("unknown argument \"" + QuoteForMessage(a) + "\"");
+    }
+  }
+  if (!have_memory) return UsageError("--gpu-memory is required");
+  if (o.command.empty()) return UsageError("no command after --");
+  return o;
+}
+
+StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
+  const std::string hook = FindHookLibrary(o.hook_library);
+  if (hook.empty() || access(hook.c_str(), R_OK) != 0) {
+    return NotFoundError("cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
+  }
+  TESSERA_ASSIGN_OR_RETURN(LocalGpu gpu, ProbeLocalGpu(o.gpu, o.measure_context));
+  if (o.gpu_memory_bytes > gpu.memory_bytes) {
+    return InvalidArgumentError("--gpu-memory: " + FormatQuantity(o.gpu_memory_bytes) +
+                                " is more than GPU " + gpu.uuid + " has (" +
+                                FormatQuantity(gpu.memory_bytes) + ")");
+  }
+  std::uint64_t context = o.context_bytes;
+  if (o.measure_context) {
+    context = gpu.context_bytes;
+    if (!gpu.context_measured) {
+      err << "tessera run: could not measure the CUDA context size with NVML; contexts are not "
+             "charged (use --context-bytes)\n";
+    }
+  }
+  // The node agent's part: a private folder with the limits file (read-only) and the region.
+  std::string dir = (std::filesystem::temp_directory_path() / "tessera-run-XXXXXX").string();
+  if (mkdtemp(dir.data()) == nullptr) return UnavailableError("cannot create a temporary folder");
+  const std::string limits_path = dir + "/limits";
+  const std::string region_path = dir + "/region";
+  Limits limits;
+  limits.pod = "local/tessera-run";
+  limits.container = "main";
+  limits.pod_uid = "local";
+  limits.fail_closed = o.fail_closed;
+  limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, context});
+  {
+    std::ofstream out(limits_path);
+    out << FormatLimitsFile(limits);
+    if (!out) return UnavailableError("cannot write " + limits_path);
+  }
+  chmod(limits_path.c_str(), 0444);
+  auto region = shm::Mapping::Create(region_path, {{gpu.uuid, o.gpu_memory_bytes, 0}});
+  if (!region.ok()) return region.status();
+
+  std::vector<std::string> env;
+  std::string preload = hook;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
+      if (entry.size() > 11) preload += ":" + std::string(entry.substr(11));
+      continue;
+    }
+    if (entry.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
+        entry.rfind(std::string(names::kEnvLimitsFile) + "=", 0) == 0 ||
+        entry.rfind(std::string(names::kEnvRegionFile) + "=", 0) == 0) {
+      continue;
+    }
+    env.emplace_back(entry);
+  }
+  env.push_back("LD_PRELOAD=" + preload);
+  env.push_back(std::string(names::kEnvLimitsFile) + "=" + limits_path);
+  env.push_back(std::string(names::kEnvRegionFile) + "=" + region_path);
+  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu.uuid);
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_storage = o.command;
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
+      << " (context " << FormatBytesHuman(context) << (gpu.context_measured ? ", measured" : "") << ")\n";
+  pid_t pid = 0;
+  const int spawned = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
+  if (spawned != 0) {
+    if (!o.keep) std::filesystem::remove_all(dir);
+    return NotFoundError("cannot run \"" + QuoteForMessage(o.command[0]) + "\": " + std::strerror(spawned));
+  }
+  g_child = pid;
+  struct sigaction sa {};
+  sa.sa_handler = Forward;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_child = 0;
+  const shm::Device& d = region->region()->devices[0];
+  err << "tessera run: peak " << FormatBytesHuman(d.peak_bytes.load()) << " of "
+      << FormatBytesHuman(o.gpu_memory_bytes) << ", " << d.oom_rejections.load()
+      << " allocation(s) refused\n";
+  if (o.keep) {
+    err << "tessera run: kept " << dir << "\n";
+  } else {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  (void)out;
+  auto options = ParseRunArgs(args);
+  if (!options.ok()) {
+    err << "tessera run: " << options.status().message() << "\n";
+    return 2;
+  }
+  auto code = RunUnderCap(*options, err);
+  if (!code.ok()) {
+    err << "tessera run: " << code.status().message() << "\n";
+    return code.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  return *code;
+}
+
+}  // namespace tessera::cli

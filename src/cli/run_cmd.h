@@ -1,0 +1,36 @@
+// `tessera run --gpu-memory 4Gi [--gpu UUID|INDEX] [--context-bytes auto|QUANTITY]
+//              [--fail-closed] [--keep] -- CMD ARGS...`
+// Runs a command under a GPU memory cap on a local GPU, without Kubernetes: plays the node
+// agent's part (limits file + shared region in a private folder, the preload library, only the
+// chosen GPU visible), then cleans up. Dependency-free: it builds on the GPU test host.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "tessera/status.h"
+
+namespace tessera::cli {
+
+struct RunOptions {
+  std::uint64_t gpu_memory_bytes = 0;
+  std::string gpu;                 // "" = device 0
+  bool measure_context = true;     // --context-bytes auto (default)
+  std::uint64_t context_bytes = 0; // when not measured
+  bool fail_closed = false;
+  bool keep = false;
+  std::string hook_library;        // "" = find it next to the binary
+  std::vector<std::string> command;
+};
+
+// Parses the arguments after "run". Errors name the flag and the accepted form.
+StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args);
+
+// Runs the command; returns its exit code (128+signal if killed), or an error before it started.
+StatusOr<int> RunUnderCap(const RunOptions& options, std::ostream& err);
+
+// `tessera run ...` as the CLI calls it.
+int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace tessera::cli

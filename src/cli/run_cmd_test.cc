@@ -1,0 +1,46 @@
+#include "cli/run_cmd.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/quantity.h"
+#include "testutil/status_matchers.h"
+
+namespace tessera::cli {
+namespace {
+
+TEST(RunArgs, ParsesTheCommandVerbatim) {
+  auto o = ParseRunArgs({"--gpu-memory", "4Gi", "--gpu", "1", "--", "python3", "-c", "--gpu-memory"});
+  ASSERT_OK(o);
+  EXPECT_EQ(o->gpu_memory_bytes, 4 * kGiB);
+  EXPECT_EQ(o->gpu, "1");
+  EXPECT_TRUE(o->measure_context);
+  ASSERT_EQ(o->command.size(), 3u);
+  EXPECT_EQ(o->command[2], "--gpu-memory");
+}
+
+TEST(RunArgs, ContextBytes) {
+  auto o = ParseRunArgs({"--gpu-memory", "2Gi", "--context-bytes", "512Mi", "--", "x"});
+  ASSERT_OK(o);
+  EXPECT_FALSE(o->measure_context);
+  EXPECT_EQ(o->context_bytes, 512 * kMiB);
+}
+
+TEST(RunArgs, BadInputNamesTheFlag) {
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {{"--", "x"}, "--gpu-memory is required"},
+      {{"--gpu-memory", "4Gi"}, "no command after --"},
+      {{"--gpu-memory", "4 Gi", "--", "x"}, "--gpu-memory: \"4 Gi\" contains whitespace"},
+      {{"--gpu-memory", "0", "--", "x"}, "--gpu-memory: must be more than 0"},
+      {{"--gpu-memory"}, "--gpu-memory needs a value"},
+      {{"--gpu-memory", "1Gi", "--colour", "--", "x"}, "unknown argument \"--colour\""},
+      {{"--gpu-memory", "1Gi", "--context-bytes", "lots", "--", "x"}, "--context-bytes (auto or a quantity)"},
+  };
+  for (const auto& [args, want] : cases) {
+    auto o = ParseRunArgs(args);
+    ASSERT_FALSE(o.ok());
+    EXPECT_NE(o.status().message().find(want), std::string::npos) << o.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cli
