@@ -5,8 +5,10 @@
 # twice (fluent-bit): with TESSERA_FUZZ as a libFuzzer binary, and always as an ordinary program
 # that replays every file of the seed corpus, registered as a ctest with label fuzz-regression.
 include_guard(GLOBAL)
-find_package(GTest REQUIRED)
-include(GoogleTest)
+if(TESSERA_TESTS)
+  find_package(GTest REQUIRED)
+  include(GoogleTest)
+endif()
 
 function(tessera_test)
   cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})

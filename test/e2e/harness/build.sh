@@ -7,8 +7,9 @@
 #            a relative OUT_DIR is taken from the current directory.
 # Uses Go's default module and build caches, so a repeat build is fast.
 # Needs Go >= 1.26 (found on PATH or at /usr/local/go/bin/go; GO=... overrides).
-# The first build downloads ~0.8 GiB of modules and compiles for ~25 min on
-# 2 cores with a peak of ~3 GiB RSS (see docs/design/0009-*).
+# The first build downloads ~0.6-0.8 GiB of modules (~30 s) and compiles for
+# ~5-6 min on 2 cores, peak ~2.6 GiB RSS (the link), 2.6 GiB build cache; see
+# docs/design/0009-spike-control-plane-harness.md.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)

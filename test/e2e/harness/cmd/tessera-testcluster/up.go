@@ -187,8 +187,8 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 
 	// kube-scheduler.
 	schedDone := make(chan error, 1)
-	schedCtx, schedCancel := ctx, context.CancelFunc(func() {})
-	defer func() { schedCancel() }()
+	stopScheduler := func() {}
+	defer func() { stopScheduler() }()
 	if withScheduler {
 		schedPort, err := freePort()
 		if err != nil {
@@ -215,7 +215,8 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 		// cannot be renewed (e.g. while the API server shuts down), which
 		// skips the cleanup below. A single scheduler needs no election.
 		// Its own context, so that shutdown can stop it before the API server.
-		schedCtx, schedCancel = context.WithCancel(context.Background())
+		schedCtx, cancel := context.WithCancel(context.Background())
+		stopScheduler = cancel
 		cc, sched, err := schedulerapp.Setup(schedCtx, opts)
 		if err != nil {
 			return fmt.Errorf("kube-scheduler: %w", err)
@@ -242,7 +243,7 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 	// Stop the scheduler first (its watches would otherwise hold up the API
 	// server's graceful shutdown), then the API server; bound both waits.
 	// The deferred etcd.Close() and state-dir removal run after them.
-	schedCancel()
+	stopScheduler()
 	if withScheduler {
 		select {
 		case <-schedDone:

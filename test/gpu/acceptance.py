@@ -1,0 +1,170 @@
+"""GPU acceptance and overhead run for libtessera-cuda (part 1). Run by run_gpu_tests.sh on the
+GPU host; prints a table and writes results.json.
+
+Memory caps: each workload runs under `tessera run --gpu-memory 4Gi`, fills memory until
+refused, then holds it while NVML (outside the cap) reports the process's physical usage.
+Showdown: the seeds' training (8 GiB cap, tries 11 GiB) and preprocessing (3 GiB cap) together.
+Overhead: interleaved A/B runs against native in the same run, >= 20 repeats, median of the
+paired differences with a bootstrap 95% confidence interval.
+"""
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+import pynvml
+
+BUILD = sys.argv[1]
+OUT = sys.argv[2]
+TESSERA = os.path.join(BUILD, "cmd/tessera/tessera")
+HOOK = os.path.join(BUILD, "src/hook/libtessera-cuda.so")
+HERE = os.path.dirname(os.path.abspath(__file__))
+BIN = os.path.join(OUT, "bin")
+GIB = 1 << 30
+REPEATS = int(os.environ.get("REPEATS", "20"))
+
+pynvml.nvmlInit()
+GPU = pynvml.nvmlDeviceGetHandleByIndex(0)
+results = {"driver": pynvml.nvmlSystemGetDriverVersion(), "gpu": pynvml.nvmlDeviceGetName(GPU),
+           "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d"), "caps": [], "bench": {}}
+
+
+def physical_bytes(pid):
+    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(GPU):
+        if p.pid == pid:
+            return p.usedGpuMemory
+    return None
+
+
+def capped(cmd, cap="4Gi", extra=()):
+    return [TESSERA, "run", "--gpu-memory", cap, *extra, "--"] + cmd
+
+
+def fill(name, cmd):
+    proc = subprocess.Popen(capped(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    report = None
+    for line in proc.stdout:
+        line = line.strip()
+        if line.startswith("{"):
+            report = json.loads(line)
+        if line == "HOLDING":
+            break
+    phys = physical_bytes(report["pid"]) if report and "pid" in report else None
+    proc.stdin.close()
+    _, err = proc.communicate(timeout=120)
+    row = {"workload": name, "report": report, "physical": phys,
+           "tessera": [l for l in err.splitlines() if l.startswith("tessera run")]}
+    results["caps"].append(row)
+    return row
+
+
+def paired(name, native_cmd, tessera_cmd, key, env=None):
+    """Interleaved A/B: returns median native, median tessera, median paired diff, CI."""
+    native, hooked = [], []
+    for i in range(REPEATS):
+        order = [(native, native_cmd), (hooked, tessera_cmd)]
+        if i % 2:
+            order.reverse()
+        for sink, cmd in order:
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            wall = (time.perf_counter() - t0) * 1e3
+            value = wall
+            for line in out.stdout.splitlines():
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    if key in d:
+                        value = d[key]
+            sink.append(value)
+    diffs = [h - n for n, h in zip(native, hooked)]
+    boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
+    res = {"native_median": statistics.median(native), "tessera_median": statistics.median(hooked),
+           "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
+           "repeats": REPEATS, "native": native, "tessera": hooked}
+    results["bench"][name] = res
+    return res
+
+
+def main():
+    nvcc = ["nvcc", "-O2", "-std=c++17", "-arch=sm_90"]
+    os.makedirs(BIN, exist_ok=True)
+    subprocess.run(nvcc + ["-o", f"{BIN}/driver_probe", f"{HERE}/driver_probe.cc", "-lcuda"], check=True)
+    subprocess.run(nvcc + ["-o", f"{BIN}/runtime_probe", f"{HERE}/runtime_probe.cu"], check=True)
+    py = [sys.executable, f"{HERE}/workloads.py"]
+
+    # 1. Caps: 4 GiB, each path.
+    fill("driver API (cuMemAlloc)", [f"{BIN}/driver_probe", "fill", "64"])
+    fill("CUDA runtime (cudaMalloc)", [f"{BIN}/runtime_probe", "fill", "64"])
+    fill("PyTorch default allocator", py + ["torch-fill", "64"])
+    fill("CuPy default pool", py + ["cupy-fill", "64"])
+
+    # 2. Showdown.
+    pre = subprocess.Popen(capped(py + ["preprocessing"], cap="3Gi"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    train = subprocess.run(capped(py + ["training", "11"], cap="8Gi"), capture_output=True, text=True)
+    pre_out, pre_err = pre.communicate(timeout=120)
+    results["showdown"] = {"training_exit": train.returncode, "training": train.stdout.strip(),
+                           "training_log": train.stderr.strip().splitlines()[-3:],
+                           "preprocessing_exit": pre.returncode, "preprocessing": pre_out.strip()}
+
+    # 3. Overhead, interleaved A/B against native.
+    paired("launch_ns", [f"{BIN}/runtime_probe", "launch", "200000"],
+           capped([f"{BIN}/runtime_probe", "launch", "200000"], cap="8Gi"), "launch_ns")
+    paired("cuMemAlloc_4KiB_p50_ns", [f"{BIN}/driver_probe", "alloc-bench", "2000", "4096"],
+           capped([f"{BIN}/driver_probe", "alloc-bench", "2000", "4096"], cap="8Gi"), "alloc_p50_ns")
+    paired("cuMemAlloc_64MiB_p50_ns", [f"{BIN}/driver_probe", "alloc-bench", "300", str(64 << 20)],
+           capped([f"{BIN}/driver_probe", "alloc-bench", "300", str(64 << 20)], cap="8Gi"), "alloc_p50_ns")
+    # First call: the preload with limits and region in place (as in a pod), no `tessera run`.
+    keep = subprocess.run([TESSERA, "run", "--gpu-memory", "8Gi", "--keep", "--", "true"],
+                          capture_output=True, text=True).stderr
+    kept = [l.split("kept ")[1] for l in keep.splitlines() if "kept " in l][0]
+    uuid = pynvml.nvmlDeviceGetUUID(GPU)
+    env = dict(os.environ, LD_PRELOAD=HOOK, TESSERA_LIMITS_FILE=f"{kept}/limits",
+               TESSERA_REGION_FILE=f"{kept}/region", CUDA_VISIBLE_DEVICES=uuid)
+    native_env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid)
+    native, hooked = [], []
+    for i in range(REPEATS):
+        for which in ([0, 1] if i % 2 == 0 else [1, 0]):
+            t0 = time.perf_counter()
+            out = subprocess.run([f"{BIN}/driver_probe", "first-call"], capture_output=True, text=True,
+                                 env=env if which else native_env)
+            wall = (time.perf_counter() - t0) * 1e3
+            inner = json.loads(out.stdout.strip().splitlines()[-1]).get("first_call_ms", -1)
+            (hooked if which else native).append((wall, inner))
+    for idx, name in ((0, "process_wall_ms"), (1, "first_call_ms")):
+        n = [x[idx] for x in native]
+        h = [x[idx] for x in hooked]
+        diffs = [b - a for a, b in zip(n, h)]
+        boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
+        results["bench"][name] = {"native_median": statistics.median(n), "tessera_median": statistics.median(h),
+                                  "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
+                                  "repeats": REPEATS}
+
+    with open(os.path.join(OUT, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+    print(f"\n{results['gpu']} driver {results['driver']} kernel {results['kernel']} {results['date']}")
+    print("\n| workload (cap 4 GiB) | app got | error | reported total | reported free | NVML physical |")
+    print("|---|---|---|---|---|---|")
+    for row in results["caps"]:
+        r = row["report"] or {}
+        phys = row["physical"]
+        print(f"| {row['workload']} | {r.get('allocated', 0) / GIB:.2f} GiB | {r.get('last_error', r.get('error'))} "
+              f"| {r.get('total', 0) / GIB:.2f} GiB | {r.get('free', 0) / GIB:.3f} GiB "
+              f"| {'?' if phys is None else f'{phys / GIB:.2f} GiB'} |")
+    for row in results["caps"]:
+        print(row["workload"], row["tessera"])
+    print("\nshowdown:", json.dumps(results["showdown"], indent=1))
+    print("\n| metric | native median | tessera median | median paired diff | 95% CI | repeats |")
+    print("|---|---|---|---|---|---|")
+    for name, b in results["bench"].items():
+        print(f"| {name} | {b['native_median']:.2f} | {b['tessera_median']:.2f} | {b['diff_median']:+.2f} "
+              f"| [{b['ci95'][0]:+.2f}, {b['ci95'][1]:+.2f}] | {b['repeats']} |")
+
+
+main()

@@ -1,0 +1,87 @@
+"""Framework workloads for the GPU acceptance run (Python only drives the GPU here).
+
+  torch-fill MIB    PyTorch's default caching allocator: torch.empty until OutOfMemoryError
+  cupy-fill MIB     CuPy's default memory pool: cupy.empty until OutOfMemoryError
+  training GIB      the seeds' showdown: try to take GIB GiB in 1 GiB tensors
+  preprocessing     the seeds' showdown: 2 GiB of data, matrix products for a few seconds
+"""
+import json
+import os
+import sys
+import time
+
+
+def hold(report):
+    report["pid"] = os.getpid()
+    print(json.dumps(report), flush=True)
+    print("HOLDING", flush=True)
+    sys.stdin.read()
+
+
+def torch_fill(mib):
+    import torch
+    chunks, allocated = [], 0
+    try:
+        while True:
+            chunks.append(torch.empty(mib << 20, dtype=torch.uint8, device="cuda"))
+            allocated += mib << 20
+    except torch.OutOfMemoryError as e:
+        error = type(e).__name__
+    free, total = torch.cuda.mem_get_info()
+    hold({"allocated": allocated, "error": error, "free": free, "total": total,
+          "reserved": torch.cuda.memory_reserved()})
+
+
+def cupy_fill(mib):
+    import cupy
+    chunks, allocated = [], 0
+    try:
+        while True:
+            chunks.append(cupy.empty((mib << 20,), dtype=cupy.uint8))
+            allocated += mib << 20
+    except cupy.cuda.memory.OutOfMemoryError as e:
+        error = type(e).__name__
+    free, total = cupy.cuda.runtime.memGetInfo()
+    hold({"allocated": allocated, "error": error, "free": free, "total": total,
+          "pool_bytes": cupy.get_default_memory_pool().total_bytes()})
+
+
+def training(gib):
+    import torch
+    held = []
+    try:
+        for i in range(gib):
+            held.append(torch.empty(1 << 30, dtype=torch.uint8, device="cuda"))
+        print(json.dumps({"role": "training", "result": "took", "gib": len(held)}), flush=True)
+        return 0
+    except torch.OutOfMemoryError as e:
+        print(json.dumps({"role": "training", "result": "oom", "gib": len(held),
+                          "message": str(e).splitlines()[0][:160]}), flush=True)
+        return 3
+
+
+def preprocessing(seconds=6.0):
+    import torch
+    x = torch.randn(16384, 16384, device="cuda")  # 1 GiB
+    y = torch.empty_like(x)                        # 1 GiB
+    end, steps = time.time() + seconds, 0
+    while time.time() < end:
+        torch.matmul(x[:4096], x[:4096].T, out=y[:4096, :4096])
+        torch.cuda.synchronize()
+        steps += 1
+    print(json.dumps({"role": "preprocessing", "result": "finished", "steps": steps}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1]
+    if mode == "torch-fill":
+        torch_fill(int(sys.argv[2]))
+    elif mode == "cupy-fill":
+        cupy_fill(int(sys.argv[2]))
+    elif mode == "training":
+        sys.exit(training(int(sys.argv[2])))
+    elif mode == "preprocessing":
+        sys.exit(preprocessing())
+    else:
+        sys.exit(2)
