@@ -53,6 +53,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEnvRegionFile, "TESSERA_REGION_FILE",                                                   \
     "path of the shared usage region (default /run/tessera/region)")                         \
   X(kEnvHookLogLevel, "TESSERA_HOOK_LOG_LEVEL", "preload library log level: error, warn, info, debug") \
+  X(kEnvHookStats, "TESSERA_HOOK_STATS",                                                     \
+    "1: the preload library prints its start-up times and per-hook call counts at exit")     \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \
   X(kEnvHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT",                                         \
     "HAMi-core compatible memory cap for every device (4096m = 4 GiB; g/m/k = GiB/MiB/KiB)") \

@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,7 @@ extern char** environ;
 namespace tessera::hook {
 
 std::atomic<bool> g_initialized{false};
+bool g_stats_enabled = false;
 
 namespace {
 
@@ -55,7 +58,17 @@ struct State {
   std::mutex alloc_mu;
   std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>> allocations;
   std::mutex init_mu;
+  // TESSERA_HOOK_STATS
+  std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
+  std::uint64_t configure_ns = 0;
+  std::uint64_t initialize_ns = 0;
 };
+
+std::uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+}
 
 State& S() {
   static State* state = new State();
@@ -133,6 +146,9 @@ void OnForkChild() {
 
 void Configure(State& s) {
   ResetOrdinalMap(s);
+  if (const char* stats = std::getenv(std::string(names::kEnvHookStats).c_str())) {
+    g_stats_enabled = stats[0] == '1';
+  }
   if (const char* level = std::getenv(std::string(names::kEnvHookLogLevel).c_str())) {
     if (auto parsed = log::ParseLevel(level); parsed.ok()) log::SetLevel(*parsed);
   }
@@ -193,15 +209,30 @@ void ConfigureOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     State& s = S();
+    const std::uint64_t start = MonotonicNs();
     Configure(s);
     if (s.mode != Mode::kInactive) pthread_atfork(nullptr, nullptr, OnForkChild);
+    s.configure_ns = MonotonicNs() - start;
   });
 }
 
 __attribute__((constructor)) void OnLoad() { ConfigureOnce(); }
 
+void PrintStats(State& s) {
+  TESSERA_LOG(kWarn, kHook, "stats: configure %.1f us, first-call initialization %.1f us",
+              static_cast<double>(s.configure_ns) / 1e3, static_cast<double>(s.initialize_ns) / 1e3);
+  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
+    const std::uint64_t n = s.calls[i].load(std::memory_order_relaxed);
+    if (n != 0) {
+      TESSERA_LOG(kWarn, kHook, "stats: %.*s %llu", static_cast<int>(kCudaHooks[i].symbol.size()),
+                  kCudaHooks[i].symbol.data(), static_cast<unsigned long long>(n));
+    }
+  }
+}
+
 __attribute__((destructor)) void OnUnload() {
   State& s = S();
+  if (g_stats_enabled) PrintStats(s);
   if (s.region != nullptr && s.slot != shm::kNoSlot) {
     shm::ReleaseSlot(*s.region, s.slot);
     s.slot = shm::kNoSlot;
@@ -240,6 +271,8 @@ int ResolveOrdinal(State& s, CUdevice dev) {
 
 }  // namespace
 
+void CountCall(std::size_t hook) { S().calls[hook].fetch_add(1, std::memory_order_relaxed); }
+
 void InitializeSlow() {
   if (t_initializing) return;  // re-entered from the driver while resolving: use what we have
   State& s = S();
@@ -247,6 +280,7 @@ void InitializeSlow() {
   if (g_initialized.load(std::memory_order_acquire)) return;
   t_initializing = true;
   ConfigureOnce();
+  const std::uint64_t start = MonotonicNs();
   const DlsymFn real_dlsym = RealDlsymForInit();
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr || real_dlsym == nullptr) {
@@ -257,6 +291,7 @@ void InitializeSlow() {
     }
   }
   IndexRealFunctions();
+  s.initialize_ns = MonotonicNs() - start;
   t_initializing = false;
   g_initialized.store(true, std::memory_order_release);
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 #include "hook/cuda_api.h"
@@ -16,6 +17,10 @@ namespace tessera::hook {
 
 void InitializeSlow();
 extern std::atomic<bool> g_initialized;
+
+// TESSERA_HOOK_STATS=1: count calls per hook (one predictable branch on the fast path when off).
+extern bool g_stats_enabled;
+void CountCall(std::size_t hook);
 
 // The fast path is one acquire load.
 inline void EnsureInitialized() {

@@ -24,7 +24,8 @@ HOOK = os.path.join(BUILD, "src/hook/libtessera-cuda.so")
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.join(OUT, "bin")
 GIB = 1 << 30
-REPEATS = int(os.environ.get("REPEATS", "20"))
+REPEATS = int(os.environ.get("REPEATS", "30"))
+PIN = {int(os.environ.get("PIN_CPU", "3"))}  # one core for every timed process: less noise
 
 pynvml.nvmlInit()
 GPU = pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -55,9 +56,11 @@ def fill(name, cmd):
             break
     phys = physical_bytes(report["pid"]) if report and "pid" in report else None
     proc.stdin.close()
-    _, err = proc.communicate(timeout=120)
+    proc.stdout.read()
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
     row = {"workload": name, "report": report, "physical": phys,
-           "tessera": [l for l in err.splitlines() if l.startswith("tessera run")]}
+           "tessera": [l for l in err.splitlines() if l.startswith("tessera")][-4:]}
     results["caps"].append(row)
     return row
 
@@ -71,7 +74,8 @@ def paired(name, native_cmd, tessera_cmd, key, env=None):
             order.reverse()
         for sink, cmd in order:
             t0 = time.perf_counter()
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                                 preexec_fn=lambda: os.sched_setaffinity(0, PIN))
             wall = (time.perf_counter() - t0) * 1e3
             value = wall
             for line in out.stdout.splitlines():
@@ -93,7 +97,7 @@ def main():
     nvcc = ["nvcc", "-O2", "-std=c++17", "-arch=sm_90"]
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(nvcc + ["-o", f"{BIN}/driver_probe", f"{HERE}/driver_probe.cc", "-lcuda"], check=True)
-    subprocess.run(nvcc + ["-o", f"{BIN}/runtime_probe", f"{HERE}/runtime_probe.cu"], check=True)
+    subprocess.run(nvcc + ["-o", f"{BIN}/runtime_probe", f"{HERE}/runtime_probe.cu", "-lcuda"], check=True)
     py = [sys.executable, f"{HERE}/workloads.py"]
 
     # 1. Caps: 4 GiB, each path.
@@ -113,8 +117,14 @@ def main():
                            "preprocessing_exit": pre.returncode, "preprocessing": pre_out.strip()}
 
     # 3. Overhead, interleaved A/B against native.
-    paired("launch_ns", [f"{BIN}/runtime_probe", "launch", "200000"],
-           capped([f"{BIN}/runtime_probe", "launch", "200000"], cap="8Gi"), "launch_ns")
+    paired("launch_runtime_ns", [f"{BIN}/runtime_probe", "launch", "100000"],
+           capped([f"{BIN}/runtime_probe", "launch", "100000"], cap="8Gi"), "launch_ns")
+    paired("launch_driver_ns", [f"{BIN}/runtime_probe", "launch-driver", "100000"],
+           capped([f"{BIN}/runtime_probe", "launch-driver", "100000"], cap="8Gi"), "launch_ns")
+    # Which entry points the runtime really reaches through the hooks (TESSERA_HOOK_STATS).
+    stats = subprocess.run(capped([f"{BIN}/runtime_probe", "launch", "1000"], cap="8Gi"),
+                           capture_output=True, text=True, env=dict(os.environ, TESSERA_HOOK_STATS="1"))
+    results["runtime_hook_stats"] = [l for l in stats.stderr.splitlines() if "stats:" in l]
     paired("cuMemAlloc_4KiB_p50_ns", [f"{BIN}/driver_probe", "alloc-bench", "2000", "4096"],
            capped([f"{BIN}/driver_probe", "alloc-bench", "2000", "4096"], cap="8Gi"), "alloc_p50_ns")
     paired("cuMemAlloc_64MiB_p50_ns", [f"{BIN}/driver_probe", "alloc-bench", "300", str(64 << 20)],
@@ -132,7 +142,8 @@ def main():
         for which in ([0, 1] if i % 2 == 0 else [1, 0]):
             t0 = time.perf_counter()
             out = subprocess.run([f"{BIN}/driver_probe", "first-call"], capture_output=True, text=True,
-                                 env=env if which else native_env)
+                                 env=env if which else native_env,
+                                 preexec_fn=lambda: os.sched_setaffinity(0, PIN))
             wall = (time.perf_counter() - t0) * 1e3
             inner = json.loads(out.stdout.strip().splitlines()[-1]).get("first_call_ms", -1)
             (hooked if which else native).append((wall, inner))
@@ -144,6 +155,10 @@ def main():
         results["bench"][name] = {"native_median": statistics.median(n), "tessera_median": statistics.median(h),
                                   "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
                                   "repeats": REPEATS}
+
+    stats = subprocess.run([f"{BIN}/driver_probe", "first-call"], capture_output=True, text=True,
+                           env=dict(env, TESSERA_HOOK_STATS="1"))
+    results["first_call_hook_stats"] = [l for l in stats.stderr.splitlines() if "stats:" in l]
 
     with open(os.path.join(OUT, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -160,6 +175,8 @@ def main():
     for row in results["caps"]:
         print(row["workload"], row["tessera"])
     print("\nshowdown:", json.dumps(results["showdown"], indent=1))
+    print("\nruntime launch path through the hooks:", *results["runtime_hook_stats"], sep="\n  ")
+    print("\nfirst call, hook's own times:", *results["first_call_hook_stats"], sep="\n  ")
     print("\n| metric | native median | tessera median | median paired diff | 95% CI | repeats |")
     print("|---|---|---|---|---|---|")
     for name, b in results["bench"].items():
