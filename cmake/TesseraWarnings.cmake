@@ -1,8 +1,9 @@
 # Warning flags for every tessera target (Falco CompilerFlags.cmake idea).
+# -Wnull-dereference is left out: GCC 12 reports false positives inside libstdc++ at -O2.
 add_library(tessera_warnings INTERFACE)
 target_compile_options(tessera_warnings INTERFACE
   -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast -Wcast-align
-  -Woverloaded-virtual -Wconversion -Wsign-conversion -Wnull-dereference -Wformat=2
+  -Woverloaded-virtual -Wconversion -Wsign-conversion -Wformat=2
   -Wimplicit-fallthrough
   $<$<CXX_COMPILER_ID:Clang>:-Wthread-safety>)
 if(TESSERA_WERROR)

@@ -48,10 +48,9 @@ struct State {
   std::uint32_t slot = shm::kNoSlot;
   std::string region_path;
   // CUDA ordinal -> region device index; kUnknown until resolved, kNotEntitled when the device
-  // is not in the limits, kUnlimited when no tessera limit applies to it.
+  // is not in the limits, -1 when no tessera limit applies to it.
   static constexpr int kUnknown = -2;
   static constexpr int kNotEntitled = -3;
-  static constexpr int kUnlimited = -1;
   static constexpr int kMaxOrdinals = 64;
   std::atomic<int> ordinal_map[kMaxOrdinals];
   std::atomic<std::uint32_t> context_charged{0};  // bit per region device

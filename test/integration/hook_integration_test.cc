@@ -38,7 +38,14 @@ struct Output {
     auto it = values.find(key);
     return it == values.end() ? "<missing " + key + ">" : it->second;
   }
-  unsigned long long Num(const std::string& key) const { return std::stoull(values.at(key)); }
+  unsigned long long Num(const std::string& key) const {
+    auto it = values.find(key);
+    if (it == values.end()) {
+      ADD_FAILURE() << "no " << key << "= in the output:\n" << text;
+      return ~0ULL;
+    }
+    return std::stoull(it->second);
+  }
 };
 
 void ParseValues(Output* out) {
