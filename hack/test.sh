@@ -5,6 +5,8 @@
 #   3. clang build with address + undefined sanitizers; all tests again
 #   4. clang libFuzzer build; each fuzz target runs a bounded number of inputs
 #   5. clang thread-sanitizer build of the core tests
+#   6. the e2e harness: real etcd + kube-apiserver + kube-scheduler from their upstream Go
+#      modules (test/e2e/harness), smoke test: /readyz answers and the scheduler binds a pod
 # Build folders live under build/ and are reused, so a second run is incremental.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -54,8 +56,8 @@ run_preset asan
 
 step "fuzz: libFuzzer, bounded runs"
 cmake --preset fuzz >/dev/null
-cmake --build "build/fuzz" -j "$jobs" --target quantity_fuzz policy_fuzz
-for target in quantity policy; do
+cmake --build "build/fuzz" -j "$jobs" --target quantity_fuzz policy_fuzz limits_fuzz region_fuzz
+for target in quantity policy limits region; do
   work=$(mktemp -d)
   cp test/fuzz/${target}_corpus/* "$work"/
   "build/fuzz/test/${target}_fuzz" -runs=200000 -max_len=512 "$work" 2>&1 | tail -n 2
@@ -64,7 +66,17 @@ done
 
 step "build+test: tsan (core)"
 cmake --preset tsan >/dev/null
-cmake --build build/tsan -j "$jobs" --target status_test log_test quantity_test
-run_ctest --test-dir build/tsan -j "$jobs" -R '^(Status|StatusOr|Log|LogTest|Quantity)'
+cmake --build build/tsan -j "$jobs" --target status_test log_test quantity_test region_test limits_test
+run_ctest --test-dir build/tsan -j "$jobs" -R '^(Status|StatusOr|Log|LogTest|Quantity|RegionTest|RegionAbi|LimitsFile|Hami)'
+
+step "e2e: real control plane harness (Go, upstream Kubernetes 1.36)"
+test/e2e/harness/build.sh build/e2e
+if test/e2e/harness/smoke.sh build/e2e/tessera-testcluster; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  printf '\n%d passed, %d failed\n' "$passed" "$failed"
+  exit 1
+fi
 
 printf '\ntessera: every test step passed\n%d passed, %d failed\n' "$passed" "$failed"

@@ -55,6 +55,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEnvHookLogLevel, "TESSERA_HOOK_LOG_LEVEL", "preload library log level: error, warn, info, debug") \
   X(kEnvHookStats, "TESSERA_HOOK_STATS",                                                     \
     "1: the preload library prints its start-up times and per-hook call counts at exit")     \
+  X(kEnvHookLibrary, "TESSERA_HOOK_LIBRARY",                                                 \
+    "tessera run: path of libtessera-cuda.so (default: beside the tessera binary)")          \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \
   X(kEnvHamiMemoryLimit, "CUDA_DEVICE_MEMORY_LIMIT",                                         \
     "HAMi-core compatible memory cap for every device (4096m = 4 GiB; g/m/k = GiB/MiB/KiB)") \

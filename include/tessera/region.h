@@ -71,8 +71,10 @@ void ReleaseSlot(Region& region, std::uint32_t slot);
 int FindDevice(const Region& region, std::string_view uuid);
 
 // Atomically reserves `bytes` on `device` for `slot`: ResourceExhausted (with used and limit in
-// the message) if that would exceed the device's limit. Never check-then-add.
-Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes);
+// the message) if that would exceed `limit_bytes`. Never check-then-add. The limit is the
+// caller's (from the read-only limits file), never the region's copy, which the tenant can write.
+Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes,
+               std::uint64_t limit_bytes);
 // Returns `bytes` (a failed driver call rolling back, or a free).
 void Release(Region& region, std::uint32_t slot, int device, std::uint64_t bytes);
 

@@ -37,7 +37,8 @@ Status UsageError(const std::string& what) {
 // (<prefix>/lib next to <prefix>/bin, or the build tree's src/hook).
 std::string FindHookLibrary(const std::string& flag) {
   if (!flag.empty()) return flag;
-  if (const char* env = std::getenv("TESSERA_HOOK_LIBRARY"); env != nullptr && env[0] != '\0') return env;
+  const std::string variable(names::kEnvHookLibrary);
+  if (const char* env = std::getenv(variable.c_str()); env != nullptr && env[0] != '\0') return env;
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {};

@@ -290,7 +290,8 @@ int FindDevice(const Region& region, std::string_view uuid) {
   return -1;
 }
 
-Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes) {
+Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t bytes,
+               std::uint64_t limit_bytes) {
   if (slot >= kMaxSlots || device < 0 || static_cast<std::uint32_t>(device) >= kMaxDevices) {
     return InternalError("reserve: bad slot or device");
   }
@@ -298,7 +299,7 @@ Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t byt
   for (int attempt = 0; attempt < 2; ++attempt) {
     LockRegion(region);
     const std::uint64_t used = d.used_bytes.load(std::memory_order_relaxed);
-    if (bytes <= d.limit_bytes && used <= d.limit_bytes - bytes) {
+    if (bytes <= limit_bytes && used <= limit_bytes - bytes) {
       const std::uint64_t now = used + bytes;
       d.used_bytes.store(now, std::memory_order_relaxed);
       region.slots[slot].used_bytes[device].fetch_add(bytes, std::memory_order_relaxed);
@@ -312,7 +313,7 @@ Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t byt
     // Before refusing, return the usage of processes that died (event-driven reclaim).
     if (attempt == 0 && ReclaimDeadSlots(region) > 0) continue;
     d.oom_rejections.fetch_add(1, std::memory_order_relaxed);
-    return ResourceExhaustedError("limit " + std::to_string(d.limit_bytes) + " bytes, used " +
+    return ResourceExhaustedError("limit " + std::to_string(limit_bytes) + " bytes, used " +
                                   std::to_string(used) + ", requested " + std::to_string(bytes));
   }
   return ResourceExhaustedError("unreachable");

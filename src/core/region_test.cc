@@ -39,21 +39,24 @@ TEST_F(RegionTest, ReservesUpToTheLimitAndNoFurther) {
   const int gpu0 = FindDevice(region(), "GPU-0");
   ASSERT_EQ(gpu0, 0);
   EXPECT_EQ(FindDevice(region(), "GPU-9"), -1);
-  ASSERT_OK(Reserve(region(), *slot, gpu0, 3 * kGiB));
-  auto over = Reserve(region(), *slot, gpu0, kGiB + 1);
+  ASSERT_OK(Reserve(region(), *slot, gpu0, 3 * kGiB, 4 * kGiB));
+  auto over = Reserve(region(), *slot, gpu0, kGiB + 1, 4 * kGiB);
   ASSERT_FALSE(over.ok());
   EXPECT_EQ(over.code(), StatusCode::kResourceExhausted);
   EXPECT_NE(over.message().find("limit 4294967296 bytes, used 3221225472, requested 1073741825"),
             std::string::npos)
       << over.message();
-  ASSERT_OK(Reserve(region(), *slot, gpu0, kGiB));  // exactly the limit
+  ASSERT_OK(Reserve(region(), *slot, gpu0, kGiB, 4 * kGiB));  // exactly the limit
   EXPECT_EQ(UsedBytes(region(), gpu0), 4 * kGiB);
   Release(region(), *slot, gpu0, 2 * kGiB);
   EXPECT_EQ(UsedBytes(region(), gpu0), 2 * kGiB);
   EXPECT_EQ(region().devices[gpu0].peak_bytes.load(), 4 * kGiB);
   EXPECT_EQ(region().devices[gpu0].oom_rejections.load(), 1u);
+  // The limit is the caller's: a tenant writing a bigger one into the region gains nothing.
+  region().devices[gpu0].limit_bytes = 64 * kGiB;
+  EXPECT_FALSE(Reserve(region(), *slot, gpu0, 3 * kGiB, 4 * kGiB).ok());
   // A huge request cannot wrap around.
-  EXPECT_FALSE(Reserve(region(), *slot, gpu0, ~0ULL).ok());
+  EXPECT_FALSE(Reserve(region(), *slot, gpu0, ~0ULL, 4 * kGiB).ok());
   ReleaseSlot(region(), *slot);
   EXPECT_EQ(UsedBytes(region(), gpu0), 0u);
 }
@@ -61,7 +64,7 @@ TEST_F(RegionTest, ReservesUpToTheLimitAndNoFurther) {
 TEST_F(RegionTest, ReleaseNeverUnderflows) {
   auto slot = ClaimSlot(region(), getpid(), 1);
   ASSERT_OK(slot);
-  ASSERT_OK(Reserve(region(), *slot, 1, 100));
+  ASSERT_OK(Reserve(region(), *slot, 1, 100, kGiB));
   Release(region(), *slot, 1, 1000);
   EXPECT_EQ(UsedBytes(region(), 1), 0u);
   ReleaseSlot(region(), *slot);
@@ -121,7 +124,7 @@ TEST_F(RegionTest, SixteenProcessesNeverExceedTheCapInSum) {
       if (!m.ok()) _exit(2);
       auto slot = ClaimSlot(*m->region(), getpid(), 1);
       if (!slot.ok()) _exit(3);
-      while (Reserve(*m->region(), *slot, 0, 64 * kMiB).ok()) granted->fetch_add(64 * kMiB);
+      while (Reserve(*m->region(), *slot, 0, 64 * kMiB, 4 * kGiB).ok()) granted->fetch_add(64 * kMiB);
       const char byte = 1;
       if (write(done[1], &byte, 1) != 1) _exit(4);
       char ignored = 0;
@@ -161,7 +164,7 @@ TEST_F(RegionTest, SigkilledProcessUsageIsReleasedOnDemand) {
   if (pid == 0) {
     auto m = Mapping::Attach(path_);
     auto slot = ClaimSlot(*m->region(), getpid(), 1);
-    if (!slot.ok() || !Reserve(*m->region(), *slot, 0, 3 * kGiB).ok()) _exit(1);
+    if (!slot.ok() || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok()) _exit(1);
     const char byte = 1;
     if (write(ready[1], &byte, 1) != 1) _exit(1);
     pause();
@@ -175,7 +178,7 @@ TEST_F(RegionTest, SigkilledProcessUsageIsReleasedOnDemand) {
   auto slot = ClaimSlot(region(), getpid(), 1);
   ASSERT_OK(slot);
   // 2 GiB fits only once the dead process's 3 GiB are returned.
-  ASSERT_OK(Reserve(region(), *slot, 0, 2 * kGiB));
+  ASSERT_OK(Reserve(region(), *slot, 0, 2 * kGiB, 4 * kGiB));
   EXPECT_EQ(UsedBytes(region(), 0), 2 * kGiB);
   ReleaseSlot(region(), *slot);
   close(ready[0]);
@@ -186,7 +189,7 @@ TEST_F(RegionTest, SigkilledProcessUsageIsReleasedOnDemand) {
 TEST_F(RegionTest, DeathInsideTheCriticalSectionIsRepaired) {
   auto slot = ClaimSlot(region(), getpid(), 1);
   ASSERT_OK(slot);
-  ASSERT_OK(Reserve(region(), *slot, 0, kGiB));
+  ASSERT_OK(Reserve(region(), *slot, 0, kGiB, 4 * kGiB));
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -195,7 +198,7 @@ TEST_F(RegionTest, DeathInsideTheCriticalSectionIsRepaired) {
     _exit(0);                                   // dies holding the lock
   }
   waitpid(pid, nullptr, 0);
-  ASSERT_OK(Reserve(region(), *slot, 0, kGiB));
+  ASSERT_OK(Reserve(region(), *slot, 0, kGiB, 4 * kGiB));
   EXPECT_EQ(UsedBytes(region(), 0), 2 * kGiB);
   ReleaseSlot(region(), *slot);
 }
@@ -208,7 +211,7 @@ TEST_F(RegionTest, ThreadsShareOneSlotSafely) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < 200; ++i) {
-        if (Reserve(region(), *slot, 1, kMiB).ok()) {
+        if (Reserve(region(), *slot, 1, kMiB, kGiB).ok()) {
           granted += kMiB;
           if (i % 2 == 0) {
             Release(region(), *slot, 1, kMiB);

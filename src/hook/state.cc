@@ -268,6 +268,20 @@ int ResolveOrdinal(State& s, CUdevice dev) {
   return index;
 }
 
+// The cap of region device `index` from this process's own configuration: the read-only limits
+// file, or its own HAMi variables; never the region's copy, which any tenant process can write.
+std::uint64_t LimitOf(const State& s, int index, CUdevice dev) {
+  if (s.mode == Mode::kHamiEnv) {
+    const auto cap = s.hami.ForIndex(static_cast<int>(dev));
+    return cap ? *cap : kMaxQuantity;
+  }
+  const char* uuid = s.region->devices[index].uuid;
+  for (const auto& d : s.limits.devices) {
+    if (d.uuid == uuid) return d.memory_bytes;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void CountCall(std::size_t hook) { S().calls[hook].fetch_add(1, std::memory_order_relaxed); }
@@ -321,7 +335,7 @@ DeviceQuota QuotaForDevice(CUdevice dev) {
   if (index < 0) return q;  // unknown (driver could not say) or unlimited
   q.limited = true;
   q.region_device = index;
-  q.limit_bytes = s.region->devices[index].limit_bytes;
+  q.limit_bytes = LimitOf(s, index, dev);
   return q;
 }
 
@@ -343,7 +357,7 @@ Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* w
     return ResourceExhaustedError("refused");
   }
   if (!quota.limited || quota.region_device < 0) return Status::Ok();
-  Status status = shm::Reserve(*s.region, s.slot, quota.region_device, bytes);
+  Status status = shm::Reserve(*s.region, s.slot, quota.region_device, bytes, quota.limit_bytes);
   if (!status.ok()) {
     TESSERA_LOG(kWarn, kHook, "out of memory: %s on %s: %s, pid %d", what,
                 s.region->devices[quota.region_device].uuid, status.message().c_str(),

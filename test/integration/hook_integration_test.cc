@@ -328,6 +328,24 @@ TEST_F(HookTest, DeviceNotInTheLimitsIsRefused) {
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
 }
 
+TEST_F(HookTest, ALibraryConstructorUsingCudaFirstIsStillCapped) {
+  Limit(64 * kMiB);
+  const Output out = Process({TESSERA_CTOR_CLIENT}, Env()).Wait();
+  EXPECT_EQ(out.Get("ctor_result"), "2") << out.text;
+  EXPECT_EQ(out.Num("ctor_allocated"), 64 * kMiB) << out.text;
+}
+
+TEST_F(HookTest, ATenantRaisingTheLimitInTheRegionGainsNothing) {
+  Limit(64 * kMiB);
+  {
+    auto m = shm::Mapping::Attach(region_path_);
+    ASSERT_OK(m);
+    m->region()->devices[0].limit_bytes = 16 * kGiB;  // the region is tenant-writable
+  }
+  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)});
+  EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
+}
+
 // 16 processes racing under one cap never exceed it in sum, neither in tessera's accounting
 // nor in the fake device's physical usage (what nvidia-smi would show).
 TEST_F(HookTest, SixteenLiveProcessesShareOneCap) {
