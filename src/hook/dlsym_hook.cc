@@ -5,20 +5,11 @@
 #include <link.h>
 
 #include "hook/hook_table.h"
+#include "hook/nvml_table.h"
+#include "hook/state.h"
 
 namespace tessera::hook {
 namespace {
-
-using DlsymFn = void* (*)(void*, const char*);
-
-DlsymFn RealDlsym() {
-  static const DlsymFn fn = [] {
-    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-    return reinterpret_cast<DlsymFn>(p);
-  }();
-  return fn;
-}
 
 // RTLD_NEXT means "after the object that called dlsym". Forwarding it from here would search
 // after *this* library instead, so find the caller's object and search the objects after it.
@@ -55,9 +46,13 @@ extern "C" TESSERA_EXPORT void* dlsym(void* handle, const char* symbol) {
   using namespace tessera::hook;
   void* found = handle == RTLD_NEXT ? NextAfter(__builtin_return_address(0), symbol)
                                     : RealDlsym()(handle, symbol);
-  if (found != nullptr && symbol[0] == 'c' && symbol[1] == 'u') {
+  if (found == nullptr) return found;
+  if (symbol[0] == 'c' && symbol[1] == 'u') {
     const CudaHook hook = FindCudaHookByName(symbol);
     if (hook != CudaHook::kCount) return kCudaTrampolines[static_cast<std::size_t>(hook)];
+  } else if (symbol[0] == 'n' && symbol[1] == 'v' && symbol[2] == 'm' && symbol[3] == 'l') {
+    const NvmlHook hook = FindNvmlHookByName(symbol);
+    if (hook != NvmlHook::kCount) return kNvmlTrampolines[static_cast<std::size_t>(hook)];
   }
   return found;
 }

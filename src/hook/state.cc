@@ -238,12 +238,6 @@ __attribute__((destructor)) void OnUnload() {
   }
 }
 
-using DlsymFn = void* (*)(void*, const char*);
-DlsymFn RealDlsymForInit() {
-  void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-  if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-  return reinterpret_cast<DlsymFn>(p);
-}
 
 thread_local bool t_initializing = false;
 
@@ -284,6 +278,35 @@ std::uint64_t LimitOf(const State& s, int index, CUdevice dev) {
 
 }  // namespace
 
+bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::uint64_t* used) {
+  State& s = S();
+  if (s.mode == Mode::kInactive || s.region == nullptr || !s.machinery_ok) return false;
+  int index = -1;
+  if (s.mode == Mode::kHamiEnv) {
+    if (nvml_index < 0) return false;
+    index = shm::FindDevice(*s.region, "idx-" + std::to_string(nvml_index));
+    if (index < 0) return false;
+    const auto cap = s.hami.ForIndex(nvml_index);
+    if (!cap) return false;
+    *limit = *cap;
+  } else {
+    index = shm::FindDevice(*s.region, uuid);
+    if (index < 0) return false;
+    *limit = LimitOf(s, index, 0);
+  }
+  *used = shm::UsedBytes(*s.region, index);
+  return true;
+}
+
+DlsymFn RealDlsym() {
+  static const DlsymFn fn = [] {
+    void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (p == nullptr) p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    return reinterpret_cast<DlsymFn>(p);
+  }();
+  return fn;
+}
+
 void CountCall(std::size_t hook) { S().calls[hook].fetch_add(1, std::memory_order_relaxed); }
 
 void InitializeSlow() {
@@ -294,7 +317,7 @@ void InitializeSlow() {
   t_initializing = true;
   ConfigureOnce();
   const std::uint64_t start = MonotonicNs();
-  const DlsymFn real_dlsym = RealDlsymForInit();
+  const DlsymFn real_dlsym = RealDlsym();
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr || real_dlsym == nullptr) {
     TESSERA_LOG(kError, kHook, "cannot load libcuda.so.1: %s", dlerror());

@@ -52,6 +52,14 @@ CUresult ChargeContextOnce(CUdevice dev);
 void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes);
 bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes);
 
+// The container's view of a device for NVML: its cap and the container's usage, if a tessera
+// limit applies (`nvml_index` is used in HAMi-compatible mode, whose limits are per index).
+bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::uint64_t* used);
+
+// The real dlsym (glibc's), for resolving the driver libraries.
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn RealDlsym();
+
 // Test hook: forget everything (used only by unit tests that link the state directly).
 void ResetForTest();
 

@@ -4,6 +4,7 @@
 
 #include "hook/hook_table.h"
 #include "hook/intercept.h"
+#include "hook/name_table.h"
 
 namespace tessera::hook {
 
@@ -11,29 +12,12 @@ void* g_real_cuda[kCudaHookCount] = {};
 
 namespace {
 
-constexpr std::uint32_t Fnv1a(std::string_view s) {
-  std::uint32_t h = 2166136261u;
-  for (char c : s) {
-    h ^= static_cast<std::uint8_t>(c);
-    h *= 16777619u;
-  }
-  return h;
-}
-
-constexpr std::size_t kNameTableSize = 256;
-static_assert(kCudaHookCount * 2 <= kNameTableSize, "grow kNameTableSize");
-
-// Open addressing, built at compile time: slot -> hook index + 1 (0 = empty).
-constexpr std::array<std::uint16_t, kNameTableSize> BuildNameTable() {
-  std::array<std::uint16_t, kNameTableSize> table{};
-  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
-    std::size_t h = Fnv1a(kCudaHooks[i].symbol) & (kNameTableSize - 1);
-    while (table[h] != 0) h = (h + 1) & (kNameTableSize - 1);
-    table[h] = static_cast<std::uint16_t>(i + 1);
-  }
-  return table;
-}
-constexpr auto kNameTable = BuildNameTable();
+constexpr std::array<std::string_view, kCudaHookCount> kCudaNames = {
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) #sym,
+#include "hook/cuda_hooks.def"
+#undef TESSERA_CUDA_HOOK
+};
+constexpr auto kCudaNameTable = BuildNameTable<256>(kCudaNames);
 
 // Real entry point -> hook, filled once by IndexRealFunctions before g_initialized is set.
 constexpr std::size_t kIdentityTableSize = 256;
@@ -53,13 +37,7 @@ std::size_t PointerHash(void* p) {
 }  // namespace
 
 CudaHook FindCudaHookByName(std::string_view name) {
-  std::size_t h = Fnv1a(name) & (kNameTableSize - 1);
-  while (kNameTable[h] != 0) {
-    const std::size_t index = kNameTable[h] - 1u;
-    if (kCudaHooks[index].symbol == name) return static_cast<CudaHook>(index);
-    h = (h + 1) & (kNameTableSize - 1);
-  }
-  return CudaHook::kCount;
+  return static_cast<CudaHook>(FindName(kCudaNameTable, kCudaNames, name));
 }
 
 void IndexRealFunctions() {

@@ -23,6 +23,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "fake_gpu.h"
 #include "hook/hook_table.h"
 
 #define TESSERA_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
@@ -33,12 +34,6 @@ namespace {
 using hook::CudaHook;
 using hook::kCudaHookCount;
 using hook::kCudaHooks;
-
-constexpr int kMaxDevices = 16;
-
-struct Shared {
-  std::atomic<std::uint64_t> physical[kMaxDevices];
-};
 
 struct Fake {
   int devices = 2;
@@ -54,36 +49,14 @@ struct Fake {
   int visible_count = 0;
 };
 
-std::string UuidText(int physical) {
-  char out[48];
-  std::snprintf(out, sizeof(out), "GPU-face0000-0000-0000-0000-0000000000%02x", physical);
-  return out;
-}
-
-std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
-}
 
 Fake& F() {
   static Fake* fake = [] {
     auto* f = new Fake();
-    f->devices = static_cast<int>(EnvU64("TESSERA_FAKE_GPUS", 2));
-    if (f->devices > kMaxDevices) f->devices = kMaxDevices;
-    f->memory = EnvU64("TESSERA_FAKE_GPU_MEMORY", 16ULL << 30);
+    f->devices = DeviceCount();
+    f->memory = DeviceMemory();
     f->context_bytes = EnvU64("TESSERA_FAKE_CONTEXT_BYTES", 0);
-    void* mem = MAP_FAILED;
-    if (const char* path = std::getenv("TESSERA_FAKE_STATE")) {
-      const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-      if (fd >= 0 && ftruncate(fd, sizeof(Shared)) == 0) {
-        mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-      }
-      if (fd >= 0) close(fd);
-    }
-    if (mem == MAP_FAILED) {
-      mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    }
-    f->shared = static_cast<Shared*>(mem);
+    f->shared = MapShared();
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     if (visible == nullptr) {
       for (int i = 0; i < f->devices; ++i) f->visible[f->visible_count++] = i;

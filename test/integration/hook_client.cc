@@ -19,6 +19,8 @@
 
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#define NVML_NO_UNVERSIONED_FUNC_DEFS 1
+#include <nvml.h>
 
 namespace {
 
@@ -193,6 +195,30 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("hold_result=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
     std::fflush(stdout);
     pause();
+    return 0;
+  }
+  if (scenario == "nvml") {  // nvml BYTES: allocate, then look through NVML (as nvidia-smi does)
+    CUdeviceptr p = 0;
+    std::printf("alloc=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
+    void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (nvml == nullptr) return 1;
+    auto init = reinterpret_cast<nvmlReturn_t (*)()>(dlsym(nvml, "nvmlInit_v2"));
+    auto by_index = reinterpret_cast<nvmlReturn_t (*)(unsigned int, nvmlDevice_t*)>(
+        dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+    auto info = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*)>(
+        dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+    auto info_v2 = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_v2_t*)>(
+        dlsym(nvml, "nvmlDeviceGetMemoryInfo_v2"));
+    nvmlDevice_t device{};
+    nvmlMemory_t m{};
+    nvmlMemory_v2_t m2{};
+    m2.version = nvmlMemory_v2;
+    const int index = std::getenv("NVML_INDEX") ? std::atoi(std::getenv("NVML_INDEX")) : 0;
+    if (init() != NVML_SUCCESS || by_index(static_cast<unsigned int>(index), &device) != NVML_SUCCESS) return 1;
+    const nvmlReturn_t r1 = info(device, &m);
+    const nvmlReturn_t r2 = info_v2(device, &m2);
+    std::printf("nvml_result=%d nvml_total=%llu nvml_used=%llu nvml_free=%llu\n", r1, m.total, m.used, m.free);
+    std::printf("nvml2_result=%d nvml2_total=%llu nvml2_used=%llu\n", r2, m2.total, m2.used);
     return 0;
   }
   if (scenario == "launch") {  // per-thread and legacy launches reach the driver

@@ -256,6 +256,24 @@ TEST_F(HookTest, EveryRowIsHookedAndReachesTheDriver) {
   EXPECT_GT(out.Num("rows"), 40u);
 }
 
+// NVML, reached through dlopen + dlsym as nvidia-smi does, reports the cap and the container's
+// usage; an unlimited device keeps its physical view.
+TEST_F(HookTest, NvmlReportsTheCapAndTheContainersUsage) {
+  Limit(64 * kMiB, /*context=*/4 * kMiB);
+  const Output out = Client("dlopen", {"nvml", std::to_string(16 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("alloc"), "0");
+  EXPECT_EQ(out.Get("nvml_result"), "0");
+  EXPECT_EQ(out.Num("nvml_total"), 64 * kMiB);
+  EXPECT_EQ(out.Num("nvml_used"), 20 * kMiB);  // 16 MiB + the 4 MiB context charge
+  EXPECT_EQ(out.Num("nvml_free"), 44 * kMiB);
+  EXPECT_EQ(out.Get("nvml2_result"), "0");
+  EXPECT_EQ(out.Num("nvml2_total"), 64 * kMiB);
+  EXPECT_EQ(out.Num("nvml2_used"), 20 * kMiB);
+  const Output other = Client("dlopen", {"nvml", std::to_string(kMiB)}, {"NVML_INDEX=1"});
+  EXPECT_EQ(other.Num("nvml_total"), 16 * kGiB) << other.text;  // GPU 1 is not in the limits
+}
+
 TEST_F(HookTest, ContextIsChargedOncePerProcess) {
   Limit(64 * kMiB, /*context=*/16 * kMiB);
   const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)});

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "hook/hook_table.h"
+#include "hook/nvml_table.h"
 
 namespace {
 
@@ -65,6 +66,28 @@ int main() {
   }
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK
+  // The NVML list: dlsym on a dlopen'ed libnvidia-ml.so.1 answers our trampoline, which
+  // reaches the fake NVML exactly once.
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  auto nvml_calls = nvml ? reinterpret_cast<Calls>(dlsym(nvml, "tessera_fake_nvml_calls")) : nullptr;
+  if (nvml_calls == nullptr) {
+    std::printf("error=fake NVML missing\n");
+    return 1;
+  }
+#define TESSERA_NVML_HOOK(sym, row_policy, params, args)                                      \
+  {                                                                                           \
+    void* through_dlsym = dlsym(nvml, #sym);                                                  \
+    void* ours = dlsym(RTLD_DEFAULT, #sym);                                                   \
+    const unsigned long long before = nvml_calls(#sym);                                       \
+    CallWithZerosOf(static_cast<decltype(&::sym)>(nullptr), through_dlsym);                   \
+    const unsigned long long reached = nvml_calls(#sym) - before;                             \
+    const bool ok = through_dlsym == ours && reached == 1;                                    \
+    failures += ok ? 0 : 1;                                                                   \
+    ++index;                                                                                  \
+    std::printf("row %s dlsym_hooked=%d reached=%llu\n", #sym, through_dlsym == ours, reached); \
+  }
+#include "hook/nvml_hooks.def"
+#undef TESSERA_NVML_HOOK
   std::printf("rows=%zu failures=%d\n", index, failures);
   return failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,58 @@
+// What the fake CUDA driver and the fake NVML share: the fake devices' configuration and their
+// physical usage, kept in a file (TESSERA_FAKE_STATE) so every process — and both libraries —
+// see the same device, as they would a real GPU.
+#pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace tessera::fake {
+
+inline constexpr int kMaxDevices = 16;
+
+struct Shared {
+  std::atomic<std::uint64_t> physical[kMaxDevices];
+};
+
+inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::strtoull(v, nullptr, 10) : fallback;
+}
+
+inline int DeviceCount() {
+  const auto n = static_cast<int>(EnvU64("TESSERA_FAKE_GPUS", 2));
+  return n > kMaxDevices ? kMaxDevices : n;
+}
+inline std::uint64_t DeviceMemory() { return EnvU64("TESSERA_FAKE_GPU_MEMORY", 16ULL << 30); }
+
+// "GPU-face0000-0000-0000-0000-0000000000NN" for physical device NN.
+inline std::string UuidText(int physical) {
+  char out[48];
+  std::snprintf(out, sizeof(out), "GPU-face0000-0000-0000-0000-0000000000%02x", physical);
+  return out;
+}
+
+// The shared usage: the state file when TESSERA_FAKE_STATE names one, else private memory.
+inline Shared* MapShared() {
+  void* mem = MAP_FAILED;
+  if (const char* path = std::getenv("TESSERA_FAKE_STATE")) {
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd >= 0 && ftruncate(fd, sizeof(Shared)) == 0) {
+      mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
+    if (fd >= 0) close(fd);
+  }
+  if (mem == MAP_FAILED) {
+    mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  }
+  return static_cast<Shared*>(mem);
+}
+
+}  // namespace tessera::fake
