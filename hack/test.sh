@@ -60,7 +60,7 @@ cmake --build "build/fuzz" -j "$jobs" --target quantity_fuzz policy_fuzz limits_
 for target in quantity policy limits region; do
   work=$(mktemp -d)
   cp test/fuzz/${target}_corpus/* "$work"/
-  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_len=512 "$work" 2>&1 | tail -n 2
+  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=512 "$work" 2>&1 | tail -n 2
   rm -rf "$work"
 done
 
