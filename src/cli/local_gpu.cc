@@ -95,7 +95,9 @@ bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
       unsigned int count = 256;
       if (procs(device, &count, infos) == NVML_SUCCESS) {
         for (unsigned int i = 0; i < count; ++i) {
-          if (static_cast<pid_t>(infos[i].pid) == pid) {
+          // NVML_VALUE_NOT_AVAILABLE (all ones) when it cannot say: treat as not measured.
+          if (static_cast<pid_t>(infos[i].pid) == pid &&
+              infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE)) {
             *bytes = infos[i].usedGpuMemory;
             found = true;
           }

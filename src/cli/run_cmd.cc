@@ -127,6 +127,15 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   // The node agent's part: a private folder with the limits file (read-only) and the region.
   std::string dir = (std::filesystem::temp_directory_path() / "tessera-run-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) return UnavailableError("cannot create a temporary folder");
+  // Removes the folder on every way out, unless --keep.
+  struct Cleanup {
+    const std::string& dir;
+    bool keep;
+    ~Cleanup() {
+      std::error_code ec;
+      if (!keep) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir, o.keep};
   const std::string limits_path = dir + "/limits";
   const std::string region_path = dir + "/region";
   Limits limits;
@@ -173,31 +182,50 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
 
   err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
       << " (context " << FormatBytesHuman(context) << (gpu.context_measured ? ", measured" : "") << ")\n";
+  // Like system(): the terminal's SIGINT/SIGQUIT reach the child through the process group,
+  // so the parent ignores them; SIGTERM/SIGHUP sent to us are forwarded. The child starts with
+  // default dispositions.
+  struct sigaction ignore {}, forward {}, old_int {}, old_quit {}, old_term {}, old_hup {};
+  ignore.sa_handler = SIG_IGN;
+  forward.sa_handler = Forward;
+  sigaction(SIGINT, &ignore, &old_int);
+  sigaction(SIGQUIT, &ignore, &old_quit);
+  sigaction(SIGTERM, &forward, &old_term);
+  sigaction(SIGHUP, &forward, &old_hup);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGQUIT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGHUP);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), envp.data());
+  const int spawned = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
+  const auto restore = [&] {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGQUIT, &old_quit, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    sigaction(SIGHUP, &old_hup, nullptr);
+  };
   if (spawned != 0) {
-    if (!o.keep) std::filesystem::remove_all(dir);
+    restore();
     return NotFoundError("cannot run \"" + QuoteForMessage(o.command[0]) + "\": " + std::strerror(spawned));
   }
   g_child = pid;
-  struct sigaction sa {};
-  sa.sa_handler = Forward;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   g_child = 0;
+  restore();
   const shm::Device& d = region->region()->devices[0];
   err << "tessera run: peak " << FormatBytesHuman(d.peak_bytes.load()) << " of "
       << FormatBytesHuman(o.gpu_memory_bytes) << ", " << d.oom_rejections.load()
       << " allocation(s) refused\n";
-  if (o.keep) {
-    err << "tessera run: kept " << dir << "\n";
-  } else {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
+  if (o.keep) err << "tessera run: kept " << dir << "\n";
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 

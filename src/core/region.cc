@@ -50,12 +50,19 @@ void LockRegion(Region& region) {
 }
 void UnlockRegion(Region& region) { pthread_mutex_unlock(&region.lock); }
 
-// Frees a slot whose owner is gone. Caller holds the region lock.
+// total -= n, never below zero (the region is tenant-writable; a wrapped total would refuse
+// every allocation). Caller holds the region lock.
+void SubtractLocked(std::atomic<std::uint64_t>& total, std::uint64_t n) {
+  const std::uint64_t have = total.load(std::memory_order_relaxed);
+  total.store(have > n ? have - n : 0, std::memory_order_relaxed);
+}
+
+// Frees a slot whose owner is gone (or is about to be reused). Caller holds the region lock.
 void FreeSlotLocked(Region& region, std::uint32_t s) {
   Slot& slot = region.slots[s];
   for (std::uint32_t d = 0; d < kMaxDevices; ++d) {
     const std::uint64_t used = slot.used_bytes[d].exchange(0, std::memory_order_relaxed);
-    if (used != 0) region.devices[d].used_bytes.fetch_sub(used, std::memory_order_relaxed);
+    if (used != 0) SubtractLocked(region.devices[d].used_bytes, used);
   }
   slot.pid = 0;
   slot.start_time = 0;
@@ -161,7 +168,8 @@ StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<Dev
   TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
   // Build in a temporary file, then rename: attachers never see a half-initialized region.
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  unlink(tmp.c_str());
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0666);
   if (fd < 0) return UnavailableError(Errno("cannot create region", tmp));
   fchmod(fd, 0666);
   if (ftruncate(fd, static_cast<off_t>(kRegionBytes)) != 0) {
@@ -189,26 +197,25 @@ StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<Dev
 StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
                                           const std::vector<DeviceLimit>& devices) {
   TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    if (errno == EEXIST) return Attach(path);
-    return UnavailableError(Errno("cannot create region", path));
+  if (auto existing = Attach(path); existing.ok() || existing.status().code() != StatusCode::kNotFound) {
+    return existing;
   }
-  fchmod(fd, 0666);
-  if (ftruncate(fd, static_cast<off_t>(kRegionBytes)) != 0) {
-    const Status s = UnavailableError(Errno("cannot size region", path));
-    close(fd);
-    return s;
-  }
-  auto region = MapRegion(fd, path);
-  close(fd);
-  if (!region.ok()) return region.status();
-  Initialize(**region, devices);
-  return Mapping(*region);
+  // Build a complete region in a private file, then publish it with link(), which fails if
+  // another process published first: nobody ever maps a half-built region.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  auto built = Create(tmp, devices);
+  if (!built.ok()) return built.status();
+  const int linked = link(tmp.c_str(), path.c_str());
+  const int link_errno = errno;
+  unlink(tmp.c_str());
+  if (linked == 0) return built;
+  if (link_errno == EEXIST) return Attach(path);
+  errno = link_errno;
+  return UnavailableError(Errno("cannot publish region", path));
 }
 
 StatusOr<Mapping> Mapping::Attach(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError(Errno("no region", path));
     return UnavailableError(Errno("cannot open region", path));
@@ -256,14 +263,14 @@ StatusOr<std::uint32_t> ClaimSlot(Region& region, std::int32_t pid, std::uint64_
       } else if (rc != 0) {
         continue;
       }
-      if (slot.state.load(std::memory_order_acquire) != 0) {  // a dead owner's active slot
-        LockRegion(region);
-        FreeSlotLocked(region, s);
-        UnlockRegion(region);
-      }
+      // Start from zero: a dead owner's charges, or a late charge against a slot its process
+      // had already released at exit, are returned to the device first.
+      LockRegion(region);
+      FreeSlotLocked(region, s);
       slot.pid = pid;
       slot.start_time = start_time;
       slot.state.store(1, std::memory_order_release);
+      UnlockRegion(region);
       return s;
     }
     if (ReclaimDeadSlots(region) == 0) break;
@@ -298,6 +305,10 @@ Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t byt
   Device& d = region.devices[device];
   for (int attempt = 0; attempt < 2; ++attempt) {
     LockRegion(region);
+    if (region.slots[slot].state.load(std::memory_order_relaxed) != 1) {
+      UnlockRegion(region);
+      return FailedPreconditionError("reserve: process slot " + std::to_string(slot) + " is not active");
+    }
     const std::uint64_t used = d.used_bytes.load(std::memory_order_relaxed);
     if (bytes <= limit_bytes && used <= limit_bytes - bytes) {
       const std::uint64_t now = used + bytes;
@@ -326,7 +337,7 @@ void Release(Region& region, std::uint32_t slot, int device, std::uint64_t bytes
   const std::uint64_t have = mine.load(std::memory_order_relaxed);
   const std::uint64_t give = bytes < have ? bytes : have;  // never underflow
   mine.store(have - give, std::memory_order_relaxed);
-  region.devices[device].used_bytes.fetch_sub(give, std::memory_order_relaxed);
+  SubtractLocked(region.devices[device].used_bytes, give);
   UnlockRegion(region);
 }
 

@@ -1,8 +1,13 @@
 // dlsym override: PyTorch, CuPy, the CUDA runtime and nvidia-smi resolve the driver with
 // dlopen + dlsym, which bypasses the symbols this library exports. Every lookup of a hooked
-// name that the real dlsym resolves is answered with our trampoline instead.
+// cu*/nvml* name that the real dlsym resolves is answered with our trampoline instead.
+//
+// Every other lookup must behave exactly as glibc's: dlsym(RTLD_NEXT, ...) is resolved
+// relative to the *caller* (glibc reads its return address). So on x86-64 the exported dlsym
+// is a small assembly stub that asks TesseraDlsymHooked() first and otherwise *jumps* (not
+// calls) to the real dlsym, which then sees the original caller. Elsewhere a C++ fallback
+// forwards the call (correct for every handle but RTLD_NEXT from a caller other than us).
 #include <dlfcn.h>
-#include <link.h>
 
 #include "hook/hook_table.h"
 #include "hook/nvml_table.h"
@@ -11,42 +16,8 @@
 namespace tessera::hook {
 namespace {
 
-// RTLD_NEXT means "after the object that called dlsym". Forwarding it from here would search
-// after *this* library instead, so find the caller's object and search the objects after it.
-void* NextAfter(void* caller, const char* symbol) {
-  Dl_info info{};
-  link_map* caller_map = nullptr;
-  if (dladdr1(caller, &info, reinterpret_cast<void**>(&caller_map), RTLD_DL_LINKMAP) == 0 ||
-      caller_map == nullptr) {
-    return RealDlsym()(RTLD_NEXT, symbol);
-  }
-  Dl_info self{};
-  link_map* self_map = nullptr;
-  dladdr1(reinterpret_cast<void*>(&NextAfter), &self, reinterpret_cast<void**>(&self_map),
-          RTLD_DL_LINKMAP);
-  if (caller_map == self_map) return RealDlsym()(RTLD_NEXT, symbol);
-  for (link_map* m = caller_map->l_next; m != nullptr; m = m->l_next) {
-    void* found = RealDlsym()(m, symbol);
-    if (found == nullptr) continue;
-    Dl_info where{};
-    link_map* found_map = nullptr;
-    if (dladdr1(found, &where, reinterpret_cast<void**>(&found_map), RTLD_DL_LINKMAP) != 0 &&
-        found_map == caller_map) {
-      continue;  // the caller's own definition, reached through a dependency
-    }
-    return found;
-  }
-  return nullptr;
-}
-
-}  // namespace
-}  // namespace tessera::hook
-
-extern "C" TESSERA_EXPORT void* dlsym(void* handle, const char* symbol) {
-  using namespace tessera::hook;
-  void* found = handle == RTLD_NEXT ? NextAfter(__builtin_return_address(0), symbol)
-                                    : RealDlsym()(handle, symbol);
-  if (found == nullptr) return found;
+void* HookedTrampoline(const char* symbol) {
+  if (symbol == nullptr) return nullptr;
   if (symbol[0] == 'c' && symbol[1] == 'u') {
     const CudaHook hook = FindCudaHookByName(symbol);
     if (hook != CudaHook::kCount) return kCudaTrampolines[static_cast<std::size_t>(hook)];
@@ -54,5 +25,64 @@ extern "C" TESSERA_EXPORT void* dlsym(void* handle, const char* symbol) {
     const NvmlHook hook = FindNvmlHookByName(symbol);
     if (hook != NvmlHook::kCount) return kNvmlTrampolines[static_cast<std::size_t>(hook)];
   }
-  return found;
+  return nullptr;
 }
+
+}  // namespace
+}  // namespace tessera::hook
+
+extern "C" {
+
+// Read by the assembly stub; set by TesseraDlsymHooked before the stub first jumps through it.
+__attribute__((visibility("hidden"))) void* tessera_real_dlsym = nullptr;
+
+// Our trampoline if `symbol` is hooked and the real dlsym finds it in `handle`; else null.
+__attribute__((visibility("hidden"))) void* TesseraDlsymHooked(void* handle, const char* symbol) {
+  using namespace tessera::hook;
+  const DlsymFn real = RealDlsym();
+  __atomic_store_n(&tessera_real_dlsym, reinterpret_cast<void*>(real), __ATOMIC_RELEASE);
+  void* trampoline = HookedTrampoline(symbol);
+  if (trampoline == nullptr) return nullptr;
+  return real(handle, symbol) != nullptr ? trampoline : nullptr;
+}
+
+}  // extern "C"
+
+#if defined(__x86_64__)
+// dlsym(handle, symbol):
+//   save the arguments, ask TesseraDlsymHooked; if it answered, return that; otherwise restore
+//   the arguments and the stack exactly as on entry and jump to the real dlsym.
+asm(R"(
+    .text
+    .globl dlsym
+    .type dlsym, @function
+dlsym:
+    .cfi_startproc
+    endbr64
+    pushq %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq %rsi
+    .cfi_adjust_cfa_offset 8
+    subq $8, %rsp
+    .cfi_adjust_cfa_offset 8
+    call TesseraDlsymHooked
+    addq $8, %rsp
+    .cfi_adjust_cfa_offset -8
+    popq %rsi
+    .cfi_adjust_cfa_offset -8
+    popq %rdi
+    .cfi_adjust_cfa_offset -8
+    testq %rax, %rax
+    jnz 1f
+    jmp *tessera_real_dlsym(%rip)
+1:
+    ret
+    .cfi_endproc
+    .size dlsym, .-dlsym
+)");
+#else
+extern "C" TESSERA_EXPORT void* dlsym(void* handle, const char* symbol) {
+  if (void* trampoline = TesseraDlsymHooked(handle, symbol)) return trampoline;
+  return tessera::hook::RealDlsym()(handle, symbol);
+}
+#endif

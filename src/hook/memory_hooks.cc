@@ -11,10 +11,15 @@ constexpr std::uint64_t kPitchAlignment = 512;
 
 std::uint64_t RoundUp(std::uint64_t v, std::uint64_t to) { return (v + to - 1) / to * to; }
 
+// Real<H>() or CUDA_ERROR_NOT_FOUND when the driver lacks the entry point (our export exists
+// even where the driver's does not).
+#define TESSERA_REAL_OR_RETURN(var, hook)              \
+  const auto var = Real<CudaHook::hook>();             \
+  if (var == nullptr) return CUDA_ERROR_NOT_FOUND
+
 // Allocation on the current context's device, charged `bytes`, tracked for the matching free.
 template <typename Call>
 CUresult ChargedAllocation(std::uint64_t bytes, const char* what, CUdeviceptr* out, Call call) {
-  EnsureInitialized();
   DeviceQuota quota;
   CUdevice dev = 0;
   if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || !quota.limited) return call();
@@ -22,7 +27,7 @@ CUresult ChargedAllocation(std::uint64_t bytes, const char* what, CUdeviceptr* o
     (void)ReserveBytes(quota, bytes, what);  // logs the refusal
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (ChargeContextOnce(dev) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!ReserveBytes(quota, bytes, what).ok()) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult r = call();
   if (r != CUDA_SUCCESS) {
@@ -34,35 +39,38 @@ CUresult ChargedAllocation(std::uint64_t bytes, const char* what, CUdeviceptr* o
 }
 
 // Context creation: the context's own memory is charged (once per process and device) before
-// the driver creates it.
+// the driver creates it, and returned if the driver fails to.
 template <typename Call>
 CUresult ChargedContext(CUdevice dev, Call call) {
-  EnsureInitialized();
-  if (ChargeContextOnce(dev) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  return call();
+  bool charged_now = false;
+  if (ChargeContextOnce(dev, &charged_now) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = call();
+  if (r != CUDA_SUCCESS && charged_now) UnchargeContext(dev);
+  return r;
 }
 
 }  // namespace
 
 template <>
 CUresult Intercept<CudaHook::cuMemAlloc_v2>(CUdeviceptr* dptr, size_t bytes) {
-  return ChargedAllocation(bytes, "cuMemAlloc", dptr,
-                           [&] { return Real<CudaHook::cuMemAlloc_v2>()(dptr, bytes); });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemAlloc_v2);
+  return ChargedAllocation(bytes, "cuMemAlloc", dptr, [&] { return real(dptr, bytes); });
 }
 
 template <>
 CUresult Intercept<CudaHook::cuMemAllocManaged>(CUdeviceptr* dptr, size_t bytes,
                                                 unsigned int flags) {
-  return ChargedAllocation(bytes, "cuMemAllocManaged", dptr, [&] {
-    return Real<CudaHook::cuMemAllocManaged>()(dptr, bytes, flags);
-  });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemAllocManaged);
+  return ChargedAllocation(bytes, "cuMemAllocManaged", dptr, [&] { return real(dptr, bytes, flags); });
 }
 
 template <>
 CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitch, size_t width,
                                                  size_t height, unsigned int element_bytes) {
   EnsureInitialized();
-  const auto real = Real<CudaHook::cuMemAllocPitch_v2>();
+  TESSERA_REAL_OR_RETURN(real, cuMemAllocPitch_v2);
   DeviceQuota quota;
   CUdevice dev = 0;
   if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || !quota.limited) {
@@ -70,7 +78,7 @@ CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitc
   }
   // The pitch is known only after the call: reserve the usual upper bound first, then settle.
   const std::uint64_t estimate = RoundUp(width, kPitchAlignment) * height;
-  if (quota.refuse || ChargeContextOnce(dev) != CUDA_SUCCESS ||
+  if (quota.refuse || ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS ||
       !ReserveBytes(quota, estimate, "cuMemAllocPitch").ok()) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -81,7 +89,7 @@ CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitc
   }
   const std::uint64_t actual = static_cast<std::uint64_t>(*pitch) * height;
   if (actual > estimate && !ReserveBytes(quota, actual - estimate, "cuMemAllocPitch").ok()) {
-    Real<CudaHook::cuMemFree_v2>()(*dptr);
+    if (const auto free_fn = Real<CudaHook::cuMemFree_v2>()) free_fn(*dptr);
     ReleaseBytes(quota, estimate);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -93,10 +101,11 @@ CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitc
 template <>
 CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
   EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemFree_v2);
   int device = -1;
   std::uint64_t bytes = 0;
   const bool tracked = TakeAllocation(dptr, &device, &bytes);
-  const CUresult r = Real<CudaHook::cuMemFree_v2>()(dptr);
+  const CUresult r = real(dptr);
   if (!tracked) return r;
   if (r != CUDA_SUCCESS) {
     RecordAllocation(dptr, device, bytes);  // still allocated
@@ -112,7 +121,8 @@ CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
 template <>
 CUresult Intercept<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_bytes) {
   EnsureInitialized();
-  const CUresult r = Real<CudaHook::cuMemGetInfo_v2>()(free_bytes, total_bytes);
+  TESSERA_REAL_OR_RETURN(real, cuMemGetInfo_v2);
+  const CUresult r = real(free_bytes, total_bytes);
   if (r != CUDA_SUCCESS) return r;
   DeviceQuota quota;
   CUdevice dev = 0;
@@ -132,7 +142,8 @@ CUresult Intercept<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_
 template <>
 CUresult Intercept<CudaHook::cuDeviceTotalMem_v2>(size_t* bytes, CUdevice dev) {
   EnsureInitialized();
-  const CUresult r = Real<CudaHook::cuDeviceTotalMem_v2>()(bytes, dev);
+  TESSERA_REAL_OR_RETURN(real, cuDeviceTotalMem_v2);
+  const CUresult r = real(bytes, dev);
   if (r != CUDA_SUCCESS || bytes == nullptr) return r;
   const DeviceQuota quota = QuotaForDevice(dev);
   if (quota.limited && !quota.refuse) *bytes = std::min<std::uint64_t>(*bytes, quota.limit_bytes);
@@ -141,26 +152,32 @@ CUresult Intercept<CudaHook::cuDeviceTotalMem_v2>(size_t* bytes, CUdevice dev) {
 
 template <>
 CUresult Intercept<CudaHook::cuCtxCreate_v2>(CUcontext* ctx, unsigned int flags, CUdevice dev) {
-  return ChargedContext(dev, [&] { return Real<CudaHook::cuCtxCreate_v2>()(ctx, flags, dev); });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuCtxCreate_v2);
+  return ChargedContext(dev, [&] { return real(ctx, flags, dev); });
 }
 
 template <>
 CUresult Intercept<CudaHook::cuCtxCreate_v3>(CUcontext* ctx, CUexecAffinityParam* params,
                                              int num_params, unsigned int flags, CUdevice dev) {
-  return ChargedContext(
-      dev, [&] { return Real<CudaHook::cuCtxCreate_v3>()(ctx, params, num_params, flags, dev); });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuCtxCreate_v3);
+  return ChargedContext(dev, [&] { return real(ctx, params, num_params, flags, dev); });
 }
 
 template <>
 CUresult Intercept<CudaHook::cuCtxCreate_v4>(CUcontext* ctx, CUctxCreateParams* params,
                                              unsigned int flags, CUdevice dev) {
-  return ChargedContext(dev,
-                        [&] { return Real<CudaHook::cuCtxCreate_v4>()(ctx, params, flags, dev); });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuCtxCreate_v4);
+  return ChargedContext(dev, [&] { return real(ctx, params, flags, dev); });
 }
 
 template <>
 CUresult Intercept<CudaHook::cuDevicePrimaryCtxRetain>(CUcontext* ctx, CUdevice dev) {
-  return ChargedContext(dev, [&] { return Real<CudaHook::cuDevicePrimaryCtxRetain>()(ctx, dev); });
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuDevicePrimaryCtxRetain);
+  return ChargedContext(dev, [&] { return real(ctx, dev); });
 }
 
 // The CUDA runtime fetches cuGetProcAddress by dlsym, then asks it for "cuGetProcAddress"

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <time.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +29,9 @@ namespace tessera::hook {
 
 std::atomic<bool> g_initialized{false};
 bool g_stats_enabled = false;
+namespace {
+std::atomic<bool> g_init_claimed{false};  // a thread is publishing the real functions
+}  // namespace
 
 namespace {
 
@@ -54,9 +59,11 @@ struct State {
   static constexpr int kMaxOrdinals = 64;
   std::atomic<int> ordinal_map[kMaxOrdinals];
   std::atomic<std::uint32_t> context_charged{0};  // bit per region device
-  std::mutex alloc_mu;
-  std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>> allocations;
-  std::mutex init_mu;
+  // The allocation table. Held by pointer so a fork child can start afresh: the parent's other
+  // threads may have held the mutex at fork() (they do not exist in the child).
+  std::mutex* alloc_mu = new std::mutex();
+  std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>* allocations =
+      new std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>();
   // TESSERA_HOOK_STATS
   std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
   std::uint64_t configure_ns = 0;
@@ -89,7 +96,7 @@ std::uint64_t ProcessStartTime() {
   const char* p = std::strrchr(buffer, ')');  // the command name may contain spaces
   if (p == nullptr) return 0;
   // Field 22 (starttime) is the 20th field after ')'.
-  for (int field = 3; field < 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
+  for (int field = 3; field <= 22 && p != nullptr; ++field) p = std::strchr(p + 1, ' ');
   return p == nullptr ? 0 : std::strtoull(p + 1, nullptr, 10);
 }
 
@@ -131,13 +138,13 @@ void ClaimSlot(State& s) {
 
 void OnForkChild() {
   State& s = S();
-  // The child has its own CUDA state (none) and needs its own slot; the parent's mutexes stay
-  // the parent's.
-  {
-    std::lock_guard<std::mutex> lock(s.alloc_mu);
-    s.allocations.clear();
-  }
+  // The child has its own CUDA state (none) and needs its own slot. Never lock anything here:
+  // a parent thread may have held these at fork(). The old table is leaked on purpose.
+  s.alloc_mu = new std::mutex();
+  s.allocations = new std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>();
   s.context_charged.store(0);
+  // A parent thread that was publishing the driver's functions does not exist here.
+  if (!g_initialized.load(std::memory_order_acquire)) g_init_claimed.store(false);
   ResetOrdinalMap(s);
   s.slot = shm::kNoSlot;
   if (s.machinery_ok) ClaimSlot(s);
@@ -151,9 +158,21 @@ void Configure(State& s) {
   if (const char* level = std::getenv(std::string(names::kEnvHookLogLevel).c_str())) {
     if (auto parsed = log::ParseLevel(level); parsed.ok()) log::SetLevel(*parsed);
   }
-  const char* limits_path = EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
+  // The node-mounted limits file, when present, always wins: the environment belongs to the
+  // tenant and may only *name* a file where the node mounted none (local `tessera run`).
+  const bool node_file = access(std::string(names::kPathLimitsFile).c_str(), F_OK) == 0;
+  const char* limits_path =
+      node_file ? names::kPathLimitsFile.data() : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
   std::string text;
-  if (ReadFile(limits_path, &text)) {
+  errno = 0;
+  const bool read = ReadFile(limits_path, &text);
+  if (!read && errno != ENOENT) {
+    s.mode = Mode::kLimitsFile;
+    s.fail_closed = true;  // a limits file we cannot read is not the absence of limits
+    MachineryFailed(s, std::string("cannot read limits file ") + limits_path + ": " + std::strerror(errno));
+    return;
+  }
+  if (read) {
     s.mode = Mode::kLimitsFile;
     auto limits = ParseLimitsFile(text);
     if (!limits.ok()) {
@@ -163,7 +182,9 @@ void Configure(State& s) {
     }
     s.limits = std::move(limits).value();
     s.fail_closed = s.limits.fail_closed;
-    s.region_path = EnvOr(names::kEnvRegionFile, names::kPathRegionFile);
+    const bool node_region = node_file && access(std::string(names::kPathRegionFile).c_str(), F_OK) == 0;
+    s.region_path = node_region ? std::string(names::kPathRegionFile)
+                                : EnvOr(names::kEnvRegionFile, names::kPathRegionFile);
     auto mapping = shm::Mapping::Attach(s.region_path);
     if (!mapping.ok()) {
       MachineryFailed(s, "shared region: " + mapping.status().message());
@@ -253,7 +274,8 @@ int ResolveOrdinal(State& s, CUdevice dev) {
   }
   if (r != CUDA_SUCCESS) return State::kUnknown;
   const std::string id = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
-  const int index = shm::FindDevice(*s.region, id);
+  int index = shm::FindDevice(*s.region, id);
+  if (index < 0) index = shm::FindDevice(*s.region, "MIG" + id.substr(3));  // a MIG instance
   if (index < 0) {
     TESSERA_LOG(kWarn, kHook, "CUDA device %d (%s) is not in the limits file: allocations refused",
                 dev, id.c_str());
@@ -311,25 +333,32 @@ void CountCall(std::size_t hook) { S().calls[hook].fetch_add(1, std::memory_orde
 
 void InitializeSlow() {
   if (t_initializing) return;  // re-entered from the driver while resolving: use what we have
-  State& s = S();
-  std::lock_guard<std::mutex> lock(s.init_mu);
-  if (g_initialized.load(std::memory_order_acquire)) return;
+  auto& claimed = g_init_claimed;
   t_initializing = true;
   ConfigureOnce();
+  State& s = S();
+  // No lock is held across dlopen/dlsym (they take the loader lock; a library constructor
+  // holding it may be the caller): every thread may resolve, one publishes.
   const std::uint64_t start = MonotonicNs();
+  void* resolved[kCudaHookCount] = {};
   const DlsymFn real_dlsym = RealDlsym();
   void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr || real_dlsym == nullptr) {
     TESSERA_LOG(kError, kHook, "cannot load libcuda.so.1: %s", dlerror());
   } else {
     for (std::size_t i = 0; i < kCudaHookCount; ++i) {
-      g_real_cuda[i] = real_dlsym(handle, std::string(kCudaHooks[i].symbol).c_str());
+      resolved[i] = real_dlsym(handle, std::string(kCudaHooks[i].symbol).c_str());
     }
   }
-  IndexRealFunctions();
-  s.initialize_ns = MonotonicNs() - start;
+  if (!claimed.exchange(true, std::memory_order_acq_rel)) {
+    for (std::size_t i = 0; i < kCudaHookCount; ++i) g_real_cuda[i] = resolved[i];
+    IndexRealFunctions();
+    s.initialize_ns = MonotonicNs() - start;
+    g_initialized.store(true, std::memory_order_release);
+  } else {
+    while (!g_initialized.load(std::memory_order_acquire)) sched_yield();
+  }
   t_initializing = false;
-  g_initialized.store(true, std::memory_order_release);
 }
 
 DeviceQuota QuotaForDevice(CUdevice dev) {
@@ -401,49 +430,76 @@ std::uint64_t UsedBytes(const DeviceQuota& quota) {
   return shm::UsedBytes(*s.region, quota.region_device);
 }
 
-CUresult ChargeContextOnce(CUdevice dev) {
+namespace {
+
+std::uint64_t ContextBytes(const State& s, int region_device) {
+  if (s.mode != Mode::kLimitsFile) return 0;
+  const char* uuid = s.region->devices[region_device].uuid;
+  for (const auto& d : s.limits.devices) {
+    if (d.uuid == uuid) return d.context_bytes;
+  }
+  return 0;
+}
+
+}  // namespace
+
+CUresult ChargeContextOnce(CUdevice dev, bool* charged_now) {
   State& s = S();
+  if (charged_now != nullptr) *charged_now = false;
   const DeviceQuota q = QuotaForDevice(dev);
   if (!q.limited) return CUDA_SUCCESS;
   if (q.refuse) return CUDA_ERROR_OUT_OF_MEMORY;
   const std::uint32_t bit = 1u << q.region_device;
   if ((s.context_charged.fetch_or(bit) & bit) != 0) return CUDA_SUCCESS;
-  std::uint64_t context_bytes = 0;
-  if (s.mode == Mode::kLimitsFile) {
-    const char* uuid = s.region->devices[q.region_device].uuid;
-    for (const auto& d : s.limits.devices) {
-      if (d.uuid == uuid) context_bytes = d.context_bytes;
-    }
-  }
-  if (context_bytes == 0) return CUDA_SUCCESS;
-  if (!ReserveBytes(q, context_bytes, "CUDA context").ok()) {
+  const std::uint64_t context_bytes = ContextBytes(s, q.region_device);
+  if (context_bytes != 0 && !ReserveBytes(q, context_bytes, "CUDA context").ok()) {
     s.context_charged.fetch_and(~bit);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (charged_now != nullptr) *charged_now = true;
   return CUDA_SUCCESS;
+}
+
+void UnchargeContext(CUdevice dev) {
+  State& s = S();
+  const DeviceQuota q = QuotaForDevice(dev);
+  if (!q.limited || q.refuse) return;
+  const std::uint32_t bit = 1u << q.region_device;
+  if ((s.context_charged.fetch_and(~bit) & bit) == 0) return;
+  ReleaseBytes(q, ContextBytes(s, q.region_device));
 }
 
 void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.alloc_mu);
-  s.allocations[ptr] = {region_device, bytes};
+  std::pair<int, std::uint64_t> stale{-1, 0};
+  {
+    std::lock_guard<std::mutex> lock(*s.alloc_mu);
+    auto [it, inserted] = s.allocations->try_emplace(ptr, region_device, bytes);
+    if (!inserted) {
+      stale = it->second;  // freed through a path we do not track; the driver reused it
+      it->second = {region_device, bytes};
+    }
+  }
+  if (stale.first >= 0 && s.region != nullptr && s.slot != shm::kNoSlot) {
+    shm::Release(*s.region, s.slot, stale.first, stale.second);
+  }
 }
 
 bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes) {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.alloc_mu);
-  auto it = s.allocations.find(ptr);
-  if (it == s.allocations.end()) return false;
+  std::lock_guard<std::mutex> lock(*s.alloc_mu);
+  auto it = s.allocations->find(ptr);
+  if (it == s.allocations->end()) return false;
   *region_device = it->second.first;
   *bytes = it->second.second;
-  s.allocations.erase(it);
+  s.allocations->erase(it);
   return true;
 }
 
 void ResetForTest() {
   State& s = S();
-  std::lock_guard<std::mutex> lock(s.alloc_mu);
-  s.allocations.clear();
+  std::lock_guard<std::mutex> lock(*s.alloc_mu);
+  s.allocations->clear();
   s.context_charged.store(0);
   ResetOrdinalMap(s);
 }

@@ -45,8 +45,11 @@ Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* w
 void ReleaseBytes(const DeviceQuota& quota, std::uint64_t bytes);
 std::uint64_t UsedBytes(const DeviceQuota& quota);
 
-// Charges the per-process context cost of `dev` once (limits file `context=`).
-CUresult ChargeContextOnce(CUdevice dev);
+// Charges the per-process context cost of `dev` once (limits file `context=`); *charged_now
+// (optional) says whether this call made the charge.
+CUresult ChargeContextOnce(CUdevice dev, bool* charged_now);
+// Returns a charge made by ChargeContextOnce (the driver then failed to create the context).
+void UnchargeContext(CUdevice dev);
 
 // The allocation table: pointer -> (region device, bytes).
 void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes);

@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -245,6 +247,36 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("parent_alloc_after_child=%d\n", api.alloc(&q, std::strtoull(argv[1], nullptr, 10)));
     return 0;
   }
+  if (scenario == "fork-threads") {  // fork-threads N: fork while another thread allocates
+    std::atomic<bool> stop{false};
+    std::thread worker([&] {
+      while (!stop.load()) {
+        CUdeviceptr p = 0;
+        if (api.alloc(&p, 1 << 16) == CUDA_SUCCESS) api.free(p);
+      }
+    });
+    int hung = 0;
+    const int n = std::atoi(argv[1]);
+    for (int i = 0; i < n; ++i) {
+      const pid_t child = fork();
+      if (child == 0) _exit(0);  // the atfork child handler has run by now
+      int status = 0;
+      int waited_ms = 0;
+      while (waitpid(child, &status, WNOHANG) == 0 && waited_ms < 10000) {
+        usleep(1000);
+        ++waited_ms;
+      }
+      if (waited_ms >= 10000) {
+        ++hung;
+        kill(child, SIGKILL);
+        waitpid(child, &status, 0);
+      }
+    }
+    stop = true;
+    worker.join();
+    std::printf("children_hung=%d\n", hung);
+    return 0;
+  }
   std::printf("error=unknown scenario %s\n", scenario.c_str());
   return 2;
 }
@@ -253,6 +285,23 @@ int Run(const Api& api, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc == 2 && std::strcmp(argv[1], "no-driver") == 0) {  // our exports with no driver behind
+    auto get_info = reinterpret_cast<decltype(&cuMemGetInfo_v2)>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
+    auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
+    size_t f = 0, t = 0;
+    CUdeviceptr p = 0;
+    std::printf("get_info=%d alloc=%d\n", get_info ? get_info(&f, &t) : -1, alloc ? alloc(&p, 1) : -1);
+    return 0;
+  }
+  if (argc == 3 && std::strcmp(argv[1], "rtld-next") == 0) {  // rtld-next PLUGIN: no CUDA at all
+    void* plugin = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
+    auto lookup = plugin ? reinterpret_cast<void* (*)(const char*)>(dlsym(plugin, "plugin_lookup_next")) : nullptr;
+    if (lookup == nullptr) return 1;
+    std::printf("getpid_found=%d strlen_found=%d\n", lookup("getpid") == reinterpret_cast<void*>(&getpid),
+                lookup("strlen") != nullptr);
+    std::printf("default_getpid=%d\n", dlsym(RTLD_DEFAULT, "getpid") == reinterpret_cast<void*>(&getpid));
+    return 0;
+  }
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s direct|dlopen|runtime SCENARIO ARGS...\n", argv[0]);
     return 2;

@@ -346,6 +346,60 @@ TEST_F(HookTest, DeviceNotInTheLimitsIsRefused) {
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
 }
 
+// A child forked while another thread is inside an allocation hook must not hang in the
+// library's fork handler.
+TEST_F(HookTest, ForkWhileAnotherThreadAllocatesNeverHangsTheChild) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"fork-threads", "200"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("children_hung"), "0") << out.text;
+}
+
+// Our exports exist even without a driver behind them: calling one returns an error, never
+// a crash.
+TEST_F(HookTest, HookedEntryPointsWithoutADriverFailCleanly) {
+  Limit(64 * kMiB);
+  const Output out = Process({TESSERA_HOOK_CLIENT, "no-driver"},
+                             {"LD_PRELOAD=" + std::string(TESSERA_HOOK_LIBRARY),
+                              "TESSERA_LIMITS_FILE=" + limits_path_,
+                              "TESSERA_REGION_FILE=" + region_path_})
+                         .Wait();
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("get_info"), "500") << out.text;  // CUDA_ERROR_NOT_FOUND
+  EXPECT_EQ(out.Get("alloc"), "500") << out.text;
+}
+
+// Many processes of one container starting together in HAMi mode: the first creates the region,
+// the others attach to a complete one; nobody runs uncapped.
+TEST_F(HookTest, HamiRegionCreatedConcurrentlyStillCapsEveryone) {
+  for (int round = 0; round < 3; ++round) {
+    const std::string region = dir_.path() + "/hami-" + std::to_string(round);
+    std::vector<std::unique_ptr<Process>> processes;
+    for (int i = 0; i < 12; ++i) {
+      processes.push_back(std::make_unique<Process>(
+          std::vector<std::string>{TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(4 * kMiB)},
+          Env({"TESSERA_LIMITS_FILE=" + dir_.path() + "/none", "CUDA_DEVICE_MEMORY_LIMIT=32m",
+               "TESSERA_REGION_FILE=" + region})));
+    }
+    int granted = 0;
+    for (auto& p : processes) {
+      if (p->ReadUntil("hold_result=") == "hold_result=0") ++granted;
+    }
+    EXPECT_EQ(granted, 8) << "round " << round;  // 8 x 4 MiB = the 32 MiB cap
+    for (auto& p : processes) p->Kill();
+  }
+}
+
+// dlsym(RTLD_NEXT) from a dlopen'ed plugin resolves exactly as without the preload.
+TEST_F(HookTest, RtldNextLookupsOfOtherLibrariesAreUntouched) {
+  const Output out =
+      Process({TESSERA_HOOK_CLIENT, "rtld-next", TESSERA_RTLD_NEXT_PLUGIN}, Env()).Wait();
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("getpid_found"), "1") << out.text;
+  EXPECT_EQ(out.Get("strlen_found"), "1") << out.text;
+  EXPECT_EQ(out.Get("default_getpid"), "1") << out.text;
+}
+
 TEST_F(HookTest, ALibraryConstructorUsingCudaFirstIsStillCapped) {
   Limit(64 * kMiB);
   const Output out = Process({TESSERA_CTOR_CLIENT}, Env()).Wait();
