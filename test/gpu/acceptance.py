@@ -116,6 +116,19 @@ def main():
                            "training_log": train.stderr.strip().splitlines()[-3:],
                            "preprocessing_exit": pre.returncode, "preprocessing": pre_out.strip()}
 
+    # 2b. NVML inside the cap (pynvml and nvidia-smi), and forked DataLoader workers.
+    view = subprocess.run(capped(py + ["nvml-view"]), capture_output=True, text=True)
+    smi = subprocess.run(capped(["nvidia-smi", "--query-gpu=memory.total,memory.used",
+                                 "--format=csv,noheader"]), capture_output=True, text=True)
+    loader = subprocess.run(capped(py + ["dataloader"]), capture_output=True, text=True, timeout=300)
+    results["nvml"] = {"pynvml": view.stdout.strip(), "nvidia_smi": smi.stdout.strip(),
+                       "dataloader_exit": loader.returncode, "dataloader": loader.stdout.strip()[-200:]}
+    if os.environ.get("SKIP_BENCH"):
+        with open(os.path.join(OUT, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        print(json.dumps({k: results[k] for k in ("caps", "showdown", "nvml")}, indent=1))
+        return
+
     # 3. Overhead, interleaved A/B against native.
     paired("launch_runtime_ns", [f"{BIN}/runtime_probe", "launch", "100000"],
            capped([f"{BIN}/runtime_probe", "launch", "100000"], cap="8Gi"), "launch_ns")
@@ -175,6 +188,7 @@ def main():
     for row in results["caps"]:
         print(row["workload"], row["tessera"])
     print("\nshowdown:", json.dumps(results["showdown"], indent=1))
+    print("\nNVML inside the cap:", json.dumps(results["nvml"], indent=1))
     print("\nruntime launch path through the hooks:", *results["runtime_hook_stats"], sep="\n  ")
     print("\nfirst call, hook's own times:", *results["first_call_hook_stats"], sep="\n  ")
     print("\n| metric | native median | tessera median | median paired diff | 95% CI | repeats |")

@@ -73,6 +73,30 @@ def preprocessing(seconds=6.0):
     return 0
 
 
+def nvml_view():
+    """What NVML says about GPU 0 from inside the capped process (as nvidia-smi would)."""
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    m = pynvml.nvmlDeviceGetMemoryInfo(h)
+    print(json.dumps({"nvml_total": m.total, "nvml_used": m.used, "nvml_free": m.free}), flush=True)
+    return 0
+
+
+def dataloader():
+    """PyTorch DataLoader workers fork while the main process holds CUDA memory."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")  # 1 GiB held by the parent
+    data = TensorDataset(torch.arange(4096, dtype=torch.float32))
+    total = 0.0
+    for (batch,) in DataLoader(data, batch_size=64, num_workers=4):
+        total += float(batch.sum())
+    print(json.dumps({"role": "dataloader", "result": "finished", "sum": total,
+                      "held": x.numel()}), flush=True)
+    return 0
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "torch-fill":
@@ -83,5 +107,9 @@ if __name__ == "__main__":
         sys.exit(training(int(sys.argv[2])))
     elif mode == "preprocessing":
         sys.exit(preprocessing())
+    elif mode == "nvml-view":
+        sys.exit(nvml_view())
+    elif mode == "dataloader":
+        sys.exit(dataloader())
     else:
         sys.exit(2)
