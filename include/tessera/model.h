@@ -57,6 +57,36 @@ inline constexpr std::array kPriorityClasses = {TESSERA_PRIORITY_CLASSES(TESSERA
 #undef TESSERA_PRIO_ROW
 #undef TESSERA_MODEL_ROW
 
+// Generic helpers over any EnumRow table (also used by the policy file's vocabularies).
+template <typename Enum, std::size_t N>
+constexpr std::string_view NameIn(const std::array<EnumRow<Enum>, N>& rows, Enum value) {
+  for (const auto& row : rows) {
+    if (row.value == value) return row.name;
+  }
+  return "unknown";
+}
+template <typename Enum, std::size_t N>
+constexpr std::string_view MeaningIn(const std::array<EnumRow<Enum>, N>& rows, Enum value) {
+  for (const auto& row : rows) {
+    if (row.value == value) return row.meaning;
+  }
+  return "";
+}
+template <typename Enum, std::size_t N>
+std::string AcceptedIn(const std::array<EnumRow<Enum>, N>& rows) {
+  std::string out;
+  for (const auto& row : rows) {
+    if (!out.empty()) out += ", ";
+    out += row.name;
+  }
+  return out;
+}
+// The value named `text` exactly, or an InvalidArgument error naming `what` and the accepted
+// names.
+template <typename Enum, std::size_t N>
+StatusOr<Enum> ParseIn(const std::array<EnumRow<Enum>, N>& rows, std::string_view text,
+                       std::string_view what);
+
 std::string_view Name(TrustTier tier);
 std::string_view Name(SharingMode mode);
 std::string_view Name(PriorityClass priority);
@@ -70,5 +100,17 @@ StatusOr<PriorityClass> ParsePriorityClass(std::string_view text);
 std::string AcceptedTrustTiers();
 std::string AcceptedSharingModes();
 std::string AcceptedPriorityClasses();
+
+// "\"x\" is not a <what>; accepted: a, b, c" (defined in model.cc for the quoting).
+Status UnknownNameError(std::string_view text, std::string_view what, const std::string& accepted);
+
+template <typename Enum, std::size_t N>
+StatusOr<Enum> ParseIn(const std::array<EnumRow<Enum>, N>& rows, std::string_view text,
+                       std::string_view what) {
+  for (const auto& row : rows) {
+    if (row.name == text) return row.value;
+  }
+  return UnknownNameError(text, what, AcceptedIn(rows));
+}
 
 }  // namespace tessera

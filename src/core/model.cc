@@ -3,38 +3,11 @@
 #include "tessera/quantity.h"
 
 namespace tessera {
-namespace {
-
-template <typename Enum, std::size_t N>
-std::string_view NameIn(const std::array<EnumRow<Enum>, N>& rows, Enum value) {
-  for (const auto& row : rows) {
-    if (row.value == value) return row.name;
-  }
-  return "unknown";
+Status UnknownNameError(std::string_view text, std::string_view what, const std::string& accepted) {
+  const bool vowel = !what.empty() && std::string_view("aeiou").find(what.front()) != std::string_view::npos;
+  return InvalidArgumentError("\"" + QuoteForMessage(text) + "\" is not " + (vowel ? "an " : "a ") +
+                              std::string(what) + "; accepted: " + accepted);
 }
-
-template <typename Enum, std::size_t N>
-std::string Accepted(const std::array<EnumRow<Enum>, N>& rows) {
-  std::string out;
-  for (const auto& row : rows) {
-    if (!out.empty()) out += ", ";
-    out += row.name;
-  }
-  return out;
-}
-
-template <typename Enum, std::size_t N>
-StatusOr<Enum> ParseIn(const std::array<EnumRow<Enum>, N>& rows, std::string_view text,
-                       std::string_view what) {
-  for (const auto& row : rows) {
-    if (row.name == text) return row.value;
-  }
-  std::string message = "\"" + QuoteForMessage(text) + "\" is not a " + std::string(what);
-  message += "; accepted: " + Accepted(rows);
-  return InvalidArgumentError(std::move(message));
-}
-
-}  // namespace
 
 std::string_view Name(TrustTier tier) { return NameIn(kTrustTiers, tier); }
 std::string_view Name(SharingMode mode) { return NameIn(kSharingModes, mode); }
@@ -50,8 +23,8 @@ StatusOr<PriorityClass> ParsePriorityClass(std::string_view text) {
   return ParseIn(kPriorityClasses, text, "priority class");
 }
 
-std::string AcceptedTrustTiers() { return Accepted(kTrustTiers); }
-std::string AcceptedSharingModes() { return Accepted(kSharingModes); }
-std::string AcceptedPriorityClasses() { return Accepted(kPriorityClasses); }
+std::string AcceptedTrustTiers() { return AcceptedIn(kTrustTiers); }
+std::string AcceptedSharingModes() { return AcceptedIn(kSharingModes); }
+std::string AcceptedPriorityClasses() { return AcceptedIn(kPriorityClasses); }
 
 }  // namespace tessera

@@ -14,14 +14,7 @@
 namespace tessera::policy {
 namespace {
 
-template <typename Enum>
-struct Row {
-  Enum value;
-  std::string_view name;
-  std::string_view meaning;
-};
-
-#define TESSERA_POLICY_ROW(Type, name, text, meaning) Row<Type>{Type::name, text, meaning},
+#define TESSERA_POLICY_ROW(Type, name, text, meaning) EnumRow<Type>{Type::name, text, meaning},
 #define TESSERA_CO_ROW(name, text, meaning) TESSERA_POLICY_ROW(CoTenancy, name, text, meaning)
 #define TESSERA_EN_ROW(name, text, meaning) TESSERA_POLICY_ROW(Enforcement, name, text, meaning)
 #define TESSERA_DR_ROW(name, text, meaning) TESSERA_POLICY_ROW(DriftAction, name, text, meaning)
@@ -32,32 +25,6 @@ constexpr std::array kDriftRows = {TESSERA_DRIFT_ACTIONS(TESSERA_DR_ROW)};
 #undef TESSERA_EN_ROW
 #undef TESSERA_DR_ROW
 #undef TESSERA_POLICY_ROW
-
-template <typename Rows, typename Enum>
-std::string_view NameIn(const Rows& rows, Enum value) {
-  for (const auto& row : rows) {
-    if (row.value == value) return row.name;
-  }
-  return "unknown";
-}
-
-template <typename Rows>
-std::string AcceptedIn(const Rows& rows) {
-  std::string out;
-  for (const auto& row : rows) {
-    if (!out.empty()) out += ", ";
-    out += row.name;
-  }
-  return out;
-}
-
-template <typename Rows>
-auto FindIn(const Rows& rows, std::string_view text) -> std::optional<decltype(rows[0].value)> {
-  for (const auto& row : rows) {
-    if (row.name == text) return row.value;
-  }
-  return std::nullopt;
-}
 
 bool IsDnsLabel(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
@@ -166,19 +133,15 @@ std::optional<TrustTier> ParseTierAt(const YAML::Node& node, const std::string& 
   return tier.ok() ? std::optional(*tier) : std::nullopt;
 }
 
-template <typename Rows>
-auto ParseEnumAt(const YAML::Node& node, const std::string& path, const Rows& rows,
-                 std::string_view what, Problems& problems)
-    -> std::optional<decltype(rows[0].value)> {
-  const std::string form = "accepted: " + AcceptedIn(rows);
-  auto text = Scalar(node, path, form, problems);
+template <typename Enum, std::size_t N>
+std::optional<Enum> ParseEnumAt(const YAML::Node& node, const std::string& path,
+                                const std::array<EnumRow<Enum>, N>& rows, std::string_view what,
+                                Problems& problems) {
+  auto text = Scalar(node, path, "accepted: " + AcceptedIn(rows), problems);
   if (!text) return std::nullopt;
-  auto value = FindIn(rows, *text);
-  if (!value) {
-    problems.Add(path, node, "\"" + QuoteForMessage(*text) + "\" is not " + std::string(what) +
-                                 "; " + form);
-  }
-  return value;
+  auto value = ParseIn(rows, *text, what);
+  Report(value, path, node, problems);
+  return value.ok() ? std::optional(*value) : std::nullopt;
 }
 
 void ParseTierAssignment(const YAML::Node& node, Policy& policy, Problems& problems) {
@@ -247,18 +210,18 @@ void ParseTierRule(const YAML::Node& node, const std::string& path, TierRule& ru
   }
   if (node["coTenancy"]) {
     if (auto v = ParseEnumAt(node["coTenancy"], path + ".coTenancy", kCoTenancyRows,
-                             "a co-tenancy rule", problems)) {
+                             "co-tenancy rule", problems)) {
       rule.co_tenancy = *v;
     }
   }
   if (node["enforcement"]) {
     if (auto v = ParseEnumAt(node["enforcement"], path + ".enforcement", kEnforcementRows,
-                             "an enforcement mode", problems)) {
+                             "enforcement mode", problems)) {
       rule.enforcement = *v;
     }
   }
   if (node["onDrift"]) {
-    if (auto v = ParseEnumAt(node["onDrift"], path + ".onDrift", kDriftRows, "a drift action",
+    if (auto v = ParseEnumAt(node["onDrift"], path + ".onDrift", kDriftRows, "drift action",
                              problems)) {
       rule.on_drift = *v;
     }
@@ -494,13 +457,6 @@ std::string ModesText(const TierRule& rule) {
   std::string out;
   for (SharingMode m : rule.modes) out += (out.empty() ? "" : ", ") + std::string(Name(m));
   return out;
-}
-
-std::string_view MeaningIn(const auto& rows, auto value) {
-  for (const auto& row : rows) {
-    if (row.value == value) return row.meaning;
-  }
-  return "";
 }
 
 }  // namespace
