@@ -98,17 +98,35 @@ CUresult Intercept<CudaHook::cuMemAllocPitch_v2>(CUdeviceptr* dptr, size_t* pitc
   return r;
 }
 
-template <>
-CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
-  EnsureInitialized();
-  TESSERA_REAL_OR_RETURN(real, cuMemFree_v2);
+// Charges `bytes` on CUDA device `dev` around `call`, recording the result under `key(table)`.
+template <typename Call, typename Key>
+CUresult ChargedOnDevice(CUdevice dev, std::uint64_t bytes, const char* what, Table table, Call call,
+                         Key key) {
+  const DeviceQuota quota = QuotaForDevice(dev);
+  if (!quota.limited) return call();
+  if (quota.refuse || ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS ||
+      !ReserveBytes(quota, bytes, what).ok()) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult r = call();
+  if (r != CUDA_SUCCESS) {
+    ReleaseBytes(quota, bytes);
+    return r;
+  }
+  RecordAllocation(key(), quota.region_device, bytes, table);
+  return r;
+}
+
+// Returns what was recorded under `key` once the driver has freed it.
+template <typename Call>
+CUresult Uncharged(CUdeviceptr key, Table table, Call call) {
   int device = -1;
   std::uint64_t bytes = 0;
-  const bool tracked = TakeAllocation(dptr, &device, &bytes);
-  const CUresult r = real(dptr);
+  const bool tracked = TakeAllocation(key, &device, &bytes, table);
+  const CUresult r = call();
   if (!tracked) return r;
   if (r != CUDA_SUCCESS) {
-    RecordAllocation(dptr, device, bytes);  // still allocated
+    RecordAllocation(key, device, bytes, table);  // still allocated
     return r;
   }
   DeviceQuota quota;
@@ -116,6 +134,40 @@ CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
   quota.region_device = device;
   ReleaseBytes(quota, bytes);
   return r;
+}
+
+// Bytes of one element of an array format (unknown formats: 4 bytes per channel, an over- rather
+// than under-estimate for the common ones).
+std::uint64_t FormatBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;
+  }
+}
+
+std::uint64_t ArrayBytes(std::uint64_t width, std::uint64_t height, std::uint64_t depth,
+                         CUarray_format format, unsigned int channels) {
+  return width * std::max<std::uint64_t>(height, 1) * std::max<std::uint64_t>(depth, 1) *
+         FormatBytes(format) * std::max(channels, 1u);
+}
+
+template <typename Handle>
+CUdeviceptr KeyOf(Handle handle) {
+  return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(handle));
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemFree_v2);
+  return Uncharged(dptr, Table::kPointers, [&] { return real(dptr); });
 }
 
 template <>
@@ -178,6 +230,89 @@ CUresult Intercept<CudaHook::cuDevicePrimaryCtxRetain>(CUcontext* ctx, CUdevice 
   EnsureInitialized();
   TESSERA_REAL_OR_RETURN(real, cuDevicePrimaryCtxRetain);
   return ChargedContext(dev, [&] { return real(ctx, dev); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemCreate>(CUmemGenericAllocationHandle* handle, size_t size,
+                                          const CUmemAllocationProp* prop, unsigned long long flags) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemCreate);
+  const auto call = [&] { return real(handle, size, prop, flags); };
+  // Only device memory is the GPU's: host and host-NUMA locations are not charged.
+  if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return call();
+  return ChargedOnDevice(prop->location.id, size, "cuMemCreate", Table::kHandles, call,
+                         [&] { return static_cast<CUdeviceptr>(*handle); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMemRelease>(CUmemGenericAllocationHandle handle) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMemRelease);
+  return Uncharged(static_cast<CUdeviceptr>(handle), Table::kHandles, [&] { return real(handle); });
+}
+
+// Arrays live on the current context's device.
+template <typename Call, typename Key>
+CUresult ChargedOnCurrentDevice(std::uint64_t bytes, const char* what, Call call, Key key) {
+  CUdevice dev = 0;
+  const auto get_device = Real<CudaHook::cuCtxGetDevice>();
+  if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return call();
+  return ChargedOnDevice(dev, bytes, what, Table::kHandles, call, key);
+}
+
+template <>
+CUresult Intercept<CudaHook::cuArrayCreate_v2>(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuArrayCreate_v2);
+  const auto call = [&] { return real(array, desc); };
+  if (desc == nullptr || array == nullptr) return call();
+  return ChargedOnCurrentDevice(ArrayBytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
+                                "cuArrayCreate", call, [&] { return KeyOf(*array); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuArray3DCreate_v2);
+  const auto call = [&] { return real(array, desc); };
+  if (desc == nullptr || array == nullptr) return call();
+  return ChargedOnCurrentDevice(
+      ArrayBytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels),
+      "cuArray3DCreate", call, [&] { return KeyOf(*array); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuArrayDestroy>(CUarray array) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuArrayDestroy);
+  return Uncharged(KeyOf(array), Table::kHandles, [&] { return real(array); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMipmappedArrayCreate>(CUmipmappedArray* array,
+                                                     const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                                     unsigned int levels) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMipmappedArrayCreate);
+  const auto call = [&] { return real(array, desc, levels); };
+  if (desc == nullptr || array == nullptr) return call();
+  // Every level halves each dimension (not below 1).
+  std::uint64_t bytes = 0;
+  std::uint64_t w = desc->Width, h = desc->Height, d = desc->Depth;
+  for (unsigned int level = 0; level < std::max(levels, 1u); ++level) {
+    bytes += ArrayBytes(w, h, d, desc->Format, desc->NumChannels);
+    w = std::max<std::uint64_t>(w / 2, 1);
+    h = h == 0 ? 0 : std::max<std::uint64_t>(h / 2, 1);
+    d = d == 0 ? 0 : std::max<std::uint64_t>(d / 2, 1);
+  }
+  return ChargedOnCurrentDevice(bytes, "cuMipmappedArrayCreate", call, [&] { return KeyOf(*array); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuMipmappedArrayDestroy>(CUmipmappedArray array) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuMipmappedArrayDestroy);
+  return Uncharged(KeyOf(array), Table::kHandles, [&] { return real(array); });
 }
 
 // The CUDA runtime fetches cuGetProcAddress by dlsym, then asks it for "cuGetProcAddress"

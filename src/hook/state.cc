@@ -62,8 +62,10 @@ struct State {
   // The allocation table. Held by pointer so a fork child can start afresh: the parent's other
   // threads may have held the mutex at fork() (they do not exist in the child).
   std::mutex* alloc_mu = new std::mutex();
-  std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>* allocations =
-      new std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>();
+  using AllocationMap = std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>;
+  AllocationMap* allocations = new AllocationMap();
+  AllocationMap* handles = new AllocationMap();
+  AllocationMap* TableOf(Table table) { return table == Table::kPointers ? allocations : handles; }
   // TESSERA_HOOK_STATS
   std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
   std::uint64_t configure_ns = 0;
@@ -141,7 +143,8 @@ void OnForkChild() {
   // The child has its own CUDA state (none) and needs its own slot. Never lock anything here:
   // a parent thread may have held these at fork(). The old table is leaked on purpose.
   s.alloc_mu = new std::mutex();
-  s.allocations = new std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>();
+  s.allocations = new State::AllocationMap();
+  s.handles = new State::AllocationMap();
   s.context_charged.store(0);
   // A parent thread that was publishing the driver's functions does not exist here.
   if (!g_initialized.load(std::memory_order_acquire)) g_init_claimed.store(false);
@@ -469,12 +472,12 @@ void UnchargeContext(CUdevice dev) {
   ReleaseBytes(q, ContextBytes(s, q.region_device));
 }
 
-void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes) {
+void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes, Table table) {
   State& s = S();
   std::pair<int, std::uint64_t> stale{-1, 0};
   {
     std::lock_guard<std::mutex> lock(*s.alloc_mu);
-    auto [it, inserted] = s.allocations->try_emplace(ptr, region_device, bytes);
+    auto [it, inserted] = s.TableOf(table)->try_emplace(ptr, region_device, bytes);
     if (!inserted) {
       stale = it->second;  // freed through a path we do not track; the driver reused it
       it->second = {region_device, bytes};
@@ -485,14 +488,15 @@ void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes) {
   }
 }
 
-bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes) {
+bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes, Table table) {
   State& s = S();
   std::lock_guard<std::mutex> lock(*s.alloc_mu);
-  auto it = s.allocations->find(ptr);
-  if (it == s.allocations->end()) return false;
+  State::AllocationMap* map = s.TableOf(table);
+  auto it = map->find(ptr);
+  if (it == map->end()) return false;
   *region_device = it->second.first;
   *bytes = it->second.second;
-  s.allocations->erase(it);
+  map->erase(it);
   return true;
 }
 
@@ -500,6 +504,7 @@ void ResetForTest() {
   State& s = S();
   std::lock_guard<std::mutex> lock(*s.alloc_mu);
   s.allocations->clear();
+  s.handles->clear();
   s.context_charged.store(0);
   ResetOrdinalMap(s);
 }

@@ -51,9 +51,13 @@ CUresult ChargeContextOnce(CUdevice dev, bool* charged_now);
 // Returns a charge made by ChargeContextOnce (the driver then failed to create the context).
 void UnchargeContext(CUdevice dev);
 
-// The allocation table: pointer -> (region device, bytes).
-void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes);
-bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes);
+// The allocation tables: what a free must return. Pointers (cuMemAlloc*, pitch, managed) and
+// handles (VMM allocation handles, arrays) are kept apart: their values may coincide.
+enum class Table : std::uint8_t { kPointers, kHandles };
+void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes,
+                      Table table = Table::kPointers);
+bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes,
+                    Table table = Table::kPointers);
 
 // The container's view of a device for NVML: its cap and the container's usage, if a tessera
 // limit applies (`nvml_index` is used in HAMi-compatible mode, whose limits are per index).

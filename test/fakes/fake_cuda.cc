@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -118,6 +119,43 @@ CUresult Allocate(CUdeviceptr* dptr, std::uint64_t bytes) {
   F().next_address += (bytes + 0xfff) & ~0xfffULL;
   F().allocations[*dptr] = {t_current, bytes};
   return CUDA_SUCCESS;
+}
+
+// Physical memory held by handles (VMM allocations, arrays): handle -> (physical device, bytes).
+std::mutex g_handles_mu;
+std::unordered_map<std::uint64_t, std::pair<int, std::uint64_t>> g_handles;
+std::uint64_t g_next_handle = 0x100;
+
+CUresult TakeHandle(int physical, std::uint64_t bytes, std::uint64_t* handle) {
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!TakePhysical(physical, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  *handle = g_next_handle++;
+  g_handles[*handle] = {physical, bytes};
+  return CUDA_SUCCESS;
+}
+
+CUresult ReturnHandle(std::uint64_t handle) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_handles.find(handle);
+  if (it == g_handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  F().shared->physical[it->second.first].fetch_sub(it->second.second);
+  g_handles.erase(it);
+  return CUDA_SUCCESS;
+}
+
+std::uint64_t ElementBytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;
+  }
 }
 
 // The default behaviour of a row: succeed.
@@ -256,6 +294,52 @@ CUresult Behave<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_byt
 }
 
 void* FakeEntryPoint(std::size_t index);  // defined after the exported functions
+
+template <>
+CUresult Behave<CudaHook::cuMemCreate>(CUmemGenericAllocationHandle* handle, size_t size,
+                                       const CUmemAllocationProp* prop, unsigned long long) {
+  if (handle == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    *handle = 0x7000000;  // host memory: not the GPU's
+    return CUDA_SUCCESS;
+  }
+  if (!ValidDevice(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  std::uint64_t h = 0;
+  const CUresult r = TakeHandle(Physical(prop->location.id), size, &h);
+  if (r == CUDA_SUCCESS) *handle = h;
+  return r;
+}
+template <>
+CUresult Behave<CudaHook::cuMemRelease>(CUmemGenericAllocationHandle handle) {
+  return handle == 0x7000000 ? CUDA_SUCCESS : ReturnHandle(handle);
+}
+CUresult CreateArray(std::uint64_t bytes, std::uint64_t* handle) {
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  return TakeHandle(Physical(t_current), bytes, handle);
+}
+template <>
+CUresult Behave<CudaHook::cuArrayCreate_v2>(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* d) {
+  if (array == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t h = 0;
+  const CUresult r = CreateArray(d->Width * std::max<std::size_t>(d->Height, 1) * ElementBytes(d->Format) *
+                                     d->NumChannels, &h);
+  if (r == CUDA_SUCCESS) *array = reinterpret_cast<CUarray>(h);
+  return r;
+}
+template <>
+CUresult Behave<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+  if (array == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::uint64_t h = 0;
+  const CUresult r = CreateArray(d->Width * std::max<std::size_t>(d->Height, 1) *
+                                     std::max<std::size_t>(d->Depth, 1) * ElementBytes(d->Format) *
+                                     d->NumChannels, &h);
+  if (r == CUDA_SUCCESS) *array = reinterpret_cast<CUarray>(h);
+  return r;
+}
+template <>
+CUresult Behave<CudaHook::cuArrayDestroy>(CUarray array) {
+  return ReturnHandle(reinterpret_cast<std::uintptr_t>(array));
+}
 
 // cuGetProcAddress as the driver answers it: among the rows for `symbol`, the newest whose
 // version is not above the caller's, preferring the per-thread variant when asked for.

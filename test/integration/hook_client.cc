@@ -223,6 +223,62 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("nvml2_result=%d nvml2_total=%llu nvml2_used=%llu\n", r2, m2.total, m2.used);
     return 0;
   }
+  if (scenario == "vmm") {  // vmm CHUNK: cuMemCreate until refused, map one, release all
+    auto create = reinterpret_cast<decltype(&cuMemCreate)>(dlsym(RTLD_DEFAULT, "cuMemCreate"));
+    auto release = reinterpret_cast<decltype(&cuMemRelease)>(dlsym(RTLD_DEFAULT, "cuMemRelease"));
+    auto reserve = reinterpret_cast<decltype(&cuMemAddressReserve)>(dlsym(RTLD_DEFAULT, "cuMemAddressReserve"));
+    auto map = reinterpret_cast<decltype(&cuMemMap)>(dlsym(RTLD_DEFAULT, "cuMemMap"));
+    const std::uint64_t chunk = std::strtoull(argv[1], nullptr, 10);
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    std::vector<CUmemGenericAllocationHandle> handles;
+    CUresult r = CUDA_SUCCESS;
+    for (;;) {
+      CUmemGenericAllocationHandle h = 0;
+      if ((r = create(&h, chunk, &prop, 0)) != CUDA_SUCCESS) break;
+      handles.push_back(h);
+    }
+    std::printf("vmm_created=%zu vmm_last=%d\n", handles.size(), r);
+    CUdeviceptr va = 0;
+    if (!handles.empty() && reserve(&va, chunk, 0, 0, 0) == CUDA_SUCCESS) {
+      std::printf("vmm_map=%d\n", map(va, chunk, 0, handles[0], 0));
+    }
+    size_t free_before = 0, total = 0;
+    api.get_info(&free_before, &total);
+    for (auto h : handles) release(h);
+    size_t free_after = 0;
+    api.get_info(&free_after, &total);
+    std::printf("vmm_free_before=%zu vmm_free_after=%zu\n", free_before, free_after);
+    CUmemAllocationProp host{};
+    host.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemGenericAllocationHandle hh = 0;
+    std::printf("vmm_host=%d\n", create(&hh, chunk * 1000, &host, 0));
+    return 0;
+  }
+  if (scenario == "array") {  // array: 2D arrays of 1024x1024 float4 (16 MiB) until refused
+    auto create = reinterpret_cast<decltype(&cuArrayCreate_v2)>(dlsym(RTLD_DEFAULT, "cuArrayCreate_v2"));
+    auto destroy = reinterpret_cast<decltype(&cuArrayDestroy)>(dlsym(RTLD_DEFAULT, "cuArrayDestroy"));
+    CUDA_ARRAY_DESCRIPTOR desc{};
+    desc.Width = 1024;
+    desc.Height = 1024;
+    desc.Format = CU_AD_FORMAT_FLOAT;
+    desc.NumChannels = 4;
+    std::vector<CUarray> arrays;
+    CUresult r = CUDA_SUCCESS;
+    for (;;) {
+      CUarray a = nullptr;
+      if ((r = create(&a, &desc)) != CUDA_SUCCESS) break;
+      arrays.push_back(a);
+    }
+    std::printf("arrays=%zu array_last=%d\n", arrays.size(), r);
+    for (auto a : arrays) destroy(a);
+    CUarray again = nullptr;
+    std::printf("array_after_destroy=%d\n", create(&again, &desc));
+    return 0;
+  }
   if (scenario == "launch") {  // per-thread and legacy launches reach the driver
     std::printf("launch=%d\n", api.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
     std::printf("launch_ptsz=%d\n", api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));

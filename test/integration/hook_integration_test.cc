@@ -274,6 +274,27 @@ TEST_F(HookTest, NvmlReportsTheCapAndTheContainersUsage) {
   EXPECT_EQ(other.Num("nvml_total"), 16 * kGiB) << other.text;  // GPU 1 is not in the limits
 }
 
+TEST_F(HookTest, VirtualMemoryIsChargedAtCreateNotAtMap) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"vmm", std::to_string(8 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("vmm_created"), "8") << out.text;   // 8 x 8 MiB = the cap
+  EXPECT_EQ(out.Get("vmm_last"), "2");
+  EXPECT_EQ(out.Get("vmm_map"), "0");                   // mapping is not charged again
+  EXPECT_EQ(out.Num("vmm_free_before"), 0u);
+  EXPECT_EQ(out.Num("vmm_free_after"), 64 * kMiB);      // cuMemRelease returned it all
+  EXPECT_EQ(out.Get("vmm_host"), "0");                  // host memory is not the GPU's
+}
+
+TEST_F(HookTest, ArraysAreCharged) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"array"});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("arrays"), "4") << out.text;  // 4 x 16 MiB
+  EXPECT_EQ(out.Get("array_last"), "2");
+  EXPECT_EQ(out.Get("array_after_destroy"), "0");
+}
+
 TEST_F(HookTest, ContextIsChargedOncePerProcess) {
   Limit(64 * kMiB, /*context=*/16 * kMiB);
   const Output out = Client("dlopen", {"alloc", "plain", std::to_string(4 * kMiB)});
