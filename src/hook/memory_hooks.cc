@@ -28,7 +28,10 @@ CUresult ChargedAllocation(std::uint64_t bytes, const char* what, CUdeviceptr* o
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   if (ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  if (!ReserveBytes(quota, bytes, what).ok()) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!ReserveBytes(quota, bytes, what).ok() &&
+      !(TrimPoolsForRetry() && ReserveBytes(quota, bytes, what).ok())) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const CUresult r = call();
   if (r != CUDA_SUCCESS) {
     ReleaseBytes(quota, bytes);

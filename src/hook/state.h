@@ -67,6 +67,10 @@ bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::ui
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn RealDlsym();
 
+// Trims this process's memory pools and returns their freed reserve (pool_hooks.cc); true if
+// some charge went down. Called before an allocation is refused.
+bool TrimPoolsForRetry();
+
 // Test hook: forget everything (used only by unit tests that link the state directly).
 void ResetForTest();
 

@@ -144,6 +144,41 @@ CUresult ReturnHandle(std::uint64_t handle) {
   return CUDA_SUCCESS;
 }
 
+// Stream-ordered pools: memory freed into a pool stays reserved (physical) until trimmed.
+struct FakePool {
+  int physical = 0;
+  std::uint64_t reserved = 0;
+  std::uint64_t unused = 0;
+};
+std::unordered_map<CUmemoryPool, FakePool> g_pools;
+std::unordered_map<CUdeviceptr, std::pair<CUmemoryPool, std::uint64_t>> g_pool_allocations;
+std::uintptr_t g_next_pool = 0x4000;
+constexpr std::uint64_t kPoolGranularity = 2ULL << 20;
+
+CUmemoryPool DefaultPool(int physical) {
+  auto pool = reinterpret_cast<CUmemoryPool>(static_cast<std::uintptr_t>(0x3000 + physical));
+  g_pools.try_emplace(pool, FakePool{physical, 0, 0});
+  return pool;
+}
+
+CUresult PoolAllocate(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool) {
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_pools.find(pool);
+  if (it == g_pools.end()) return CUDA_ERROR_INVALID_VALUE;
+  FakePool& p = it->second;
+  if (p.unused < bytes) {
+    const std::uint64_t grow = (bytes - p.unused + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
+    if (!TakePhysical(p.physical, grow)) return CUDA_ERROR_OUT_OF_MEMORY;
+    p.reserved += grow;
+    p.unused += grow;
+  }
+  p.unused -= bytes;
+  *dptr = 0x900000000000ULL + (g_next_handle++ << 24);
+  g_pool_allocations[*dptr] = {pool, bytes};
+  return CUDA_SUCCESS;
+}
+
 std::uint64_t ElementBytes(CUarray_format format) {
   switch (format) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
@@ -339,6 +374,98 @@ CUresult Behave<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D
 template <>
 CUresult Behave<CudaHook::cuArrayDestroy>(CUarray array) {
   return ReturnHandle(reinterpret_cast<std::uintptr_t>(array));
+}
+CUresult FakeDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr || !ValidDevice(dev)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  *pool = DefaultPool(Physical(dev));
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceGetMemPool>(CUmemoryPool* pool, CUdevice dev) {
+  return FakeDeviceGetMemPool(pool, dev);
+}
+template <>
+CUresult Behave<CudaHook::cuDeviceGetDefaultMemPool>(CUmemoryPool* pool, CUdevice dev) {
+  return FakeDeviceGetMemPool(pool, dev);
+}
+CUresult FakeAllocAsync(CUdeviceptr* dptr, size_t bytes) {
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  CUmemoryPool pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_handles_mu);
+    pool = DefaultPool(Physical(t_current));
+  }
+  return PoolAllocate(dptr, bytes, pool);
+}
+template <>
+CUresult Behave<CudaHook::cuMemAllocAsync>(CUdeviceptr* dptr, size_t bytes, CUstream) {
+  return FakeAllocAsync(dptr, bytes);
+}
+template <>
+CUresult Behave<CudaHook::cuMemAllocAsync_ptsz>(CUdeviceptr* dptr, size_t bytes, CUstream) {
+  return FakeAllocAsync(dptr, bytes);
+}
+template <>
+CUresult Behave<CudaHook::cuMemAllocFromPoolAsync>(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
+                                                   CUstream) {
+  return PoolAllocate(dptr, bytes, pool);
+}
+template <>
+CUresult Behave<CudaHook::cuMemAllocFromPoolAsync_ptsz>(CUdeviceptr* dptr, size_t bytes,
+                                                        CUmemoryPool pool, CUstream) {
+  return PoolAllocate(dptr, bytes, pool);
+}
+CUresult FakeFreeAsync(CUdeviceptr dptr) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_pool_allocations.find(dptr);
+  if (it == g_pool_allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  g_pools[it->second.first].unused += it->second.second;
+  g_pool_allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemFreeAsync>(CUdeviceptr dptr, CUstream) { return FakeFreeAsync(dptr); }
+template <>
+CUresult Behave<CudaHook::cuMemFreeAsync_ptsz>(CUdeviceptr dptr, CUstream) { return FakeFreeAsync(dptr); }
+template <>
+CUresult Behave<CudaHook::cuMemPoolTrimTo>(CUmemoryPool pool, size_t keep) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_pools.find(pool);
+  if (it == g_pools.end()) return CUDA_ERROR_INVALID_VALUE;
+  FakePool& p = it->second;
+  const std::uint64_t above = p.reserved > keep ? p.reserved - keep : 0;
+  const std::uint64_t release = std::min(p.unused, above);
+  p.reserved -= release;
+  p.unused -= release;
+  F().shared->physical[p.physical].fetch_sub(release);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemPoolGetAttribute>(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_pools.find(pool);
+  if (it == g_pools.end() || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attr != CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) return CUDA_ERROR_NOT_SUPPORTED;
+  *static_cast<cuuint64_t*>(value) = it->second.reserved;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemPoolCreate>(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (pool == nullptr || props == nullptr || !ValidDevice(props->location.id)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  *pool = reinterpret_cast<CUmemoryPool>(g_next_pool++);
+  g_pools[*pool] = FakePool{Physical(props->location.id), 0, 0};
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuMemPoolDestroy>(CUmemoryPool pool) {
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  auto it = g_pools.find(pool);
+  if (it == g_pools.end()) return CUDA_ERROR_INVALID_VALUE;
+  F().shared->physical[it->second.physical].fetch_sub(it->second.reserved);
+  g_pools.erase(it);
+  return CUDA_SUCCESS;
 }
 
 // cuGetProcAddress as the driver answers it: among the rows for `symbol`, the newest whose

@@ -258,6 +258,42 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("vmm_host=%d\n", create(&hh, chunk * 1000, &host, 0));
     return 0;
   }
+  if (scenario == "pool") {  // pool CHUNK: cuMemAllocAsync until refused, free them all, then
+                             // a plain allocation must get the pool's freed reserve back
+    auto alloc_async = reinterpret_cast<decltype(&cuMemAllocAsync)>(dlsym(RTLD_DEFAULT, "cuMemAllocAsync"));
+    auto free_async = reinterpret_cast<decltype(&cuMemFreeAsync)>(dlsym(RTLD_DEFAULT, "cuMemFreeAsync"));
+    auto create = reinterpret_cast<decltype(&cuMemPoolCreate)>(dlsym(RTLD_DEFAULT, "cuMemPoolCreate"));
+    auto from_pool = reinterpret_cast<decltype(&cuMemAllocFromPoolAsync)>(dlsym(RTLD_DEFAULT, "cuMemAllocFromPoolAsync"));
+    auto destroy = reinterpret_cast<decltype(&cuMemPoolDestroy)>(dlsym(RTLD_DEFAULT, "cuMemPoolDestroy"));
+    const std::uint64_t chunk = std::strtoull(argv[1], nullptr, 10);
+    std::vector<CUdeviceptr> ptrs;
+    CUresult r = CUDA_SUCCESS;
+    for (;;) {
+      CUdeviceptr p = 0;
+      if ((r = alloc_async(&p, chunk, nullptr)) != CUDA_SUCCESS) break;
+      ptrs.push_back(p);
+    }
+    std::printf("pool_allocs=%zu pool_last=%d\n", ptrs.size(), r);
+    for (auto p : ptrs) free_async(p, nullptr);
+    size_t free_bytes = 0, total = 0;
+    api.get_info(&free_bytes, &total);
+    std::printf("pool_free_after_frees=%zu\n", free_bytes);  // still reserved by the pool
+    CUdeviceptr plain = 0;
+    std::printf("plain_after_free=%d\n", api.alloc(&plain, chunk * 2));
+    api.free(plain);
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUmemoryPool pool = nullptr;
+    std::printf("pool_create=%d\n", create(&pool, &props));
+    CUdeviceptr q = 0;
+    std::printf("from_pool=%d\n", from_pool(&q, chunk, pool, nullptr));
+    std::printf("pool_destroy=%d\n", destroy(pool));
+    api.get_info(&free_bytes, &total);
+    std::printf("pool_free_at_end=%zu\n", free_bytes);
+    return 0;
+  }
   if (scenario == "array") {  // array: 2D arrays of 1024x1024 float4 (16 MiB) until refused
     auto create = reinterpret_cast<decltype(&cuArrayCreate_v2)>(dlsym(RTLD_DEFAULT, "cuArrayCreate_v2"));
     auto destroy = reinterpret_cast<decltype(&cuArrayDestroy)>(dlsym(RTLD_DEFAULT, "cuArrayDestroy"));

@@ -286,6 +286,24 @@ TEST_F(HookTest, VirtualMemoryIsChargedAtCreateNotAtMap) {
   EXPECT_EQ(out.Get("vmm_host"), "0");                  // host memory is not the GPU's
 }
 
+// A pool is charged its reserved memory: frees keep it charged (the pool keeps the memory),
+// and the process's pools are trimmed before an allocation is refused.
+TEST_F(HookTest, MemoryPoolsAreChargedTheirReserveAndTrimmedBeforeRefusing) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"pool", std::to_string(8 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("pool_allocs"), "8") << out.text;
+  EXPECT_EQ(out.Get("pool_last"), "2");
+  EXPECT_EQ(out.Num("pool_free_after_frees"), 0u);   // freed into the pool, still reserved
+  EXPECT_EQ(out.Get("plain_after_free"), "0");       // trimmed, then granted
+  EXPECT_EQ(out.Get("pool_create"), "0");
+  EXPECT_EQ(out.Get("from_pool"), "0");
+  EXPECT_EQ(out.Get("pool_destroy"), "0");
+  // The default pool was trimmed to nothing, the plain allocation freed, and destroying the
+  // created pool returned its reserve: the whole cap is free again.
+  EXPECT_EQ(out.Num("pool_free_at_end"), 64 * kMiB) << out.text;
+}
+
 TEST_F(HookTest, ArraysAreCharged) {
   Limit(64 * kMiB);
   const Output out = Client("dlopen", {"array"});
