@@ -7,6 +7,7 @@
 
 #include "cli/advise_cmd.h"
 #include "cli/core_commands.h"
+#include "sim/sim_command.h"
 
 namespace tessera::cli {
 
@@ -26,6 +27,10 @@ int ToExitCode(const Status& status) {
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   // Dependency-free subcommands first (`run` takes everything after `--` verbatim).
   if (const int code = RunCoreCommand({argv + 1, argv + argc}, out, err); code >= 0) return code;
+  // `sim` parses its own arguments (tessera::sim::RunSimCommand).
+  if (argc >= 2 && std::string(argv[1]) == "sim") {
+    return sim::RunSimCommand({argv + 2, argv + argc}, out, err);
+  }
   CLI::App app{"tessera: GPU sharing for Kubernetes that keeps the promises it schedules"};
   app.require_subcommand(1);
   int exit_code = 0;
@@ -34,6 +39,7 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.add_subcommand("run", "Run a command under a GPU memory cap on a local GPU");
   app.add_subcommand("version", "Print the version and the shared-region ABI");
   app.add_subcommand("names", "List every resource, annotation, label, env var and path");
+  app.add_subcommand("sim", "Replay a GPU trace through placement policies (tessera sim --help)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

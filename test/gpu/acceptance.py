@@ -93,12 +93,96 @@ def paired(name, native_cmd, tessera_cmd, key, env=None):
     return res
 
 
+def capped_group(n, cap, cmd, settle_s):
+    """n processes of one container (one `tessera run`, one region) each running cmd; returns
+    the container's peak physical usage (NVML, outside the cap) and what each process got."""
+    script = " & ".join([" ".join(cmd)] * n) + " & wait"
+    proc = subprocess.Popen(capped(["sh", "-c", script], cap=cap), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak, end = 0, time.time() + settle_s
+    while time.time() < end:
+        used = sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(GPU))
+        peak = max(peak, used)
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=600)
+    got = [json.loads(l)["got"] for l in out.splitlines() if l.startswith("{")]
+    return {"processes": n, "cap": cap, "peak_physical": peak, "granted": got,
+            "tessera": [l for l in err.splitlines() if l.startswith("tessera run")][-1:]}
+
+
+def startup_at_scale(n, repeats=3):
+    """Wall time for n processes of one container to start, create a context and allocate 1 MiB,
+    native vs under tessera (same limits file and region for all n)."""
+    keep = subprocess.run([TESSERA, "run", "--gpu-memory", "100Gi", "--keep", "--", "true"],
+                          capture_output=True, text=True).stderr
+    kept = [l.split("kept ")[1] for l in keep.splitlines() if "kept " in l][0]
+    uuid = pynvml.nvmlDeviceGetUUID(GPU)
+    env_t = dict(os.environ, LD_PRELOAD=HOOK, TESSERA_LIMITS_FILE=f"{kept}/limits",
+                 TESSERA_REGION_FILE=f"{kept}/region", CUDA_VISIBLE_DEVICES=uuid)
+    env_n = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid)
+    rows = {"native": [], "tessera": []}
+    for i in range(repeats):
+        for name in (("native", "tessera") if i % 2 == 0 else ("tessera", "native")):
+            env = env_n if name == "native" else env_t
+            t0 = time.perf_counter()
+            procs = [subprocess.Popen([f"{BIN}/driver_probe", "first-call"], stdout=subprocess.DEVNULL,
+                                      env=env) for _ in range(n)]
+            for p in procs:
+                p.wait()
+            rows[name].append(time.perf_counter() - t0)
+    n_med, t_med = statistics.median(rows["native"]), statistics.median(rows["tessera"])
+    return {"processes": n, "native_s": rows["native"], "tessera_s": rows["tessera"],
+            "ratio_of_medians": t_med / n_med}
+
+
+def part2(py):
+    """libtessera-cuda part 2 on the real GPU: pools, VMM, JAX, several processes, start-up."""
+    env_async = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    env_expand = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    env_jax_lazy = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    for name, cmd, env in (
+            ("PyTorch expandable segments (VMM: cuMemCreate)", py + ["torch-fill", "64"], env_expand),
+            ("PyTorch cudaMallocAsync backend (pools)", py + ["torch-fill", "64"], env_async),
+            ("CuPy MemoryAsyncPool (pools)", py + ["cupy-fill", "64", "async"], None),
+            ("JAX, preallocation off", py + ["jax-fill", "64"], env_jax_lazy),
+            ("JAX, preallocation on (default)", py + ["jax-fill", "64"], None)):
+        saved = dict(os.environ)
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        try:
+            fill(name, cmd)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    results["groups"] = [
+        capped_group(4, "4Gi", py + ["hold-for", "1536", "6"], 8.0),
+        capped_group(16, "16Gi", py + ["hold-for", "1536", "8"], 10.0),
+    ]
+    results["startup"] = startup_at_scale(64)
+
+
 def main():
     nvcc = ["nvcc", "-O2", "-std=c++17", "-arch=sm_90"]
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(nvcc + ["-o", f"{BIN}/driver_probe", f"{HERE}/driver_probe.cc", "-lcuda"], check=True)
     subprocess.run(nvcc + ["-o", f"{BIN}/runtime_probe", f"{HERE}/runtime_probe.cu", "-lcuda"], check=True)
     py = [sys.executable, f"{HERE}/workloads.py"]
+    if os.environ.get("SUITE") == "part2":
+        part2(py)
+        with open(os.path.join(OUT, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"\n{results['gpu']} driver {results['driver']} kernel {results['kernel']} {results['date']}")
+        print("\n| workload (cap 4 GiB) | app got | error | reported total | NVML physical |")
+        print("|---|---|---|---|---|")
+        for row in results["caps"]:
+            r = row["report"] or {}
+            phys = row["physical"]
+            total = r.get("total") or 0
+            print(f"| {row['workload']} | {r.get('allocated', 0) / GIB:.2f} GiB | {r.get('error', r.get('last_error'))} "
+                  f"| {total / GIB:.2f} GiB | {'?' if phys is None else f'{phys / GIB:.2f} GiB'} |")
+        print(json.dumps({"groups": results["groups"], "startup": results["startup"]}, indent=1))
+        return
 
     # 1. Caps: 4 GiB, each path.
     fill("driver API (cuMemAlloc)", [f"{BIN}/driver_probe", "fill", "64"])

@@ -32,8 +32,10 @@ def torch_fill(mib):
           "reserved": torch.cuda.memory_reserved()})
 
 
-def cupy_fill(mib):
+def cupy_fill(mib, pool="default"):
     import cupy
+    if pool == "async":  # stream-ordered allocation (cudaMallocAsync pools)
+        cupy.cuda.set_allocator(cupy.cuda.MemoryAsyncPool().malloc)
     chunks, allocated = [], 0
     try:
         while True:
@@ -44,6 +46,36 @@ def cupy_fill(mib):
     free, total = cupy.cuda.runtime.memGetInfo()
     hold({"allocated": allocated, "error": error, "free": free, "total": total,
           "pool_bytes": cupy.get_default_memory_pool().total_bytes()})
+
+
+def jax_fill(mib):
+    """JAX: with XLA_PYTHON_CLIENT_PREALLOCATE=false it grows until refused; by default it
+    preallocates 75 % of the memory the driver reports free (i.e. of the cap)."""
+    import jax
+    import jax.numpy as jnp
+    chunks, allocated, error = [], 0, "none"
+    try:
+        while allocated < (64 << 30):
+            chunks.append(jax.device_put(jnp.zeros((mib << 20,), dtype=jnp.uint8)))
+            chunks[-1].block_until_ready()
+            allocated += mib << 20
+    except Exception as e:  # XlaRuntimeError: RESOURCE_EXHAUSTED
+        error = type(e).__name__
+    stats = jax.devices()[0].memory_stats() or {}
+    hold({"allocated": allocated, "error": error, "bytes_limit": stats.get("bytes_limit"),
+          "total": stats.get("bytes_limit"), "free": 0})
+
+
+def hold_for(mib, seconds):
+    """Allocate MIB with the runtime and keep it for SECONDS (several processes of one container)."""
+    import torch
+    try:
+        x = torch.empty(mib << 20, dtype=torch.uint8, device="cuda")
+        got = x.numel()
+    except torch.OutOfMemoryError:
+        got = 0
+    print(json.dumps({"pid": os.getpid(), "got": got}), flush=True)
+    time.sleep(seconds)
 
 
 def training(gib):
@@ -102,7 +134,11 @@ if __name__ == "__main__":
     if mode == "torch-fill":
         torch_fill(int(sys.argv[2]))
     elif mode == "cupy-fill":
-        cupy_fill(int(sys.argv[2]))
+        cupy_fill(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "default")
+    elif mode == "jax-fill":
+        jax_fill(int(sys.argv[2]))
+    elif mode == "hold-for":
+        hold_for(int(sys.argv[2]), float(sys.argv[3]))
     elif mode == "training":
         sys.exit(training(int(sys.argv[2])))
     elif mode == "preprocessing":

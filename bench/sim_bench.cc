@@ -1,0 +1,55 @@
+// The whole published experiment grid on one trace: 6 policies x 10 seeds (42..51) of the
+// default trace, run on `threads` threads (the acceptance target: < 60 s on a 2-core machine).
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "sim/go_source.h"
+#include "sim/replay.h"
+#include "sim/trace.h"
+
+namespace tessera::sim {
+namespace {
+
+void BM_SixPoliciesTenSeeds(benchmark::State& state) {
+  const auto threads = static_cast<unsigned>(state.range(0));
+  auto nodes = LoadNodeCsv(std::string(TESSERA_TRACE_DATA) + "/openb_node_list_gpu_node.csv");
+  auto pods = LoadPodCsv(std::string(TESSERA_TRACE_DATA) + "/openb_pod_list_default.csv");
+  if (!nodes.ok() || !pods.ok()) {
+    state.SkipWithError("trace data missing");
+    return;
+  }
+  auto input = MakeSimInput(std::move(nodes).value(), std::move(pods).value(), "default");
+  if (!input.ok()) {
+    state.SkipWithError(input.status().ToString().c_str());
+    return;
+  }
+  RunOptions options;
+  options.rng = GoSourceAvailable() ? RngKind::kGo : RngKind::kStd;
+  for (auto _ : state) {
+    std::atomic<int> next{0};
+    std::atomic<int> failures{0};
+    auto work = [&] {
+      for (int j = next++; j < 60; j = next++) {
+        auto r = RunExperiment(*input, static_cast<placement::PolicyKind>(j / 10), 42 + j % 10,
+                               options);
+        if (!r.ok()) ++failures;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    if (failures > 0) state.SkipWithError("a run failed");
+  }
+  state.counters["runs"] = 60;
+}
+BENCHMARK(BM_SixPoliciesTenSeeds)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace tessera::sim
+
+BENCHMARK_MAIN();

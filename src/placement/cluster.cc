@@ -1,0 +1,378 @@
+#include "placement/cluster.h"
+
+#include <algorithm>
+#include <bit>
+#include <set>
+#include <utility>
+
+namespace tessera::placement {
+namespace {
+
+bool ScopeAllows(policy::CoTenancy scope, std::uint32_t ns_a, TrustTier tier_a, std::uint32_t ns_b,
+                 TrustTier tier_b) {
+  switch (scope) {
+    case policy::CoTenancy::kAny:
+      return true;
+    case policy::CoTenancy::kSameTier:
+      return tier_a == tier_b;
+    case policy::CoTenancy::kSameNamespace:
+      return ns_a == ns_b;
+    case policy::CoTenancy::kNone:
+      return false;
+  }
+  return false;
+}
+
+bool IsOpen(policy::CoTenancy scope, SharingMode mode) {
+  return scope == policy::CoTenancy::kAny &&
+         (mode == SharingMode::kShared || mode == SharingMode::kNative);
+}
+
+}  // namespace
+
+void ApplyTrustPolicy(const policy::Policy& policy, Request& request) {
+  request.co_tenancy = policy.Rule(request.tier).co_tenancy;
+}
+
+Cluster::Cluster(std::vector<Node> nodes) : nodes_(std::move(nodes)) {}
+
+StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes) {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.name.empty()) return InvalidArgumentError("node " + std::to_string(i) + ": empty name");
+    if (!names.insert(n.name).second) {
+      return InvalidArgumentError("node \"" + n.name + "\": duplicate name");
+    }
+    if (n.cpu_milli < 0 || n.memory_bytes < 0) {
+      return InvalidArgumentError("node \"" + n.name + "\": negative CPU or memory");
+    }
+    if (n.gpus.size() > kMaxGpusPerNode) {
+      return InvalidArgumentError("node \"" + n.name + "\": " + std::to_string(n.gpus.size()) +
+                                  " GPUs; at most 64 are supported");
+    }
+    for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+      const Gpu& gpu = n.gpus[g];
+      if (gpu.model.empty()) {
+        return InvalidArgumentError("node \"" + n.name + "\" GPU " + std::to_string(g) +
+                                    ": empty model");
+      }
+      if (gpu.mig_instances.size() > 64) {
+        return InvalidArgumentError("node \"" + n.name + "\": more than 64 MIG instances");
+      }
+      for (const std::uint32_t peer : gpu.nvlink_peers) {
+        if (peer >= n.gpus.size() || peer == g) {
+          return InvalidArgumentError("node \"" + n.name + "\" GPU " + std::to_string(g) +
+                                      ": NVLink peer " + std::to_string(peer) + " out of range");
+        }
+      }
+    }
+  }
+  Cluster cluster(std::move(nodes));
+  cluster.gpu_model_ids_.resize(cluster.nodes_.size());
+  cluster.node_models_.assign(cluster.nodes_.size(), kMixedModel);
+  for (std::size_t i = 0; i < cluster.nodes_.size(); ++i) {
+    const Node& n = cluster.nodes_[i];
+    for (const Gpu& gpu : n.gpus) {
+      auto it = std::find(cluster.models_.begin(), cluster.models_.end(), gpu.model);
+      if (it == cluster.models_.end()) {
+        if (cluster.models_.size() == kMaxModels) {
+          return InvalidArgumentError("more than 64 distinct GPU models");
+        }
+        cluster.models_.push_back(gpu.model);
+        it = cluster.models_.end() - 1;
+      }
+      cluster.gpu_model_ids_[i].push_back(
+          static_cast<std::uint32_t>(it - cluster.models_.begin()));
+    }
+    const auto& ids = cluster.gpu_model_ids_[i];
+    if (!ids.empty() && std::all_of(ids.begin(), ids.end(), [&](auto m) { return m == ids[0]; })) {
+      cluster.node_models_[i] = ids[0];
+    }
+    cluster.total_gpus_ += n.gpus.size();
+    cluster.total_gpu_milli_ += static_cast<std::int64_t>(n.gpus.size()) * kMilliPerGpu;
+  }
+  cluster.Reset();
+  return cluster;
+}
+
+void Cluster::Reset() {
+  states_.assign(nodes_.size(), NodeState{});
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState& s = states_[i];
+    s.cpu_free = nodes_[i].cpu_milli;
+    s.memory_free = nodes_[i].memory_bytes;
+    s.gpus.resize(nodes_[i].gpus.size());
+    for (std::size_t g = 0; g < s.gpus.size(); ++g) {
+      s.gpus[g].memory_free = nodes_[i].gpus[g].memory_bytes;
+    }
+    RecomputeMilliFree(i);
+  }
+}
+
+void Cluster::RecomputeMilliFree(std::size_t node) {
+  NodeState& s = states_[node];
+  const Node& n = nodes_[node];
+  s.free_milli.resize(s.gpus.size());
+  s.gpu_milli_free = 0;
+  for (std::size_t g = 0; g < s.gpus.size(); ++g) {
+    const Gpu& gpu = n.gpus[g];
+    const bool schedulable = gpu.healthy && !gpu.cordoned && !gpu.mig_enabled && !n.cordoned;
+    s.free_milli[g] = schedulable ? s.gpus[g].milli_free : 0;
+    s.gpu_milli_free += s.free_milli[g];
+  }
+  s.version = ++next_version_;
+}
+
+Status Cluster::SetGpuHealth(std::size_t node, std::size_t gpu, bool healthy) {
+  if (node >= nodes_.size() || gpu >= nodes_[node].gpus.size()) {
+    return InvalidArgumentError("no such GPU");
+  }
+  nodes_[node].gpus[gpu].healthy = healthy;
+  RecomputeMilliFree(node);
+  return Status::Ok();
+}
+
+Status Cluster::SetGpuCordoned(std::size_t node, std::size_t gpu, bool cordoned) {
+  if (node >= nodes_.size() || gpu >= nodes_[node].gpus.size()) {
+    return InvalidArgumentError("no such GPU");
+  }
+  nodes_[node].gpus[gpu].cordoned = cordoned;
+  RecomputeMilliFree(node);
+  return Status::Ok();
+}
+
+Status Cluster::SetNodeCordoned(std::size_t node, bool cordoned) {
+  if (node >= nodes_.size()) return InvalidArgumentError("no such node");
+  nodes_[node].cordoned = cordoned;
+  RecomputeMilliFree(node);
+  return Status::Ok();
+}
+
+std::uint32_t Cluster::NamespaceId(std::string_view name) {
+  auto it = namespaces_.find(name);
+  if (it != namespaces_.end()) return it->second;
+  const auto id = static_cast<std::uint32_t>(namespaces_.size());
+  namespaces_.emplace(std::string(name), id);
+  return id;
+}
+
+ResolvedRequest Cluster::Resolve(const Request& request) {
+  ResolvedRequest r;
+  r.request = &request;
+  r.namespace_id = NamespaceId(request.namespace_name);
+  r.open = IsOpen(request.co_tenancy, request.mode);
+  if (!request.models.empty()) {
+    r.model_constrained = true;
+    r.model_mask = 0;
+    for (const std::string& m : request.models) {
+      auto it = std::find(models_.begin(), models_.end(), m);
+      if (it != models_.end()) r.model_mask |= 1ULL << (it - models_.begin());
+    }
+  }
+  return r;
+}
+
+bool Cluster::TenantCompatible(const TenantEntry& t, const ResolvedRequest& r) const {
+  const Request& q = *r.request;
+  if (t.mode == SharingMode::kExclusive || q.exclusive()) return false;
+  if ((t.mode == SharingMode::kMps || q.mode == SharingMode::kMps) && t.uid != q.uid) return false;
+  return ScopeAllows(t.co_tenancy, t.namespace_id, t.tier, r.namespace_id, q.tier) &&
+         ScopeAllows(q.co_tenancy, r.namespace_id, q.tier, t.namespace_id, t.tier);
+}
+
+bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& r) const {
+  const Gpu& gpu = nodes_[node].gpus[g];
+  const GpuState& gs = states_[node].gpus[g];
+  const Request& q = *r.request;
+  if (!gpu.healthy || gpu.cordoned) return false;
+  if (r.model_constrained && ((r.model_mask >> gpu_model_ids_[node][g]) & 1ULL) == 0) return false;
+  if (!q.mig_profile.empty()) {
+    if (!gpu.mig_enabled) return false;
+    bool found = false;
+    for (std::size_t i = 0; i < gpu.mig_instances.size() && !found; ++i) {
+      found = ((gs.mig_used >> i) & 1ULL) == 0 && gpu.mig_instances[i] == q.mig_profile;
+    }
+    if (!found) return false;
+  } else {
+    if (gpu.mig_enabled) return false;
+    if (gs.milli_free < q.gpu_milli) return false;
+    const std::uint64_t mem =
+        q.gpu_memory_bytes != 0
+            ? q.gpu_memory_bytes
+            : gpu.memory_bytes / kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) +
+                  gpu.memory_bytes % kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) /
+                      kMilliPerGpu;
+    if (gs.memory_free < mem) return false;
+  }
+  if (gs.tenants.empty()) return true;
+  if (gs.open() && r.open) return true;
+  for (const TenantEntry& t : gs.tenants) {
+    if (!TenantCompatible(t, r)) return false;
+  }
+  return true;
+}
+
+GpuMask Cluster::UsableGpus(std::size_t node, const ResolvedRequest& r) const {
+  if (!r.request->is_gpu() || nodes_[node].cordoned) return 0;
+  const std::size_t n = nodes_[node].gpus.size();
+  const NodeState& s = states_[node];
+  GpuMask mask = 0;
+  // Fast path for the common case: unconstrained-by-tenancy, non-MIG requests.
+  for (std::size_t g = 0; g < n; ++g) {
+    if (s.free_milli[g] < r.request->gpu_milli && r.request->mig_profile.empty()) continue;
+    if (GpuUsable(node, g, r)) mask |= 1ULL << g;
+  }
+  return mask;
+}
+
+bool Cluster::Feasible(std::size_t node, const ResolvedRequest& r, GpuMask* usable) const {
+  const NodeState& s = states_[node];
+  const Request& q = *r.request;
+  *usable = 0;
+  if (nodes_[node].cordoned) return false;
+  if (q.cpu_milli > s.cpu_free || q.memory_bytes > s.memory_free) return false;
+  if (!q.is_gpu()) return true;
+  const std::uint32_t nm = node_models_[node];
+  if (r.model_constrained && nm != kMixedModel && ((r.model_mask >> nm) & 1ULL) == 0) return false;
+  if (q.mig_profile.empty() && s.gpu_milli_free < static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli) {
+    return false;
+  }
+  *usable = UsableGpus(node, r);
+  return static_cast<std::uint32_t>(std::popcount(*usable)) >= q.gpu_count;
+}
+
+GpuShare Cluster::ShareOn(std::size_t node, std::size_t g, const ResolvedRequest& r) const {
+  const Gpu& gpu = nodes_[node].gpus[g];
+  const Request& q = *r.request;
+  GpuShare share;
+  share.gpu = static_cast<std::uint32_t>(g);
+  if (!q.mig_profile.empty()) {
+    const GpuState& gs = states_[node].gpus[g];
+    for (std::size_t i = 0; i < gpu.mig_instances.size(); ++i) {
+      if (((gs.mig_used >> i) & 1ULL) == 0 && gpu.mig_instances[i] == q.mig_profile) {
+        share.mig_instance = static_cast<int>(i);
+        break;
+      }
+    }
+    return share;
+  }
+  share.milli = q.gpu_milli;
+  share.memory_bytes =
+      q.gpu_memory_bytes != 0
+          ? q.gpu_memory_bytes
+          : gpu.memory_bytes / kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) +
+                gpu.memory_bytes % kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) /
+                    kMilliPerGpu;
+  return share;
+}
+
+Status Cluster::Add(const ResolvedRequest& r, const Allocation& a) {
+  const Request& q = *r.request;
+  if (a.node >= nodes_.size()) return InvalidArgumentError("allocation: no such node");
+  NodeState& s = states_[a.node];
+  if (q.cpu_milli > s.cpu_free || q.memory_bytes > s.memory_free) {
+    return ResourceExhaustedError("node \"" + nodes_[a.node].name + "\": CPU or memory short");
+  }
+  if (a.gpus.size() != q.gpu_count) {
+    return InvalidArgumentError("allocation has " + std::to_string(a.gpus.size()) +
+                                " GPUs, the request asks for " + std::to_string(q.gpu_count));
+  }
+  GpuMask seen = 0;
+  for (const GpuShare& share : a.gpus) {
+    if (share.gpu >= s.gpus.size() || ((seen >> share.gpu) & 1ULL) != 0) {
+      return InvalidArgumentError("allocation: bad or repeated GPU index");
+    }
+    seen |= 1ULL << share.gpu;
+    if (!GpuUsable(a.node, share.gpu, r)) {
+      return ResourceExhaustedError("node \"" + nodes_[a.node].name + "\" GPU " +
+                                    std::to_string(share.gpu) + " cannot take the request");
+    }
+    const GpuState& gs = s.gpus[share.gpu];
+    if (share.milli > gs.milli_free || share.memory_bytes > gs.memory_free ||
+        (share.mig_instance >= 0 && ((gs.mig_used >> share.mig_instance) & 1ULL) != 0)) {
+      return ResourceExhaustedError("node \"" + nodes_[a.node].name + "\" GPU " +
+                                    std::to_string(share.gpu) + ": share does not fit");
+    }
+  }
+  s.cpu_free -= q.cpu_milli;
+  s.memory_free -= q.memory_bytes;
+  ++s.pods;
+  const bool open = IsOpen(q.co_tenancy, q.mode);
+  for (const GpuShare& share : a.gpus) {
+    GpuState& gs = s.gpus[share.gpu];
+    gs.milli_free -= share.milli;
+    gs.memory_free -= share.memory_bytes;
+    if (share.mig_instance >= 0) gs.mig_used |= 1ULL << share.mig_instance;
+    auto it = std::find_if(gs.tenants.begin(), gs.tenants.end(), [&](const TenantEntry& t) {
+      return t.namespace_id == r.namespace_id && t.tier == q.tier && t.co_tenancy == q.co_tenancy &&
+             t.mode == q.mode && t.uid == q.uid;
+    });
+    if (it == gs.tenants.end()) {
+      gs.tenants.push_back(TenantEntry{r.namespace_id, q.tier, q.co_tenancy, q.mode, q.uid, 0});
+      it = gs.tenants.end() - 1;
+    }
+    ++it->count;
+    if (!open) ++gs.restrictive_;
+  }
+  if (q.is_gpu()) {
+    ++s.gpu_pod_shapes[q.gpu_milli >= kMilliPerGpu ? q.gpu_count : 0U];
+  }
+  RecomputeMilliFree(a.node);
+  return Status::Ok();
+}
+
+Status Cluster::Remove(const ResolvedRequest& r, const Allocation& a) {
+  const Request& q = *r.request;
+  if (a.node >= nodes_.size()) return InvalidArgumentError("allocation: no such node");
+  NodeState& s = states_[a.node];
+  const Node& n = nodes_[a.node];
+  if (s.pods == 0 || s.cpu_free + q.cpu_milli > n.cpu_milli ||
+      s.memory_free + q.memory_bytes > n.memory_bytes || a.gpus.size() != q.gpu_count) {
+    return FailedPreconditionError("node \"" + n.name + "\": allocation is not on the ledger");
+  }
+  std::vector<std::vector<TenantEntry>::iterator> entries;
+  GpuMask seen = 0;
+  for (const GpuShare& share : a.gpus) {
+    if (share.gpu >= s.gpus.size() || ((seen >> share.gpu) & 1ULL) != 0) {
+      return InvalidArgumentError("allocation: bad or repeated GPU index");
+    }
+    seen |= 1ULL << share.gpu;
+    GpuState& gs = s.gpus[share.gpu];
+    auto it = std::find_if(gs.tenants.begin(), gs.tenants.end(), [&](const TenantEntry& t) {
+      return t.namespace_id == r.namespace_id && t.tier == q.tier && t.co_tenancy == q.co_tenancy &&
+             t.mode == q.mode && t.uid == q.uid;
+    });
+    if (it == gs.tenants.end() || gs.milli_free + share.milli > kMilliPerGpu ||
+        gs.memory_free + share.memory_bytes > n.gpus[share.gpu].memory_bytes ||
+        (share.mig_instance >= 0 && ((gs.mig_used >> share.mig_instance) & 1ULL) == 0)) {
+      return FailedPreconditionError("node \"" + n.name + "\" GPU " + std::to_string(share.gpu) +
+                                     ": allocation is not on the ledger");
+    }
+    entries.push_back(it);
+  }
+  if (q.is_gpu()) {
+    auto shape = s.gpu_pod_shapes.find(q.gpu_milli >= kMilliPerGpu ? q.gpu_count : 0U);
+    if (shape == s.gpu_pod_shapes.end()) {
+      return FailedPreconditionError("node \"" + n.name + "\": allocation is not on the ledger");
+    }
+    if (--shape->second == 0) s.gpu_pod_shapes.erase(shape);
+  }
+  s.cpu_free += q.cpu_milli;
+  s.memory_free += q.memory_bytes;
+  --s.pods;
+  const bool open = IsOpen(q.co_tenancy, q.mode);
+  for (std::size_t i = 0; i < a.gpus.size(); ++i) {
+    const GpuShare& share = a.gpus[i];
+    GpuState& gs = s.gpus[share.gpu];
+    gs.milli_free += share.milli;
+    gs.memory_free += share.memory_bytes;
+    if (share.mig_instance >= 0) gs.mig_used &= ~(1ULL << share.mig_instance);
+    if (--entries[i]->count == 0) gs.tenants.erase(entries[i]);
+    if (!open) --gs.restrictive_;
+  }
+  RecomputeMilliFree(a.node);
+  return Status::Ok();
+}
+
+}  // namespace tessera::placement

@@ -1,0 +1,57 @@
+// One placement decision: filter every node, score the feasible ones with the policy, take the
+// best (ties go to the smallest node rank), and use the policy's GPU choice.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "placement/cluster.h"
+#include "placement/policies.h"
+#include "tessera/status.h"
+
+namespace tessera::placement {
+
+class Scheduler {
+ public:
+  // ranks[i]: node i's tie-break rank (a permutation); empty: node order.
+  Scheduler(Cluster* cluster, PlacementPolicy* policy, std::vector<std::uint32_t> ranks = {});
+
+  // Chooses where the request would go, or nullopt if no node can take it. Changes nothing.
+  std::optional<Allocation> Decide(const Request& request);
+  // Decide, then record the allocation on the cluster's ledger. kResourceExhausted if no node
+  // can take the request.
+  StatusOr<Allocation> Place(const Request& request);
+  Status Release(const Request& request, const Allocation& allocation);
+
+  std::size_t last_feasible() const { return last_feasible_; }
+
+ private:
+  // Per node, direct-mapped by the score shape; valid while the node's version is unchanged.
+  // Scores and GPU choices do not depend on host memory, so they are keyed by a shape without
+  // it and shared by more requests; feasibility is keyed by the whole request.
+  struct CacheEntry {
+    std::uint32_t version = 0;
+    std::uint32_t shape = 0xffffffffU;        // the whole request, for `feasible`
+    std::uint32_t score_shape = 0xffffffffU;  // host memory left out, for score and gpus
+    std::uint32_t score_version = 0;
+    int score = 0;
+    bool feasible = false;
+    GpuMask gpus = 0;
+  };
+  static constexpr std::size_t kCacheWays = 32;
+  std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
+  std::optional<Allocation> DecideResolved(const ResolvedRequest& request);
+
+  Cluster* cluster_;
+  PlacementPolicy* policy_;
+  std::vector<std::uint32_t> ranks_;
+  std::unordered_map<std::string, std::uint32_t> shapes_;
+  std::vector<CacheEntry> cache_;  // kCacheWays per node
+  std::vector<std::uint32_t> feasible_;
+  std::size_t last_feasible_ = 0;
+};
+
+}  // namespace tessera::placement

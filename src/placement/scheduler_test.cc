@@ -1,0 +1,126 @@
+#include "placement/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include "testutil/status_matchers.h"
+
+namespace tessera::placement {
+namespace {
+
+Node MakeNode(const std::string& name, int gpus) {
+  Node n;
+  n.name = name;
+  n.cpu_milli = 16000;
+  n.memory_bytes = 64LL << 30;
+  for (int g = 0; g < gpus; ++g) {
+    Gpu gpu;
+    gpu.model = "T4";
+    gpu.memory_bytes = 16ULL << 30;
+    n.gpus.push_back(gpu);
+  }
+  return n;
+}
+
+Request Pod(std::uint32_t k, std::int32_t milli, std::int64_t cpu = 1000) {
+  Request r;
+  r.name = "p";
+  r.cpu_milli = cpu;
+  r.gpu_count = k;
+  r.gpu_milli = milli;
+  return r;
+}
+
+TEST(Scheduler, TiesGoToTheSmallestRank) {
+  auto cluster = Cluster::Create({MakeNode("a", 2), MakeNode("b", 2), MakeNode("c", 2)});
+  ASSERT_OK(cluster);
+  GpuPackingPolicy policy;
+  Scheduler scheduler(&*cluster, &policy, {2, 0, 1});
+  auto a = scheduler.Place(Pod(1, 500));
+  ASSERT_OK(a);
+  EXPECT_EQ(a->node, 1U);  // all empty nodes tie; node 1 has rank 0
+  auto b = scheduler.Place(Pod(1, 300));
+  ASSERT_OK(b);
+  EXPECT_EQ(b->node, 1U);  // packing: the partly used GPU scores best
+  EXPECT_EQ(b->gpus[0].gpu, a->gpus[0].gpu);
+}
+
+TEST(Scheduler, FailsWhenNothingFitsAndChangesNothing) {
+  auto cluster = Cluster::Create({MakeNode("a", 1)});
+  ASSERT_OK(cluster);
+  BestFitPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  const auto before = cluster->state(0).gpu_milli_free;
+  auto r = scheduler.Place(Pod(2, 1000));
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(cluster->state(0).gpu_milli_free, before);
+}
+
+TEST(Scheduler, NeverChoosesUnhealthyGpus) {
+  auto cluster = Cluster::Create({MakeNode("a", 2), MakeNode("b", 2)});
+  ASSERT_OK(cluster);
+  ASSERT_OK(cluster->SetGpuHealth(0, 0, false));
+  ASSERT_OK(cluster->SetGpuHealth(0, 1, false));
+  ASSERT_OK(cluster->SetGpuHealth(1, 0, false));
+  DotProductPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  for (int i = 0; i < 3; ++i) {
+    auto r = scheduler.Place(Pod(1, 300));
+    ASSERT_OK(r);
+    EXPECT_EQ(r->node, 1U);
+    EXPECT_EQ(r->gpus[0].gpu, 1U);
+  }
+  EXPECT_FALSE(scheduler.Place(Pod(1, 300)).ok());
+}
+
+TEST(Scheduler, CachedScoresFollowStateChanges) {
+  // The same request shape twice: the second decision must see the first placement.
+  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1)});
+  ASSERT_OK(cluster);
+  BestFitPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  auto first = scheduler.Place(Pod(1, 600));
+  ASSERT_OK(first);
+  auto second = scheduler.Place(Pod(1, 600));
+  ASSERT_OK(second);
+  EXPECT_NE(first->node, second->node);
+  ASSERT_OK(scheduler.Release(Pod(1, 600), *first));
+  auto third = scheduler.Place(Pod(1, 600));
+  ASSERT_OK(third);
+  EXPECT_EQ(third->node, first->node);
+}
+
+TEST(Scheduler, RandomPicksOnlyFeasibleNodes) {
+  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1), MakeNode("c", 1)});
+  ASSERT_OK(cluster);
+  Rand rand(std::make_unique<SplitMixSource>(1));
+  RandomPolicy policy(&rand);
+  Scheduler scheduler(&*cluster, &policy);
+  ASSERT_OK(cluster->SetNodeCordoned(1, true));
+  for (int i = 0; i < 2; ++i) {
+    auto r = scheduler.Place(Pod(1, 1000));
+    ASSERT_OK(r);
+    EXPECT_NE(r->node, 1U);
+  }
+  EXPECT_FALSE(scheduler.Place(Pod(1, 1000)).ok());
+}
+
+TEST(Scheduler, CoTenancyForbidsForeignTenantsOnTheChosenGpu) {
+  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1)});
+  ASSERT_OK(cluster);
+  GpuPackingPolicy policy;  // would pack both onto one GPU if allowed
+  Scheduler scheduler(&*cluster, &policy);
+  Request team = Pod(1, 300);
+  team.namespace_name = "team";
+  auto a = scheduler.Place(team);
+  ASSERT_OK(a);
+  Request customer = Pod(1, 300);
+  customer.namespace_name = "customer";
+  customer.tier = TrustTier::kCustomer;
+  ApplyTrustPolicy(policy::DefaultPolicy(), customer);
+  auto b = scheduler.Place(customer);
+  ASSERT_OK(b);
+  EXPECT_NE(a->node, b->node);
+}
+
+}  // namespace
+}  // namespace tessera::placement

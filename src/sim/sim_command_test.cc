@@ -1,0 +1,109 @@
+#include "sim/sim_command.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "sim/go_source.h"
+#include "testutil/temp_dir.h"
+
+namespace tessera::sim {
+namespace {
+
+constexpr const char* kData = TESSERA_TRACE_DATA;
+
+int RunSim(const std::vector<std::string>& args, std::string* out, std::string* err) {
+  std::ostringstream o, e;
+  const int code = RunSimCommand(args, o, e);
+  *out = o.str();
+  *err = e.str();
+  return code;
+}
+
+void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(SimCommand, JsonHasOneObjectPerRunWithTheFullCurve) {
+  if (!GoSourceAvailable()) GTEST_SKIP() << "built without Go's math/rand table";
+  std::string out, err;
+  ASSERT_EQ(RunSim({"--trace", kData, "--policy", "best-fit,fgd", "--seeds", "42..43", "--json"},
+                &out, &err),
+            0)
+      << err;
+  const auto runs = nlohmann::json::parse(out);
+  ASSERT_EQ(runs.size(), 4U);
+  EXPECT_EQ(runs[0]["policy"], "best-fit");
+  EXPECT_EQ(runs[0]["seed"], 42);
+  EXPECT_DOUBLE_EQ(runs[0]["gpu_alloc_ratio"].get<double>(), 93.13);  // spec §8.2
+  EXPECT_DOUBLE_EQ(runs[3]["gpu_alloc_ratio"].get<double>(), 95.32);
+  EXPECT_EQ(runs[2]["failed_pods"], 2532);  // spec §6.3, FGD seed 42
+  EXPECT_EQ(runs[0]["curve"]["alloc"].size(), 131U);
+  EXPECT_TRUE(runs[0].contains("unallocated_gpus"));
+  EXPECT_TRUE(runs[0].contains("seconds"));
+}
+
+TEST(SimCommand, TableAndPlot) {
+  testutil::TempDir dir;
+  const std::string svg = dir.path() + "/alloc.svg";
+  std::string out, err;
+  ASSERT_EQ(RunSim({"--trace", kData, "--policy", "gpu-packing", "--seeds", "42", "--rng", "std",
+                 "--plot", svg},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("gpu-packing"), std::string::npos);
+  EXPECT_NE(out.find("alloc@130%"), std::string::npos);
+  std::ifstream in(svg);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_NE(text.str().find("<polyline"), std::string::npos);
+}
+
+TEST(SimCommand, BadInputFailsClearly) {
+  testutil::TempDir dir;
+  std::string out, err;
+  EXPECT_EQ(RunSim({}, &out, &err), 2);
+  EXPECT_NE(err.find("--trace"), std::string::npos);
+  EXPECT_EQ(RunSim({"--trace", kData, "--policy", "worst-fit"}, &out, &err), 2);
+  EXPECT_EQ(RunSim({"--trace", kData, "--seeds", "9..3"}, &out, &err), 2);
+  EXPECT_EQ(RunSim({"--trace", kData, "--plot", "x.png"}, &out, &err), 2);
+
+  Write(dir.path() + "/openb_node_list_gpu_node.csv", "sn,cpu_milli,memory_mib,gpu,model\n");
+  Write(dir.path() + "/pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,500\n");
+  EXPECT_NE(RunSim({"--trace", dir.path(), "--pods", "pods.csv"}, &out, &err), 0);
+  EXPECT_NE(err.find("empty cluster"), std::string::npos);
+
+  Write(dir.path() + "/openb_node_list_gpu_node.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,1,T4\n");
+  Write(dir.path() + "/empty.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n");
+  EXPECT_NE(RunSim({"--trace", dir.path(), "--pods", "empty.csv"}, &out, &err), 0);
+  EXPECT_NE(err.find("empty pod list"), std::string::npos);
+
+  Write(dir.path() + "/bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,x,500\n");
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 2);
+  EXPECT_NE(err.find("bad.csv:2:"), std::string::npos);
+
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "missing.csv"}, &out, &err), 3);
+}
+
+TEST(SimCommand, SmallTraceRunsWithEitherGenerator) {
+  testutil::TempDir dir;
+  Write(dir.path() + "/openb_node_list_gpu_node.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,16384,2,T4\nn1,8000,16384,1,P100\n");
+  Write(dir.path() + "/openb_pod_list_tiny.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "a,1000,100,1,500,\nb,1000,100,1,1000,P100\nc,1000,100,0,0,\nd,2000,100,2,1000,\n");
+  std::string out, err;
+  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--rng", "std", "--json"}, &out, &err), 0)
+      << err;
+  const auto runs = nlohmann::json::parse(out);
+  EXPECT_EQ(runs.size(), 60U);  // 6 policies x seeds 42..51
+  for (const auto& run : runs) {
+    EXPECT_LE(run["allocated_milli"].get<double>(), 3000);
+    EXPECT_GE(run["pods"].get<int>(), 4);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::sim
