@@ -1,6 +1,7 @@
 #include "tessera/region.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -183,6 +184,52 @@ TEST_F(RegionTest, SigkilledProcessUsageIsReleasedOnDemand) {
   ReleaseSlot(region(), *slot);
   close(ready[0]);
   close(ready[1]);
+}
+
+// The same in another PID namespace (as a container's processes are): the robust mutex is
+// released by the kernel whatever the namespace. Needs CAP_SYS_ADMIN for unshare; skipped
+// without it.
+TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t outer = fork();
+  ASSERT_GE(outer, 0);
+  if (outer == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(77);  // no privilege: tell the parent to skip
+    const pid_t inner = fork();                 // pid 1 of the new namespace
+    if (inner < 0) _exit(1);
+    if (inner > 0 && write(ready[1], &inner, sizeof(inner)) != sizeof(inner)) _exit(1);
+    if (inner == 0) {
+      auto m = Mapping::Attach(path_);
+      auto slot = ClaimSlot(*m->region(), getpid(), 1);
+      if (!slot.ok() || getpid() != 1 || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok()) _exit(1);
+      const char byte = 1;
+      if (write(ready[1], &byte, 1) != 1) _exit(1);
+      pause();
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(inner, &status, 0);
+    _exit(0);
+  }
+  close(ready[1]);
+  pid_t inner = 0;  // as seen from our namespace
+  char byte = 0;
+  if (read(ready[0], &inner, sizeof(inner)) != sizeof(inner) || read(ready[0], &byte, 1) != 1) {
+    int status = 0;
+    waitpid(outer, &status, 0);
+    close(ready[0]);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "unshare(CLONE_NEWPID) not permitted";
+    FAIL() << "the process in the new PID namespace failed";
+  }
+  EXPECT_EQ(UsedBytes(region(), 0), 3 * kGiB);
+  kill(inner, SIGKILL);  // the namespace's init (pid 1 there) dies holding 3 GiB
+  waitpid(outer, nullptr, 0);
+  auto slot = ClaimSlot(region(), getpid(), 1);
+  ASSERT_OK(slot);
+  ASSERT_OK(Reserve(region(), *slot, 0, 2 * kGiB, 4 * kGiB));  // only fits once reclaimed
+  ReleaseSlot(region(), *slot);
+  close(ready[0]);
 }
 
 // A process killed while holding the region lock itself: the next locker repairs the totals.
