@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -26,7 +27,7 @@ namespace tessera::cli {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: tessera run --gpu-memory QUANTITY [--gpu UUID|INDEX] "
+    "usage: tessera run --gpu-memory QUANTITY [--gpu UUID|INDEX[,UUID|INDEX...]] "
     "[--context-bytes auto|QUANTITY] [--fail-closed] [--keep] [--hook-library PATH] -- CMD ARGS...";
 
 Status UsageError(const std::string& what) {
@@ -79,7 +80,19 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       o.gpu_memory_bytes = *bytes;
       have_memory = true;
     } else if (a == "--gpu") {
-      TESSERA_ASSIGN_OR_RETURN(o.gpu, value(a));
+      TESSERA_ASSIGN_OR_RETURN(std::string list, value(a));
+      std::size_t start = 0;
+      while (true) {
+        const std::size_t comma = list.find(',', start);
+        std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (item.empty()) return UsageError("--gpu: an empty entry in \"" + QuoteForMessage(list) + "\"");
+        if (std::find(o.gpus.begin(), o.gpus.end(), item) != o.gpus.end()) {
+          return UsageError("--gpu: \"" + QuoteForMessage(item) + "\" is listed twice");
+        }
+        o.gpus.push_back(std::move(item));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
     } else if (a == "--context-bytes") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
       if (v == "auto") {
@@ -110,19 +123,20 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   if (hook.empty() || access(hook.c_str(), R_OK) != 0) {
     return NotFoundError("cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
   }
-  TESSERA_ASSIGN_OR_RETURN(LocalGpu gpu, ProbeLocalGpu(o.gpu, o.measure_context));
-  if (o.gpu_memory_bytes > gpu.memory_bytes) {
-    return InvalidArgumentError("--gpu-memory: " + FormatQuantity(o.gpu_memory_bytes) +
-                                " is more than GPU " + gpu.uuid + " has (" +
-                                FormatQuantity(gpu.memory_bytes) + ")");
-  }
-  std::uint64_t context = o.context_bytes;
-  if (o.measure_context) {
-    context = gpu.context_bytes;
-    if (!gpu.context_measured) {
-      err << "tessera run: could not measure the CUDA context size with NVML; contexts are not "
-             "charged (use --context-bytes)\n";
+  std::vector<LocalGpu> gpus;
+  for (const std::string& selector : o.gpus.empty() ? std::vector<std::string>{""} : o.gpus) {
+    TESSERA_ASSIGN_OR_RETURN(LocalGpu gpu, ProbeLocalGpu(selector, o.measure_context));
+    if (o.gpu_memory_bytes > gpu.memory_bytes) {
+      return InvalidArgumentError("--gpu-memory: " + FormatQuantity(o.gpu_memory_bytes) +
+                                  " is more than GPU " + gpu.uuid + " has (" +
+                                  FormatQuantity(gpu.memory_bytes) + ")");
     }
+    if (o.measure_context && !gpu.context_measured) {
+      err << "tessera run: could not measure the CUDA context size on " << gpu.uuid
+          << " with NVML; contexts are not charged (use --context-bytes)\n";
+    }
+    if (!o.measure_context) gpu.context_bytes = o.context_bytes;
+    gpus.push_back(std::move(gpu));
   }
   // The node agent's part: a private folder with the limits file (read-only) and the region.
   std::string dir = (std::filesystem::temp_directory_path() / "tessera-run-XXXXXX").string();
@@ -143,14 +157,20 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   limits.container = "main";
   limits.pod_uid = "local";
   limits.fail_closed = o.fail_closed;
-  limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, context});
+  std::vector<shm::DeviceLimit> region_devices;
+  std::string visible;
+  for (const LocalGpu& gpu : gpus) {
+    limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, gpu.context_bytes});
+    region_devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0});
+    visible += (visible.empty() ? "" : ",") + gpu.uuid;
+  }
   {
     std::ofstream out(limits_path);
     out << FormatLimitsFile(limits);
     if (!out) return UnavailableError("cannot write " + limits_path);
   }
   chmod(limits_path.c_str(), 0444);
-  auto region = shm::Mapping::Create(region_path, {{gpu.uuid, o.gpu_memory_bytes, 0}});
+  auto region = shm::Mapping::Create(region_path, region_devices);
   if (!region.ok()) return region.status();
 
   std::vector<std::string> env;
@@ -171,7 +191,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back(std::string(names::kEnvLimitsFile) + "=" + limits_path);
   env.push_back(std::string(names::kEnvRegionFile) + "=" + region_path);
-  env.push_back("CUDA_VISIBLE_DEVICES=" + gpu.uuid);
+  env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -180,8 +200,11 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
-      << " (context " << FormatBytesHuman(context) << (gpu.context_measured ? ", measured" : "") << ")\n";
+  for (const LocalGpu& gpu : gpus) {
+    err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
+        << " (context " << FormatBytesHuman(gpu.context_bytes) << (gpu.context_measured ? ", measured" : "")
+        << ")\n";
+  }
   // Like system(): the terminal's SIGINT/SIGQUIT reach the child through the process group,
   // so the parent ignores them; SIGTERM/SIGHUP sent to us are forwarded. The child starts with
   // default dispositions.
@@ -221,10 +244,12 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   }
   g_child = 0;
   restore();
-  const shm::Device& d = region->region()->devices[0];
-  err << "tessera run: peak " << FormatBytesHuman(d.peak_bytes.load()) << " of "
-      << FormatBytesHuman(o.gpu_memory_bytes) << ", " << d.oom_rejections.load()
-      << " allocation(s) refused\n";
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const shm::Device& d = region->region()->devices[i];
+    err << "tessera run: " << (gpus.size() > 1 ? gpus[i].uuid + ": " : std::string()) << "peak "
+        << FormatBytesHuman(d.peak_bytes.load()) << " of " << FormatBytesHuman(o.gpu_memory_bytes)
+        << ", " << d.oom_rejections.load() << " allocation(s) refused\n";
+  }
   if (o.keep) err << "tessera run: kept " << dir << "\n";
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }

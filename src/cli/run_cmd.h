@@ -1,4 +1,4 @@
-// `tessera run --gpu-memory 4Gi [--gpu UUID|INDEX] [--context-bytes auto|QUANTITY]
+// `tessera run --gpu-memory 4Gi [--gpu UUID|INDEX[,...]] [--context-bytes auto|QUANTITY]
 //              [--fail-closed] [--keep] -- CMD ARGS...`
 // Runs a command under a GPU memory cap on a local GPU, without Kubernetes: plays the node
 // agent's part (limits file + shared region in a private folder, the preload library, only the
@@ -15,7 +15,8 @@ namespace tessera::cli {
 
 struct RunOptions {
   std::uint64_t gpu_memory_bytes = 0;
-  std::string gpu;                 // "" = device 0
+  std::vector<std::string> gpus;   // CUDA indices or UUIDs; empty = device 0. The cap applies
+                                   // to each GPU separately.
   bool measure_context = true;     // --context-bytes auto (default)
   std::uint64_t context_bytes = 0; // when not measured
   bool fail_closed = false;

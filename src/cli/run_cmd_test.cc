@@ -12,10 +12,18 @@ TEST(RunArgs, ParsesTheCommandVerbatim) {
   auto o = ParseRunArgs({"--gpu-memory", "4Gi", "--gpu", "1", "--", "python3", "-c", "--gpu-memory"});
   ASSERT_OK(o);
   EXPECT_EQ(o->gpu_memory_bytes, 4 * kGiB);
-  EXPECT_EQ(o->gpu, "1");
+  EXPECT_EQ(o->gpus, std::vector<std::string>{"1"});
   EXPECT_TRUE(o->measure_context);
   ASSERT_EQ(o->command.size(), 3u);
   EXPECT_EQ(o->command[2], "--gpu-memory");
+}
+
+TEST(RunArgs, SeveralGpus) {
+  auto o = ParseRunArgs({"--gpu-memory", "1Gi", "--gpu", "0,GPU-abc", "--", "x"});
+  ASSERT_OK(o);
+  EXPECT_EQ(o->gpus, (std::vector<std::string>{"0", "GPU-abc"}));
+  EXPECT_FALSE(ParseRunArgs({"--gpu-memory", "1Gi", "--gpu", "0,,1", "--", "x"}).ok());
+  EXPECT_FALSE(ParseRunArgs({"--gpu-memory", "1Gi", "--gpu", "1,1", "--", "x"}).ok());
 }
 
 TEST(RunArgs, ContextBytes) {

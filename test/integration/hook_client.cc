@@ -377,6 +377,27 @@ int Run(const Api& api, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (argc == 2 && std::strcmp(argv[1], "dlclose") == 0) {  // the app unloads libcuda and loads it again
+    auto open_api = [](void** handle, Api* api) {
+      *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+      if (*handle == nullptr) return false;
+#define TESSERA_DLSYM2(field, sym, base, version, per_thread) Set(&api->field, dlsym(*handle, #sym));
+      TESSERA_CLIENT_FIELDS(TESSERA_DLSYM2)
+#undef TESSERA_DLSYM2
+      return true;
+    };
+    void* handle = nullptr;
+    Api first, second;
+    if (!open_api(&handle, &first) || Context(first, 0) != CUDA_SUCCESS) return 1;
+    CUdeviceptr p = 0;
+    std::printf("before_dlclose=%d\n", first.alloc(&p, 16u << 20));
+    std::printf("dlclose=%d\n", dlclose(handle));
+    if (!open_api(&handle, &second)) return 1;
+    CUdeviceptr q = 0;
+    std::printf("after_reopen_over_cap=%d\n", second.alloc(&q, 64u << 20));
+    std::printf("after_reopen_fits=%d\n", second.alloc(&q, 32u << 20));
+    return 0;
+  }
   if (argc == 2 && std::strcmp(argv[1], "no-driver") == 0) {  // our exports with no driver behind
     auto get_info = reinterpret_cast<decltype(&cuMemGetInfo_v2)>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
     auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));

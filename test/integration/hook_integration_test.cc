@@ -394,6 +394,18 @@ TEST_F(HookTest, ForkWhileAnotherThreadAllocatesNeverHangsTheChild) {
   EXPECT_EQ(out.Get("children_hung"), "0") << out.text;
 }
 
+// An application that dlcloses libcuda and opens it again keeps its cap (the library holds its
+// own reference to the driver, so the real entry points never dangle).
+TEST_F(HookTest, DlcloseAndReopenKeepTheCap) {
+  Limit(64 * kMiB);
+  const Output out = Process({TESSERA_HOOK_CLIENT, "dlclose"}, Env()).Wait();
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("before_dlclose"), "0");
+  EXPECT_EQ(out.Get("dlclose"), "0");
+  EXPECT_EQ(out.Get("after_reopen_over_cap"), "2") << out.text;  // 16 + 64 > 64 MiB
+  EXPECT_EQ(out.Get("after_reopen_fits"), "0");
+}
+
 // Our exports exist even without a driver behind them: calling one returns an error, never
 // a crash.
 TEST_F(HookTest, HookedEntryPointsWithoutADriverFailCleanly) {
@@ -529,6 +541,19 @@ TEST_F(TesseraRunTest, ChargesTheContextAndPicksTheGpu) {
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Num("allocated"), 48 * kMiB) << out.text;
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
+}
+
+TEST_F(TesseraRunTest, CapsEveryChosenGpuSeparately) {
+  for (const char* device : {"0", "1"}) {
+    std::vector<std::string> args = {"--gpu-memory", "64Mi", "--context-bytes", "0", "--gpu", "1,0", "--",
+                                     "/usr/bin/env", std::string("CLIENT_DEVICE=") + device,
+                                     TESSERA_HOOK_CLIENT, "dlopen", "alloc", "plain", std::to_string(4 * kMiB)};
+    const Output out = Run(args);
+    EXPECT_EQ(out.exit_code, 0) << out.text;
+    EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << "device " << device << "\n" << out.text;
+    EXPECT_EQ(out.Num("total"), 64 * kMiB);
+    EXPECT_NE(out.text.find(std::string(kGpu1) + ": peak"), std::string::npos) << out.text;
+  }
 }
 
 TEST_F(TesseraRunTest, ReturnsTheCommandsExitCode) {
