@@ -162,12 +162,47 @@ def part2(py):
     results["startup"] = startup_at_scale(64)
 
 
+def multigpu(py):
+    """Two GPUs under one `tessera run --gpu 0,1`: each capped separately; and a statically
+    linked CUDA runtime (it still reaches the driver through dlopen + cuGetProcAddress)."""
+    count = pynvml.nvmlDeviceGetCount()
+    if count >= 2:
+        proc = subprocess.Popen(capped(py + ["torch-fill-all", "64"], extra=("--gpu", "0,1")),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        report = None
+        for line in proc.stdout:
+            if line.startswith("{"):
+                report = json.loads(line)
+            if line.strip() == "HOLDING":
+                break
+        phys = []
+        for i in range(2):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            phys.append(sum(p.usedGpuMemory or 0 for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                            if report and p.pid == report["pid"]))
+        proc.stdin.close()
+        proc.stdout.read()
+        err = proc.stderr.read()
+        proc.wait(timeout=120)
+        results["multigpu"] = {"report": report, "physical_per_gpu": phys,
+                               "tessera": [l for l in err.splitlines() if l.startswith("tessera run")]}
+    subprocess.run(["nvcc", "-O2", "-std=c++17", "-arch=sm_90", "-cudart", "static", "-o",
+                    f"{BIN}/runtime_probe_static", f"{HERE}/runtime_probe.cu", "-lcuda"], check=True)
+    fill("CUDA runtime linked statically (cudaMalloc)", [f"{BIN}/runtime_probe_static", "fill", "64"])
+
+
 def main():
     nvcc = ["nvcc", "-O2", "-std=c++17", "-arch=sm_90"]
     os.makedirs(BIN, exist_ok=True)
     subprocess.run(nvcc + ["-o", f"{BIN}/driver_probe", f"{HERE}/driver_probe.cc", "-lcuda"], check=True)
     subprocess.run(nvcc + ["-o", f"{BIN}/runtime_probe", f"{HERE}/runtime_probe.cu", "-lcuda"], check=True)
     py = [sys.executable, f"{HERE}/workloads.py"]
+    if os.environ.get("SUITE") == "multigpu":
+        multigpu(py)
+        with open(os.path.join(OUT, "results.json"), "w") as f:
+            json.dump(results, f, indent=1)
+        print(json.dumps({k: results.get(k) for k in ("gpu", "driver", "multigpu", "caps")}, indent=1))
+        return
     if os.environ.get("SUITE") == "part2":
         part2(py)
         with open(os.path.join(OUT, "results.json"), "w") as f:

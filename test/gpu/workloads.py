@@ -48,6 +48,23 @@ def cupy_fill(mib, pool="default"):
           "pool_bytes": cupy.get_default_memory_pool().total_bytes()})
 
 
+def torch_fill_all(mib):
+    """Fill every visible GPU in turn until each refuses; report per device."""
+    import torch
+    chunks, report = [], {"devices": []}
+    for d in range(torch.cuda.device_count()):
+        allocated = 0
+        try:
+            while True:
+                chunks.append(torch.empty(mib << 20, dtype=torch.uint8, device=f"cuda:{d}"))
+                allocated += mib << 20
+        except torch.OutOfMemoryError:
+            pass
+        free, total = torch.cuda.mem_get_info(d)
+        report["devices"].append({"device": d, "allocated": allocated, "free": free, "total": total})
+    hold(report)
+
+
 def jax_fill(mib):
     """JAX: with XLA_PYTHON_CLIENT_PREALLOCATE=false it grows until refused; by default it
     preallocates 75 % of the memory the driver reports free (i.e. of the cap)."""
@@ -135,6 +152,8 @@ if __name__ == "__main__":
         torch_fill(int(sys.argv[2]))
     elif mode == "cupy-fill":
         cupy_fill(int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "default")
+    elif mode == "torch-fill-all":
+        torch_fill_all(int(sys.argv[2]))
     elif mode == "jax-fill":
         jax_fill(int(sys.argv[2]))
     elif mode == "hold-for":
