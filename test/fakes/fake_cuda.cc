@@ -22,6 +22,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include "fake_gpu.h"
@@ -375,6 +376,110 @@ template <>
 CUresult Behave<CudaHook::cuArrayDestroy>(CUarray array) {
   return ReturnHandle(reinterpret_cast<std::uintptr_t>(array));
 }
+// Graphs: memory-alloc nodes take physical memory when the graph is instantiated.
+struct FakeNode {
+  CUgraphNodeType type;
+  CUDA_MEM_ALLOC_NODE_PARAMS params;
+};
+struct FakeGraph {
+  std::vector<FakeNode*> nodes;
+};
+struct FakeExec {
+  std::vector<std::pair<int, std::uint64_t>> held;  // (physical device, bytes)
+};
+template <>
+CUresult Behave<CudaHook::cuGraphCreate>(CUgraph* graph, unsigned int) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *graph = reinterpret_cast<CUgraph>(new FakeGraph());
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphDestroy>(CUgraph graph) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (FakeNode* n : g->nodes) delete n;
+  delete g;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphAddMemAllocNode>(CUgraphNode* node, CUgraph graph, const CUgraphNode*,
+                                                  size_t, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (node == nullptr || g == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  params->dptr = 0xa00000000000ULL + (g_next_handle++ << 24);
+  auto* n = new FakeNode{CU_GRAPH_NODE_TYPE_MEM_ALLOC, *params};
+  g->nodes.push_back(n);
+  *node = reinterpret_cast<CUgraphNode>(n);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphGetNodes>(CUgraph graph, CUgraphNode* nodes, size_t* count) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (g == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (nodes != nullptr) {
+    for (std::size_t i = 0; i < *count && i < g->nodes.size(); ++i) nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i]);
+  }
+  *count = g->nodes.size();
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphNodeGetType>(CUgraphNode node, CUgraphNodeType* type) {
+  if (node == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *type = reinterpret_cast<FakeNode*>(node)->type;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphMemAllocNodeGetParams>(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *params = reinterpret_cast<FakeNode*>(node)->params;
+  return CUDA_SUCCESS;
+}
+CUresult FakeInstantiate(CUgraphExec* exec, CUgraph graph) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  if (exec == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto* e = new FakeExec();
+  for (FakeNode* n : g->nodes) {
+    const int dev = n->params.poolProps.location.id;
+    if (!ValidDevice(dev) || !TakePhysical(Physical(dev), n->params.bytesize)) {
+      for (auto& [phys, bytes] : e->held) F().shared->physical[phys].fetch_sub(bytes);
+      delete e;
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->held.emplace_back(Physical(dev), n->params.bytesize);
+  }
+  *exec = reinterpret_cast<CUgraphExec>(e);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuGraphInstantiateWithFlags>(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  return FakeInstantiate(exec, graph);
+}
+template <>
+CUresult Behave<CudaHook::cuGraphInstantiateWithParams>(CUgraphExec* exec, CUgraph graph,
+                                                        CUDA_GRAPH_INSTANTIATE_PARAMS*) {
+  return FakeInstantiate(exec, graph);
+}
+template <>
+CUresult Behave<CudaHook::cuGraphInstantiateWithParams_ptsz>(CUgraphExec* exec, CUgraph graph,
+                                                             CUDA_GRAPH_INSTANTIATE_PARAMS*) {
+  return FakeInstantiate(exec, graph);
+}
+template <>
+CUresult Behave<CudaHook::cuGraphExecDestroy>(CUgraphExec exec) {
+  auto* e = reinterpret_cast<FakeExec*>(exec);
+  if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [phys, bytes] : e->held) F().shared->physical[phys].fetch_sub(bytes);
+  delete e;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* desc) {
+  if (memory == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  *memory = reinterpret_cast<CUexternalMemory>(static_cast<std::uintptr_t>(g_next_handle++ << 8));
+  return CUDA_SUCCESS;
+}
+
 CUresult FakeDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (pool == nullptr || !ValidDevice(dev)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_handles_mu);

@@ -294,6 +294,43 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("pool_free_at_end=%zu\n", free_bytes);
     return 0;
   }
+  if (scenario == "graph") {  // graph MIB: graphs with one memory node of MIB each
+    auto create = reinterpret_cast<decltype(&cuGraphCreate)>(dlsym(RTLD_DEFAULT, "cuGraphCreate"));
+    auto add = reinterpret_cast<decltype(&cuGraphAddMemAllocNode)>(dlsym(RTLD_DEFAULT, "cuGraphAddMemAllocNode"));
+    auto instantiate = reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(
+        dlsym(RTLD_DEFAULT, "cuGraphInstantiateWithFlags"));
+    auto destroy_exec = reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"));
+    auto import = reinterpret_cast<decltype(&cuImportExternalMemory)>(dlsym(RTLD_DEFAULT, "cuImportExternalMemory"));
+    auto destroy_ext = reinterpret_cast<decltype(&cuDestroyExternalMemory)>(dlsym(RTLD_DEFAULT, "cuDestroyExternalMemory"));
+    const std::uint64_t bytes = std::strtoull(argv[1], nullptr, 10) << 20;
+    auto make = [&](CUgraphExec* exec) {
+      CUgraph g = nullptr;
+      create(&g, 0);
+      CUDA_MEM_ALLOC_NODE_PARAMS params{};
+      params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+      params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+      params.poolProps.location.id = dev;
+      params.bytesize = bytes;
+      CUgraphNode node = nullptr;
+      add(&node, g, nullptr, 0, &params);
+      return instantiate(exec, g, 0);
+    };
+    CUgraphExec first = nullptr, second = nullptr, third = nullptr;
+    std::printf("graph_first=%d\n", make(&first));
+    std::printf("graph_second=%d\n", make(&second));
+    std::printf("graph_destroy=%d\n", destroy_exec(first));
+    std::printf("graph_third=%d\n", make(&third));
+    destroy_exec(third);
+    CUDA_EXTERNAL_MEMORY_HANDLE_DESC desc{};
+    desc.type = CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD;
+    desc.size = bytes;
+    CUexternalMemory ext = nullptr, ext2 = nullptr;
+    std::printf("ext_first=%d\n", import(&ext, &desc));
+    std::printf("ext_second=%d\n", import(&ext2, &desc));
+    std::printf("ext_destroy=%d\n", destroy_ext(ext));
+    std::printf("ext_third=%d\n", import(&ext2, &desc));
+    return 0;
+  }
   if (scenario == "array") {  // array: 2D arrays of 1024x1024 float4 (16 MiB) until refused
     auto create = reinterpret_cast<decltype(&cuArrayCreate_v2)>(dlsym(RTLD_DEFAULT, "cuArrayCreate_v2"));
     auto destroy = reinterpret_cast<decltype(&cuArrayDestroy)>(dlsym(RTLD_DEFAULT, "cuArrayDestroy"));

@@ -304,6 +304,20 @@ TEST_F(HookTest, MemoryPoolsAreChargedTheirReserveAndTrimmedBeforeRefusing) {
   EXPECT_EQ(out.Num("pool_free_at_end"), 64 * kMiB) << out.text;
 }
 
+TEST_F(HookTest, GraphMemoryNodesAndExternalMemoryAreCharged) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"graph", "40"});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("graph_first"), "0") << out.text;
+  EXPECT_EQ(out.Get("graph_second"), "2");   // 40 + 40 MiB > 64 MiB: refused at instantiation
+  EXPECT_EQ(out.Get("graph_destroy"), "0");
+  EXPECT_EQ(out.Get("graph_third"), "0");    // the first graph's reserve came back
+  EXPECT_EQ(out.Get("ext_first"), "0");
+  EXPECT_EQ(out.Get("ext_second"), "2");
+  EXPECT_EQ(out.Get("ext_destroy"), "0");
+  EXPECT_EQ(out.Get("ext_third"), "0");
+}
+
 TEST_F(HookTest, ArraysAreCharged) {
   Limit(64 * kMiB);
   const Output out = Client("dlopen", {"array"});
