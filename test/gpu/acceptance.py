@@ -135,11 +135,21 @@ def startup_at_scale(n, repeats=3):
             "ratio_of_medians": t_med / n_med}
 
 
+def arrays_and_graphs():
+    subprocess.run(["nvcc", "-O2", "-std=c++17", "-arch=sm_90", "-o", f"{BIN}/part2_probe",
+                    f"{HERE}/part2_probe.cu"], check=True)
+    fill("CUDA arrays (cudaMallocArray, 256 MiB each)", [f"{BIN}/part2_probe", "arrays", "256"])
+    fill("CUDA graphs with memory nodes (1 GiB each)", [f"{BIN}/part2_probe", "graphs", "1024"])
+
+
 def part2(py):
     """libtessera-cuda part 2 on the real GPU: pools, VMM, JAX, several processes, start-up."""
     env_async = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
     env_expand = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
     env_jax_lazy = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    if os.environ.get("ONLY_NEW"):
+        arrays_and_graphs()
+        return
     for name, cmd, env in (
             ("PyTorch expandable segments (VMM: cuMemCreate)", py + ["torch-fill", "64"], env_expand),
             ("PyTorch cudaMallocAsync backend (pools)", py + ["torch-fill", "64"], env_async),
@@ -155,6 +165,7 @@ def part2(py):
         finally:
             os.environ.clear()
             os.environ.update(saved)
+    arrays_and_graphs()
     results["groups"] = [
         capped_group(4, "4Gi", py + ["hold-for", "1536", "6"], 8.0),
         capped_group(16, "16Gi", py + ["hold-for", "1536", "8"], 10.0),
@@ -216,7 +227,8 @@ def main():
             total = r.get("total") or 0
             print(f"| {row['workload']} | {r.get('allocated', 0) / GIB:.2f} GiB | {r.get('error', r.get('last_error'))} "
                   f"| {total / GIB:.2f} GiB | {'?' if phys is None else f'{phys / GIB:.2f} GiB'} |")
-        print(json.dumps({"groups": results["groups"], "startup": results["startup"]}, indent=1))
+        print(json.dumps({"groups": results.get("groups"), "startup": results.get("startup"),
+                          "caps": results["caps"]}, indent=1))
         return
 
     # 1. Caps: 4 GiB, each path.
