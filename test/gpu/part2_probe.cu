@@ -60,9 +60,17 @@ int main(int argc, char** argv) {
       Touch<<<132, 256, 0, s>>>(p, bytes);
       cudaFreeAsync(p, s);
       cudaStreamEndCapture(s, &g);
+      cudaError_t captured = cudaGetLastError();
       cudaGraphExec_t exec;
-      if ((e = cudaGraphInstantiate(&exec, g, 0)) != cudaSuccess) break;
-      if ((e = cudaGraphLaunch(exec, s)) != cudaSuccess) break;
+      if ((e = cudaGraphInstantiate(&exec, g, 0)) != cudaSuccess) {
+        std::fprintf(stderr, "graph %d: capture %s, instantiate %s\n", i, cudaGetErrorString(captured),
+                     cudaGetErrorString(e));
+        break;
+      }
+      if ((e = cudaGraphLaunch(exec, s)) != cudaSuccess) {
+        std::fprintf(stderr, "graph %d: launch %s\n", i, cudaGetErrorString(e));
+        break;
+      }
       execs.push_back(exec);
     }
     cudaStreamSynchronize(s);
