@@ -87,9 +87,21 @@ bool TrimPoolsForRetry() {
 
 namespace {
 
+// Whether `stream` is being captured into a graph: an allocation then becomes a graph memory
+// node (charged when the graph is instantiated, graph_hooks.cc), and the capture must not see
+// any other driver call from us.
+template <CudaHook kIsCapturing>
+bool Capturing(CUstream stream) {
+  const auto is_capturing = Real<kIsCapturing>();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 template <typename Call>
 CUresult AllocAsync(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool, CUstream stream,
-                    Call call) {
+                    bool capturing, Call call) {
+  if (capturing) return call();
   CUdevice dev = 0;
   if (pool == nullptr) {
     const auto get_device = Real<CudaHook::cuCtxGetDevice>();
@@ -136,7 +148,8 @@ CUresult Intercept<CudaHook::cuMemAllocAsync>(CUdeviceptr* dptr, size_t bytes, C
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocAsync>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, nullptr, stream, [&] { return real(dptr, bytes, stream); });
+  return AllocAsync(dptr, bytes, nullptr, stream, Capturing<CudaHook::cuStreamIsCapturing>(stream),
+                    [&] { return real(dptr, bytes, stream); });
 }
 
 template <>
@@ -144,7 +157,8 @@ CUresult Intercept<CudaHook::cuMemAllocAsync_ptsz>(CUdeviceptr* dptr, size_t byt
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, nullptr, stream, [&] { return real(dptr, bytes, stream); });
+  return AllocAsync(dptr, bytes, nullptr, stream, Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
+                    [&] { return real(dptr, bytes, stream); });
 }
 
 template <>
@@ -153,7 +167,8 @@ CUresult Intercept<CudaHook::cuMemAllocFromPoolAsync>(CUdeviceptr* dptr, size_t 
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocFromPoolAsync>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, pool, stream, [&] { return real(dptr, bytes, pool, stream); });
+  return AllocAsync(dptr, bytes, pool, stream, Capturing<CudaHook::cuStreamIsCapturing>(stream),
+                    [&] { return real(dptr, bytes, pool, stream); });
 }
 
 template <>
@@ -162,7 +177,8 @@ CUresult Intercept<CudaHook::cuMemAllocFromPoolAsync_ptsz>(CUdeviceptr* dptr, si
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocFromPoolAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, pool, stream, [&] { return real(dptr, bytes, pool, stream); });
+  return AllocAsync(dptr, bytes, pool, stream, Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
+                    [&] { return real(dptr, bytes, pool, stream); });
 }
 
 template <>

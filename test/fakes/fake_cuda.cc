@@ -480,6 +480,22 @@ CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory, cons
   return CUDA_SUCCESS;
 }
 
+// A stream the fake reports as being captured into a graph (tests use this handle).
+const CUstream kCapturingStream = reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97));
+CUresult FakeIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *status = stream == kCapturingStream ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuStreamIsCapturing>(CUstream stream, CUstreamCaptureStatus* status) {
+  return FakeIsCapturing(stream, status);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamIsCapturing_ptsz>(CUstream stream, CUstreamCaptureStatus* status) {
+  return FakeIsCapturing(stream, status);
+}
+
 CUresult FakeDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
   if (pool == nullptr || !ValidDevice(dev)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_handles_mu);

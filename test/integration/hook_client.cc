@@ -292,6 +292,11 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("pool_destroy=%d\n", destroy(pool));
     api.get_info(&free_bytes, &total);
     std::printf("pool_free_at_end=%zu\n", free_bytes);
+    // On a stream being captured, an allocation is a graph memory node: not charged here (the
+    // graph is charged when instantiated), and nothing else may touch the driver meanwhile.
+    CUdeviceptr node = 0;
+    std::printf("captured_alloc=%d\n", alloc_async(&node, chunk * 100,
+                                                    reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97))));
     return 0;
   }
   if (scenario == "graph") {  // graph MIB: graphs with one memory node of MIB each
