@@ -96,6 +96,29 @@ nvmlReturn_t NvmlIntercept<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t de
   return r;
 }
 
+// Inside a capped container, the process list shows only the container's own processes
+// (those holding a slot in its region); other tenants' processes and usage stay hidden. In a
+// PID namespace where NVML reports host PIDs, nothing matches and the list is empty, which is
+// what nvidia-smi shows in such containers anyway.
+template <>
+nvmlReturn_t NvmlIntercept<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(
+    nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos) {
+  EnsureNvml();
+  const auto real = RealNvml<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>();
+  if (real == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
+  const nvmlReturn_t r = real(device, count, infos);
+  std::uint64_t limit = 0, used = 0;
+  if (r != NVML_SUCCESS || count == nullptr || infos == nullptr || !ViewOf(device, &limit, &used)) {
+    return r;
+  }
+  unsigned int kept = 0;
+  for (unsigned int i = 0; i < *count; ++i) {
+    if (IsContainerProcess(infos[i].pid)) infos[kept++] = infos[i];
+  }
+  *count = kept;
+  return r;
+}
+
 }  // namespace
 
 NvmlHook FindNvmlHookByName(std::string_view name) {

@@ -323,6 +323,17 @@ bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::ui
   return true;
 }
 
+bool IsContainerProcess(unsigned int pid) {
+  State& s = S();
+  if (s.region == nullptr) return false;
+  for (const shm::Slot& slot : s.region->slots) {
+    if (slot.state.load(std::memory_order_acquire) == 1 && static_cast<unsigned int>(slot.pid) == pid) {
+      return true;
+    }
+  }
+  return false;
+}
+
 DlsymFn RealDlsym() {
   static const DlsymFn fn = [] {
     void* p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");

@@ -63,6 +63,10 @@ bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes,
 // limit applies (`nvml_index` is used in HAMi-compatible mode, whose limits are per index).
 bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::uint64_t* used);
 
+// Whether `pid` (as NVML reports it) is a live process of this container's region: used to
+// show a container only its own GPU processes. False when no region applies.
+bool IsContainerProcess(unsigned int pid);
+
 // The real dlsym (glibc's), for resolving the driver libraries.
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn RealDlsym();

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "fake_gpu.h"
 #include "hook/nvml_table.h"
@@ -103,11 +105,36 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device, n
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
+// Processes: this process (with the device's physical usage) plus TESSERA_FAKE_NVML_OTHER_PIDS
+// (comma-separated pids of "other tenants", 1 MiB each).
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t, unsigned int* count,
-                                                                        nvmlProcessInfo_t*) {
-  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *count = 0;
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t device, unsigned int* count,
+                                                                        nvmlProcessInfo_t* infos) {
+  if (count == nullptr || IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<nvmlProcessInfo_t> all;
+  nvmlProcessInfo_t me{};
+  me.pid = static_cast<unsigned int>(getpid());
+  me.usedGpuMemory = N().shared->physical[IndexOf(device)].load();
+  all.push_back(me);
+  if (const char* others = std::getenv("TESSERA_FAKE_NVML_OTHER_PIDS")) {
+    std::string list = others;
+    std::size_t start = 0;
+    while (start < list.size()) {
+      const std::size_t comma = list.find(',', start);
+      nvmlProcessInfo_t other{};
+      other.pid = static_cast<unsigned int>(std::strtoul(list.substr(start, comma - start).c_str(), nullptr, 10));
+      other.usedGpuMemory = 1 << 20;
+      all.push_back(other);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (infos == nullptr || *count < all.size()) {
+    *count = static_cast<unsigned int>(all.size());
+    return infos == nullptr && *count == 0 ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (std::size_t i = 0; i < all.size(); ++i) infos[i] = all[i];
+  *count = static_cast<unsigned int>(all.size());
   return NVML_SUCCESS;
 }
 

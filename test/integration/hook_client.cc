@@ -221,6 +221,14 @@ int Run(const Api& api, int argc, char** argv) {
     const nvmlReturn_t r2 = info_v2(device, &m2);
     std::printf("nvml_result=%d nvml_total=%llu nvml_used=%llu nvml_free=%llu\n", r1, m.total, m.used, m.free);
     std::printf("nvml2_result=%d nvml2_total=%llu nvml2_used=%llu\n", r2, m2.total, m2.used);
+    auto procs = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(
+        dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    nvmlProcessInfo_t infos[16];
+    unsigned int n = 16;
+    const nvmlReturn_t r3 = procs(device, &n, infos);
+    bool only_me = true;
+    for (unsigned int i = 0; i < n; ++i) only_me = only_me && infos[i].pid == static_cast<unsigned int>(getpid());
+    std::printf("procs_result=%d procs=%u procs_only_me=%d\n", r3, n, only_me);
     return 0;
   }
   if (scenario == "vmm") {  // vmm CHUNK: cuMemCreate until refused, map one, release all

@@ -260,8 +260,13 @@ TEST_F(HookTest, EveryRowIsHookedAndReachesTheDriver) {
 // usage; an unlimited device keeps its physical view.
 TEST_F(HookTest, NvmlReportsTheCapAndTheContainersUsage) {
   Limit(64 * kMiB, /*context=*/4 * kMiB);
-  const Output out = Client("dlopen", {"nvml", std::to_string(16 * kMiB)});
+  const Output out = Client("dlopen", {"nvml", std::to_string(16 * kMiB)},
+                            {"TESSERA_FAKE_NVML_OTHER_PIDS=4242,4343"});
   ASSERT_EQ(out.exit_code, 0) << out.text;
+  // The process list shows only this container's processes, not the other tenants'.
+  EXPECT_EQ(out.Get("procs_result"), "0");
+  EXPECT_EQ(out.Get("procs"), "1") << out.text;
+  EXPECT_EQ(out.Get("procs_only_me"), "1");
   EXPECT_EQ(out.Get("alloc"), "0");
   EXPECT_EQ(out.Get("nvml_result"), "0");
   EXPECT_EQ(out.Num("nvml_total"), 64 * kMiB);
@@ -270,8 +275,10 @@ TEST_F(HookTest, NvmlReportsTheCapAndTheContainersUsage) {
   EXPECT_EQ(out.Get("nvml2_result"), "0");
   EXPECT_EQ(out.Num("nvml2_total"), 64 * kMiB);
   EXPECT_EQ(out.Num("nvml2_used"), 20 * kMiB);
-  const Output other = Client("dlopen", {"nvml", std::to_string(kMiB)}, {"NVML_INDEX=1"});
+  const Output other = Client("dlopen", {"nvml", std::to_string(kMiB)},
+                              {"NVML_INDEX=1", "TESSERA_FAKE_NVML_OTHER_PIDS=4242"});
   EXPECT_EQ(other.Num("nvml_total"), 16 * kGiB) << other.text;  // GPU 1 is not in the limits
+  EXPECT_EQ(other.Get("procs"), "2");                           // nor filtered
 }
 
 TEST_F(HookTest, VirtualMemoryIsChargedAtCreateNotAtMap) {
