@@ -78,7 +78,7 @@ void BM_PlacementDecision(benchmark::State& state) {
 
 void Args(benchmark::internal::Benchmark* b) {
   for (const int nodes : {1213, 5000, 20000}) {
-    for (int kind = 0; kind <= static_cast<int>(placement::PolicyKind::kFgd); ++kind) {
+    for (int kind = 0; kind <= static_cast<int>(placement::PolicyKind::kTessera); ++kind) {
       b->Args({kind, nodes});
     }
   }

@@ -59,6 +59,10 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
+// The one mapping of a Status to a process exit code (every CLI): 0 ok, 2 bad input (invalid
+// argument), 3 not found, 1 anything else.
+int ToExitCode(const Status& status);
+
 Status InvalidArgumentError(std::string message);
 Status NotFoundError(std::string message);
 Status ResourceExhaustedError(std::string message);

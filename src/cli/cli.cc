@@ -11,19 +11,6 @@
 
 namespace tessera::cli {
 
-int ToExitCode(const Status& status) {
-  switch (status.code()) {
-    case StatusCode::kOk:
-      return 0;
-    case StatusCode::kInvalidArgument:
-      return 2;
-    case StatusCode::kNotFound:
-      return 3;
-    default:
-      return 1;
-  }
-}
-
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   // Dependency-free subcommands first (`run` takes everything after `--` verbatim).
   if (const int code = RunCoreCommand({argv + 1, argv + argc}, out, err); code >= 0) return code;

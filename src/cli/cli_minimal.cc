@@ -7,10 +7,6 @@
 
 namespace tessera::cli {
 
-int ToExitCode(const Status& status) {
-  return status.ok() ? 0 : status.code() == StatusCode::kInvalidArgument ? 2 : 1;
-}
-
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   const int code = RunCoreCommand(args, out, err);

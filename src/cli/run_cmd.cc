@@ -264,7 +264,7 @@ int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   auto code = RunUnderCap(*options, err);
   if (!code.ok()) {
     err << "tessera run: " << code.status().message() << "\n";
-    return code.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    return ToExitCode(code.status());
   }
   return *code;
 }

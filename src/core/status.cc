@@ -33,6 +33,19 @@ Status Status::WithContext(std::string_view context) const {
   return {code_, std::move(message)};
 }
 
+int ToExitCode(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk:
+      return 0;
+    case StatusCode::kInvalidArgument:
+      return 2;
+    case StatusCode::kNotFound:
+      return 3;
+    default:
+      return 1;
+  }
+}
+
 Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 Status ResourceExhaustedError(std::string m) {

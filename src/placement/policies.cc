@@ -1,5 +1,7 @@
 #include "placement/policies.h"
 
+#include "placement/tessera_policy.h"
+
 #include <algorithm>
 #include <bit>
 #include <cctype>
@@ -302,6 +304,8 @@ std::unique_ptr<PlacementPolicy> MakePolicy(PolicyKind kind, const Cluster& clus
       return std::make_unique<BestFitPolicy>();
     case PolicyKind::kFgd:
       return std::make_unique<FgdPolicy>(cluster, profile);
+    case PolicyKind::kTessera:  // online: learns the workload from arrivals, not `profile`
+      return std::make_unique<TesseraPolicy>(cluster);
   }
   return nullptr;
 }

@@ -140,7 +140,8 @@ class FgdPolicy final : public PlacementPolicy {
   X(kGpuClustering, "gpu-clustering", "03-GpuClustering")          \
   X(kGpuPacking, "gpu-packing", "04-GpuPacking")                   \
   X(kBestFit, "best-fit", "05-BestFit")                            \
-  X(kFgd, "fgd", "06-FGD")
+  X(kFgd, "fgd", "06-FGD")                                         \
+  X(kTessera, "tessera", "07-Tessera")
 
 enum class PolicyKind : std::uint8_t {
 #define TESSERA_POLICY_KIND(id, name, published) id,

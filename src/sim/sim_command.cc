@@ -37,19 +37,6 @@ struct Options {
   bool help = false;
 };
 
-int ExitCode(const Status& s) {
-  switch (s.code()) {
-    case StatusCode::kOk:
-      return 0;
-    case StatusCode::kInvalidArgument:
-      return 2;
-    case StatusCode::kNotFound:
-      return 3;
-    default:
-      return 1;
-  }
-}
-
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 StatusOr<std::int64_t> ParseSeed(std::string_view text) {
@@ -118,7 +105,7 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
         if (comma == std::string::npos) comma = list.size();
         const std::string name = list.substr(start, comma - start);
         if (name == "all") {
-          for (int k = 0; k <= static_cast<int>(PolicyKind::kFgd); ++k) {
+          for (int k = 0; k <= static_cast<int>(PolicyKind::kTessera); ++k) {
             o.policies.push_back(static_cast<PolicyKind>(k));
           }
         } else {
@@ -249,19 +236,19 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   StatusOr<std::vector<placement::Node>> nodes = LoadNodeCsv(nodes_path);
   if (!nodes.ok()) {
     err << "tessera sim: " << nodes.status().message() << "\n";
-    return ExitCode(nodes.status());
+    return ToExitCode(nodes.status());
   }
   StatusOr<std::vector<TracePod>> pods = LoadPodCsv(pods_path);
   if (!pods.ok()) {
     err << "tessera sim: " << pods.status().message() << "\n";
-    return ExitCode(pods.status());
+    return ToExitCode(pods.status());
   }
   const std::string workload = fs::path(pods_path).stem().string();
   StatusOr<SimInput> input =
       MakeSimInput(std::move(nodes).value(), std::move(pods).value(), workload);
   if (!input.ok()) {
     err << "tessera sim: " << input.status().message() << "\n";
-    return ExitCode(input.status());
+    return ToExitCode(input.status());
   }
 
   struct Job {
@@ -293,7 +280,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   for (const auto& r : results) {
     if (!r->ok()) {
       err << "tessera sim: " << r->status().message() << "\n";
-      return ExitCode(r->status());
+      return ToExitCode(r->status());
     }
   }
 

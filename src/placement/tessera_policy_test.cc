@@ -1,0 +1,131 @@
+#include "placement/tessera_policy.h"
+
+#include <gtest/gtest.h>
+
+#include "placement/scheduler.h"
+#include "testutil/status_matchers.h"
+
+namespace tessera::placement {
+namespace {
+
+Node MakeNode(const std::string& name, int gpus, std::int64_t cpu = 64000) {
+  Node n;
+  n.name = name;
+  n.cpu_milli = cpu;
+  n.memory_bytes = 256LL << 30;
+  for (int g = 0; g < gpus; ++g) {
+    Gpu gpu;
+    gpu.model = "G2";
+    gpu.memory_bytes = 16ULL << 30;
+    n.gpus.push_back(gpu);
+  }
+  return n;
+}
+
+Request Pod(const std::string& name, std::int64_t cpu, std::uint32_t k, std::int32_t milli) {
+  Request r;
+  r.name = name;
+  r.cpu_milli = cpu;
+  r.gpu_count = k;
+  r.gpu_milli = milli;
+  return r;
+}
+
+// Records what the scheduler shows the policy, in order.
+class Spy final : public PlacementPolicy {
+ public:
+  explicit Spy(const Cluster& c) : inner_(c) {}
+  std::string_view name() const override { return "spy"; }
+  void Observe(const Request& r) override {
+    observed.push_back(r.name);
+    inner_.Observe(r);
+  }
+  Choice Score(const Cluster& c, std::size_t node, const ResolvedRequest& r,
+               GpuMask usable) override {
+    scored.push_back(r.request->name);
+    return inner_.Score(c, node, r, usable);
+  }
+  bool cacheable() const override { return inner_.cacheable(); }
+  std::vector<std::string> observed, scored;
+
+ private:
+  TesseraPolicy inner_;
+};
+
+TEST(TesseraPolicyTest, SeesOnlyArrivalsSoFar) {
+  auto c = Cluster::Create({MakeNode("n0", 8), MakeNode("n1", 8)});
+  ASSERT_OK(c);
+  Spy spy(*c);
+  Scheduler s(&*c, &spy);
+  const std::vector<Request> future = {Pod("a", 1000, 1, 500), Pod("b", 1000, 2, 1000),
+                                       Pod("c", 0, 0, 0)};
+  for (std::size_t i = 0; i < future.size(); ++i) {
+    ASSERT_OK(s.Place(future[i]));
+    // Observed exactly the arrivals up to and including this one, and scored no later one.
+    ASSERT_EQ(spy.observed.size(), i + 1);
+    EXPECT_EQ(spy.observed.back(), future[i].name);
+    for (const std::string& n : spy.scored) EXPECT_LE(n, future[i].name);
+  }
+}
+
+TEST(TesseraPolicyTest, WorkloadIsLearnedFromArrivals) {
+  auto c = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(c);
+  TesseraPolicy p(*c);
+  EXPECT_TRUE(p.target().items.empty());  // knows nothing before the first arrival
+  p.Observe(Pod("a", 2000, 1, 250));
+  ASSERT_EQ(p.target().items.size(), 1U);
+  EXPECT_EQ(p.target().items[0].gpu_milli, 250);
+  for (int i = 0; i < 9; ++i) p.Observe(Pod("b", 4000, 2, 1000));
+  double w = 0;
+  for (const auto& item : p.target().items) {
+    if (item.gpu_count == 2) w = item.weight;
+  }
+  EXPECT_GT(w, 0.8);  // the popular shape dominates
+  EXPECT_EQ(p.observed(), 10U);
+}
+
+TEST(TesseraPolicyTest, PriorSeedsTheEstimate) {
+  auto c = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(c);
+  WorkloadProfile prior;
+  prior.items.push_back({8000, 1000, 8, {}, 1.0});
+  TesseraPolicy::Options o;
+  o.prior_weight = 100;
+  TesseraPolicy p(*c, o, &prior);
+  ASSERT_EQ(p.target().items.size(), 1U);
+  EXPECT_EQ(p.target().items[0].gpu_count, 8U);
+}
+
+TEST(TesseraPolicyTest, FillsUsedNodesBeforeFreshOnesAndPacksGpus) {
+  auto c = Cluster::Create({MakeNode("n0", 8), MakeNode("n1", 8)});
+  ASSERT_OK(c);
+  // n0 already runs a half-GPU pod on GPU 3.
+  const Request first = Pod("first", 1000, 1, 500);
+  const ResolvedRequest rf = c->Resolve(first);
+  Allocation a;
+  a.node = 0;
+  a.gpus.push_back(c->ShareOn(0, 3, rf));
+  ASSERT_OK(c->Add(rf, a));
+  TesseraPolicy p(*c);
+  p.Observe(Pod("w1", 1000, 8, 1000));  // the mix has whole-node pods
+  Scheduler s(&*c, &p, {1, 0});          // the rank alone would pick n1
+  const auto d = s.Decide(Pod("small", 1000, 1, 500));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->node, 0U);  // the fresh node stays whole
+  ASSERT_EQ(d->gpus.size(), 1U);
+  EXPECT_EQ(d->gpus[0].gpu, 3U);  // and the share fills the partly used GPU
+}
+
+TEST(TesseraPolicyTest, ScoresFollowTheWorkloadEpoch) {
+  auto c = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(c);
+  TesseraPolicy p(*c);
+  EXPECT_FALSE(p.cacheable());  // scores depend on the learned workload
+  const std::uint64_t e0 = p.epoch();
+  p.Observe(Pod("a", 1000, 1, 500));
+  EXPECT_GT(p.epoch(), e0);
+}
+
+}  // namespace
+}  // namespace tessera::placement
