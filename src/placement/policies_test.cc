@@ -5,23 +5,14 @@
 #include <cmath>
 #include <deque>
 
+#include "placement/placement_testing.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::placement {
 namespace {
 
 Node MakeNode(const std::string& name, int gpus, std::int64_t cpu = 96000) {
-  Node n;
-  n.name = name;
-  n.cpu_milli = cpu;
-  n.memory_bytes = 256LL << 30;
-  for (int g = 0; g < gpus; ++g) {
-    Gpu gpu;
-    gpu.model = "G2";
-    gpu.memory_bytes = 16ULL << 30;
-    n.gpus.push_back(gpu);
-  }
-  return n;
+  return testing::MakeNode(name, gpus, cpu);
 }
 
 Request Pod(std::int64_t cpu, std::uint32_t k, std::int32_t milli) {

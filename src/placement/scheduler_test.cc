@@ -2,23 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "placement/placement_testing.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::placement {
 namespace {
 
 Node MakeNode(const std::string& name, int gpus) {
-  Node n;
-  n.name = name;
-  n.cpu_milli = 16000;
-  n.memory_bytes = 64LL << 30;
-  for (int g = 0; g < gpus; ++g) {
-    Gpu gpu;
-    gpu.model = "T4";
-    gpu.memory_bytes = 16ULL << 30;
-    n.gpus.push_back(gpu);
-  }
-  return n;
+  return testing::MakeNode(name, gpus, 16000, 64LL << 30, "T4");
 }
 
 Request Pod(std::uint32_t k, std::int32_t milli, std::int64_t cpu = 1000) {
