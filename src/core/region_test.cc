@@ -190,7 +190,8 @@ TEST_F(RegionTest, SigkilledProcessUsageIsReleasedOnDemand) {
 // released by the kernel whatever the namespace. Needs CAP_SYS_ADMIN for unshare; skipped
 // without it.
 TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
-  int ready[2];
+  int pid_pipe[2], ready[2];  // separate pipes: the two writers must not interleave
+  ASSERT_EQ(pipe(pid_pipe), 0);
   ASSERT_EQ(pipe(ready), 0);
   const pid_t outer = fork();
   ASSERT_GE(outer, 0);
@@ -198,26 +199,30 @@ TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
     if (unshare(CLONE_NEWPID) != 0) _exit(77);  // no privilege: tell the parent to skip
     const pid_t inner = fork();                 // pid 1 of the new namespace
     if (inner < 0) _exit(1);
-    if (inner > 0 && write(ready[1], &inner, sizeof(inner)) != sizeof(inner)) _exit(1);
-    if (inner == 0) {
-      auto m = Mapping::Attach(path_);
-      auto slot = ClaimSlot(*m->region(), getpid(), 1);
-      if (!slot.ok() || getpid() != 1 || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok()) _exit(1);
-      const char byte = 1;
-      if (write(ready[1], &byte, 1) != 1) _exit(1);
-      pause();
-      _exit(0);
+    if (inner > 0) {
+      const bool sent = write(pid_pipe[1], &inner, sizeof(inner)) == sizeof(inner);
+      int status = 0;
+      waitpid(inner, &status, 0);
+      _exit(sent ? 0 : 1);
     }
-    int status = 0;
-    waitpid(inner, &status, 0);
+    auto m = Mapping::Attach(path_);
+    auto slot = ClaimSlot(*m->region(), getpid(), 1);
+    if (!slot.ok() || getpid() != 1 || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok()) _exit(1);
+    const char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(1);
+    pause();
     _exit(0);
   }
+  close(pid_pipe[1]);
   close(ready[1]);
   pid_t inner = 0;  // as seen from our namespace
   char byte = 0;
-  if (read(ready[0], &inner, sizeof(inner)) != sizeof(inner) || read(ready[0], &byte, 1) != 1) {
+  const bool got_pid = read(pid_pipe[0], &inner, sizeof(inner)) == sizeof(inner);
+  if (!got_pid || read(ready[0], &byte, 1) != 1) {
+    if (got_pid) kill(inner, SIGKILL);
     int status = 0;
     waitpid(outer, &status, 0);
+    close(pid_pipe[0]);
     close(ready[0]);
     if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "unshare(CLONE_NEWPID) not permitted";
     FAIL() << "the process in the new PID namespace failed";
@@ -229,6 +234,7 @@ TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
   ASSERT_OK(slot);
   ASSERT_OK(Reserve(region(), *slot, 0, 2 * kGiB, 4 * kGiB));  // only fits once reclaimed
   ReleaseSlot(region(), *slot);
+  close(pid_pipe[0]);
   close(ready[0]);
 }
 
