@@ -52,7 +52,8 @@ const std::vector<OptionFacts>& Facts() {
        {"GPU memory cap per container on every allocation path, contexts included (CUDA "
         "out-of-memory in the offending process only)",
         "cudaMemGetInfo / nvidia-smi inside the container report the cap as the total",
-        "compute share per container and priority between co-located tenants",
+        "compute share per container and priority between co-located tenants (not yet in this "
+        "release: memory is enforced today)",
         "per-pod usage accounting, reconciled with what the driver reports per process"},
        {"a process that bypasses the preload library (static linking, raw ioctls) is not "
         "stopped by it; the node agent detects the excess from NVML and reports, kills or "
