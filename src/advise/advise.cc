@@ -338,6 +338,9 @@ Advice Advise(const Request& request) {
   advice.notes.push_back(
       "user-space interception stops accidents and greedy neighbours, not a determined attacker; "
       "tiers facing one need MIG or dedicated GPUs");
+  advice.notes.push_back(
+      "this release enforces GPU memory caps (libtessera-cuda, `tessera run`); compute shares, "
+      "the MPS backend, the node agent's reconciliation and MIG placement are not built yet");
   return advice;
 }
 
