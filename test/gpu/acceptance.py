@@ -65,6 +65,15 @@ def fill(name, cmd):
     return row
 
 
+def summarize(native, hooked):
+    """Medians, the median of the paired differences (tessera - native) and its bootstrap 95% CI."""
+    diffs = [h - n for n, h in zip(native, hooked)]
+    boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
+    return {"native_median": statistics.median(native), "tessera_median": statistics.median(hooked),
+            "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
+            "repeats": len(diffs)}
+
+
 def paired(name, native_cmd, tessera_cmd, key, env=None):
     """Interleaved A/B: returns median native, median tessera, median paired diff, CI."""
     native, hooked = [], []
@@ -84,11 +93,7 @@ def paired(name, native_cmd, tessera_cmd, key, env=None):
                     if key in d:
                         value = d[key]
             sink.append(value)
-    diffs = [h - n for n, h in zip(native, hooked)]
-    boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
-    res = {"native_median": statistics.median(native), "tessera_median": statistics.median(hooked),
-           "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
-           "repeats": REPEATS, "native": native, "tessera": hooked}
+    res = dict(summarize(native, hooked), native=native, tessera=hooked)
     results["bench"][name] = res
     return res
 
@@ -292,13 +297,7 @@ def main():
             inner = json.loads(out.stdout.strip().splitlines()[-1]).get("first_call_ms", -1)
             (hooked if which else native).append((wall, inner))
     for idx, name in ((0, "process_wall_ms"), (1, "first_call_ms")):
-        n = [x[idx] for x in native]
-        h = [x[idx] for x in hooked]
-        diffs = [b - a for a, b in zip(n, h)]
-        boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
-        results["bench"][name] = {"native_median": statistics.median(n), "tessera_median": statistics.median(h),
-                                  "diff_median": statistics.median(diffs), "ci95": [boot[50], boot[1949]],
-                                  "repeats": REPEATS}
+        results["bench"][name] = summarize([x[idx] for x in native], [x[idx] for x in hooked])
 
     stats = subprocess.run([f"{BIN}/driver_probe", "first-call"], capture_output=True, text=True,
                            env=dict(env, TESSERA_HOOK_STATS="1"))
