@@ -181,6 +181,18 @@ bool Cluster::TenantCompatible(const TenantEntry& t, const ResolvedRequest& r) c
          ScopeAllows(q.co_tenancy, r.namespace_id, q.tier, t.namespace_id, t.tier);
 }
 
+std::uint64_t MemoryOn(const Gpu& gpu, const Request& q) {
+  if (q.gpu_memory_bytes != 0) return q.gpu_memory_bytes;
+  if (q.memory_ppm != 0) {
+    constexpr std::uint64_t kMiB = 1ULL << 20;
+    const std::uint64_t bytes = gpu.memory_bytes / kPpmPerGpu * q.memory_ppm +
+                                gpu.memory_bytes % kPpmPerGpu * q.memory_ppm / kPpmPerGpu;
+    return bytes / kMiB * kMiB;
+  }
+  const auto milli = static_cast<std::uint64_t>(q.gpu_milli);
+  return gpu.memory_bytes / kMilliPerGpu * milli + gpu.memory_bytes % kMilliPerGpu * milli / kMilliPerGpu;
+}
+
 bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& r) const {
   const Gpu& gpu = nodes_[node].gpus[g];
   const GpuState& gs = states_[node].gpus[g];
@@ -197,13 +209,7 @@ bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& 
   } else {
     if (gpu.mig_enabled) return false;
     if (gs.milli_free < q.gpu_milli) return false;
-    const std::uint64_t mem =
-        q.gpu_memory_bytes != 0
-            ? q.gpu_memory_bytes
-            : gpu.memory_bytes / kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) +
-                  gpu.memory_bytes % kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) /
-                      kMilliPerGpu;
-    if (gs.memory_free < mem) return false;
+    if (gs.memory_free < MemoryOn(gpu, q)) return false;
   }
   if (gs.tenants.empty()) return true;
   if (gs.open() && r.open) return true;
@@ -258,12 +264,7 @@ GpuShare Cluster::ShareOn(std::size_t node, std::size_t g, const ResolvedRequest
     return share;
   }
   share.milli = q.gpu_milli;
-  share.memory_bytes =
-      q.gpu_memory_bytes != 0
-          ? q.gpu_memory_bytes
-          : gpu.memory_bytes / kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) +
-                gpu.memory_bytes % kMilliPerGpu * static_cast<std::uint64_t>(q.gpu_milli) /
-                    kMilliPerGpu;
+  share.memory_bytes = MemoryOn(gpu, q);
   return share;
 }
 

@@ -18,6 +18,7 @@
 namespace tessera::placement {
 
 inline constexpr std::int32_t kMilliPerGpu = 1000;
+inline constexpr std::uint32_t kPpmPerGpu = 1'000'000;
 inline constexpr std::size_t kMaxGpusPerNode = 64;  // GPU sets are 64-bit masks
 inline constexpr std::size_t kMaxModels = 64;        // model constraints are 64-bit masks
 
@@ -56,6 +57,9 @@ struct Request {
   // Per GPU. 0: derived from milli as the contracts define for trace milli
   // (memory = milli / 1000 x the chosen GPU's memory, docs/design/0002).
   std::uint64_t gpu_memory_bytes = 0;
+  // Per GPU, when gpu_memory_bytes is 0: memory as parts per million of the chosen GPU's memory,
+  // rounded down to a MiB (cores-only asks and KAI's gpu-fraction, docs/design/0002). 0: milli.
+  std::uint32_t memory_ppm = 0;
   std::uint32_t cores_percent = 0;   // compute share; 0: milli / 10
   std::vector<std::string> models;   // acceptable GPU models; empty: any
   std::string mig_profile;           // non-empty: one MIG instance of this profile per GPU
@@ -69,6 +73,10 @@ struct Request {
   bool is_gpu() const { return gpu_count > 0; }
   bool exclusive() const { return mode == SharingMode::kExclusive; }
 };
+
+// The memory one share of `request` takes on `gpu`: explicit bytes, else memory_ppm of the GPU
+// (rounded down to a MiB), else gpu_milli / 1000 of the GPU (the trace's convention).
+std::uint64_t MemoryOn(const Gpu& gpu, const Request& request);
 
 // Fills co_tenancy from the policy's rule for the request's tier.
 void ApplyTrustPolicy(const policy::Policy& policy, Request& request);

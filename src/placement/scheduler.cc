@@ -27,6 +27,7 @@ std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory
   add(q.gpu_count);
   add(static_cast<std::uint64_t>(q.gpu_milli));
   add(q.gpu_memory_bytes);
+  add(q.memory_ppm);
   add(r.model_mask);
   add(r.namespace_id);
   add(q.uid);
@@ -37,22 +38,28 @@ std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory
   return it->second;
 }
 
-std::optional<Allocation> Scheduler::Decide(const Request& request) {
+std::optional<Allocation> Scheduler::Decide(const Request& request,
+                                            std::span<const std::uint32_t> nodes) {
   const ResolvedRequest r = cluster_->Resolve(request);
-  return DecideResolved(r);
+  return DecideResolved(r, nodes);
 }
 
-std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r) {
+std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
+                                                    std::span<const std::uint32_t> nodes) {
   policy_->Observe(*r.request);
   const std::size_t n = cluster_->size();
+  // The nodes to look at: all (k -> k), or the given subset (k -> nodes[k]).
+  const std::size_t count = nodes.empty() ? n : nodes.size();
+  auto node_at = [&](std::size_t k) -> std::size_t { return nodes.empty() ? k : nodes[k]; };
   feasible_.clear();
   std::size_t best = n;
   Choice best_choice;
   if (!policy_->cacheable()) {
     // Filter, then let the policy pick or score every feasible node.
     std::vector<GpuMask> usable_of;
-    usable_of.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
+    usable_of.reserve(count);
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t i = node_at(k);
       GpuMask usable = 0;
       if (cluster_->Feasible(i, r, &usable)) {
         feasible_.push_back(static_cast<std::uint32_t>(i));
@@ -80,7 +87,8 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r) {
     const std::uint32_t score_shape = ShapeId(r, false);
     const std::size_t way = score_shape % kCacheWays;
     std::size_t feasible = 0;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t k = 0; k < count; ++k) {
+      const std::size_t i = node_at(k);
       CacheEntry& e = cache_[i * kCacheWays + way];
       const std::uint32_t version = cluster_->state(i).version;
       GpuMask usable = 0;
@@ -120,7 +128,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r) {
 
 StatusOr<Allocation> Scheduler::Place(const Request& request) {
   const ResolvedRequest r = cluster_->Resolve(request);
-  std::optional<Allocation> a = DecideResolved(r);
+  std::optional<Allocation> a = DecideResolved(r, {});
   if (!a.has_value()) {
     return ResourceExhaustedError("request \"" + request.name + "\": no node can take it");
   }

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,7 +21,8 @@ class Scheduler {
   Scheduler(Cluster* cluster, PlacementPolicy* policy, std::vector<std::uint32_t> ranks = {});
 
   // Chooses where the request would go, or nullopt if no node can take it. Changes nothing.
-  std::optional<Allocation> Decide(const Request& request);
+  // `nodes`: only these node indices are candidates (each < cluster size); empty: every node.
+  std::optional<Allocation> Decide(const Request& request, std::span<const std::uint32_t> nodes = {});
   // Decide, then record the allocation on the cluster's ledger. kResourceExhausted if no node
   // can take the request.
   StatusOr<Allocation> Place(const Request& request);
@@ -43,7 +45,8 @@ class Scheduler {
   };
   static constexpr std::size_t kCacheWays = 32;
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
-  std::optional<Allocation> DecideResolved(const ResolvedRequest& request);
+  std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
+                                          std::span<const std::uint32_t> nodes);
 
   Cluster* cluster_;
   PlacementPolicy* policy_;

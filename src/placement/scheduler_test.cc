@@ -35,6 +35,37 @@ TEST(Scheduler, TiesGoToTheSmallestRank) {
   EXPECT_EQ(b->gpus[0].gpu, a->gpus[0].gpu);
 }
 
+TEST(Scheduler, ConsidersOnlyTheGivenNodes) {
+  auto cluster = Cluster::Create({MakeNode("a", 2), MakeNode("b", 2), MakeNode("c", 2)});
+  ASSERT_OK(cluster);
+  GpuPackingPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  const std::vector<std::uint32_t> only_c = {2};
+  auto a = scheduler.Decide(Pod(1, 500), only_c);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->node, 2U);  // without the subset node 0 (rank 0) would win
+  const std::vector<std::uint32_t> b_and_c = {1, 2};
+  auto b = scheduler.Decide(Pod(1, 500), b_and_c);
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->node, 1U);
+  EXPECT_FALSE(scheduler.Decide(Pod(3, 1000), b_and_c).has_value());  // 2 GPUs per node
+}
+
+TEST(Scheduler, MemoryAsPpmOfTheChosenGpuRoundsDownToAMiB) {
+  Node n = MakeNode("a", 1);
+  n.gpus[0].memory_bytes = (16ULL << 30) + 12345;  // not a MiB multiple
+  auto cluster = Cluster::Create({n});
+  ASSERT_OK(cluster);
+  Request q = Pod(1, 300);
+  q.memory_ppm = 300'000;  // 30 %
+  const std::uint64_t exact = ((16ULL << 30) + 12345) * 3 / 10;
+  EXPECT_EQ(MemoryOn(cluster->node(0).gpus[0], q), exact / (1ULL << 20) * (1ULL << 20));
+  q.gpu_memory_bytes = 5;  // explicit bytes win
+  EXPECT_EQ(MemoryOn(cluster->node(0).gpus[0], q), 5U);
+  Request r = Pod(1, 500);  // neither: the trace's milli convention, exact
+  EXPECT_EQ(MemoryOn(cluster->node(0).gpus[0], r), ((16ULL << 30) + 12345) / 2);
+}
+
 TEST(Scheduler, FailsWhenNothingFitsAndChangesNothing) {
   auto cluster = Cluster::Create({MakeNode("a", 1)});
   ASSERT_OK(cluster);

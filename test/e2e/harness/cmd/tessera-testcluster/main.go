@@ -27,6 +27,7 @@ var subcommands = map[string]subcommand{
 	"kube-apiserver": {"run the upstream kube-apiserver (upstream flags)", runKubeAPIServer},
 	"kube-scheduler": {"run the upstream kube-scheduler (upstream flags)", runKubeScheduler},
 	"kubectl":        {"run the upstream kubectl", runKubectl},
+	"simnodes":       {"register simulated GPU nodes and act as their kubelet", runSimnodes},
 	"version":        {"print the pinned upstream versions", runVersion},
 }
 

@@ -49,22 +49,26 @@ func runUp(args []string) int {
 	stateDir := fs.String("dir", "", "state directory for etcd data and credentials (default: a new temporary directory, removed on exit)")
 	etcdLogLevel := fs.String("etcd-log-level", "warn", "etcd log level")
 	noScheduler := fs.Bool("no-scheduler", false, "do not start kube-scheduler")
+	schedulerConfig := fs.String("scheduler-config", "", "KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) YAML for kube-scheduler's --config; clientConnection.kubeconfig, qps, burst and leaderElection.leaderElect are filled in unless the file sets them; the completed file is <dir>/kube-scheduler-config.yaml")
 	var apiserverArgs, schedulerArgs stringList
 	fs.Var(&apiserverArgs, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--feature-gates=Foo=true (repeatable; wins over the defaults)")
-	fs.Var(&schedulerArgs, "scheduler-arg", "extra kube-scheduler flag (repeatable; wins over the defaults)")
+	fs.Var(&schedulerArgs, "scheduler-arg", "extra kube-scheduler flag (repeatable; wins over the defaults); --v/--vmodule set the scheduler's own log verbosity")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *kubeconfig == "" {
 		return fatalf("up: --kubeconfig is required")
 	}
-	if err := up(*kubeconfig, *stateDir, *etcdLogLevel, !*noScheduler, apiserverArgs, schedulerArgs); err != nil {
+	if *schedulerConfig != "" && *noScheduler {
+		return fatalf("up: --scheduler-config and --no-scheduler exclude each other")
+	}
+	if err := up(*kubeconfig, *stateDir, *etcdLogLevel, !*noScheduler, *schedulerConfig, apiserverArgs, schedulerArgs); err != nil {
 		return fatalf("up: %v", err)
 	}
 	return 0
 }
 
-func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserverArgs, schedulerArgs []string) (retErr error) {
+func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, schedulerConfig string, apiserverArgs, schedulerArgs []string) (retErr error) {
 	// One signal context for the whole process: upstream's handler may only be
 	// installed once, so up cannot use the upstream cobra commands as a whole.
 	ctx := genericapiserver.SetupSignalContext()
@@ -80,6 +84,23 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 	absKubeconfig, err := filepath.Abs(kubeconfig)
 	if err != nil {
 		return err
+	}
+	if stateDir, err = filepath.Abs(stateDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return err
+	}
+	adminKubeconfig := filepath.Join(stateDir, "admin.kubeconfig")
+
+	// The test's scheduler configuration, completed with this cluster's
+	// kubeconfig; checked before anything starts, so that a bad file fails fast.
+	schedulerConfigFile := ""
+	if withScheduler && schedulerConfig != "" {
+		schedulerConfigFile = filepath.Join(stateDir, "kube-scheduler-config.yaml")
+		if err := prepareSchedulerConfig(schedulerConfig, schedulerConfigFile, adminKubeconfig); err != nil {
+			return err
+		}
 	}
 
 	p, err := generatePKI(filepath.Join(stateDir, "pki"))
@@ -110,7 +131,6 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 	}
 	apiPort := ln.Addr().(*net.TCPAddr).Port
 	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	adminKubeconfig := filepath.Join(stateDir, "admin.kubeconfig")
 	if err := p.writeKubeconfig(adminKubeconfig, server); err != nil {
 		return err
 	}
@@ -200,12 +220,24 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 			schedFlags.AddFlagSet(f)
 		}
 		defaults := []string{
-			"--kubeconfig=" + adminKubeconfig,
 			"--authentication-kubeconfig=" + adminKubeconfig,
 			"--authorization-kubeconfig=" + adminKubeconfig,
 			"--bind-address=127.0.0.1",
 			fmt.Sprintf("--secure-port=%d", schedPort),
-			"--leader-elect=false",
+		}
+		if schedulerConfigFile != "" {
+			// With --config, kube-scheduler ignores --kubeconfig and the
+			// --kube-api-* flags, and a --leader-elect flag would override
+			// the file: both are in the completed file instead.
+			defaults = append(defaults, "--config="+schedulerConfigFile)
+		} else {
+			defaults = append(defaults,
+				"--kubeconfig="+adminKubeconfig,
+				"--leader-elect=false",
+				// Upstream's 50/100 makes binding hundreds of pods take
+				// seconds of client-side throttling.
+				fmt.Sprintf("--kube-api-qps=%d", schedulerQPS),
+				fmt.Sprintf("--kube-api-burst=%d", schedulerBurst))
 		}
 		if err := schedFlags.Parse(append(defaults, schedulerArgs...)); err != nil {
 			return fmt.Errorf("kube-scheduler flags: %w", err)
@@ -217,6 +249,17 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, apiserver
 		// Its own context, so that shutdown can stop it before the API server.
 		schedCtx, cancel := context.WithCancel(context.Background())
 		stopScheduler = cancel
+		// The process-wide klog settings belong to the API server (applied
+		// above; they can only be applied once). A --scheduler-arg=--v=N or
+		// --vmodule gets the scheduler a logger of its own through its
+		// context, which is what its code logs through.
+		if schedFlags.Changed("v") || schedFlags.Changed("vmodule") {
+			logger, err := schedulerLogger(schedFlags)
+			if err != nil {
+				return fmt.Errorf("kube-scheduler flags: %w", err)
+			}
+			schedCtx = klog.NewContext(schedCtx, logger)
+		}
 		cc, sched, err := schedulerapp.Setup(schedCtx, opts)
 		if err != nil {
 			return fmt.Errorf("kube-scheduler: %w", err)

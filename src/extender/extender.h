@@ -1,0 +1,76 @@
+// tessera-scheduler's extender verbs over HTTP+JSON, as kube-scheduler's HTTPExtender sends
+// them (k8s.io/kube-scheduler/extender/v1: ExtenderArgs, ExtenderFilterResult,
+// HostPriorityList, ExtenderBindingArgs/Result, ExtenderPreemptionArgs/Result), with
+// nodeCacheCapable: true (node names, not Node objects).
+//
+// The verbs are plain functions of JSON in, JSON out, over a Ledger and a PodWriter, so that
+// tests drive them without HTTP; server.h puts them behind httplib.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "extender/decision.h"
+#include "extender/ledger.h"
+#include "tessera/status.h"
+
+namespace tessera::extender {
+
+// The two writes of a bind. The real one is the Kubernetes client (daemon.cc); tests use a
+// fake that records calls and fails on demand.
+class PodWriter {
+ public:
+  virtual ~PodWriter() = default;
+  // Sets the pod's annotations, with the pod UID as a precondition.
+  virtual Status Annotate(const std::string& ns, const std::string& name, const std::string& uid,
+                          const std::map<std::string, std::string>& annotations) = 0;
+  // POST pods/<name>/binding with the UID precondition.
+  virtual Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+                      const std::string& node) = 0;
+  // spec.nodeName as the API server has it now ("" while unbound): settles a Binding whose
+  // answer was lost.
+  virtual StatusOr<std::string> NodeNameOf(const std::string& ns, const std::string& name,
+                                           const std::string& uid) = 0;
+};
+
+struct ExtenderCounters {
+  std::atomic<std::uint64_t> filters{0};
+  std::atomic<std::uint64_t> filter_errors{0};
+  std::atomic<std::uint64_t> unschedulable{0};
+  std::atomic<std::uint64_t> binds{0};
+  std::atomic<std::uint64_t> bind_failures{0};
+  std::atomic<std::uint64_t> preemptions{0};
+};
+
+class Extender {
+ public:
+  // `key_id` names the signer's key in the decision (node agents look the public key up by it).
+  Extender(Ledger* ledger, PodWriter* writer, const Signer* signer, std::string key_id,
+           std::function<std::int64_t()> unix_now);
+
+  // Until the first full list of nodes and pods, every verb answers with an error and
+  // kube-scheduler retries the pod later.
+  void SetSynced(bool synced) { synced_ = synced; }
+  bool synced() const { return synced_; }
+
+  nlohmann::json Filter(const nlohmann::json& args);
+  nlohmann::json Prioritize(const nlohmann::json& args);
+  nlohmann::json Bind(const nlohmann::json& args);
+  nlohmann::json Preempt(const nlohmann::json& args);
+
+  const ExtenderCounters& counters() const { return counters_; }
+
+ private:
+  Ledger* ledger_;
+  PodWriter* writer_;
+  const Signer* signer_;
+  std::string key_id_;
+  std::function<std::int64_t()> unix_now_;
+  std::atomic<bool> synced_{false};
+  ExtenderCounters counters_;
+};
+
+}  // namespace tessera::extender

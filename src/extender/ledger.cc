@@ -1,0 +1,576 @@
+#include "extender/ledger.h"
+
+#include <algorithm>
+#include <set>
+
+#include "extender/inventory.h"
+#include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+namespace tessera::extender {
+
+using nlohmann::json;
+
+struct Ledger::Share {
+  std::string uuid;
+  std::int32_t milli = 0;
+  std::uint64_t memory = 0;
+};
+
+struct Ledger::Entry {
+  enum class State : std::uint8_t { kReserved, kBinding, kBound };
+  std::string uid;
+  std::string pod;  // namespace/name, for messages
+  std::string container;
+  placement::Request request;
+  std::int32_t k8s_priority = 0;
+  std::string node;
+  std::vector<Share> shares;
+  State state = State::kReserved;
+  std::chrono::steady_clock::time_point expires{};
+  std::chrono::steady_clock::time_point bound_at{};
+  bool bound_here = false;  // this process posted the Binding
+  bool seen = false;        // present in the latest relist
+  bool applied = false;     // counted on cluster_
+};
+
+namespace {
+
+const json* Find(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string NodeName(const json& node) {
+  const json* meta = Find(node, "metadata");
+  const json* name = meta != nullptr ? Find(*meta, "name") : nullptr;
+  return name != nullptr && name->is_string() ? name->get<std::string>() : std::string();
+}
+
+std::string DecisionText(const json& pod) {
+  const json* meta = Find(pod, "metadata");
+  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  const json* v = annotations != nullptr ? Find(*annotations, names::kAnnotationDecision) : nullptr;
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+Ledger::Ledger(policy::Policy policy, LedgerOptions options, Clock clock)
+    : policy_(std::move(policy)), options_(options), clock_(std::move(clock)) {}
+
+Ledger::~Ledger() = default;
+
+// --- nodes --------------------------------------------------------------------------------
+
+void Ledger::UpsertNode(const json& node) {
+  std::lock_guard lock(mu_);
+  const std::string name = NodeName(node);
+  if (name.empty()) return;
+  auto parsed = ParseNodeInventory(node);
+  if (!parsed.ok()) {
+    if (parsed.status().code() != StatusCode::kNotFound) {
+      TESSERA_LOG(kWarn, kScheduler, "%s", parsed.status().message().c_str());
+    }
+    bad_nodes_[name] = parsed.status().message();
+    if (nodes_.erase(name) != 0) dirty_ = true;
+    return;
+  }
+  bad_nodes_.erase(name);
+  auto it = nodes_.find(name);
+  if (it != nodes_.end() && !dirty_ && cluster_ && SameHardware(it->second, *parsed)) {
+    // Health and cordons change in place; everything else rebuilds the cluster.
+    const std::uint32_t i = node_index_.at(name);
+    for (std::size_t g = 0; g < parsed->gpus.size(); ++g) {
+      (void)cluster_->SetGpuHealth(i, g, parsed->gpus[g].healthy);
+      (void)cluster_->SetGpuCordoned(i, g, parsed->gpus[g].cordoned);
+    }
+    (void)cluster_->SetNodeCordoned(i, parsed->cordoned);
+    it->second = *std::move(parsed);
+    return;
+  }
+  nodes_[name] = *std::move(parsed);
+  dirty_ = true;
+}
+
+void Ledger::DeleteNode(const std::string& name) {
+  std::lock_guard lock(mu_);
+  bad_nodes_.erase(name);
+  if (nodes_.erase(name) != 0) dirty_ = true;
+}
+
+void Ledger::ReplaceNodes(const std::vector<json>& nodes) {
+  {
+    std::lock_guard lock(mu_);
+    nodes_.clear();
+    bad_nodes_.clear();
+    dirty_ = true;
+  }
+  for (const json& n : nodes) UpsertNode(n);
+}
+
+void Ledger::EnsureClusterLocked() {
+  if (dirty_ || !cluster_) RebuildLocked();
+}
+
+void Ledger::RebuildLocked() {
+  std::vector<placement::Node> list;
+  list.reserve(nodes_.size());
+  for (const auto& [name, node] : nodes_) list.push_back(node);
+  auto cluster = placement::Cluster::Create(std::move(list));
+  if (!cluster.ok()) {
+    // Each node was validated alone; this is a cross-node problem. Keep the nodes out.
+    TESSERA_LOG(kError, kScheduler, "cluster model: %s", cluster.status().message().c_str());
+    cluster = placement::Cluster::Create({});
+  }
+  scheduler_.reset();
+  placement_.reset();
+  cluster_ = std::make_unique<placement::Cluster>(*std::move(cluster));
+  placement_ = placement::MakePolicy(options_.placement, *cluster_, placement::WorkloadProfile{},
+                                     nullptr);
+  scheduler_ = std::make_unique<placement::Scheduler>(cluster_.get(), placement_.get());
+  node_index_.clear();
+  gpu_index_.clear();
+  for (std::uint32_t i = 0; i < cluster_->size(); ++i) {
+    const placement::Node& n = cluster_->node(i);
+    node_index_[n.name] = i;
+    for (std::uint32_t g = 0; g < n.gpus.size(); ++g) gpu_index_[n.gpus[g].uuid] = {i, g};
+  }
+  dirty_ = false;
+  for (auto& [uid, entry] : entries_) {
+    entry.applied = false;
+    ApplyLocked(entry);
+  }
+}
+
+std::optional<placement::Allocation> Ledger::AllocationLocked(const Entry& entry) const {
+  auto node = node_index_.find(entry.node);
+  if (node == node_index_.end()) return std::nullopt;
+  placement::Allocation a;
+  a.node = node->second;
+  for (const Share& s : entry.shares) {
+    auto gpu = gpu_index_.find(s.uuid);
+    if (gpu == gpu_index_.end() || gpu->second.first != a.node) return std::nullopt;
+    a.gpus.push_back({gpu->second.second, s.milli, s.memory, -1});
+  }
+  return a;
+}
+
+bool Ledger::ApplyLocked(Entry& entry) {
+  if (entry.applied || dirty_ || !cluster_) return entry.applied;
+  auto a = AllocationLocked(entry);
+  if (!a) {
+    TESSERA_LOG(kWarn, kScheduler, "pod %s: its GPUs on node %s are not in the inventory",
+                entry.pod.c_str(), entry.node.c_str());
+    return false;
+  }
+  const Status st = cluster_->Add(cluster_->Resolve(entry.request), *a);
+  if (!st.ok()) {
+    TESSERA_LOG(kWarn, kScheduler, "pod %s on node %s: not counted: %s", entry.pod.c_str(),
+                entry.node.c_str(), st.message().c_str());
+    return false;
+  }
+  entry.applied = true;
+  return true;
+}
+
+void Ledger::ReleaseLocked(const std::string& uid) {
+  auto it = entries_.find(uid);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  if (e.applied && !dirty_ && cluster_) {
+    if (auto a = AllocationLocked(e)) {
+      const Status st = cluster_->Remove(cluster_->Resolve(e.request), *a);
+      if (!st.ok()) {
+        TESSERA_LOG(kError, kScheduler, "pod %s: release: %s", e.pod.c_str(), st.message().c_str());
+      }
+    }
+  }
+  entries_.erase(it);
+}
+
+// --- pods ---------------------------------------------------------------------------------
+
+void Ledger::ObservePod(const json& pod) {
+  std::lock_guard lock(mu_);
+  ObservePodLocked(pod);
+}
+
+void Ledger::ObservePodLocked(const json& pod) {
+  const PodAsk id = PodIdentity(pod);
+  if (id.uid.empty()) return;
+  auto it = entries_.find(id.uid);
+  if (id.terminal) {
+    ReleaseLocked(id.uid);
+    return;
+  }
+  if (id.node_name.empty()) return;  // not bound yet: a reservation, if any, stays
+  if (it != entries_.end()) {
+    Entry& e = it->second;
+    if (e.node == id.node_name) {
+      e.seen = true;
+      e.k8s_priority = id.k8s_priority;
+      if (e.state != Entry::State::kBound) {  // the watch overtook our own bind's answer
+        e.state = Entry::State::kBound;
+        e.bound_at = clock_();
+      }
+      return;
+    }
+    ReleaseLocked(id.uid);  // bound elsewhere than reserved: its decision says where
+  }
+  const std::string text = DecisionText(pod);
+  if (text.empty()) return;  // not placed by tessera
+  auto d = ParseDecision(text);
+  if (!d.ok() || d->pod_uid != id.uid || d->node != id.node_name || d->containers.size() != 1) {
+    TESSERA_LOG(kWarn, kScheduler, "pod %s: decision annotation ignored: %s", id.key().c_str(),
+                d.ok() ? "it names another pod or node" : d.status().message().c_str());
+    return;
+  }
+  const DecisionContainer& c = d->containers.front();
+  Entry e;
+  e.uid = id.uid;
+  e.pod = id.key();
+  e.container = c.name;
+  e.k8s_priority = id.k8s_priority;
+  e.node = id.node_name;
+  placement::Request& q = e.request;
+  q.name = e.pod;
+  q.namespace_name = id.namespace_name;
+  q.tier = d->tier;
+  q.priority = d->priority;
+  q.mode = c.mode;
+  placement::ApplyTrustPolicy(policy_, q);
+  q.gpu_count = static_cast<std::uint32_t>(c.devices.size());
+  q.gpu_milli = static_cast<std::int32_t>(c.devices.front().cores_percent) * 10;
+  q.gpu_memory_bytes = c.devices.front().memory_bytes;
+  for (const DecisionDevice& dev : c.devices) {
+    e.shares.push_back({dev.uuid, static_cast<std::int32_t>(dev.cores_percent) * 10,
+                        dev.memory_bytes});
+  }
+  e.state = Entry::State::kBound;
+  e.bound_at = clock_();
+  e.seen = true;
+  Entry& stored = entries_[id.uid] = std::move(e);
+  ApplyLocked(stored);
+}
+
+void Ledger::ForgetPod(const json& pod) {
+  std::lock_guard lock(mu_);
+  ReleaseLocked(PodIdentity(pod).uid);
+}
+
+void Ledger::ReplacePods(const std::vector<json>& pods) {
+  std::lock_guard lock(mu_);
+  for (auto& [uid, e] : entries_) e.seen = false;
+  for (const json& p : pods) ObservePodLocked(p);
+  const auto now = clock_();
+  std::vector<std::string> gone;
+  for (const auto& [uid, e] : entries_) {
+    if (e.state != Entry::State::kBound || e.seen) continue;
+    if (e.bound_here && now - e.bound_at < options_.relist_grace) continue;
+    gone.push_back(uid);
+  }
+  for (const std::string& uid : gone) ReleaseLocked(uid);
+}
+
+// --- verbs --------------------------------------------------------------------------------
+
+std::size_t Ledger::ExpireLocked() {
+  const auto now = clock_();
+  std::vector<std::string> expired;
+  for (const auto& [uid, e] : entries_) {
+    if (e.state == Entry::State::kReserved && e.expires <= now) expired.push_back(uid);
+  }
+  for (const std::string& uid : expired) {
+    TESSERA_LOG(kInfo, kScheduler, "pod %s: reservation expired unbound; released",
+                entries_.at(uid).pod.c_str());
+    ReleaseLocked(uid);
+  }
+  return expired.size();
+}
+
+std::size_t Ledger::ExpireReservations() {
+  std::lock_guard lock(mu_);
+  return ExpireLocked();
+}
+
+std::string Ledger::ReasonLocked(std::size_t i, const placement::ResolvedRequest& r) const {
+  const placement::Node& n = cluster_->node(i);
+  const placement::NodeState& s = cluster_->state(i);
+  const placement::Request& q = *r.request;
+  if (n.cordoned) return "tessera: node cordoned";
+  std::size_t schedulable = 0;
+  std::size_t idle = 0;
+  bool compute = false;
+  bool memory = false;
+  for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+    const placement::Gpu& gpu = n.gpus[g];
+    if (!gpu.healthy || gpu.cordoned || gpu.mig_enabled) continue;
+    ++schedulable;
+    const placement::GpuState& gs = s.gpus[g];
+    if (gs.tenants.empty()) ++idle;
+    const bool c = gs.milli_free >= q.gpu_milli;
+    const bool m = gs.memory_free >= placement::MemoryOn(gpu, q);
+    compute = compute || c;
+    memory = memory || (c && m);
+  }
+  if (schedulable == 0) return "tessera: no healthy, uncordoned GPU";
+  if (q.exclusive() || q.gpu_count > 1) {
+    if (schedulable < q.gpu_count) return "tessera: fewer GPUs than asked";
+    if (idle < q.gpu_count) return "tessera: not enough idle GPUs";
+    return "tessera: co-tenancy rules";
+  }
+  if (!compute) return "tessera: no GPU with the asked compute share free";
+  if (!memory) return "tessera: no GPU with the asked memory free";
+  return "tessera: co-tenancy rules of the pods on its GPUs";
+}
+
+FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& nodes) {
+  FilterOutcome out;
+  auto ask = ParsePodAsk(pod, policy_);
+  if (!ask.ok()) {
+    out.error = ask.status().message();
+    return out;
+  }
+  if (!ask->wants_gpu()) {
+    out.nodes = nodes;
+    return out;
+  }
+  std::lock_guard lock(mu_);
+  ExpireLocked();
+  EnsureClusterLocked();
+  const auto now = clock_();
+  const std::set<std::string_view> asked(nodes.begin(), nodes.end());
+  if (auto it = entries_.find(ask->uid); it != entries_.end()) {
+    Entry& e = it->second;
+    const bool listed = asked.contains(e.node);
+    if (e.state != Entry::State::kReserved) {
+      if (listed) {
+        out.nodes = {e.node};
+      } else {
+        for (const std::string& n : nodes) out.unresolvable[n] = "tessera: pod already placed on " + e.node;
+      }
+      return out;
+    }
+    if (listed && e.applied) {  // kube-scheduler asks again: keep the reservation
+      e.expires = now + options_.reservation_ttl;
+      out.nodes = {e.node};
+      return out;
+    }
+    ReleaseLocked(ask->uid);
+  }
+  std::vector<std::uint32_t> candidates;
+  candidates.reserve(nodes.size());
+  for (const std::string& n : nodes) {
+    if (auto it = node_index_.find(n); it != node_index_.end()) {
+      candidates.push_back(it->second);
+    } else if (auto bad = bad_nodes_.find(n); bad != bad_nodes_.end() &&
+                                              bad->second.find("missing") == std::string::npos) {
+      out.unresolvable[n] = "tessera: the node's GPU inventory is unusable";
+    } else {
+      out.unresolvable[n] = "tessera: no tessera GPUs on the node";
+    }
+  }
+  if (candidates.empty()) return out;
+  std::optional<placement::Allocation> a = scheduler_->Decide(ask->request, candidates);
+  const placement::ResolvedRequest r = cluster_->Resolve(ask->request);
+  if (!a) {
+    for (std::uint32_t i : candidates) out.failed[cluster_->node(i).name] = ReasonLocked(i, r);
+    return out;
+  }
+  if (const Status st = cluster_->Add(r, *a); !st.ok()) {
+    out.error = "tessera: ledger refused its own decision: " + st.message();
+    return out;
+  }
+  Entry e;
+  e.uid = ask->uid;
+  e.pod = ask->key();
+  e.container = ask->container;
+  e.request = ask->request;
+  e.k8s_priority = ask->k8s_priority;
+  e.node = cluster_->node(a->node).name;
+  for (const placement::GpuShare& s : a->gpus) {
+    e.shares.push_back({cluster_->node(a->node).gpus[s.gpu].uuid, s.milli, s.memory_bytes});
+  }
+  e.state = Entry::State::kReserved;
+  e.expires = now + options_.reservation_ttl;
+  e.applied = true;
+  out.nodes = {e.node};
+  entries_[e.uid] = std::move(e);
+  return out;
+}
+
+std::vector<std::pair<std::string, int>> Ledger::Prioritize(const std::string& uid,
+                                                            const std::vector<std::string>& nodes) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(uid);
+  std::vector<std::pair<std::string, int>> out;
+  out.reserve(nodes.size());
+  for (const std::string& n : nodes) {
+    out.emplace_back(n, it != entries_.end() && it->second.node == n ? 10 : 0);
+  }
+  return out;
+}
+
+StatusOr<Reservation> Ledger::BeginBind(const std::string& uid, const std::string& node) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(uid);
+  if (it == entries_.end() || !it->second.applied) {
+    return NotFoundError("pod " + uid +
+                         " holds no GPU reservation (it expired, or the scheduler restarted); "
+                         "kube-scheduler will schedule it again");
+  }
+  Entry& e = it->second;
+  if (e.node != node) {
+    return FailedPreconditionError("pod " + e.pod + ": GPUs are reserved on node " + e.node +
+                                   ", not " + node);
+  }
+  if (e.state == Entry::State::kReserved) e.state = Entry::State::kBinding;
+  Reservation out;
+  out.node = e.node;
+  out.tier = e.request.tier;
+  out.priority = e.request.priority;
+  out.container.name = e.container;
+  out.container.mode = e.request.mode;
+  for (const Share& s : e.shares) {
+    out.container.devices.push_back({s.uuid, s.memory, static_cast<std::uint32_t>(s.milli / 10)});
+  }
+  return out;
+}
+
+void Ledger::FinishBind(const std::string& uid, bool bound) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(uid);
+  if (it == entries_.end()) return;
+  if (!bound) {
+    if (it->second.state != Entry::State::kBound) ReleaseLocked(uid);
+    return;
+  }
+  it->second.state = Entry::State::kBound;
+  it->second.bound_here = true;
+  it->second.bound_at = clock_();
+}
+
+std::map<std::string, std::vector<std::string>> Ledger::Preempt(
+    const json& pod, const std::map<std::string, std::vector<std::string>>& candidates) {
+  std::map<std::string, std::vector<std::string>> out;
+  auto ask = ParsePodAsk(pod, policy_);
+  if (!ask.ok() || !ask->wants_gpu()) return candidates;  // not ours to judge
+  std::lock_guard lock(mu_);
+  EnsureClusterLocked();
+  const placement::ResolvedRequest r = cluster_->Resolve(ask->request);
+  auto change = [this](Entry& e, bool add) {
+    auto a = AllocationLocked(e);
+    const placement::ResolvedRequest er = cluster_->Resolve(e.request);
+    const Status st = add ? cluster_->Add(er, *a) : cluster_->Remove(er, *a);
+    if (!st.ok()) {
+      TESSERA_LOG(kError, kScheduler, "preempt: pod %s: %s", e.pod.c_str(), st.message().c_str());
+    }
+  };
+  for (const auto& [name, victims] : candidates) {
+    auto idx = node_index_.find(name);
+    if (idx == node_index_.end()) continue;
+    const std::uint32_t i = idx->second;
+    std::vector<std::string> result;
+    for (const std::string& uid : victims) {
+      if (!entries_.contains(uid)) result.push_back(uid);  // not a tessera pod: kube's call
+    }
+    std::vector<Entry*> lower;
+    for (auto& [uid, e] : entries_) {
+      if (e.node == name && e.applied && e.state == Entry::State::kBound &&
+          e.k8s_priority < ask->k8s_priority) {
+        lower.push_back(&e);
+      }
+    }
+    auto memory = [](const Entry* e) {
+      std::uint64_t m = 0;
+      for (const Share& s : e->shares) m += s.memory;
+      return m;
+    };
+    std::sort(lower.begin(), lower.end(), [&](const Entry* a, const Entry* b) {
+      if (a->k8s_priority != b->k8s_priority) return a->k8s_priority < b->k8s_priority;
+      if (memory(a) != memory(b)) return memory(a) > memory(b);
+      return a->uid < b->uid;
+    });
+    placement::GpuMask usable = 0;
+    if (cluster_->Feasible(i, r, &usable)) continue;  // fits already: nothing to preempt for
+    std::vector<Entry*> removed;
+    bool fits = false;
+    for (Entry* e : lower) {
+      change(*e, false);
+      removed.push_back(e);
+      if (cluster_->Feasible(i, r, &usable)) {
+        fits = true;
+        break;
+      }
+    }
+    std::vector<Entry*> chosen;
+    if (fits) {
+      // Reprieve the most important first, as kube-scheduler does for its own resources.
+      for (auto it = removed.rbegin(); it != removed.rend(); ++it) {
+        change(**it, true);
+        if (!cluster_->Feasible(i, r, &usable)) {
+          change(**it, false);
+          chosen.push_back(*it);
+        }
+      }
+    }
+    for (Entry* e : fits ? chosen : removed) change(*e, true);  // leave the ledger as it was
+    if (!fits) continue;
+    for (const Entry* e : chosen) result.push_back(e->uid);
+    out[name] = std::move(result);
+  }
+  return out;
+}
+
+// --- introspection ------------------------------------------------------------------------
+
+std::vector<GpuBooks> Ledger::Books() {
+  std::lock_guard lock(mu_);
+  EnsureClusterLocked();
+  std::vector<GpuBooks> out;
+  std::map<std::string, std::vector<std::string>> pods_of;
+  for (const auto& [uid, e] : entries_) {
+    if (!e.applied) continue;
+    for (const Share& s : e.shares) pods_of[s.uuid].push_back(uid);
+  }
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    const placement::Node& n = cluster_->node(i);
+    for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+      const placement::GpuState& gs = cluster_->state(i).gpus[g];
+      GpuBooks b;
+      b.node = n.name;
+      b.uuid = n.gpus[g].uuid;
+      b.memory_bytes = n.gpus[g].memory_bytes;
+      b.memory_used = n.gpus[g].memory_bytes - gs.memory_free;
+      b.milli_used = placement::kMilliPerGpu - gs.milli_free;
+      b.pods = pods_of[b.uuid];
+      out.push_back(std::move(b));
+    }
+  }
+  return out;
+}
+
+std::size_t Ledger::reservations() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [](const auto& kv) {
+    return kv.second.state != Entry::State::kBound;
+  }));
+}
+
+std::size_t Ledger::bound() const {
+  std::lock_guard lock(mu_);
+  return entries_.size() - static_cast<std::size_t>(std::count_if(
+                               entries_.begin(), entries_.end(), [](const auto& kv) {
+                                 return kv.second.state != Entry::State::kBound;
+                               }));
+}
+
+std::size_t Ledger::nodes() const {
+  std::lock_guard lock(mu_);
+  return nodes_.size();
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,274 @@
+#include "extender/pod_ask.h"
+
+#include <charconv>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+namespace tessera::extender {
+namespace {
+
+using nlohmann::json;
+
+const json* Find(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string StringAt(const json& object, std::string_view key) {
+  const json* v = Find(object, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+std::optional<std::string> Annotation(const json& pod, std::string_view key) {
+  const json* meta = Find(pod, "metadata");
+  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  const json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
+  if (v == nullptr || !v->is_string()) return std::nullopt;
+  return v->get<std::string>();
+}
+
+// A quantity the API server serialised: a string ("4Gi") or, from hand-written objects, a number.
+std::optional<std::string> QuantityText(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
+  return std::nullopt;
+}
+
+struct ContainerAsk {
+  std::string name;
+  std::uint64_t gpus = 0;
+  std::uint64_t memory = 0;
+  std::uint32_t cores = 0;
+  bool any() const { return gpus != 0 || memory != 0 || cores != 0; }
+};
+
+// One container's tessera limits (requests, if given, must equal them).
+StatusOr<ContainerAsk> ReadContainer(const json& container, const std::string& where) {
+  ContainerAsk ask;
+  ask.name = StringAt(container, "name");
+  const json* resources = Find(container, "resources");
+  const json* limits = resources != nullptr ? Find(*resources, "limits") : nullptr;
+  const json* requests = resources != nullptr ? Find(*resources, "requests") : nullptr;
+  for (std::string_view resource :
+       {names::kResourceGpu, names::kResourceGpuMemory, names::kResourceGpuCores}) {
+    const json* limit = limits != nullptr ? Find(*limits, resource) : nullptr;
+    const json* request = requests != nullptr ? Find(*requests, resource) : nullptr;
+    const std::string field = where + ": resources.limits[" + std::string(resource) + "]";
+    if (limit == nullptr) {
+      if (request != nullptr) {
+        return InvalidArgumentError(where + ": resources.requests[" + std::string(resource) +
+                                    "] without a limit: extended resources are asked in limits");
+      }
+      continue;
+    }
+    auto text = QuantityText(*limit);
+    if (!text) return InvalidArgumentError(field + ": expected a quantity string");
+    if (request != nullptr && QuantityText(*request) != text) {
+      return InvalidArgumentError(field + ": requests must equal limits for extended resources");
+    }
+    if (resource == names::kResourceGpuMemory) {
+      auto bytes = ParseQuantity(*text);
+      if (!bytes.ok()) return bytes.status().WithContext(field);
+      if (*bytes == 0) return InvalidArgumentError(field + ": must be more than 0 bytes");
+      ask.memory = *bytes;
+      continue;
+    }
+    std::uint64_t value = 0;
+    const char* end = text->data() + text->size();
+    auto [ptr, ec] = std::from_chars(text->data(), end, value);
+    const bool whole = ec == std::errc() && ptr == end;
+    if (resource == names::kResourceGpu) {
+      if (!whole || value == 0 || value > placement::kMaxGpusPerNode) {
+        return InvalidArgumentError(field + ": " + QuoteForMessage(*text) +
+                                    ": expected a whole number of GPUs, 1-64");
+      }
+      ask.gpus = value;
+    } else {
+      if (!whole || value == 0 || value > 100) {
+        return InvalidArgumentError(field + ": " + QuoteForMessage(*text) +
+                                    ": expected a whole percent, 1-100");
+      }
+      ask.cores = static_cast<std::uint32_t>(value);
+    }
+  }
+  if (ask.gpus != 0 && (ask.memory != 0 || ask.cores != 0)) {
+    return InvalidArgumentError(where + ": " + std::string(names::kResourceGpu) +
+                                " (whole GPUs) excludes gpu-memory and gpu-cores in one container");
+  }
+  return ask;
+}
+
+}  // namespace
+
+PodAsk PodIdentity(const json& pod) {
+  PodAsk ask;
+  if (const json* meta = Find(pod, "metadata")) {
+    ask.uid = StringAt(*meta, "uid");
+    ask.namespace_name = StringAt(*meta, "namespace");
+    ask.name = StringAt(*meta, "name");
+  }
+  if (const json* spec = Find(pod, "spec")) {
+    ask.node_name = StringAt(*spec, "nodeName");
+    if (const json* p = Find(*spec, "priority"); p != nullptr && p->is_number_integer()) {
+      ask.k8s_priority = p->get<std::int32_t>();
+    }
+  }
+  if (const json* status = Find(pod, "status")) {
+    const std::string phase = StringAt(*status, "phase");
+    ask.terminal = phase == "Succeeded" || phase == "Failed";
+  }
+  return ask;
+}
+
+StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
+  if (!pod.is_object()) return InvalidArgumentError("pod: expected a JSON object");
+  PodAsk ask = PodIdentity(pod);
+  const std::string where = "pod " + ask.key();
+  const json* spec = Find(pod, "spec");
+  if (spec == nullptr) return InvalidArgumentError(where + ": spec: missing");
+
+  if (const json* init = Find(*spec, "initContainers"); init != nullptr && init->is_array()) {
+    for (const json& c : *init) {
+      auto a = ReadContainer(c, where + ": init container " + StringAt(c, "name"));
+      if (!a.ok()) return a.status();
+      if (a->any()) {
+        return InvalidArgumentError(where + ": init container " + a->name +
+                                    ": init containers may not ask for tessera GPUs");
+      }
+    }
+  }
+  std::vector<ContainerAsk> asking;
+  std::string first_container;
+  if (const json* containers = Find(*spec, "containers"); containers != nullptr &&
+                                                          containers->is_array()) {
+    for (const json& c : *containers) {
+      auto a = ReadContainer(c, where + ": container " + StringAt(c, "name"));
+      if (!a.ok()) return a.status();
+      if (first_container.empty()) first_container = a->name;
+      if (a->any()) asking.push_back(*std::move(a));
+    }
+  }
+  if (asking.size() > 1) {
+    return InvalidArgumentError(where + ": containers " + asking[0].name + " and " +
+                                asking[1].name +
+                                " both ask for GPUs; one container per pod may (for now)");
+  }
+
+  const auto kai_memory = Annotation(pod, names::kAnnotationKaiGpuMemory);
+  const auto kai_fraction = Annotation(pod, names::kAnnotationKaiGpuFraction);
+  placement::Request& q = ask.request;
+  if (kai_memory || kai_fraction) {
+    const std::string kai = kai_memory ? "annotation gpu-memory" : "annotation gpu-fraction";
+    if (kai_memory && kai_fraction) {
+      return InvalidArgumentError(where + ": annotations gpu-memory and gpu-fraction say the same "
+                                  "thing twice; give one");
+    }
+    if (!asking.empty()) {
+      return InvalidArgumentError(where + ": " + kai + " and resources.limits of container " +
+                                  asking[0].name + " both ask for GPU memory; give one");
+    }
+    if (first_container.empty()) return InvalidArgumentError(where + ": " + kai + ": no container");
+    ContainerAsk a;
+    a.name = first_container;
+    if (kai_memory) {
+      auto bytes = ParseKaiGpuMemory(*kai_memory);
+      if (!bytes.ok()) return bytes.status().WithContext(where + ": " + kai);
+      if (*bytes == 0) return InvalidArgumentError(where + ": " + kai + ": must be more than 0");
+      a.memory = *bytes;
+    } else {
+      auto ppm = ParseKaiGpuFraction(*kai_fraction);
+      if (!ppm.ok()) return ppm.status().WithContext(where + ": " + kai);
+      q.memory_ppm = *ppm;
+    }
+    asking.push_back(a);
+  }
+  if (asking.empty()) return ask;  // asks tessera for nothing
+
+  const ContainerAsk& a = asking.front();
+  ask.container = a.name;
+  q.name = ask.key();
+  q.namespace_name = ask.namespace_name;
+  if (a.gpus != 0) {
+    q.gpu_count = static_cast<std::uint32_t>(a.gpus);
+    q.gpu_milli = placement::kMilliPerGpu;
+  } else {
+    q.gpu_count = 1;
+    q.gpu_milli = static_cast<std::int32_t>(a.cores) * 10;
+    q.gpu_memory_bytes = a.memory;
+    if (a.memory == 0 && q.memory_ppm == 0) q.memory_ppm = a.cores * 10'000;  // cores only
+  }
+
+  if (auto p = Annotation(pod, names::kAnnotationPriority)) {
+    auto parsed = ParsePriorityClass(*p);
+    if (!parsed.ok()) {
+      return parsed.status().WithContext(where + ": annotation " +
+                                         std::string(names::kAnnotationPriority));
+    }
+    ask.priority = *parsed;
+  }
+  q.priority = ask.priority;
+
+  auto tier = policy.TierOf(ask.namespace_name, std::nullopt);
+  if (!tier.ok()) return tier.status().WithContext(where);
+  q.tier = *tier;
+  placement::ApplyTrustPolicy(policy, q);
+  const policy::TierRule& rule = policy.Rule(q.tier);
+  const bool whole = a.gpus != 0;
+  const std::string mode_field =
+      where + ": annotation " + std::string(names::kAnnotationMode);
+  if (auto m = Annotation(pod, names::kAnnotationMode)) {
+    auto parsed = ParseSharingMode(*m);
+    if (!parsed.ok()) return parsed.status().WithContext(mode_field);
+    q.mode = *parsed;
+    if (!rule.Allows(q.mode)) {
+      return InvalidArgumentError(mode_field + ": mode " + std::string(Name(q.mode)) +
+                                  " is not allowed for tier " + std::string(Name(q.tier)) +
+                                  " by the policy");
+    }
+  } else {
+    // The first of the tier's modes that fits the ask (shared before mps for fractions).
+    bool found = false;
+    for (SharingMode candidate : rule.modes) {
+      if (candidate == SharingMode::kMig) continue;  // MIG asks are not placed here yet
+      if ((candidate == SharingMode::kExclusive) == whole) {
+        q.mode = candidate;
+        found = true;
+        break;
+      }
+    }
+    if (!found) {
+      return InvalidArgumentError(where + ": tier " + std::string(Name(q.tier)) + " allows no " +
+                                  (whole ? "whole-GPU" : "shared-GPU") +
+                                  " mode for this ask; its modes come from the policy file");
+    }
+  }
+  if (q.mode == SharingMode::kMig) {
+    return InvalidArgumentError(mode_field + ": mig: not placed by tessera-scheduler yet");
+  }
+  if (q.mode == SharingMode::kNative) {
+    return InvalidArgumentError(mode_field + ": native is a measurement baseline, never scheduled");
+  }
+  if (whole != (q.mode == SharingMode::kExclusive)) {
+    return InvalidArgumentError(mode_field + ": mode " + std::string(Name(q.mode)) +
+                                (whole ? " cannot hold whole GPUs (tessera.dev/gpu); use exclusive"
+                                       : " is for whole GPUs; a fractional ask needs shared or mps"));
+  }
+  if (q.mode == SharingMode::kMps) {
+    auto user = Annotation(pod, names::kAnnotationMpsUser);
+    std::uint32_t uid = 0;
+    const char* end = user ? user->data() + user->size() : nullptr;
+    if (!user || std::from_chars(user->data(), end, uid).ptr != end || user->empty()) {
+      return InvalidArgumentError(where + ": annotation " + std::string(names::kAnnotationMpsUser) +
+                                  ": mode mps needs the numeric user ID the GPU processes run as");
+    }
+    q.uid = uid;
+  }
+  return ask;
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,200 @@
+#include "extender/pod_ask.h"
+
+#include <gtest/gtest.h>
+
+#include "extender/extender_testing.h"
+#include "testutil/status_matchers.h"
+
+namespace tessera::extender {
+namespace {
+
+using testing::MakePod;
+using testing::PodSpec;
+
+StatusOr<PodAsk> Ask(const PodSpec& s, const policy::Policy& p = policy::DefaultPolicy()) {
+  return ParsePodAsk(MakePod(s), p);
+}
+
+TEST(PodAsk, MemoryOnlyIsBestEffortCompute) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-memory"] = "4Gi";
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  ASSERT_TRUE(a->wants_gpu());
+  EXPECT_EQ(a->container, "main");
+  EXPECT_EQ(a->request.gpu_count, 1U);
+  EXPECT_EQ(a->request.gpu_milli, 0);
+  EXPECT_EQ(a->request.gpu_memory_bytes, 4ULL << 30);
+  EXPECT_EQ(a->request.mode, SharingMode::kShared);
+}
+
+TEST(PodAsk, CoresOnlyTakesThatShareOfTheChosenGpusMemory) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-cores"] = "30";
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  EXPECT_EQ(a->request.gpu_milli, 300);
+  EXPECT_EQ(a->request.gpu_memory_bytes, 0U);
+  EXPECT_EQ(a->request.memory_ppm, 300'000U);
+}
+
+TEST(PodAsk, WholeGpusAreExclusive) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu"] = "2";
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  EXPECT_EQ(a->request.gpu_count, 2U);
+  EXPECT_EQ(a->request.gpu_milli, 1000);
+  EXPECT_EQ(a->request.mode, SharingMode::kExclusive);
+}
+
+TEST(PodAsk, KaiAnnotationsAreTranslated) {
+  PodSpec s;
+  s.annotations["gpu-memory"] = "2000";
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  EXPECT_EQ(a->request.gpu_memory_bytes, 2000ULL << 20);
+  PodSpec f;
+  f.annotations["gpu-fraction"] = "0.5";
+  auto b = Ask(f);
+  ASSERT_OK(b);
+  EXPECT_EQ(b->request.memory_ppm, 500'000U);
+  EXPECT_EQ(b->request.gpu_milli, 0);
+}
+
+TEST(PodAsk, PriorityAndModeAnnotations) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-memory"] = "1Gi";
+  s.annotations["tessera.dev/priority"] = "latency-critical";
+  s.annotations["tessera.dev/mode"] = "mps";
+  s.annotations["tessera.dev/mps-user"] = "1000";
+  s.priority = 1000;
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  EXPECT_EQ(a->priority, PriorityClass::kLatencyCritical);
+  EXPECT_EQ(a->request.mode, SharingMode::kMps);
+  EXPECT_EQ(a->request.uid, 1000U);
+  EXPECT_EQ(a->k8s_priority, 1000);
+}
+
+TEST(PodAsk, TierComesFromThePolicyNotFromThePod) {
+  auto policy = policy::ParsePolicy(
+      "version: v1\ntierAssignment:\n  defaultTier: team\n  namespaces:\n    bank: customer\n");
+  ASSERT_OK(policy);
+  PodSpec s;
+  s.ns = "bank";
+  s.limits["tessera.dev/gpu-memory"] = "1Gi";
+  s.annotations["tessera.dev/trust"] = "team";  // ignored: trust comes from the administrator
+  auto a = Ask(s, *policy);
+  ASSERT_OK(a);
+  EXPECT_EQ(a->request.tier, TrustTier::kCustomer);
+  EXPECT_EQ(a->request.co_tenancy, policy::CoTenancy::kSameNamespace);
+}
+
+TEST(PodAsk, NothingAskedIsNotAnError) {
+  PodSpec s;
+  s.limits["cpu"] = "1";
+  auto a = Ask(s);
+  ASSERT_OK(a);
+  EXPECT_FALSE(a->wants_gpu());
+}
+
+struct BadCase {
+  const char* what;
+  std::map<std::string, std::string> limits;
+  std::map<std::string, std::string> annotations;
+  const char* message;  // a substring the error must contain
+};
+
+class PodAskErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(PodAskErrors, NameTheFieldAndTheAcceptedForm) {
+  PodSpec s;
+  s.name = "train-0";
+  s.limits = GetParam().limits;
+  s.annotations = GetParam().annotations;
+  auto a = Ask(s);
+  ASSERT_FALSE(a.ok()) << GetParam().what;
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find(GetParam().message), std::string::npos)
+      << GetParam().what << ": " << a.status().message();
+  EXPECT_NE(a.status().message().find("default/train-0"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, PodAskErrors,
+    ::testing::Values(
+        BadCase{"cores over 100", {{"tessera.dev/gpu-cores", "150"}}, {}, "whole percent, 1-100"},
+        BadCase{"cores zero", {{"tessera.dev/gpu-cores", "0"}}, {}, "whole percent, 1-100"},
+        BadCase{"cores fraction", {{"tessera.dev/gpu-cores", "2.5"}}, {}, "gpu-cores]"},
+        BadCase{"memory garbage", {{"tessera.dev/gpu-memory", "lots"}}, {}, "gpu-memory]"},
+        BadCase{"memory zero", {{"tessera.dev/gpu-memory", "0"}}, {}, "more than 0"},
+        BadCase{"gpus zero", {{"tessera.dev/gpu", "0"}}, {}, "whole number of GPUs"},
+        BadCase{"gpus too many", {{"tessera.dev/gpu", "65"}}, {}, "whole number of GPUs"},
+        BadCase{"whole and fraction",
+                {{"tessera.dev/gpu", "1"}, {"tessera.dev/gpu-memory", "1Gi"}},
+                {},
+                "excludes gpu-memory"},
+        BadCase{"kai twice", {}, {{"gpu-memory", "100"}, {"gpu-fraction", "0.5"}}, "twice"},
+        BadCase{"kai and limits",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"gpu-fraction", "0.5"}},
+                "both ask"},
+        BadCase{"kai fraction over one", {}, {{"gpu-fraction", "1.5"}}, "gpu-fraction"},
+        BadCase{"bad priority",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/priority", "urgent"}},
+                "latency-critical"},
+        BadCase{"bad mode",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/mode", "turbo"}},
+                "tessera.dev/mode"},
+        BadCase{"exclusive fraction",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/mode", "exclusive"}},
+                "shared or mps"},
+        BadCase{"shared whole",
+                {{"tessera.dev/gpu", "1"}},
+                {{"tessera.dev/mode", "shared"}},
+                "use exclusive"},
+        BadCase{"mps without user",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/mode", "mps"}},
+                "mps-user"},
+        BadCase{"native", {{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/mode", "native"}},
+                "not allowed"}));
+
+TEST(PodAsk, RequestsMustEqualLimits) {
+  nlohmann::json pod = MakePod(PodSpec{});
+  pod["spec"]["containers"][0]["resources"] = {
+      {"limits", {{"tessera.dev/gpu-memory", "2Gi"}}},
+      {"requests", {{"tessera.dev/gpu-memory", "1Gi"}}}};
+  auto a = ParsePodAsk(pod, policy::DefaultPolicy());
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("requests must equal limits"), std::string::npos);
+}
+
+TEST(PodAsk, OneGpuContainerPerPod) {
+  nlohmann::json pod = MakePod(PodSpec{});
+  nlohmann::json c = {{"name", "second"},
+                      {"resources", {{"limits", {{"tessera.dev/gpu-memory", "1Gi"}}}}}};
+  pod["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-memory"] = "1Gi";
+  pod["spec"]["containers"].push_back(c);
+  auto a = ParsePodAsk(pod, policy::DefaultPolicy());
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("main and second"), std::string::npos);
+}
+
+TEST(PodAsk, GarbageObjectsNeverCrash) {
+  for (const char* text : {"null", "[]", "{\"spec\":7}", "{\"spec\":{\"containers\":{}}}",
+                           "{\"spec\":{\"containers\":[7,{\"resources\":[]}]}}",
+                           "{\"metadata\":{\"annotations\":{\"gpu-fraction\":5}},\"spec\":{}}"}) {
+    auto a = ParsePodAsk(nlohmann::json::parse(text), policy::DefaultPolicy());
+    if (a.ok()) {
+      EXPECT_FALSE(a->wants_gpu()) << text;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::extender
