@@ -1,5 +1,7 @@
-# tessera_test(NAME name SOURCES ... LIBS ... [LABELS ...]): one GoogleTest binary, registered
-# with ctest through gtest_discover_tests (leveldb's leveldb_test() idea).
+# tessera_test(NAME name SOURCES ... LIBS ... [LABELS ...] [WHOLE]): one GoogleTest binary,
+# registered with ctest through gtest_discover_tests (leveldb's leveldb_test() idea). WHOLE
+# registers the binary as one ctest test instead, for suites that share an expensive fixture
+# (the e2e control plane starts once per process).
 #
 # tessera_fuzz_test(NAME name SOURCE file.cc LIBS ... CORPUS dir): the same fuzz target built
 # twice (fluent-bit): with TESSERA_FUZZ as a libFuzzer binary, and always as an ordinary program
@@ -11,14 +13,19 @@ if(TESSERA_TESTS)
 endif()
 
 function(tessera_test)
-  cmake_parse_arguments(T "" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "WHOLE" "NAME" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} tessera_testutil GTest::gmock GTest::gtest_main
                                           tessera_warnings)
   if(NOT T_LABELS)
     set(T_LABELS unit)
   endif()
-  gtest_discover_tests(${T_NAME} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+  if(T_WHOLE)
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES LABELS "${T_LABELS}")
+  else()
+    gtest_discover_tests(${T_NAME} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
 
 function(tessera_fuzz_test)

@@ -25,7 +25,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kAnnotationDecision, "tessera.dev/decision",                                            \
     "the scheduler's placement decision, JSON (schema tessera.dev/decision/v1)")            \
   X(kAnnotationDecisionSignature, "tessera.dev/decision-signature",                         \
-    "HMAC-SHA256 of the decision annotation's bytes with the scheduler's key, base64")      \
+    "Ed25519 signature of the decision annotation's bytes by the scheduler's key, base64")  \
   X(kAnnotationPriority, "tessera.dev/priority",                                            \
     "tessera priority class: latency-critical, normal or best-effort")                      \
   X(kAnnotationMode, "tessera.dev/mode", "requested sharing mode: shared, mps, exclusive, mig") \

@@ -12,14 +12,21 @@
 namespace tessera {
 
 // The one list of error codes. Names, ToString() and metric labels all come from here.
-// X(enumerator, "label")
+// X(enumerator, "label"). The meanings follow the canonical (gRPC/abseil) codes; the Kubernetes
+// client maps HTTP answers onto them: 409 AlreadyExists -> kAlreadyExists, 409 Conflict (stale
+// resourceVersion) -> kAborted, 410 Gone (resourceVersion too old) -> kOutOfRange,
+// 401 -> kUnauthenticated.
 #define TESSERA_STATUS_CODES(X)                 \
   X(kOk, "ok")                                  \
   X(kInvalidArgument, "invalid_argument")       \
   X(kNotFound, "not_found")                     \
+  X(kAlreadyExists, "already_exists")           \
   X(kResourceExhausted, "resource_exhausted")   \
   X(kFailedPrecondition, "failed_precondition") \
+  X(kAborted, "aborted")                        \
+  X(kOutOfRange, "out_of_range")                \
   X(kPermissionDenied, "permission_denied")     \
+  X(kUnauthenticated, "unauthenticated")        \
   X(kUnavailable, "unavailable")                \
   X(kDataLoss, "data_loss")                     \
   X(kInternal, "internal")
@@ -65,9 +72,13 @@ int ToExitCode(const Status& status);
 
 Status InvalidArgumentError(std::string message);
 Status NotFoundError(std::string message);
+Status AlreadyExistsError(std::string message);
 Status ResourceExhaustedError(std::string message);
 Status FailedPreconditionError(std::string message);
+Status AbortedError(std::string message);
+Status OutOfRangeError(std::string message);
 Status PermissionDeniedError(std::string message);
+Status UnauthenticatedError(std::string message);
 Status UnavailableError(std::string message);
 Status DataLossError(std::string message);
 Status InternalError(std::string message);

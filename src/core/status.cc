@@ -48,14 +48,20 @@ int ToExitCode(const Status& status) {
 
 Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 Status ResourceExhaustedError(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
 Status FailedPreconditionError(std::string m) {
   return {StatusCode::kFailedPrecondition, std::move(m)};
 }
+Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 Status PermissionDeniedError(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};
+}
+Status UnauthenticatedError(std::string m) {
+  return {StatusCode::kUnauthenticated, std::move(m)};
 }
 Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }

@@ -31,6 +31,18 @@ TEST(Status, ContextPrefixesMessage) {
   EXPECT_TRUE(Status::Ok().WithContext("x").ok());
 }
 
+TEST(Status, ConstructorsSetTheirCodes) {
+  EXPECT_EQ(AlreadyExistsError("x").code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(AbortedError("x").code(), StatusCode::kAborted);
+  EXPECT_EQ(OutOfRangeError("x").code(), StatusCode::kOutOfRange);
+  EXPECT_EQ(UnauthenticatedError("x").code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(AbortedError("conflict").ToString(), "aborted: conflict");
+  EXPECT_EQ(OutOfRangeError("gone").ToString(), "out_of_range: gone");
+  // The CLI exit codes distinguish only bad input and not found.
+  EXPECT_EQ(ToExitCode(AlreadyExistsError("x")), 1);
+  EXPECT_EQ(ToExitCode(UnauthenticatedError("x")), 1);
+}
+
 StatusOr<int> Half(int v) {
   if (v % 2 != 0) return InvalidArgumentError("odd");
   return v / 2;

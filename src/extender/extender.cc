@@ -132,10 +132,9 @@ json Extender::Bind(const json& args) {
     ledger_->FinishBind(uid, false);
     return fail(signature.status().message());
   }
-  Status st = writer_->Annotate(ns, name, uid,
-                                {{std::string(names::kAnnotationDecision), text},
-                                 {std::string(names::kAnnotationDecisionSignature), *signature}});
-  if (st.ok()) st = writer_->Bind(ns, name, uid, node);
+  Status st = writer_->Bind(ns, name, uid, node,
+                            {{std::string(names::kAnnotationDecision), text},
+                             {std::string(names::kAnnotationDecisionSignature), *signature}});
   if (!st.ok()) {
     // The Binding may have been accepted with its answer lost: ask before rolling back.
     auto bound_to = writer_->NodeNameOf(ns, name, uid);

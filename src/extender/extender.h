@@ -19,17 +19,17 @@
 
 namespace tessera::extender {
 
-// The two writes of a bind. The real one is the Kubernetes client (daemon.cc); tests use a
-// fake that records calls and fails on demand.
+// The bind's one write. The real one is the Kubernetes client (daemon.cc); tests use a fake
+// that records calls and fails on demand.
 class PodWriter {
  public:
   virtual ~PodWriter() = default;
-  // Sets the pod's annotations, with the pod UID as a precondition.
-  virtual Status Annotate(const std::string& ns, const std::string& name, const std::string& uid,
-                          const std::map<std::string, std::string>& annotations) = 0;
-  // POST pods/<name>/binding with the UID precondition.
+  // POST pods/<name>/binding with the UID precondition; the Binding's annotations (the signed
+  // decision) are set on the pod by the API server in the same write as spec.nodeName, so a pod
+  // is never bound without its decision nor annotated without being bound.
   virtual Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
-                      const std::string& node) = 0;
+                      const std::string& node,
+                      const std::map<std::string, std::string>& annotations) = 0;
   // spec.nodeName as the API server has it now ("" while unbound): settles a Binding whose
   // answer was lost.
   virtual StatusOr<std::string> NodeNameOf(const std::string& ns, const std::string& name,

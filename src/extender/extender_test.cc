@@ -19,24 +19,18 @@ constexpr std::uint64_t kGiB = 1ULL << 30;
 // Records what a bind wrote; fails on demand.
 class FakeWriter : public PodWriter {
  public:
-  Status Annotate(const std::string& ns, const std::string& name, const std::string& uid,
-                  const std::map<std::string, std::string>& annotations) override {
-    std::lock_guard lock(mu);
-    if (fail_annotate) return UnavailableError("annotate: injected");
-    annotated[uid] = annotations;
-    (void)ns;
-    (void)name;
-    return Status::Ok();
-  }
   Status Bind(const std::string&, const std::string&, const std::string& uid,
-              const std::string& node) override {
+              const std::string& node,
+              const std::map<std::string, std::string>& annotations) override {
     std::lock_guard lock(mu);
     if (lose_bind_answer) {
       bound[uid] = node;
+      annotated[uid] = annotations;
       return UnavailableError("bind: connection reset (injected)");
     }
     if (fail_bind) return UnavailableError("bind: injected");
     bound[uid] = node;
+    annotated[uid] = annotations;
     return Status::Ok();
   }
   StatusOr<std::string> NodeNameOf(const std::string&, const std::string&,
@@ -47,7 +41,6 @@ class FakeWriter : public PodWriter {
   }
 
   std::mutex mu;
-  bool fail_annotate = false;
   bool fail_bind = false;
   bool lose_bind_answer = false;
   std::map<std::string, std::map<std::string, std::string>> annotated;

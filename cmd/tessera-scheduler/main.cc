@@ -1,0 +1,36 @@
+// tessera-scheduler: kube-scheduler extender (docs/design/0012-scheduler-extender.md).
+#include <CLI/CLI.hpp>
+
+#include "extender/daemon.h"
+#include "tessera/log.h"
+
+int main(int argc, char** argv) {
+  tessera::extender::SchedulerOptions o;
+  CLI::App app{"tessera-scheduler: places fractional GPU pods for kube-scheduler (extender)"};
+  app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
+  app.add_option("--listen", o.listen, "HOST:PORT of the extender endpoint")->capture_default_str();
+  app.add_option("--placement", o.placement, "placement policy")->capture_default_str();
+  app.add_option("--policy", o.policy_file, "the administrator's tessera policy file (YAML)");
+  app.add_option("--signing-key", o.signing_key_file, "Ed25519 private key (PEM) for decisions")
+      ->required();
+  app.add_option("--key-id", o.key_id, "key id written into each decision")->capture_default_str();
+  std::int64_t ttl_ms = o.reservation_ttl.count();
+  app.add_option("--reservation-ttl-ms", ttl_ms, "release reservations not bound within this")
+      ->check(CLI::Range(std::int64_t{100}, std::int64_t{600'000}))
+      ->capture_default_str();
+  app.add_option("--qps", o.qps, "API client rate limit")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--burst", o.burst, "API client burst")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", o.threads, "HTTP worker threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--ready-file", o.ready_file, "write the port here once serving and synced");
+  std::string level = "info";
+  app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  auto parsed = tessera::log::ParseLevel(level);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tessera-scheduler: --log-level: %s\n", parsed.status().message().c_str());
+    return 2;
+  }
+  tessera::log::SetLevel(*parsed);
+  o.reservation_ttl = std::chrono::milliseconds(ttl_ms);
+  return tessera::extender::RunScheduler(o);
+}

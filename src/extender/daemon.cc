@@ -1,0 +1,193 @@
+#include "extender/daemon.h"
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "extender/extender.h"
+#include "extender/ledger.h"
+#include "extender/server.h"
+#include "k8s/client.h"
+#include "k8s/paths.h"
+#include "k8s/reflector.h"
+#include "policy/policy.h"
+#include "tessera/log.h"
+
+namespace tessera::extender {
+namespace {
+
+using nlohmann::json;
+
+// The bind through the API server: one Binding carrying the decision annotations.
+class KubePodWriter final : public PodWriter {
+ public:
+  explicit KubePodWriter(k8s::Client* client) : client_(client) {}
+
+  Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
+              const std::string& node,
+              const std::map<std::string, std::string>& annotations) override {
+    json binding = {{"apiVersion", "v1"},
+                    {"kind", "Binding"},
+                    {"metadata",
+                     {{"name", name}, {"namespace", ns}, {"uid", uid}, {"annotations", annotations}}},
+                    {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+    return client_->Create(k8s::PodBindingPath(ns, name), binding).status();
+  }
+  StatusOr<std::string> NodeNameOf(const std::string& ns, const std::string& name,
+                                   const std::string& uid) override {
+    auto pod = client_->Get(k8s::PodPath(ns, name));
+    if (!pod.ok()) return pod.status();
+    if (pod->value("/metadata/uid"_json_pointer, std::string()) != uid) return std::string();
+    return pod->value("/spec/nodeName"_json_pointer, std::string());
+  }
+
+ private:
+  k8s::Client* client_;
+};
+
+class NodeHandler final : public k8s::ReflectorHandler {
+ public:
+  explicit NodeHandler(Ledger* ledger) : ledger_(ledger) {}
+  void OnSync(std::vector<json> items, const std::string&) override { ledger_->ReplaceNodes(items); }
+  void OnEvent(k8s::WatchEventType type, const json& node) override {
+    if (type == k8s::WatchEventType::kDeleted) {
+      ledger_->DeleteNode(node.value("/metadata/name"_json_pointer, std::string()));
+    } else {
+      ledger_->UpsertNode(node);
+    }
+  }
+
+ private:
+  Ledger* ledger_;
+};
+
+class PodHandler final : public k8s::ReflectorHandler {
+ public:
+  explicit PodHandler(Ledger* ledger) : ledger_(ledger) {}
+  void OnSync(std::vector<json> items, const std::string&) override { ledger_->ReplacePods(items); }
+  void OnEvent(k8s::WatchEventType type, const json& pod) override {
+    if (type == k8s::WatchEventType::kDeleted) {
+      ledger_->ForgetPod(pod);
+    } else {
+      ledger_->ObservePod(pod);
+    }
+  }
+
+ private:
+  Ledger* ledger_;
+};
+
+StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgumentError(flag + " " + path + ": cannot read");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int Fail(const Status& status) {
+  std::fprintf(stderr, "tessera-scheduler: %s\n", status.message().c_str());
+  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int RunScheduler(const SchedulerOptions& options) {
+  // Configuration first: nothing starts unless all of it is right.
+  auto listen = ParseListenAddress(options.listen);
+  if (!listen.ok()) return Fail(listen.status());
+  auto kind = placement::ParsePolicyKind(options.placement);
+  if (!kind.ok()) return Fail(kind.status().WithContext("--placement"));
+  if (*kind == placement::PolicyKind::kRandom || *kind == placement::PolicyKind::kFgd) {
+    return Fail(InvalidArgumentError("--placement " + options.placement +
+                                     ": needs a workload profile or a random source the scheduler "
+                                     "does not have; use best-fit, tessera, gpu-packing, "
+                                     "gpu-clustering or dot-product"));
+  }
+  policy::Policy policy = policy::DefaultPolicy();
+  if (!options.policy_file.empty()) {
+    auto p = policy::LoadPolicyFile(options.policy_file);
+    if (!p.ok()) return Fail(p.status().WithContext("--policy"));
+    policy = *std::move(p);
+  }
+  if (options.signing_key_file.empty()) {
+    return Fail(InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)"));
+  }
+  auto pem = ReadFile(options.signing_key_file, "--signing-key");
+  if (!pem.ok()) return Fail(pem.status());
+  auto signer = Signer::FromPem(*pem);
+  if (!signer.ok()) return Fail(signer.status().WithContext("--signing-key"));
+  auto config = k8s::ResolveConfig(options.kubeconfig);
+  if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
+  config->qps = options.qps;
+  config->burst = options.burst;
+  config->user_agent = "tessera-scheduler";
+  auto client = k8s::Client::New(*config);
+  if (!client.ok()) return Fail(client.status());
+
+  // Signals are taken by sigwait below, in this thread only.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  LedgerOptions ledger_options;
+  ledger_options.placement = *kind;
+  ledger_options.reservation_ttl = options.reservation_ttl;
+  Ledger ledger(policy, ledger_options, [] { return std::chrono::steady_clock::now(); });
+  KubePodWriter writer(client->get());
+  Extender extender(&ledger, &writer, &*signer, options.key_id, [] {
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  });
+  Server server(&extender, &ledger, options.threads);
+  auto port = server.Bind(listen->first, listen->second);
+  if (!port.ok()) return Fail(port.status());
+
+  NodeHandler node_handler(&ledger);
+  PodHandler pod_handler(&ledger);
+  k8s::Reflector nodes(**client, k8s::NodesPath(), node_handler);
+  k8s::ReflectorOptions pod_options;
+  // Finished pods hold no GPU; when a pod finishes, the watch sends it as DELETED.
+  pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+  k8s::Reflector pods(**client, k8s::PodsPath(""), pod_handler, pod_options);
+
+  std::jthread node_thread([&nodes](std::stop_token stop) { nodes.Run(stop); });
+  std::jthread pod_thread([&pods](std::stop_token stop) { pods.Run(stop); });
+  std::jthread sweeper([&](std::stop_token stop) {
+    bool announced = false;
+    while (!stop.stop_requested()) {
+      if (!announced && nodes.HasSynced() && pods.HasSynced()) {
+        extender.SetSynced(true);
+        announced = true;
+        TESSERA_LOG(kInfo, kScheduler, "synced: %zu GPU nodes, %zu pods holding GPUs",
+                    ledger.nodes(), ledger.bound());
+        if (!options.ready_file.empty()) {
+          const std::string tmp = options.ready_file + ".tmp";
+          std::ofstream(tmp) << *port << "\n";
+          std::rename(tmp.c_str(), options.ready_file.c_str());
+        }
+      }
+      ledger.ExpireReservations();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  std::jthread http([&server] { server.Run(); });
+  std::fprintf(stderr, "tessera-scheduler: serving on %s:%d (placement %s)\n",
+               listen->first.c_str(), *port, options.placement.c_str());
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::fprintf(stderr, "tessera-scheduler: %s, stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  server.Stop();
+  sweeper.request_stop();
+  node_thread.request_stop();
+  pod_thread.request_stop();
+  return 0;
+}
+
+}  // namespace tessera::extender

@@ -1,0 +1,30 @@
+// tessera-scheduler: the extender process. Watches Nodes and Pods through the Kubernetes
+// client, keeps the Ledger, serves the verbs (server.h), writes decisions and Bindings.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "placement/policies.h"
+
+namespace tessera::extender {
+
+struct SchedulerOptions {
+  std::string kubeconfig;          // empty: $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string listen = "0.0.0.0:8888";
+  std::string placement = "best-fit";  // a placement policy name (tessera sim --policy)
+  std::string policy_file;         // the administrator's policy; empty: built-in defaults
+  std::string signing_key_file;    // Ed25519 private key, PEM (required)
+  std::string key_id = "default";  // names the key in each decision
+  std::chrono::milliseconds reservation_ttl{30'000};
+  double qps = 1000;  // a bind is two writes; kube-scheduler binds hundreds of pods/s
+  int burst = 2000;
+  int threads = 64;                // HTTP worker threads (one per open connection)
+  std::string ready_file;          // written with the port once serving and synced (tests)
+};
+
+// Runs until SIGINT or SIGTERM. Returns the process exit code; configuration errors are
+// printed naming the flag (exit 2).
+int RunScheduler(const SchedulerOptions& options);
+
+}  // namespace tessera::extender

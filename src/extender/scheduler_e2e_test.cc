@@ -1,0 +1,405 @@
+// tessera-scheduler end to end, on the real control plane: etcd + kube-apiserver +
+// kube-scheduler built from the upstream modules (test/e2e/harness), kube-scheduler configured
+// to call tessera-scheduler as its extender, simulated GPU nodes (the only stand-in: no kubelet
+// can run here). Scenarios from the seeds: showdown, equal shares, concurrency, restart,
+// preemption. Every check is read back from the API server (pods, their decision annotations,
+// events) or from the scheduler's own /ledger.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <csignal>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "e2e/testcluster.h"
+#include "extender/decision.h"
+#include "extender/scheduler_e2e.h"
+#include "k8s/client.h"
+#include "k8s/paths.h"
+#include "testutil/status_matchers.h"
+
+namespace tessera::extender {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+constexpr std::uint64_t kGiB = 1ULL << 30;
+
+json PodObject(const std::string& ns, const std::string& name,
+                std::map<std::string, std::string> limits,
+                const std::string& priority_class = "") {
+  json pod = {{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", ns}}},
+              {"spec",
+               {{"terminationGracePeriodSeconds", 0},
+                {"containers",
+                 {{{"name", "main"},
+                   {"image", "registry.invalid/gpu-workload:1"},
+                   {"resources", {{"limits", limits}}}}}}}}};
+  if (!priority_class.empty()) pod["spec"]["priorityClassName"] = priority_class;
+  return pod;
+}
+
+// One control plane, one tessera-scheduler for the whole suite.
+struct Env {
+  std::unique_ptr<e2e::TempFolder> folder;
+  std::unique_ptr<e2e::TestCluster> cluster;
+  std::unique_ptr<e2e::ChildProcess> scheduler;
+  std::unique_ptr<k8s::Client> api;
+  std::string public_key;
+  int port = 0;
+  int restarts = 0;
+};
+Env* env = nullptr;
+
+Status StartScheduler() {
+  auto child = e2etest::StartTesseraScheduler(TESSERA_SCHEDULER_BINARY, env->cluster->kubeconfig(),
+                                              env->port, env->folder->path() + "/signing.pem",
+                                              env->folder->path(), std::to_string(env->restarts));
+  if (!child.ok()) return child.status();
+  env->scheduler = std::move(*child);
+  ++env->restarts;
+  return Status::Ok();
+}
+
+class SchedulerE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    env = new Env;
+    auto folder = e2e::TempFolder::Create("tessera-scheduler-e2e");
+    ASSERT_OK(folder);
+    env->folder = std::move(*folder);
+    auto pem = GenerateSigningKeyPem();
+    ASSERT_OK(pem);
+    std::ofstream(env->folder->path() + "/signing.pem") << *pem;
+    env->public_key = Signer::FromPem(*pem)->PublicKeyPem();
+    env->port = e2etest::FreePort();
+    ASSERT_GT(env->port, 0);
+    const std::string config = env->folder->path() + "/kube-scheduler.yaml";
+    std::ofstream(config) << e2etest::SchedulerConfig(env->port);
+    e2e::TestClusterOptions options;
+    options.scheduler_config = config;
+    auto cluster = e2e::TestCluster::Start(options);
+    ASSERT_OK(cluster);
+    env->cluster = std::move(*cluster);
+    auto kc = k8s::LoadKubeconfig(env->cluster->kubeconfig());
+    ASSERT_OK(kc);
+    kc->qps = 500;
+    kc->burst = 1000;
+    auto api = k8s::Client::New(*kc);
+    ASSERT_OK(api);
+    env->api = std::move(*api);
+    ASSERT_OK(StartScheduler());
+  }
+  static void TearDownTestSuite() {
+    if (env == nullptr) return;
+    if (::testing::UnitTest::GetInstance()->Failed() && env->scheduler) {
+      std::fprintf(stderr, "tessera-scheduler log tail:\n%s\n", env->scheduler->LogTail(60).c_str());
+    }
+    env->scheduler.reset();
+    env->api.reset();
+    env->cluster.reset();
+    delete env;
+    env = nullptr;
+  }
+
+  k8s::Client& api() { return *env->api; }
+
+  // Simulated GPU nodes for this test; removed (with their pods) when the test ends.
+  std::unique_ptr<e2e::SimNodes> Nodes(const std::string& prefix, int nodes, int gpus,
+                                       const std::string& memory = "16Gi") {
+    e2e::SimNodesOptions o;
+    o.kubeconfig = env->cluster->kubeconfig();
+    o.nodes = nodes;
+    o.gpus_per_node = gpus;
+    o.gpu_memory = memory;
+    o.prefix = prefix;
+    o.extra_args = {"--delete-on-exit"};
+    auto sim = e2e::SimNodes::Start(o);
+    EXPECT_OK(sim);
+    return sim.ok() ? std::move(*sim) : nullptr;
+  }
+
+  // Each test's pods go when it ends (no namespace controller runs to do it), so that a pod
+  // left Pending cannot land on the next test's nodes.
+  void TearDown() override {
+    for (const std::string& ns : namespaces_) {
+      for (const json& p : Pods(ns)) {
+        k8s::DeleteOptions o;
+        o.grace_period_seconds = 0;
+        (void)api().Delete(k8s::PodPath(ns, p["metadata"]["name"].get<std::string>()), o);
+      }
+    }
+  }
+  std::vector<std::string> namespaces_;
+
+  void Namespace(const std::string& ns) {
+    namespaces_.push_back(ns);
+    auto created = api().Create("/api/v1/namespaces",
+                                json{{"apiVersion", "v1"},
+                                     {"kind", "Namespace"},
+                                     {"metadata", {{"name", ns}}}});
+    ASSERT_OK(created);
+    // No controller-manager runs in the harness: create the "default" ServiceAccount the
+    // ServiceAccount admission plugin wants, as the token controller would.
+    ASSERT_OK(api().Create("/api/v1/namespaces/" + ns + "/serviceaccounts",
+                           json{{"apiVersion", "v1"},
+                                {"kind", "ServiceAccount"},
+                                {"metadata", {{"name", "default"}, {"namespace", ns}}}}));
+  }
+
+  static json Pod(const std::string& ns, const std::string& name,
+                  std::map<std::string, std::string> limits,
+                  const std::string& priority_class = "") {
+    return PodObject(ns, name, std::move(limits), priority_class);
+  }
+
+  StatusOr<json> Create(const json& pod) {
+    return api().Create(k8s::PodsPath(pod["metadata"]["namespace"].get<std::string>()), pod);
+  }
+
+  std::vector<json> Pods(const std::string& ns) {
+    auto list = api().List(k8s::PodsPath(ns));
+    EXPECT_OK(list);
+    return list.ok() ? list->items : std::vector<json>{};
+  }
+
+  static std::string Phase(const json& pod) {
+    return pod.value("/status/phase"_json_pointer, std::string());
+  }
+
+  // Polls until `done` holds or `limit` passes (a limit on waiting, not an assertion on time).
+  template <typename F>
+  bool WaitFor(F done, std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (done()) return true;
+      std::this_thread::sleep_for(200ms);
+    }
+    return done();
+  }
+
+  std::size_t CountRunning(const std::string& ns) {
+    std::size_t n = 0;
+    for (const json& p : Pods(ns)) n += Phase(p) == "Running" ? 1U : 0U;
+    return n;
+  }
+
+  json Ledger() {
+    httplib::Client c("127.0.0.1", env->port);
+    auto res = c.Get("/ledger");
+    if (!res) return json{{"error", httplib::to_string(res.error())}};
+    if (res->status != 200) return json{{"error", res->status}, {"body", res->body}};
+    return json::parse(res->body, nullptr, false);
+  }
+
+  // Every pod of `ns` holding GPUs: its decision, checked against the pod (UID, node) and the
+  // signature. Returns uuid -> (memory, cores) summed over the pods.
+  std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> Decided(const std::string& ns,
+                                                                         std::size_t* pods) {
+    auto verifier = Verifier::FromPem(env->public_key);
+    EXPECT_OK(verifier);
+    std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> per_gpu;
+    *pods = 0;
+    for (const json& p : Pods(ns)) {
+      const std::string node = p.value("/spec/nodeName"_json_pointer, std::string());
+      if (node.empty()) continue;
+      const json& ann = p["metadata"]["annotations"];
+      const std::string text = ann.value("tessera.dev/decision", std::string());
+      auto d = ParseDecision(text);
+      EXPECT_OK(d) << p["metadata"]["name"];
+      if (!d.ok()) continue;
+      EXPECT_OK(verifier->Verify(text, ann.value("tessera.dev/decision-signature", std::string())));
+      EXPECT_EQ(d->pod_uid, p["metadata"]["uid"]);
+      EXPECT_EQ(d->node, node);
+      for (const DecisionDevice& dev : d->containers.at(0).devices) {
+        per_gpu[dev.uuid].first += dev.memory_bytes;
+        per_gpu[dev.uuid].second += dev.cores_percent;
+      }
+      ++*pods;
+    }
+    return per_gpu;
+  }
+
+  void ExpectNoOvercommit(const std::string& ns, std::uint64_t gpu_memory, std::size_t* pods) {
+    for (const auto& [uuid, use] : Decided(ns, pods)) {
+      EXPECT_LE(use.first, gpu_memory) << uuid;
+      EXPECT_LE(use.second, 100U) << uuid;
+    }
+  }
+
+  std::vector<std::string> Events(const std::string& ns, const std::string& pod) {
+    std::vector<std::string> out;
+    k8s::ListOptions o;
+    o.field_selector = "involvedObject.name=" + pod;
+    auto list = api().List(k8s::EventsPath(ns), o);
+    if (!list.ok()) return out;
+    for (const json& e : list->items) {
+      out.push_back(e.value("reason", std::string()) + ": " + e.value("message", std::string()));
+    }
+    return out;
+  }
+};
+
+TEST_F(SchedulerE2E, ShowdownFourPodsOnOneGpuAndTheFifthIsToldWhy) {
+  auto nodes = Nodes("showdown-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("showdown");
+  for (const auto& [name, memory] : std::vector<std::pair<std::string, std::string>>{
+           {"inference-1", "2Gi"}, {"inference-2", "2Gi"}, {"training", "8Gi"},
+           {"preprocessing", "3Gi"}}) {
+    ASSERT_OK(Create(Pod("showdown", name, {{"tessera.dev/gpu-memory", memory}})));
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("showdown") == 4; }, 120s));
+  std::size_t pods = 0;
+  auto per_gpu = Decided("showdown", &pods);
+  EXPECT_EQ(pods, 4U);
+  ASSERT_EQ(per_gpu.size(), 1U);  // all four on the one GPU
+  EXPECT_EQ(per_gpu.begin()->second.first, 15 * kGiB);
+  const json ledger = Ledger();
+  std::uint64_t ledger_memory = 0;
+  for (const json& g : ledger.value("gpus", json::array())) {
+    if (g["node"] == "showdown-000") ledger_memory = g["memoryUsed"].get<std::uint64_t>();
+  }
+  EXPECT_EQ(ledger_memory, 15 * kGiB) << ledger.dump();
+
+  ASSERT_OK(Create(Pod("showdown", "fifth", {{"tessera.dev/gpu-memory", "2Gi"}})));
+  std::string why;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& e : Events("showdown", "fifth")) {
+          if (e.rfind("FailedScheduling", 0) == 0) why = e;
+        }
+        return !why.empty();
+      },
+      60s));
+  // kube-scheduler counts node-level GPU memory itself; the per-GPU reasons are tessera's.
+  EXPECT_TRUE(why.find("tessera.dev/gpu-memory") != std::string::npos ||
+              why.find("tessera:") != std::string::npos)
+      << why;
+  EXPECT_EQ(Phase(*api().Get(k8s::PodPath("showdown", "fifth"))), "Pending");
+}
+
+TEST_F(SchedulerE2E, EqualSharesFourQuartersOfOneGpu) {
+  auto nodes = Nodes("shares-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("shares");
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK(Create(Pod("shares", "quarter-" + std::to_string(i), {{"tessera.dev/gpu-cores", "25"}})));
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("shares") == 4; }, 120s));
+  std::size_t pods = 0;
+  auto per_gpu = Decided("shares", &pods);
+  ASSERT_EQ(per_gpu.size(), 1U);
+  EXPECT_EQ(per_gpu.begin()->second.second, 100U);        // four 25 % shares
+  EXPECT_EQ(per_gpu.begin()->second.first, 16 * kGiB);    // each 25 % of the memory
+  ASSERT_OK(Create(Pod("shares", "fifth", {{"tessera.dev/gpu-cores", "25"}})));
+  std::this_thread::sleep_for(3s);  // give the scheduler a chance to (wrongly) place it
+  EXPECT_EQ(Phase(*api().Get(k8s::PodPath("shares", "fifth"))), "Pending");
+}
+
+// Random fractional asks; seeded, so a failure is reproducible.
+json RandomPod(const std::string& ns, int i, std::mt19937& rng, int max_gib = 6) {
+  std::map<std::string, std::string> limits;
+  limits["tessera.dev/gpu-memory"] = std::to_string(1 + rng() % static_cast<unsigned>(max_gib)) + "Gi";
+  if (rng() % 2 == 0) limits["tessera.dev/gpu-cores"] = std::to_string(5 + rng() % 26);
+  return PodObject(ns, "p-" + std::to_string(i), limits);
+}
+
+TEST_F(SchedulerE2E, ConcurrencyFiveHundredPodsTwentyNodesNeverOvercommit) {
+  auto nodes = Nodes("conc-", 20, 8, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("conc");
+  std::mt19937 rng(20261130);
+  std::vector<json> pods;
+  for (int i = 0; i < 500; ++i) pods.push_back(RandomPod("conc", i, rng));
+  // Created at once, from 8 threads.
+  std::vector<std::thread> threads;
+  std::atomic<int> failed{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (std::size_t i = static_cast<std::size_t>(t); i < pods.size(); i += 8) {
+        if (!Create(pods[i]).ok()) ++failed;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failed.load(), 0);
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("conc") == 500; }, 240s))
+      << CountRunning("conc") << " of 500 running";
+  std::size_t decided = 0;
+  ExpectNoOvercommit("conc", 16 * kGiB, &decided);
+  EXPECT_EQ(decided, 500U);  // none lost, every one with a verified decision
+  EXPECT_EQ(Ledger()["reservations"], 0);
+}
+
+TEST_F(SchedulerE2E, RestartMidRunLosesNothingAndBooksNothingTwice) {
+  auto nodes = Nodes("restart-", 4, 8, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("restart");
+  std::mt19937 rng(7);
+  std::vector<json> pods;
+  // 150 pods of 1-4 GiB: about 375 GiB of the 512 GiB, so every one fits.
+  for (int i = 0; i < 150; ++i) pods.push_back(RandomPod("restart", i, rng, 4));
+  std::thread creator([&] {
+    for (const json& p : pods) EXPECT_OK(Create(p));
+  });
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("restart") >= 30; }, 120s));
+  ASSERT_OK(env->scheduler->Signal(SIGKILL));  // mid-run, no goodbye
+  env->scheduler->Wait(10s);
+  ASSERT_OK(StartScheduler());
+  creator.join();
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("restart") == pods.size(); }, 240s))
+      << CountRunning("restart") << " of " << pods.size() << " running";
+  std::size_t decided = 0;
+  ExpectNoOvercommit("restart", 16 * kGiB, &decided);
+  EXPECT_EQ(decided, pods.size());
+  // The restarted ledger agrees with the decisions in the API.
+  std::uint64_t ledger_memory = 0;
+  const json ledger = Ledger();
+  for (const json& g : ledger.value("gpus", json::array())) {
+    if (g["node"].get<std::string>().rfind("restart-", 0) == 0) ledger_memory += g["memoryUsed"].get<std::uint64_t>();
+  }
+  std::uint64_t decided_memory = 0;
+  for (const auto& [uuid, use] : Decided("restart", &decided)) decided_memory += use.first;
+  EXPECT_EQ(ledger_memory, decided_memory) << ledger.dump().substr(0, 2000);
+}
+
+TEST_F(SchedulerE2E, PreemptionLatencyCriticalDisplacesBestEffort) {
+  auto nodes = Nodes("preempt-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("preempt");
+  for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{
+           {"tessera-best-effort", 0}, {"tessera-latency-critical", 1000000}}) {
+    auto pc = api().Create("/apis/scheduling.k8s.io/v1/priorityclasses",
+                           json{{"apiVersion", "scheduling.k8s.io/v1"},
+                                {"kind", "PriorityClass"},
+                                {"metadata", {{"name", name}}},
+                                {"value", value}});
+    ASSERT_TRUE(pc.ok() || pc.status().code() == StatusCode::kAlreadyExists) << pc.status().ToString();
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_OK(Create(Pod("preempt", "batch-" + std::to_string(i), {{"tessera.dev/gpu-memory", "4Gi"}},
+                         "tessera-best-effort")));
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("preempt") == 4; }, 120s));
+  ASSERT_OK(Create(Pod("preempt", "inference", {{"tessera.dev/gpu-memory", "8Gi"}},
+                       "tessera-latency-critical")));
+  ASSERT_TRUE(WaitFor(
+      [&] { return Phase(*api().Get(k8s::PodPath("preempt", "inference"))) == "Running"; }, 120s));
+  std::size_t batch_left = 0;
+  for (const json& p : Pods("preempt")) {
+    batch_left += p["metadata"]["name"].get<std::string>().rfind("batch-", 0) == 0;
+  }
+  EXPECT_EQ(batch_left, 2U);  // exactly the two needed for 8 GiB
+  std::size_t decided = 0;
+  ExpectNoOvercommit("preempt", 16 * kGiB, &decided);
+  EXPECT_EQ(decided, 3U);
+}
+
+}  // namespace
+}  // namespace tessera::extender
