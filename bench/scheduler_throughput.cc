@@ -77,8 +77,14 @@ StatusOr<Result> Run(bool with_tessera, int pods, int run) {
     auto pem = GenerateSigningKeyPem();
     if (!pem.ok()) return pem.status();
     std::ofstream(dir + "/signing.pem") << *pem;
-    auto child = e2etest::StartTesseraScheduler(TESSERA_SCHEDULER_BINARY, (*cluster)->kubeconfig(),
-                                                port, dir + "/signing.pem", dir, "0");
+    e2etest::SchedulerProcessOptions so;
+    so.binary = TESSERA_SCHEDULER_BINARY;
+    so.kubeconfig = (*cluster)->kubeconfig();
+    so.port = port;
+    so.signing_key = dir + "/signing.pem";
+    so.dir = dir;
+    so.tag = "0";
+    auto child = e2etest::StartTesseraScheduler(so);
     if (!child.ok()) return child.status();
     scheduler = std::move(*child);
   }

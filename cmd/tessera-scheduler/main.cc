@@ -22,6 +22,17 @@ int main(int argc, char** argv) {
   app.add_option("--burst", o.burst, "API client burst")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--ready-file", o.ready_file, "write the port here once serving and synced");
+  app.add_option("--webhook-listen", o.webhook_listen, "HOST:PORT of the admission webhooks (HTTPS)")
+      ->capture_default_str();
+  app.add_option("--tls-cert-file", o.tls_cert_file,
+                 "webhook serving certificate (PEM, re-read when it changes)");
+  app.add_option("--tls-key-file", o.tls_key_file, "webhook serving key (PEM)");
+  app.add_option("--scheduler-user", o.scheduler_users,
+                 "user allowed to write decisions (repeatable; the scheduler's own identity)")
+      ->capture_default_str();
+  app.add_option("--scheduler-name", o.scheduler_name,
+                 "kube-scheduler profile that calls this extender (pods of kai-scheduler move to it)")
+      ->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

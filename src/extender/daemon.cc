@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <map>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "extender/extender.h"
@@ -14,6 +17,8 @@
 #include "k8s/reflector.h"
 #include "policy/policy.h"
 #include "tessera/log.h"
+#include "webhook/server.h"
+#include "webhook/webhook.h"
 
 namespace tessera::extender {
 namespace {
@@ -65,18 +70,56 @@ class NodeHandler final : public k8s::ReflectorHandler {
 
 class PodHandler final : public k8s::ReflectorHandler {
  public:
-  explicit PodHandler(Ledger* ledger) : ledger_(ledger) {}
-  void OnSync(std::vector<json> items, const std::string&) override { ledger_->ReplacePods(items); }
+  PodHandler(Ledger* ledger, webhook::QuotaBook* quotas) : ledger_(ledger), quotas_(quotas) {}
+  void OnSync(std::vector<json> items, const std::string&) override {
+    quotas_->ReplacePods(items);
+    ledger_->ReplacePods(items);
+  }
   void OnEvent(k8s::WatchEventType type, const json& pod) override {
     if (type == k8s::WatchEventType::kDeleted) {
+      quotas_->ForgetPod(pod);
       ledger_->ForgetPod(pod);
     } else {
+      quotas_->ObservePod(pod);
       ledger_->ObservePod(pod);
     }
   }
 
  private:
   Ledger* ledger_;
+  webhook::QuotaBook* quotas_;
+};
+
+// PriorityClass values for the mutating webhook: read from the API, cached for a minute.
+class PriorityClasses {
+ public:
+  explicit PriorityClasses(k8s::Client* client) : client_(client) {}
+  std::optional<std::int32_t> Value(const std::string& name) {
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(mu_);
+      auto it = cache_.find(name);
+      if (it != cache_.end() && now - it->second.second < std::chrono::minutes(1)) {
+        return it->second.first;
+      }
+    }
+    std::optional<std::int32_t> value;
+    auto pc = client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses/" + name);
+    if (pc.ok() && pc->contains("value") && (*pc)["value"].is_number_integer()) {
+      value = (*pc)["value"].get<std::int32_t>();
+    } else if (!pc.ok() && pc.status().code() != StatusCode::kNotFound) {
+      return std::nullopt;  // not cached: an API hiccup is not an answer
+    }
+    std::lock_guard lock(mu_);
+    cache_[name] = {value, now};
+    return value;
+  }
+
+ private:
+  k8s::Client* client_;
+  std::mutex mu_;
+  std::map<std::string, std::pair<std::optional<std::int32_t>, std::chrono::steady_clock::time_point>>
+      cache_;
 };
 
 StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
@@ -126,6 +169,19 @@ int RunScheduler(const SchedulerOptions& options) {
   config->user_agent = "tessera-scheduler";
   auto client = k8s::Client::New(*config);
   if (!client.ok()) return Fail(client.status());
+  std::unique_ptr<webhook::CertReloader> certs;
+  std::optional<std::pair<std::string, int>> webhook_listen;
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      return Fail(InvalidArgumentError("--tls-cert-file and --tls-key-file: give both or neither"));
+    }
+    auto reloader = webhook::CertReloader::Create(options.tls_cert_file, options.tls_key_file);
+    if (!reloader.ok()) return Fail(reloader.status());
+    certs = std::move(*reloader);
+    auto wl = ParseListenAddress(options.webhook_listen);
+    if (!wl.ok()) return Fail(wl.status().WithContext("--webhook-listen"));
+    webhook_listen = *wl;
+  }
 
   // Signals are taken by sigwait below, in this thread only.
   sigset_t signals;
@@ -148,8 +204,28 @@ int RunScheduler(const SchedulerOptions& options) {
   auto port = server.Bind(listen->first, listen->second);
   if (!port.ok()) return Fail(port.status());
 
+  webhook::QuotaBook quotas(&policy, [] { return std::chrono::steady_clock::now(); });
+  PriorityClasses priority_classes(client->get());
+  webhook::WebhookOptions webhook_options;
+  webhook_options.scheduler_users = options.scheduler_users;
+  webhook_options.scheduler_name = options.scheduler_name;
+  webhook::ClusterView view;
+  view.largest_gpu_memory = [&ledger] { return ledger.LargestGpuMemory(); };
+  view.priority_class_value = [&priority_classes](const std::string& name) {
+    return priority_classes.Value(name);
+  };
+  webhook::Admission admission(&policy, webhook_options, view, &quotas);
+  std::unique_ptr<webhook::WebhookServer> webhooks;
+  int webhook_port = 0;
+  if (certs) {
+    webhooks = std::make_unique<webhook::WebhookServer>(&admission, certs.get(), options.threads);
+    auto bound = webhooks->Bind(webhook_listen->first, webhook_listen->second);
+    if (!bound.ok()) return Fail(bound.status());
+    webhook_port = *bound;
+  }
+
   NodeHandler node_handler(&ledger);
-  PodHandler pod_handler(&ledger);
+  PodHandler pod_handler(&ledger, &quotas);
   k8s::Reflector nodes(**client, k8s::NodesPath(), node_handler);
   k8s::ReflectorOptions pod_options;
   // Finished pods hold no GPU; when a pod finishes, the watch sends it as DELETED.
@@ -177,6 +253,13 @@ int RunScheduler(const SchedulerOptions& options) {
     }
   });
   std::jthread http([&server] { server.Run(); });
+  std::jthread webhook_http([&webhooks] {
+    if (webhooks) webhooks->Run();
+  });
+  if (webhooks) {
+    std::fprintf(stderr, "tessera-scheduler: admission webhooks on https://%s:%d\n",
+                 webhook_listen->first.c_str(), webhook_port);
+  }
   std::fprintf(stderr, "tessera-scheduler: serving on %s:%d (placement %s)\n",
                listen->first.c_str(), *port, options.placement.c_str());
 
@@ -184,6 +267,7 @@ int RunScheduler(const SchedulerOptions& options) {
   sigwait(&signals, &signal);
   std::fprintf(stderr, "tessera-scheduler: %s, stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
   server.Stop();
+  if (webhooks) webhooks->Stop();
   sweeper.request_stop();
   node_thread.request_stop();
   pod_thread.request_stop();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "placement/policies.h"
 
@@ -21,6 +22,15 @@ struct SchedulerOptions {
   int burst = 2000;
   int threads = 64;                // HTTP worker threads (one per open connection)
   std::string ready_file;          // written with the port once serving and synced (tests)
+
+  // Admission webhooks (HTTPS), served when a certificate is given (docs/design/0013).
+  std::string webhook_listen = "0.0.0.0:8443";
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Users whose requests may carry decisions: the scheduler's own identity.
+  std::vector<std::string> scheduler_users = {
+      "system:serviceaccount:tessera-system:tessera-scheduler"};
+  std::string scheduler_name = "default-scheduler";  // the kube-scheduler profile calling us
 };
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code; configuration errors are

@@ -568,6 +568,15 @@ std::size_t Ledger::bound() const {
                                }));
 }
 
+std::uint64_t Ledger::LargestGpuMemory() const {
+  std::lock_guard lock(mu_);
+  std::uint64_t largest = 0;
+  for (const auto& [name, node] : nodes_) {
+    for (const placement::Gpu& g : node.gpus) largest = std::max(largest, g.memory_bytes);
+  }
+  return largest;
+}
+
 std::size_t Ledger::nodes() const {
   std::lock_guard lock(mu_);
   return nodes_.size();

@@ -107,6 +107,8 @@ class Ledger {
   std::size_t reservations() const;
   std::size_t bound() const;
   std::size_t nodes() const;
+  // The most memory any known GPU has (0 with no GPU nodes): the admission webhook's bound.
+  std::uint64_t LargestGpuMemory() const;
 
  private:
   struct Entry;

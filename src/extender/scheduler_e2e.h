@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "e2e/testcluster.h"
 
 namespace tessera::extender::e2etest {
@@ -51,17 +53,69 @@ inline std::string SchedulerConfig(int port) {
          "  managedResources:\n" + managed;
 }
 
+struct SchedulerProcessOptions {
+  std::string binary;
+  std::string kubeconfig;
+  int port = 0;
+  std::string signing_key;
+  std::string dir;  // log and ready file
+  std::string tag;  // tells ready files of restarts apart
+  // Webhooks: served when both are set.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  int webhook_port = 0;
+  std::string policy_file;
+  std::string scheduler_user = "tessera-e2e-admin";  // the harness's admin certificate's user
+};
+
 // Starts tessera-scheduler and waits until it has listed nodes and pods.
 inline StatusOr<std::unique_ptr<e2e::ChildProcess>> StartTesseraScheduler(
-    const std::string& binary, const std::string& kubeconfig, int port,
-    const std::string& signing_key, const std::string& dir, const std::string& tag) {
-  const std::string ready = dir + "/scheduler.ready." + tag;
+    const SchedulerProcessOptions& s) {
+  const std::string ready = s.dir + "/scheduler.ready." + s.tag;
   e2e::ChildOptions o;
-  o.argv = {binary, "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:" + std::to_string(port),
-            "--signing-key", signing_key, "--key-id", "e2e", "--reservation-ttl-ms", "20000",
-            "--ready-file", ready, "--log-level", "info"};
-  o.log_path = dir + "/tessera-scheduler.log";
+  o.argv = {s.binary, "--kubeconfig", s.kubeconfig, "--listen",
+            "127.0.0.1:" + std::to_string(s.port), "--signing-key", s.signing_key, "--key-id", "e2e",
+            "--reservation-ttl-ms", "20000", "--ready-file", ready, "--log-level", "info",
+            "--scheduler-user", s.scheduler_user};
+  if (!s.tls_cert_file.empty()) {
+    o.argv.insert(o.argv.end(), {"--tls-cert-file", s.tls_cert_file, "--tls-key-file",
+                                 s.tls_key_file, "--webhook-listen",
+                                 "127.0.0.1:" + std::to_string(s.webhook_port)});
+  }
+  if (!s.policy_file.empty()) o.argv.insert(o.argv.end(), {"--policy", s.policy_file});
+  o.log_path = s.dir + "/tessera-scheduler." + s.tag + ".log";
   return e2e::SpawnAndWaitForFile(std::move(o), ready, std::chrono::seconds(60));
+}
+
+// The webhook configurations that point the API server at tessera's webhooks.
+inline std::pair<nlohmann::json, nlohmann::json> WebhookConfigurations(int port,
+                                                                       const std::string& ca_b64) {
+  const std::string url = "https://127.0.0.1:" + std::to_string(port);
+  auto hook = [&](const char* name, const char* path, nlohmann::json rules) {
+    return nlohmann::json{{"name", name},
+                          {"clientConfig", {{"url", url + path}, {"caBundle", ca_b64}}},
+                          {"rules", std::move(rules)},
+                          {"admissionReviewVersions", {"v1"}},
+                          {"sideEffects", "None"},
+                          {"failurePolicy", "Fail"},
+                          {"timeoutSeconds", 10}};
+  };
+  nlohmann::json pods_create = {{{"operations", {"CREATE"}}, {"apiGroups", {""}},
+                                 {"apiVersions", {"v1"}}, {"resources", {"pods"}}}};
+  nlohmann::json mutating = {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                             {"kind", "MutatingWebhookConfiguration"},
+                             {"metadata", {{"name", "tessera"}}},
+                             {"webhooks", {hook("pods.mutate.tessera.dev", "/mutate", pods_create)}}};
+  nlohmann::json validate_rules = {{{"operations", {"CREATE", "UPDATE"}}, {"apiGroups", {""}},
+                                    {"apiVersions", {"v1"}}, {"resources", {"pods"}}},
+                                   {{"operations", {"CREATE"}}, {"apiGroups", {""}},
+                                    {"apiVersions", {"v1"}}, {"resources", {"pods/binding"}}}};
+  nlohmann::json validating = {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                               {"kind", "ValidatingWebhookConfiguration"},
+                               {"metadata", {{"name", "tessera"}}},
+                               {"webhooks", {hook("pods.validate.tessera.dev", "/validate", validate_rules)}}};
+  mutating["webhooks"][0]["reinvocationPolicy"] = "IfNeeded";
+  return {mutating, validating};
 }
 
 }  // namespace tessera::extender::e2etest

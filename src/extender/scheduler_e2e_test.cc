@@ -6,6 +6,7 @@
 // events) or from the scheduler's own /ledger.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <openssl/evp.h>
 
 #include <csignal>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "extender/decision.h"
 #include "extender/scheduler_e2e.h"
 #include "k8s/client.h"
+#include "k8s/k8s_testing.h"
 #include "k8s/paths.h"
 #include "testutil/status_matchers.h"
 
@@ -44,6 +46,15 @@ json PodObject(const std::string& ns, const std::string& name,
   return pod;
 }
 
+std::string Base64(const std::string& data) {
+  std::string out(4 * ((data.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(data.data()),
+                                static_cast<int>(data.size()));
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
 // One control plane, one tessera-scheduler for the whole suite.
 struct Env {
   std::unique_ptr<e2e::TempFolder> folder;
@@ -51,20 +62,44 @@ struct Env {
   std::unique_ptr<e2e::ChildProcess> scheduler;
   std::unique_ptr<k8s::Client> api;
   std::string public_key;
+  std::string ca_pem;  // of the API server (for clients with other identities)
   int port = 0;
+  int webhook_port = 0;
   int restarts = 0;
 };
 Env* env = nullptr;
 
 Status StartScheduler() {
-  auto child = e2etest::StartTesseraScheduler(TESSERA_SCHEDULER_BINARY, env->cluster->kubeconfig(),
-                                              env->port, env->folder->path() + "/signing.pem",
-                                              env->folder->path(), std::to_string(env->restarts));
+  e2etest::SchedulerProcessOptions o;
+  o.binary = TESSERA_SCHEDULER_BINARY;
+  o.kubeconfig = env->cluster->kubeconfig();
+  o.port = env->port;
+  o.signing_key = env->folder->path() + "/signing.pem";
+  o.dir = env->folder->path();
+  o.tag = std::to_string(env->restarts);
+  o.tls_cert_file = env->folder->path() + "/webhook.crt";
+  o.tls_key_file = env->folder->path() + "/webhook.key";
+  o.webhook_port = env->webhook_port;
+  o.policy_file = env->folder->path() + "/policy.yaml";
+  auto child = e2etest::StartTesseraScheduler(o);
   if (!child.ok()) return child.status();
   env->scheduler = std::move(*child);
   ++env->restarts;
   return Status::Ok();
 }
+
+// The administrator's policy for the suite: two customer namespaces, a regulated one, a quota.
+constexpr const char* kPolicy = R"(version: v1
+tierAssignment:
+  defaultTier: team
+  namespaces:
+    bank-a: customer
+    bank-b: customer
+    vault: regulated
+quotas:
+  quota:
+    gpuMemory: 8Gi
+)";
 
 class SchedulerE2E : public ::testing::Test {
  protected:
@@ -78,7 +113,14 @@ class SchedulerE2E : public ::testing::Test {
     std::ofstream(env->folder->path() + "/signing.pem") << *pem;
     env->public_key = Signer::FromPem(*pem)->PublicKeyPem();
     env->port = e2etest::FreePort();
+    env->webhook_port = e2etest::FreePort();
     ASSERT_GT(env->port, 0);
+    ASSERT_GT(env->webhook_port, 0);
+    std::ofstream(env->folder->path() + "/policy.yaml") << kPolicy;
+    auto pki = k8s::testing::MakePki("tessera-webhook-ca");
+    ASSERT_OK(pki);
+    std::ofstream(env->folder->path() + "/webhook.crt") << pki->server_cert_pem;
+    std::ofstream(env->folder->path() + "/webhook.key") << pki->server_key_pem;
     const std::string config = env->folder->path() + "/kube-scheduler.yaml";
     std::ofstream(config) << e2etest::SchedulerConfig(env->port);
     e2e::TestClusterOptions options;
@@ -93,7 +135,14 @@ class SchedulerE2E : public ::testing::Test {
     auto api = k8s::Client::New(*kc);
     ASSERT_OK(api);
     env->api = std::move(*api);
+    env->ca_pem = kc->ca_pem;
     ASSERT_OK(StartScheduler());
+    const std::string ca_b64 = Base64(pki->ca_pem);
+    auto [mutating, validating] = e2etest::WebhookConfigurations(env->webhook_port, ca_b64);
+    ASSERT_OK(env->api->Create(
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating));
+    ASSERT_OK(env->api->Create(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", validating));
   }
   static void TearDownTestSuite() {
     if (env == nullptr) return;
@@ -345,8 +394,18 @@ TEST_F(SchedulerE2E, RestartMidRunLosesNothingAndBooksNothingTwice) {
   std::vector<json> pods;
   // 150 pods of 1-4 GiB: about 375 GiB of the 512 GiB, so every one fits.
   for (int i = 0; i < 150; ++i) pods.push_back(RandomPod("restart", i, rng, 4));
+  // The webhooks are down with the scheduler (failurePolicy Fail): the creator retries, as a
+  // controller would.
   std::thread creator([&] {
-    for (const json& p : pods) EXPECT_OK(Create(p));
+    for (const json& p : pods) {
+      Status st;
+      for (int attempt = 0; attempt < 300; ++attempt) {
+        st = Create(p).status();
+        if (st.ok()) break;
+        std::this_thread::sleep_for(200ms);
+      }
+      EXPECT_OK(st);
+    }
   });
   ASSERT_TRUE(WaitFor([&] { return CountRunning("restart") >= 30; }, 120s));
   ASSERT_OK(env->scheduler->Signal(SIGKILL));  // mid-run, no goodbye
@@ -399,6 +458,199 @@ TEST_F(SchedulerE2E, PreemptionLatencyCriticalDisplacesBestEffort) {
   std::size_t decided = 0;
   ExpectNoOvercommit("preempt", 16 * kGiB, &decided);
   EXPECT_EQ(decided, 3U);
+}
+
+
+// --- admission (docs/design/0013) ---------------------------------------------------------
+
+// The seeds' KAI manifests, as written there: gpu-memory in MiB, schedulerName kai-scheduler,
+// no resources. Admitted, translated and placed: all four on the one 16 GiB GPU.
+TEST_F(SchedulerE2E, SeedKaiManifestsAreTranslatedAndPlaced) {
+  auto nodes = Nodes("seed-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("seed");
+  for (const auto& [name, mib] : std::vector<std::pair<std::string, std::string>>{
+           {"inference-1", "2000"}, {"inference-2", "2000"}, {"training", "8000"},
+           {"preprocessing", "3000"}}) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", "seed"},
+                              {"annotations", {{"gpu-memory", mib}}}}},
+                {"spec", {{"schedulerName", "kai-scheduler"},
+                          {"terminationGracePeriodSeconds", 0},
+                          {"containers", {{{"name", "inference"}, {"image", "inference:latest"}}}}}}};
+    ASSERT_OK(Create(pod));
+  }
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("seed") == 4; }, 120s));
+  for (const json& p : Pods("seed")) {
+    EXPECT_EQ(p["spec"]["schedulerName"], "default-scheduler");
+    EXPECT_TRUE(p["spec"]["containers"][0]["resources"]["limits"].contains("tessera.dev/gpu-slot"));
+  }
+  std::size_t pods = 0;
+  auto per_gpu = Decided("seed", &pods);
+  ASSERT_EQ(per_gpu.size(), 1U);
+  EXPECT_EQ(per_gpu.begin()->second.first, 15000ULL << 20);
+}
+
+// A client with another identity: a service account with rights on pods in `ns`.
+std::unique_ptr<k8s::Client> Tenant(k8s::Client& admin, const std::string& ns) {
+  auto must = [](const StatusOr<json>& r) { EXPECT_OK(r); };
+  must(admin.Create("/api/v1/namespaces/" + ns + "/serviceaccounts",
+                    json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"},
+                         {"metadata", {{"name", "tenant"}}}}));
+  must(admin.Create("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/roles",
+                    json{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
+                         {"metadata", {{"name", "tenant"}}},
+                         {"rules", {{{"apiGroups", {""}},
+                                     {"resources", {"pods", "pods/binding"}},
+                                     {"verbs", {"get", "list", "create", "update", "patch"}}}}}}));
+  must(admin.Create("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings",
+                    json{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"},
+                         {"metadata", {{"name", "tenant"}}},
+                         {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"},
+                                      {"name", "tenant"}}},
+                         {"subjects", {{{"kind", "ServiceAccount"}, {"name", "tenant"},
+                                        {"namespace", ns}}}}}));
+  auto token = admin.Create("/api/v1/namespaces/" + ns + "/serviceaccounts/tenant/token",
+                            json{{"apiVersion", "authentication.k8s.io/v1"},
+                                 {"kind", "TokenRequest"},
+                                 {"spec", {{"expirationSeconds", 3600}}}});
+  EXPECT_OK(token);
+  if (!token.ok()) return nullptr;
+  k8s::Config c = admin.config();
+  c.client_cert_pem.clear();
+  c.client_key_pem.clear();
+  c.bearer_token = (*token)["status"]["token"];
+  auto client = k8s::Client::New(c);
+  EXPECT_OK(client);
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+TEST_F(SchedulerE2E, ForgeryDecisionsCannotBeWrittenByTenants) {
+  auto nodes = Nodes("forge-", 1, 2, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("forge");
+  auto tenant = Tenant(api(), "forge");
+  ASSERT_NE(tenant, nullptr);
+  // The tenant's own GPU pod is admitted and placed, with the scheduler's decision.
+  ASSERT_OK(tenant->Create(k8s::PodsPath("forge"),
+                           Pod("forge", "honest", {{"tessera.dev/gpu-memory", "2Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("forge") == 1; }, 60s));
+  // Raising its own share by editing the decision: denied, and kubectl would print why.
+  auto patched = tenant->Patch(
+      k8s::PodPath("forge", "honest"),
+      json{{"metadata", {{"annotations", {{"tessera.dev/decision", "{\"memoryBytes\":1}"}}}}}},
+      k8s::PatchType::kMerge);
+  ASSERT_FALSE(patched.ok());
+  EXPECT_NE(patched.status().message().find("only the tessera scheduler may set, change or remove it"),
+            std::string::npos)
+      << patched.status().message();
+  // Creating a pod already placed, with a forged decision: denied.
+  json forged = Pod("forge", "forged", {{"tessera.dev/gpu-memory", "12Gi"}});
+  forged["spec"]["nodeName"] = "forge-000";
+  forged["metadata"]["annotations"] = {{"tessera.dev/decision", "{}"},
+                                       {"tessera.dev/decision-signature", "AAAA"}};
+  auto created = tenant->Create(k8s::PodsPath("forge"), forged);
+  ASSERT_FALSE(created.ok());
+  EXPECT_NE(created.status().message().find("only the tessera scheduler writes decisions"),
+            std::string::npos)
+      << created.status().message();
+  // Without the annotation but with nodeName: still denied (the scheduler places GPU pods).
+  forged["metadata"].erase("annotations");
+  auto direct = tenant->Create(k8s::PodsPath("forge"), forged);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_NE(direct.status().message().find("spec.nodeName"), std::string::npos);
+  // Binding a pod itself with a decision: denied.
+  ASSERT_OK(tenant->Create(k8s::PodsPath("forge"), Pod("forge", "waiting", {{"cpu", "1"}})));
+  auto bound = tenant->Create(
+      k8s::PodBindingPath("forge", "waiting"),
+      json{{"apiVersion", "v1"}, {"kind", "Binding"},
+           {"metadata", {{"name", "waiting"}, {"annotations", {{"tessera.dev/decision", "{}"}}}}},
+           {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", "forge-000"}}}});
+  EXPECT_FALSE(bound.ok());
+}
+
+TEST_F(SchedulerE2E, TrustCustomersNeverShareAcrossNamespacesRegulatedGetsWholeGpus) {
+  auto nodes = Nodes("trust-", 1, 2, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  for (const char* ns : {"bank-a", "bank-b", "vault", "team"}) Namespace(ns);
+  ASSERT_OK(Create(Pod("bank-a", "a", {{"tessera.dev/gpu-memory", "2Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("bank-a") == 1; }, 60s));
+  ASSERT_OK(Create(Pod("bank-b", "b", {{"tessera.dev/gpu-memory", "2Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("bank-b") == 1; }, 60s));
+  std::size_t n = 0;
+  auto a = Decided("bank-a", &n);
+  auto b = Decided("bank-b", &n);
+  ASSERT_EQ(a.size(), 1U);
+  ASSERT_EQ(b.size(), 1U);
+  EXPECT_NE(a.begin()->first, b.begin()->first);  // two GPUs, never one
+  // A third tenant finds no GPU it may share with either bank: it waits, and is told why.
+  ASSERT_OK(Create(Pod("team", "t", {{"tessera.dev/gpu-memory", "1Gi"}})));
+  std::string why;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& e : Events("team", "t")) {
+          if (e.rfind("FailedScheduling", 0) == 0) why = e;
+        }
+        return !why.empty();
+      },
+      60s));
+  EXPECT_NE(why.find("co-tenancy"), std::string::npos) << why;
+  // Regulated: a fraction is refused at admission with the rule; whole GPUs are fine.
+  auto frac = Create(Pod("vault", "frac", {{"tessera.dev/gpu-memory", "1Gi"}}));
+  ASSERT_FALSE(frac.ok());
+  EXPECT_NE(frac.status().message().find("tier regulated allows no shared-GPU mode"),
+            std::string::npos)
+      << frac.status().message();
+}
+
+TEST_F(SchedulerE2E, QuotaDeniesWithTheNumbers) {
+  auto nodes = Nodes("quota-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("quota");
+  ASSERT_OK(Create(Pod("quota", "first", {{"tessera.dev/gpu-memory", "6Gi"}})));
+  auto second = Create(Pod("quota", "second", {{"tessera.dev/gpu-memory", "4Gi"}}));
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(
+                "quotas.quota.gpuMemory 8Gi exceeded: in use 6.00 GiB + asked 4.00 GiB"),
+            std::string::npos)
+      << second.status().message();
+  ASSERT_OK(Create(Pod("quota", "third", {{"tessera.dev/gpu-memory", "2Gi"}})));
+}
+
+TEST_F(SchedulerE2E, BadInputIsRejectedWithItsMessage) {
+  auto nodes = Nodes("bad-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("bad");
+  struct Case {
+    std::map<std::string, std::string> limits;
+    std::map<std::string, std::string> annotations;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{}, {{"gpu-memory", "abc"}}, "annotation gpu-memory"},
+      {{{"tessera.dev/gpu-memory", "0"}}, {}, "must be more than 0 bytes"},
+      {{{"tessera.dev/gpu-memory", "200Gi"}}, {}, "more than any GPU in the cluster has"},
+      {{{"tessera.dev/gpu-cores", "0"}}, {}, "expected a whole percent, 1-100"},
+      {{{"tessera.dev/gpu-cores", "101"}}, {}, "expected a whole percent, 1-100"},
+      {{}, {{"gpu-fraction", "0.5"}, {"gpu-memory", "2000"}}, "say the same thing twice"},
+      {{{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/mode", "exclusive"}}, "shared or mps"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    json pod = Pod("bad", "bad-" + std::to_string(i++), c.limits);
+    if (!c.annotations.empty()) pod["metadata"]["annotations"] = c.annotations;
+    auto created = Create(pod);
+    ASSERT_FALSE(created.ok()) << c.message;
+    EXPECT_NE(created.status().message().find(c.message), std::string::npos)
+        << created.status().message();
+  }
+  // The API server itself refuses what is not a quantity at all, before any webhook sees it.
+  for (const char* text : {"abc", "-1Gi"}) {
+    auto created = Create(Pod("bad", "not-a-quantity", {{"tessera.dev/gpu-memory", text}}));
+    ASSERT_FALSE(created.ok()) << text;
+  }
+  EXPECT_TRUE(Pods("bad").empty());  // nothing half-created
 }
 
 }  // namespace

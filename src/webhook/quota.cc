@@ -1,0 +1,118 @@
+#include "webhook/quota.h"
+
+#include "tessera/quantity.h"
+
+namespace tessera::webhook {
+
+using nlohmann::json;
+
+Usage UsageOf(const extender::PodAsk& ask, std::uint64_t largest) {
+  Usage u;
+  if (!ask.wants_gpu()) return u;
+  const placement::Request& q = ask.request;
+  if (q.exclusive()) {
+    u.gpus = q.gpu_count;
+    return u;
+  }
+  std::uint64_t per_gpu = q.gpu_memory_bytes;
+  if (per_gpu == 0 && q.memory_ppm != 0) {
+    per_gpu = largest / placement::kPpmPerGpu * q.memory_ppm +
+              largest % placement::kPpmPerGpu * q.memory_ppm / placement::kPpmPerGpu;
+  }
+  u.memory_bytes = per_gpu * q.gpu_count;
+  u.cores_percent = static_cast<std::uint64_t>(q.gpu_milli / 10) * q.gpu_count;
+  return u;
+}
+
+QuotaBook::QuotaBook(const policy::Policy* policy, Clock clock, std::chrono::milliseconds ttl)
+    : policy_(policy), clock_(std::move(clock)), ttl_(ttl) {}
+
+void QuotaBook::ObservePod(const json& pod) {
+  auto ask = extender::ParsePodAsk(pod, *policy_);
+  std::lock_guard lock(mu_);
+  const extender::PodAsk id = extender::PodIdentity(pod);
+  pending_.erase(id.key());
+  if (id.uid.empty()) return;
+  if (!ask.ok() || !ask->wants_gpu() || id.terminal) {
+    pods_.erase(id.uid);
+    return;
+  }
+  pods_[id.uid] = Counted{id.namespace_name, id.key(), *std::move(ask)};
+}
+
+void QuotaBook::ForgetPod(const json& pod) {
+  const extender::PodAsk id = extender::PodIdentity(pod);
+  std::lock_guard lock(mu_);
+  pods_.erase(id.uid);
+  pending_.erase(id.key());
+}
+
+void QuotaBook::ReplacePods(const std::vector<json>& pods) {
+  {
+    std::lock_guard lock(mu_);
+    pods_.clear();
+  }
+  for (const json& p : pods) ObservePod(p);
+}
+
+Usage QuotaBook::UsedLocked(const std::string& ns, std::uint64_t largest) {
+  Usage total;
+  auto add = [&total](const Usage& u) {
+    total.memory_bytes += u.memory_bytes;
+    total.cores_percent += u.cores_percent;
+    total.gpus += u.gpus;
+  };
+  for (const auto& [uid, c] : pods_) {
+    if (c.ns == ns) add(UsageOf(c.ask, largest));
+  }
+  const auto now = clock_();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.expires <= now) {
+      it = pending_.erase(it);
+      continue;
+    }
+    if (it->second.ask.namespace_name == ns) add(UsageOf(it->second.ask, largest));
+    ++it;
+  }
+  return total;
+}
+
+Usage QuotaBook::Used(const std::string& ns, std::uint64_t largest) {
+  std::lock_guard lock(mu_);
+  return UsedLocked(ns, largest);
+}
+
+Status QuotaBook::Admit(const std::string& ns, const std::string& name,
+                        const extender::PodAsk& ask, std::uint64_t largest, bool record) {
+  const policy::Quota* quota = policy_->QuotaOf(ns);
+  std::lock_guard lock(mu_);
+  if (quota != nullptr) {
+    const Usage used = UsedLocked(ns, largest);
+    const Usage asked = UsageOf(ask, largest);
+    const std::string where = "namespace " + ns + ": quota ";
+    if (quota->gpu_memory_bytes && used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
+      return ResourceExhaustedError(
+          where + "quotas." + ns + ".gpuMemory " + FormatQuantity(*quota->gpu_memory_bytes) +
+          " exceeded: in use " + FormatBytesHuman(used.memory_bytes) + " + asked " +
+          FormatBytesHuman(asked.memory_bytes) + " = " +
+          FormatBytesHuman(used.memory_bytes + asked.memory_bytes));
+    }
+    if (quota->gpu_cores_percent &&
+        used.cores_percent + asked.cores_percent > *quota->gpu_cores_percent) {
+      return ResourceExhaustedError(
+          where + "quotas." + ns + ".gpuCores " + std::to_string(*quota->gpu_cores_percent) +
+          "% exceeded: in use " + std::to_string(used.cores_percent) + "% + asked " +
+          std::to_string(asked.cores_percent) + "%");
+    }
+    if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
+      return ResourceExhaustedError(where + "quotas." + ns + ".gpus " +
+                                    std::to_string(*quota->gpus) + " exceeded: in use " +
+                                    std::to_string(used.gpus) + " + asked " +
+                                    std::to_string(asked.gpus) + " whole GPUs");
+    }
+  }
+  if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_() + ttl_};
+  return Status::Ok();
+}
+
+}  // namespace tessera::webhook

@@ -1,0 +1,189 @@
+#include "webhook/server.h"
+
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "tessera/log.h"
+
+namespace tessera::webhook {
+
+using nlohmann::json;
+
+namespace {
+
+struct FileStamp {
+  std::int64_t mtime_ns = 0;
+  std::int64_t size = -1;
+  std::uint64_t inode = 0;
+  bool operator==(const FileStamp&) const = default;
+};
+
+FileStamp Stamp(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return {};
+  return {static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+          static_cast<std::int64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+struct Pair {
+  X509* cert = nullptr;
+  EVP_PKEY* key = nullptr;
+  STACK_OF(X509)* chain = nullptr;
+  void Free() {
+    if (cert != nullptr) X509_free(cert);
+    if (key != nullptr) EVP_PKEY_free(key);
+    if (chain != nullptr) sk_X509_pop_free(chain, X509_free);
+    *this = {};
+  }
+};
+
+StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_file) {
+  Pair p;
+  FILE* f = std::fopen(cert_file.c_str(), "r");
+  if (f == nullptr) return InvalidArgumentError("--tls-cert-file " + cert_file + ": cannot read");
+  p.cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
+  p.chain = sk_X509_new_null();
+  while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(p.chain, extra);
+  std::fclose(f);
+  ERR_clear_error();
+  if (p.cert == nullptr) {
+    p.Free();
+    return InvalidArgumentError("--tls-cert-file " + cert_file + ": no PEM certificate");
+  }
+  f = std::fopen(key_file.c_str(), "r");
+  if (f == nullptr) {
+    p.Free();
+    return InvalidArgumentError("--tls-key-file " + key_file + ": cannot read");
+  }
+  p.key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+  std::fclose(f);
+  if (p.key == nullptr || X509_check_private_key(p.cert, p.key) != 1) {
+    ERR_clear_error();
+    p.Free();
+    return InvalidArgumentError("--tls-key-file " + key_file +
+                                ": no PEM private key matching the certificate");
+  }
+  return p;
+}
+
+}  // namespace
+
+struct CertReloader::Impl {
+  std::string cert_file;
+  std::string key_file;
+  std::mutex mu;
+  Pair current;
+  FileStamp cert_stamp;
+  FileStamp key_stamp;
+  std::chrono::steady_clock::time_point checked{};
+  int loads = 0;
+
+  ~Impl() { current.Free(); }
+
+  void MaybeReload() {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - checked < std::chrono::seconds(1)) return;
+    checked = now;
+    const FileStamp c = Stamp(cert_file);
+    const FileStamp k = Stamp(key_file);
+    if (c == cert_stamp && k == key_stamp) return;
+    auto fresh = LoadPair(cert_file, key_file);
+    if (!fresh.ok()) {  // e.g. caught between the two files' updates: keep serving the old pair
+      TESSERA_LOG(kWarn, kWebhook, "certificate reload: %s (keeping the previous one)",
+                  fresh.status().message().c_str());
+      return;
+    }
+    current.Free();
+    current = *fresh;
+    cert_stamp = c;
+    key_stamp = k;
+    ++loads;
+    TESSERA_LOG(kInfo, kWebhook, "serving certificate loaded from %s", cert_file.c_str());
+  }
+};
+
+CertReloader::CertReloader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CertReloader::~CertReloader() = default;
+
+StatusOr<std::unique_ptr<CertReloader>> CertReloader::Create(std::string cert_file,
+                                                              std::string key_file) {
+  auto impl = std::make_unique<Impl>();
+  impl->cert_file = std::move(cert_file);
+  impl->key_file = std::move(key_file);
+  TESSERA_ASSIGN_OR_RETURN(impl->current, LoadPair(impl->cert_file, impl->key_file));
+  impl->cert_stamp = Stamp(impl->cert_file);
+  impl->key_stamp = Stamp(impl->key_file);
+  impl->checked = std::chrono::steady_clock::now();
+  impl->loads = 1;
+  return std::unique_ptr<CertReloader>(new CertReloader(std::move(impl)));
+}
+
+bool CertReloader::Install(void* ssl_ptr) {
+  SSL* ssl = static_cast<SSL*>(ssl_ptr);
+  std::lock_guard lock(impl_->mu);
+  impl_->MaybeReload();
+  const Pair& p = impl_->current;
+  return SSL_use_cert_and_key(ssl, p.cert, p.key, p.chain, 1) == 1;
+}
+
+int CertReloader::loads() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->loads;
+}
+
+struct WebhookServer::Impl {
+  std::unique_ptr<httplib::SSLServer> http;
+};
+
+WebhookServer::WebhookServer(Admission* admission, CertReloader* certs, int threads)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->http = std::make_unique<httplib::SSLServer>([certs](SSL_CTX& ctx) {
+    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+    SSL_CTX_set_cert_cb(
+        &ctx, [](SSL* ssl, void* arg) { return static_cast<CertReloader*>(arg)->Install(ssl) ? 1 : 0; },
+        certs);
+    return true;
+  });
+  httplib::SSLServer& http = *impl_->http;
+  const std::size_t n = static_cast<std::size_t>(std::max(threads, 1));
+  http.new_task_queue = [n] { return new httplib::ThreadPool(n); };
+  http.set_tcp_nodelay(true);
+  http.set_keep_alive_timeout(1);
+  http.set_payload_max_length(16ULL << 20);
+  auto verb = [&http](const char* path, std::function<json(const json&)> fn) {
+    http.Post(path, [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
+      const json review = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+      res.set_content(fn(review.is_discarded() ? json() : review)
+                          .dump(-1, ' ', false, json::error_handler_t::replace),
+                      "application/json");
+    });
+  };
+  verb("/mutate", [admission](const json& r) { return admission->Mutate(r); });
+  verb("/validate", [admission](const json& r) { return admission->Validate(r); });
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+}
+
+WebhookServer::~WebhookServer() { Stop(); }
+
+StatusOr<int> WebhookServer::Bind(const std::string& host, int port) {
+  const int bound = port == 0 ? impl_->http->bind_to_any_port(host)
+                              : (impl_->http->bind_to_port(host, port) ? port : -1);
+  if (bound < 0) {
+    return UnavailableError("webhook listen " + host + ":" + std::to_string(port) +
+                            ": cannot bind");
+  }
+  return bound;
+}
+
+void WebhookServer::Run() { impl_->http->listen_after_bind(); }
+void WebhookServer::Stop() { impl_->http->stop(); }
+
+}  // namespace tessera::webhook

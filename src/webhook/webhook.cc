@@ -1,0 +1,243 @@
+#include "webhook/webhook.h"
+
+#include <algorithm>
+
+#include "extender/pod_ask.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+namespace tessera::webhook {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int kForbidden = 403;
+constexpr int kBadRequest = 400;
+
+const json* Find(const json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string Annotation(const json& object, std::string_view key) {
+  const json* meta = Find(object, "metadata");
+  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  const json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+bool HasAnnotation(const json& object, std::string_view key) {
+  const json* meta = Find(object, "metadata");
+  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  return annotations != nullptr && Find(*annotations, key) != nullptr;
+}
+
+bool HasDecision(const json& object) {
+  return HasAnnotation(object, names::kAnnotationDecision) ||
+         HasAnnotation(object, names::kAnnotationDecisionSignature);
+}
+
+std::string PodName(const AdmissionRequest& r) {
+  std::string name = r.name;
+  if (name.empty()) {
+    if (const json* meta = Find(r.object, "metadata")) {
+      if (const json* g = Find(*meta, "generateName"); g != nullptr && g->is_string()) {
+        name = g->get<std::string>() + "*";
+      }
+    }
+  }
+  return r.namespace_name + "/" + name;
+}
+
+// Whether a container asks for a fractional GPU (the ones that get a slot handle).
+bool AsksFraction(const json& container) {
+  const json* resources = Find(container, "resources");
+  const json* limits = resources != nullptr ? Find(*resources, "limits") : nullptr;
+  if (limits == nullptr) return false;
+  return Find(*limits, names::kResourceGpuMemory) != nullptr ||
+         Find(*limits, names::kResourceGpuCores) != nullptr;
+}
+
+void SetResource(json& container, std::string_view resource, const std::string& value) {
+  json& resources = container["resources"];
+  if (!resources.is_object()) resources = json::object();
+  for (const char* kind : {"limits", "requests"}) {
+    json& list = resources[kind];
+    if (!list.is_object()) list = json::object();
+    list[std::string(resource)] = value;
+  }
+}
+
+}  // namespace
+
+Admission::Admission(const policy::Policy* policy, WebhookOptions options, ClusterView view,
+                     QuotaBook* quotas)
+    : policy_(policy), options_(std::move(options)), view_(std::move(view)), quotas_(quotas) {}
+
+bool Admission::IsScheduler(const AdmissionRequest& r) const {
+  return std::find(options_.scheduler_users.begin(), options_.scheduler_users.end(),
+                   r.username) != options_.scheduler_users.end();
+}
+
+json Admission::MutationsFor(const json& pod) const {
+  json out = pod;
+  json* spec = out.contains("spec") && out["spec"].is_object() ? &out["spec"] : nullptr;
+  if (spec == nullptr) return json::array();
+  // 1. Pods addressed to another GPU scheduler are ours.
+  if (const json* name = Find(*spec, "schedulerName"); name != nullptr && name->is_string() &&
+      std::find(options_.adopt_scheduler_names.begin(), options_.adopt_scheduler_names.end(),
+                name->get<std::string>()) != options_.adopt_scheduler_names.end()) {
+    (*spec)["schedulerName"] = options_.scheduler_name;
+  }
+  json* containers = spec->contains("containers") && (*spec)["containers"].is_array()
+                         ? &(*spec)["containers"]
+                         : nullptr;
+  if (containers == nullptr || containers->empty() || !(*containers)[0].is_object()) {
+    return json::diff(pod, out);
+  }
+  // 2. KAI's gpu-memory (MiB) becomes a tessera.dev/gpu-memory limit on the first container,
+  //    unless the pod asks some other way too (then validation explains the conflict).
+  const std::string kai_memory = Annotation(pod, names::kAnnotationKaiGpuMemory);
+  const bool kai_fraction = HasAnnotation(pod, names::kAnnotationKaiGpuFraction);
+  bool any_limit = false;
+  for (const json& c : *containers) any_limit = any_limit || AsksFraction(c);
+  if (!kai_memory.empty() && !kai_fraction && !any_limit) {
+    if (auto bytes = ParseKaiGpuMemory(kai_memory); bytes.ok() && *bytes > 0) {
+      SetResource((*containers)[0], names::kResourceGpuMemory, FormatQuantity(*bytes));
+      out["metadata"]["annotations"].erase(std::string(names::kAnnotationKaiGpuMemory));
+    }
+  }
+  // 3. The device-plugin slot handle on the container of a fractional ask.
+  bool fractional = false;
+  for (std::size_t i = 0; i < containers->size(); ++i) {
+    json& c = (*containers)[i];
+    const bool asks = AsksFraction(c) || (i == 0 && kai_fraction && !any_limit);
+    if (!asks) continue;
+    fractional = true;
+    const json* limits = Find(c, "resources") ? Find(c["resources"], "limits") : nullptr;
+    if (limits == nullptr || Find(*limits, names::kResourceGpuSlot) == nullptr) {
+      SetResource(c, names::kResourceGpuSlot, "1");
+    }
+  }
+  // 4. The PriorityClass the policy maps the tessera priority to, for GPU pods that name none.
+  bool whole = false;
+  for (const json& c : *containers) {
+    const json* res = Find(c, "resources");
+    const json* limits = res != nullptr ? Find(*res, "limits") : nullptr;
+    whole = whole || (limits != nullptr && Find(*limits, names::kResourceGpu) != nullptr);
+  }
+  const json* pc = Find(*spec, "priorityClassName");
+  if ((fractional || whole) && (pc == nullptr || pc->get<std::string>().empty()) &&
+      view_.priority_class_value) {
+    PriorityClass priority = PriorityClass::kNormal;
+    if (auto parsed = ParsePriorityClass(Annotation(pod, names::kAnnotationPriority)); parsed.ok()) {
+      priority = *parsed;
+    }
+    const std::string& k8s_class = policy_->KubernetesPriorityClass(priority);
+    if (auto value = view_.priority_class_value(k8s_class)) {
+      (*spec)["priorityClassName"] = k8s_class;
+      (*spec)["priority"] = *value;
+    }
+  }
+  return json::diff(pod, out);
+}
+
+json Admission::Mutate(const json& review) {
+  auto r = ParseAdmissionReview(review);
+  if (!r.ok()) return DenyResponse("", kBadRequest, r.status().message());
+  if (r->resource != "pods" || !r->sub_resource.empty() || r->operation != "CREATE") {
+    return AllowResponse(r->uid);
+  }
+  return AllowResponse(r->uid, MutationsFor(r->object));
+}
+
+json Admission::Validate(const json& review) {
+  auto r = ParseAdmissionReview(review);
+  if (!r.ok()) return DenyResponse("", kBadRequest, r.status().message());
+  if (r->resource == "pods" && r->sub_resource.empty()) {
+    if (r->operation == "CREATE") return ValidatePodCreate(*r);
+    if (r->operation == "UPDATE") return ValidatePodUpdate(*r);
+  }
+  if (r->resource == "pods" && r->sub_resource == "binding" && r->operation == "CREATE") {
+    return ValidateBinding(*r);
+  }
+  return AllowResponse(r->uid);
+}
+
+json Admission::ValidatePodCreate(const AdmissionRequest& r) {
+  const std::string pod = "pod " + PodName(r);
+  if (HasDecision(r.object) && !IsScheduler(r)) {
+    return DenyResponse(r.uid, kForbidden,
+                        pod + ": metadata.annotations[" + std::string(names::kAnnotationDecision) +
+                            "]: only the tessera scheduler writes decisions (user " + r.username +
+                            " is not it); create the pod without it");
+  }
+  auto ask = extender::ParsePodAsk(r.object, *policy_);
+  if (!ask.ok()) return DenyResponse(r.uid, kBadRequest, ask.status().message());
+  if (!ask->wants_gpu()) return AllowResponse(r.uid);
+  const json* spec = Find(r.object, "spec");
+  if (const json* node = spec != nullptr ? Find(*spec, "nodeName") : nullptr;
+      node != nullptr && node->is_string() && !node->get<std::string>().empty() && !IsScheduler(r)) {
+    return DenyResponse(r.uid, kForbidden,
+                        pod + ": spec.nodeName: a pod asking for tessera GPUs is placed by the "
+                              "tessera scheduler; remove spec.nodeName");
+  }
+  const std::uint64_t largest = view_.largest_gpu_memory ? view_.largest_gpu_memory() : 0;
+  const placement::Request& q = ask->request;
+  if (largest != 0 && q.gpu_memory_bytes > largest) {
+    return DenyResponse(r.uid, kBadRequest,
+                        pod + ": container " + ask->container + ": resources.limits[" +
+                            std::string(names::kResourceGpuMemory) + "]: " +
+                            FormatBytesHuman(q.gpu_memory_bytes) +
+                            " is more than any GPU in the cluster has (largest: " +
+                            FormatBytesHuman(largest) + ")");
+  }
+  const std::string explicit_priority = Annotation(r.object, names::kAnnotationPriority);
+  if (!explicit_priority.empty()) {
+    const std::string& want = policy_->KubernetesPriorityClass(ask->priority);
+    const json* pc = spec != nullptr ? Find(*spec, "priorityClassName") : nullptr;
+    const std::string have = pc != nullptr && pc->is_string() ? pc->get<std::string>() : "";
+    if (have != want) {
+      const bool exists = view_.priority_class_value && view_.priority_class_value(want);
+      return DenyResponse(
+          r.uid, kForbidden,
+          pod + ": spec.priorityClassName: " + std::string(names::kAnnotationPriority) + " " +
+              explicit_priority + " maps to PriorityClass " + want +
+              " (policy priorityClasses." + explicit_priority + ")" +
+              (exists ? ", not " + (have.empty() ? std::string("none") : have)
+                      : ", which does not exist in the cluster: create it"));
+    }
+  }
+  if (quotas_ != nullptr) {
+    const Status st = quotas_->Admit(r.namespace_name, r.name, *ask, largest, !r.dry_run);
+    if (!st.ok()) return DenyResponse(r.uid, kForbidden, pod + ": " + st.message());
+  }
+  return AllowResponse(r.uid);
+}
+
+json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
+  if (IsScheduler(r)) return AllowResponse(r.uid);
+  for (std::string_view key : {names::kAnnotationDecision, names::kAnnotationDecisionSignature}) {
+    if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
+        Annotation(r.object, key) != Annotation(r.old_object, key)) {
+      return DenyResponse(r.uid, kForbidden,
+                          "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
+                              "]: only the tessera scheduler may set, change or remove it (user " +
+                              r.username + " is not it)");
+    }
+  }
+  return AllowResponse(r.uid);
+}
+
+json Admission::ValidateBinding(const AdmissionRequest& r) {
+  if (IsScheduler(r) || !HasDecision(r.object)) return AllowResponse(r.uid);
+  return DenyResponse(r.uid, kForbidden,
+                      "pod " + PodName(r) + ": binding metadata.annotations[" +
+                          std::string(names::kAnnotationDecision) +
+                          "]: only the tessera scheduler binds with a decision (user " +
+                          r.username + " is not it)");
+}
+
+}  // namespace tessera::webhook

@@ -1,0 +1,75 @@
+// tessera's admission webhooks (docs/design/0013-admission.md).
+//
+// Mutating (/mutate, pods CREATE): takes over pods addressed to another GPU scheduler
+// (`schedulerName: kai-scheduler`), translates KAI's `gpu-memory` (MiB) annotation into a
+// `tessera.dev/gpu-memory` limit, adds the `tessera.dev/gpu-slot: 1` handle to the container of a
+// fractional ask, and sets the PriorityClass the policy maps the tessera priority to.
+//
+// Validating (/validate, failurePolicy Fail): pods CREATE and UPDATE, pods/binding CREATE.
+// Every denial names the rule, the field and the accepted form:
+//   - the ask itself (extender::ParsePodAsk: quantities, ranges, KAI conflicts, modes the tier
+//     allows, MPS user ID), memory larger than any GPU in the cluster;
+//   - decisions cannot be forged: only the scheduler's users may create, change or remove
+//     `tessera.dev/decision` / `-signature`, on pods or through a Binding; pods asking for
+//     tessera GPUs may not come with spec.nodeName;
+//   - a tessera priority must match spec.priorityClassName as the policy maps it;
+//   - per-namespace quotas (quota.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "policy/policy.h"
+#include "webhook/admission.h"
+#include "webhook/quota.h"
+
+namespace tessera::webhook {
+
+struct WebhookOptions {
+  // Users that may write decisions (the scheduler's service account, e.g.
+  // "system:serviceaccount:tessera-system:tessera-scheduler").
+  std::vector<std::string> scheduler_users;
+  // kube-scheduler profile that calls tessera-scheduler.
+  std::string scheduler_name = "default-scheduler";
+  // Pods addressed to these schedulers are taken over (the seeds' KAI manifests).
+  std::vector<std::string> adopt_scheduler_names = {"kai-scheduler"};
+};
+
+// What the webhooks need to know of the cluster (from the scheduler's own watches).
+struct ClusterView {
+  std::function<std::uint64_t()> largest_gpu_memory;  // 0: no GPU node known yet
+  // A PriorityClass's value, nullopt if it does not exist.
+  std::function<std::optional<std::int32_t>(const std::string&)> priority_class_value;
+};
+
+class Admission {
+ public:
+  Admission(const policy::Policy* policy, WebhookOptions options, ClusterView view,
+            QuotaBook* quotas);
+
+  // Both take an AdmissionReview body and return the AdmissionReview answer; a body that is
+  // not a review gets a denial naming the field (uid "" when even that is missing).
+  nlohmann::json Mutate(const nlohmann::json& review);
+  nlohmann::json Validate(const nlohmann::json& review);
+
+  // The JSON Patch Mutate would apply to a pod (empty array: nothing to change).
+  nlohmann::json MutationsFor(const nlohmann::json& pod) const;
+
+ private:
+  nlohmann::json ValidatePodCreate(const AdmissionRequest& r);
+  nlohmann::json ValidatePodUpdate(const AdmissionRequest& r);
+  nlohmann::json ValidateBinding(const AdmissionRequest& r);
+  bool IsScheduler(const AdmissionRequest& r) const;
+
+  const policy::Policy* policy_;
+  WebhookOptions options_;
+  ClusterView view_;
+  QuotaBook* quotas_;
+};
+
+}  // namespace tessera::webhook
