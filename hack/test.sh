@@ -58,11 +58,15 @@ run_preset asan
 
 step "fuzz: libFuzzer, bounded runs"
 cmake --preset fuzz >/dev/null
-cmake --build "build/fuzz" -j "$jobs" --target quantity_fuzz policy_fuzz limits_fuzz region_fuzz
-for target in quantity policy limits region; do
+fuzz_targets=(quantity policy limits region admission extender)
+cmake --build "build/fuzz" -j "$jobs" --target "${fuzz_targets[@]/%/_fuzz}"
+for target in "${fuzz_targets[@]}"; do
   work=$(mktemp -d)
   cp test/fuzz/${target}_corpus/* "$work"/
-  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=512 "$work" 2>&1 | tail -n 2
+  # Request bodies (admission reviews, extender args) are bigger than the other inputs.
+  max_len=512
+  [[ $target == admission || $target == extender ]] && max_len=4096
+  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=$max_len "$work" 2>&1 | tail -n 2
   rm -rf "$work"
 done
 
@@ -73,7 +77,8 @@ run_ctest --test-dir build/tsan -j "$jobs" -R '^(Status|StatusOr|Log|LogTest|Qua
 
 step "e2e: real control plane harness (Go, upstream Kubernetes 1.36)"
 test/e2e/harness/build.sh build/e2e
-if test/e2e/harness/smoke.sh build/e2e/tessera-testcluster; then
+if test/e2e/harness/smoke.sh build/e2e/tessera-testcluster &&
+   test/e2e/harness/simnodes-smoke.sh build/e2e/tessera-testcluster; then
   passed=$((passed + 1))
 else
   failed=$((failed + 1))

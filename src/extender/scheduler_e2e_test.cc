@@ -137,6 +137,15 @@ class SchedulerE2E : public ::testing::Test {
     env->api = std::move(*api);
     env->ca_pem = kc->ca_pem;
     ASSERT_OK(StartScheduler());
+    // The PriorityClasses the default policy maps tessera's priorities to.
+    for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{
+             {"tessera-best-effort", 0}, {"tessera-normal", 1000}, {"tessera-latency-critical", 1000000}}) {
+      ASSERT_OK(env->api->Create("/apis/scheduling.k8s.io/v1/priorityclasses",
+                                 json{{"apiVersion", "scheduling.k8s.io/v1"},
+                                      {"kind", "PriorityClass"},
+                                      {"metadata", {{"name", name}}},
+                                      {"value", value}}));
+    }
     const std::string ca_b64 = Base64(pki->ca_pem);
     auto [mutating, validating] = e2etest::WebhookConfigurations(env->webhook_port, ca_b64);
     ASSERT_OK(env->api->Create(
@@ -432,15 +441,6 @@ TEST_F(SchedulerE2E, PreemptionLatencyCriticalDisplacesBestEffort) {
   auto nodes = Nodes("preempt-", 1, 1, "16Gi");
   ASSERT_NE(nodes, nullptr);
   Namespace("preempt");
-  for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{
-           {"tessera-best-effort", 0}, {"tessera-latency-critical", 1000000}}) {
-    auto pc = api().Create("/apis/scheduling.k8s.io/v1/priorityclasses",
-                           json{{"apiVersion", "scheduling.k8s.io/v1"},
-                                {"kind", "PriorityClass"},
-                                {"metadata", {{"name", name}}},
-                                {"value", value}});
-    ASSERT_TRUE(pc.ok() || pc.status().code() == StatusCode::kAlreadyExists) << pc.status().ToString();
-  }
   for (int i = 0; i < 4; ++i) {
     ASSERT_OK(Create(Pod("preempt", "batch-" + std::to_string(i), {{"tessera.dev/gpu-memory", "4Gi"}},
                          "tessera-best-effort")));
@@ -651,6 +651,28 @@ TEST_F(SchedulerE2E, BadInputIsRejectedWithItsMessage) {
     ASSERT_FALSE(created.ok()) << text;
   }
   EXPECT_TRUE(Pods("bad").empty());  // nothing half-created
+}
+
+
+// A latency-critical pod goes beside a long batch pod on the shared GPU: the batch pod asked for
+// memory only (best effort: it reserves no compute), so the compute share the latency-critical
+// pod asks for is free, and it does not wait for the batch's lifetime.
+TEST_F(SchedulerE2E, RealtimeLatencyCriticalRunsBesideALongBatchPod) {
+  auto nodes = Nodes("rt-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("rt");
+  ASSERT_OK(Create(Pod("rt", "batch", {{"tessera.dev/gpu-memory", "10Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("rt") == 1; }, 60s));
+  json lc = Pod("rt", "inference", {{"tessera.dev/gpu-memory", "4Gi"}, {"tessera.dev/gpu-cores", "60"}});
+  lc["metadata"]["annotations"] = {{"tessera.dev/priority", "latency-critical"}};
+  lc["spec"]["priorityClassName"] = "tessera-latency-critical";
+  ASSERT_OK(Create(lc));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("rt") == 2; }, 60s));
+  std::size_t pods = 0;
+  auto per_gpu = Decided("rt", &pods);
+  ASSERT_EQ(per_gpu.size(), 1U);  // the same GPU
+  EXPECT_EQ(per_gpu.begin()->second.first, 14 * kGiB);
+  EXPECT_EQ(per_gpu.begin()->second.second, 60U);
 }
 
 }  // namespace

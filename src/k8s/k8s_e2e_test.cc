@@ -16,6 +16,7 @@
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/k8s_testing.h"
+#include "k8s/leader.h"
 #include "k8s/paths.h"
 #include "k8s/reflector.h"
 #include "testutil/status_matchers.h"
@@ -23,7 +24,9 @@
 namespace tessera::k8s {
 namespace {
 
+using std::chrono::milliseconds;
 using std::chrono::seconds;
+using SteadyClock = std::chrono::steady_clock;
 
 class K8sE2e : public ::testing::Test {
  protected:
@@ -457,6 +460,122 @@ TEST_F(K8sE2e, WatchStopsPromptlyOnAnIdleStream) {
   stop.request_stop();
   EXPECT_EQ(watching.wait_for(seconds(10)), std::future_status::ready);
   EXPECT_OK(watching.get());
+}
+
+// One candidate of a leader election with short times (2 s lease, 1.5 s renew deadline, 0.3 s
+// retry), running on a thread of its own.
+class Candidate {
+ public:
+  Candidate(const Config& config, const std::string& ns, const std::string& identity,
+            bool release_on_cancel) {
+    LeaderElectorOptions options;
+    options.ns = ns;
+    options.lease_name = "tessera-scheduler";
+    options.identity = identity;
+    options.lease_duration = seconds(2);
+    options.renew_deadline = milliseconds(1500);
+    options.retry_period = milliseconds(300);
+    options.release_on_cancel = release_on_cancel;
+    options.on_started_leading = [this] { ++started_; };
+    elector_ = LeaderElector::New(config, std::move(options)).value();
+    runner_ = std::jthread([this](std::stop_token stop) { elector_->Run(stop); });
+  }
+  ~Candidate() { Stop(); }
+  void Stop() {
+    if (runner_.joinable()) {
+      runner_.request_stop();
+      runner_.join();
+    }
+  }
+  bool IsLeader() const { return elector_->IsLeader(); }
+  const std::string& identity() const { return elector_->identity(); }
+  int started() const { return started_.load(); }
+
+ private:
+  std::unique_ptr<LeaderElector> elector_;
+  std::atomic<int> started_{0};
+  std::jthread runner_;
+};
+
+struct Samples {
+  int both = 0;          // samples with two leaders (must stay 0)
+  int none = 0;          // samples with none
+  int longest_none = 0;  // the longest run of those
+};
+
+// Samples IsLeader() of both every 50 ms for `span`.
+Samples Sample(const Candidate& a, const Candidate& b, milliseconds span) {
+  Samples s;
+  int run = 0;
+  const auto end = SteadyClock::now() + span;
+  while (SteadyClock::now() < end) {
+    const int leaders = (a.IsLeader() ? 1 : 0) + (b.IsLeader() ? 1 : 0);
+    if (leaders == 2) ++s.both;
+    run = leaders == 0 ? run + 1 : 0;
+    s.none += leaders == 0 ? 1 : 0;
+    s.longest_none = std::max(s.longest_none, run);
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return s;
+}
+
+TEST_F(K8sE2e, LeaderElectionHasOneLeaderAndHandsOverOnRelease) {
+  const std::string ns = MakeNamespace("e2e-leader");
+  Candidate a(config(), ns, "replica-a", /*release_on_cancel=*/true);
+  Candidate b(config(), ns, "replica-b", /*release_on_cancel=*/true);
+  ASSERT_TRUE(testing::WaitUntil([&] { return a.IsLeader() || b.IsLeader(); }, seconds(10)));
+  const Samples steady = Sample(a, b, seconds(5));
+  EXPECT_EQ(steady.both, 0);
+  // A leader whose renews stall past the deadline leaves a gap until the lease expires for the
+  // other (0.5 s here); anything near the lease duration means leadership was lost.
+  EXPECT_LT(steady.longest_none, 40) << "no leader for " << steady.longest_none * 50 << " ms";
+  Candidate& leader = a.IsLeader() ? a : b;
+  Candidate& other = a.IsLeader() ? b : a;
+  EXPECT_GE(leader.started(), 1);
+  StatusOr<Json> lease = client().Get(LeasePath(ns, "tessera-scheduler"));
+  ASSERT_OK(lease);
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], leader.identity());
+  EXPECT_EQ((*lease)["spec"]["leaseDurationSeconds"], 2);
+  const int transitions = (*lease)["spec"].value("leaseTransitions", 0);
+
+  // The leader steps down and empties the holder: the other takes over on its next round.
+  const auto stopped = SteadyClock::now();
+  leader.Stop();
+  EXPECT_FALSE(leader.IsLeader());
+  ASSERT_TRUE(testing::WaitUntil([&] { return other.IsLeader(); }, seconds(5)));
+  const auto handover = SteadyClock::now() - stopped;
+  EXPECT_LT(handover, seconds(2)) << "a released lease waited for its expiry";
+  lease = client().Get(LeasePath(ns, "tessera-scheduler"));
+  ASSERT_OK(lease);
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], other.identity());
+  EXPECT_EQ((*lease)["spec"].value("leaseTransitions", 0), transitions + 1);
+}
+
+TEST_F(K8sE2e, LeaderElectionHandsOverAfterTheLeaseDurationWithoutRelease) {
+  const std::string ns = MakeNamespace("e2e-leader-kill");
+  Candidate a(config(), ns, "replica-a", /*release_on_cancel=*/false);
+  Candidate b(config(), ns, "replica-b", /*release_on_cancel=*/false);
+  ASSERT_TRUE(testing::WaitUntil([&] { return a.IsLeader() || b.IsLeader(); }, seconds(10)));
+  // Let the follower see a few renewals first.
+  const Samples steady = Sample(a, b, seconds(1));
+  EXPECT_EQ(steady.both, 0);
+  Candidate& leader = a.IsLeader() ? a : b;
+  Candidate& other = a.IsLeader() ? b : a;
+  ASSERT_TRUE(leader.IsLeader());
+
+  // As if the leader's process died: it stops renewing, the Lease still names it.
+  const auto killed = SteadyClock::now();
+  leader.Stop();
+  StatusOr<Json> lease = client().Get(LeasePath(ns, "tessera-scheduler"));
+  ASSERT_OK(lease);
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], leader.identity());
+  ASSERT_TRUE(testing::WaitUntil([&] { return other.IsLeader(); }, seconds(10)));
+  const auto handover = SteadyClock::now() - killed;
+  // The other waits for 2 s of silence after the last renewal it saw, which was at most one
+  // retry period (plus a request) before the stop.
+  EXPECT_GE(handover, milliseconds(1500));
+  EXPECT_LT(handover, seconds(5));
+  EXPECT_FALSE(leader.IsLeader());
 }
 
 }  // namespace

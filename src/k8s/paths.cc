@@ -73,8 +73,11 @@ std::string ConfigMapPath(std::string_view ns, std::string_view name) {
   return Named(ConfigMapsPath(ns), name);
 }
 std::string EventsPath(std::string_view ns) { return Namespaced(ns, "events"); }
+std::string LeasesPath(std::string_view ns) {
+  return "/apis/coordination.k8s.io/v1/namespaces/" + PathEscape(ns) + "/leases";
+}
 std::string LeasePath(std::string_view ns, std::string_view name) {
-  return Named("/apis/coordination.k8s.io/v1/namespaces/" + PathEscape(ns) + "/leases", name);
+  return Named(LeasesPath(ns), name);
 }
 
 }  // namespace tessera::k8s

@@ -27,7 +27,8 @@ std::string NodeStatusPath(std::string_view name);
 std::string ConfigMapsPath(std::string_view ns);
 std::string ConfigMapPath(std::string_view ns, std::string_view name);
 std::string EventsPath(std::string_view ns);  // core v1 events
-// coordination.k8s.io/v1 leases (leader election of a future HA scheduler).
+// coordination.k8s.io/v1 leases (leader election, leader.h).
+std::string LeasesPath(std::string_view ns);  // /apis/coordination.k8s.io/v1/namespaces/{ns}/leases
 std::string LeasePath(std::string_view ns, std::string_view name);
 
 }  // namespace tessera::k8s

@@ -35,6 +35,8 @@ TEST(Paths, CoreResources) {
   EXPECT_EQ(ConfigMapPath("ns", "c"), "/api/v1/namespaces/ns/configmaps/c");
   EXPECT_EQ(EventsPath("ns"), "/api/v1/namespaces/ns/events");
   EXPECT_EQ(NamespacePath("ns"), "/api/v1/namespaces/ns");
+  EXPECT_EQ(LeasesPath("kube-system"),
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases");
   EXPECT_EQ(LeasePath("kube-system", "tessera"),
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tessera");
   // A hostile name stays one segment.
