@@ -33,6 +33,19 @@ int main(int argc, char** argv) {
   app.add_option("--scheduler-name", o.scheduler_name,
                  "kube-scheduler profile that calls this extender (pods of kai-scheduler move to it)")
       ->capture_default_str();
+  app.add_flag("--leader-elect", o.leader_elect,
+               "elect one leader among replicas on a Lease; the others answer 503");
+  app.add_option("--lease-namespace", o.lease_namespace, "namespace of the Lease")->capture_default_str();
+  app.add_option("--lease-name", o.lease_name, "name of the Lease")->capture_default_str();
+  app.add_option("--identity", o.identity, "this replica's identity (default: hostname + random)");
+  std::int64_t lease_s = o.lease_duration.count();
+  std::int64_t renew_ms = o.renew_deadline.count();
+  std::int64_t retry_ms = o.retry_period.count();
+  app.add_option("--lease-duration-s", lease_s, "Lease duration")->check(CLI::Range(1, 600))->capture_default_str();
+  app.add_option("--renew-deadline-ms", renew_ms, "leader gives up after failing to renew this long")
+      ->check(CLI::Range(100, 600'000))->capture_default_str();
+  app.add_option("--retry-period-ms", retry_ms, "between Lease attempts")
+      ->check(CLI::Range(50, 600'000))->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -43,5 +56,8 @@ int main(int argc, char** argv) {
   }
   tessera::log::SetLevel(*parsed);
   o.reservation_ttl = std::chrono::milliseconds(ttl_ms);
+  o.lease_duration = std::chrono::seconds(lease_s);
+  o.renew_deadline = std::chrono::milliseconds(renew_ms);
+  o.retry_period = std::chrono::milliseconds(retry_ms);
   return tessera::extender::RunScheduler(o);
 }

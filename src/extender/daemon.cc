@@ -1,5 +1,6 @@
 #include "extender/daemon.h"
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "extender/ledger.h"
 #include "extender/server.h"
 #include "k8s/client.h"
+#include "k8s/leader.h"
 #include "k8s/paths.h"
 #include "k8s/reflector.h"
 #include "policy/policy.h"
@@ -252,6 +254,52 @@ int RunScheduler(const SchedulerOptions& options) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+  // Leader election: followers keep watching (their ledger stays current) but answer 503.
+  std::unique_ptr<k8s::LeaderElector> elector;
+  std::atomic<bool> resync{false};
+  if (options.leader_elect) {
+    extender.SetLeader(false);
+    k8s::LeaderElectorOptions le;
+    le.ns = options.lease_namespace;
+    le.lease_name = options.lease_name;
+    le.identity = options.identity;
+    le.lease_duration = options.lease_duration;
+    le.renew_deadline = options.renew_deadline;
+    le.retry_period = options.retry_period;
+    // A new leader first reads every pod afresh (a consistent list), so that binds the old
+    // leader finished just before are on its books before it decides anything.
+    le.on_started_leading = [&resync] { resync = true; };
+    le.on_stopped_leading = [&extender, &ledger] {
+      extender.SetLeader(false);
+      const std::size_t dropped = ledger.DropReservations();
+      TESSERA_LOG(kWarn, kScheduler, "stopped leading; %zu reservations dropped", dropped);
+    };
+    auto made = k8s::LeaderElector::New(*config, le);
+    if (!made.ok()) return Fail(made.status().WithContext("leader election"));
+    elector = std::move(*made);
+  }
+  std::jthread election([&elector](std::stop_token stop) {
+    if (elector) elector->Run(stop);
+  });
+  std::jthread resyncer([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      if (resync.exchange(false)) {
+        k8s::ListOptions lo;
+        lo.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+        auto list = (*client)->List(k8s::PodsPath(""), lo);
+        if (!list.ok()) {
+          TESSERA_LOG(kWarn, kScheduler, "leader resync: %s (retrying)", list.status().message().c_str());
+          resync = true;
+        } else if (elector && elector->IsLeader()) {
+          quotas.ReplacePods(list->items);
+          ledger.ReplacePods(list->items);
+          extender.SetLeader(true);
+          TESSERA_LOG(kInfo, kScheduler, "leading: %zu pods hold GPUs", ledger.bound());
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
   std::jthread http([&server] { server.Run(); });
   std::jthread webhook_http([&webhooks] {
     if (webhooks) webhooks->Run();
@@ -266,8 +314,12 @@ int RunScheduler(const SchedulerOptions& options) {
   int signal = 0;
   sigwait(&signals, &signal);
   std::fprintf(stderr, "tessera-scheduler: %s, stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  extender.SetLeader(false);  // no new verbs; in-flight ones finish before the lease goes
   server.Stop();
   if (webhooks) webhooks->Stop();
+  election.request_stop();
+  election.join();  // releases the Lease
+  resyncer.request_stop();
   sweeper.request_stop();
   node_thread.request_stop();
   pod_thread.request_stop();

@@ -31,6 +31,16 @@ struct SchedulerOptions {
   std::vector<std::string> scheduler_users = {
       "system:serviceaccount:tessera-system:tessera-scheduler"};
   std::string scheduler_name = "default-scheduler";  // the kube-scheduler profile calling us
+
+  // High availability: replicas elect a leader on a coordination.k8s.io Lease; only the leader
+  // answers the extender verbs (others: 503), every replica serves the webhooks.
+  bool leader_elect = false;
+  std::string lease_namespace = "tessera-system";
+  std::string lease_name = "tessera-scheduler";
+  std::string identity;  // empty: hostname + random suffix
+  std::chrono::seconds lease_duration{15};
+  std::chrono::milliseconds renew_deadline{10'000};
+  std::chrono::milliseconds retry_period{2'000};
 };
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code; configuration errors are

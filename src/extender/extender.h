@@ -55,6 +55,10 @@ class Extender {
   // kube-scheduler retries the pod later.
   void SetSynced(bool synced) { synced_ = synced; }
   bool synced() const { return synced_; }
+  // With leader election, only the leader answers the verbs (the others: 503, so that a proxy
+  // or a retrying client goes to the leader). Without it, every replica is "leader".
+  void SetLeader(bool leader) { leader_ = leader; }
+  bool serving() const { return synced_ && leader_; }
 
   nlohmann::json Filter(const nlohmann::json& args);
   nlohmann::json Prioritize(const nlohmann::json& args);
@@ -70,6 +74,7 @@ class Extender {
   std::string key_id_;
   std::function<std::int64_t()> unix_now_;
   std::atomic<bool> synced_{false};
+  std::atomic<bool> leader_{true};
   ExtenderCounters counters_;
 };
 

@@ -291,6 +291,16 @@ std::size_t Ledger::ExpireLocked() {
   return expired.size();
 }
 
+std::size_t Ledger::DropReservations() {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> dropped;
+  for (const auto& [uid, e] : entries_) {
+    if (e.state == Entry::State::kReserved) dropped.push_back(uid);
+  }
+  for (const std::string& uid : dropped) ReleaseLocked(uid);
+  return dropped.size();
+}
+
 std::size_t Ledger::ExpireReservations() {
   std::lock_guard lock(mu_);
   return ExpireLocked();

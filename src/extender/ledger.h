@@ -102,6 +102,9 @@ class Ledger {
 
   // Releases reservations past their time-to-live; returns how many.
   std::size_t ExpireReservations();
+  // Releases every reservation not being bound (a replica that stops leading: kube-scheduler
+  // will bind those pods through the new leader, which decides again).
+  std::size_t DropReservations();
 
   std::vector<GpuBooks> Books();
   std::size_t reservations() const;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -66,6 +67,7 @@ struct SchedulerProcessOptions {
   int webhook_port = 0;
   std::string policy_file;
   std::string scheduler_user = "tessera-e2e-admin";  // the harness's admin certificate's user
+  std::vector<std::string> extra_args;                // e.g. --leader-elect ...
 };
 
 // Starts tessera-scheduler and waits until it has listed nodes and pods.
@@ -83,6 +85,7 @@ inline StatusOr<std::unique_ptr<e2e::ChildProcess>> StartTesseraScheduler(
                                  "127.0.0.1:" + std::to_string(s.webhook_port)});
   }
   if (!s.policy_file.empty()) o.argv.insert(o.argv.end(), {"--policy", s.policy_file});
+  o.argv.insert(o.argv.end(), s.extra_args.begin(), s.extra_args.end());
   o.log_path = s.dir + "/tessera-scheduler." + s.tag + ".log";
   return e2e::SpawnAndWaitForFile(std::move(o), ready, std::chrono::seconds(60));
 }

@@ -69,7 +69,7 @@ struct Env {
 };
 Env* env = nullptr;
 
-Status StartScheduler() {
+e2etest::SchedulerProcessOptions SchedulerOptions() {
   e2etest::SchedulerProcessOptions o;
   o.binary = TESSERA_SCHEDULER_BINARY;
   o.kubeconfig = env->cluster->kubeconfig();
@@ -81,7 +81,11 @@ Status StartScheduler() {
   o.tls_key_file = env->folder->path() + "/webhook.key";
   o.webhook_port = env->webhook_port;
   o.policy_file = env->folder->path() + "/policy.yaml";
-  auto child = e2etest::StartTesseraScheduler(o);
+  return o;
+}
+
+Status StartScheduler() {
+  auto child = e2etest::StartTesseraScheduler(SchedulerOptions());
   if (!child.ok()) return child.status();
   env->scheduler = std::move(*child);
   ++env->restarts;
@@ -673,6 +677,107 @@ TEST_F(SchedulerE2E, RealtimeLatencyCriticalRunsBesideALongBatchPod) {
   ASSERT_EQ(per_gpu.size(), 1U);  // the same GPU
   EXPECT_EQ(per_gpu.begin()->second.first, 14 * kGiB);
   EXPECT_EQ(per_gpu.begin()->second.second, 60U);
+}
+
+
+// What a Service selecting the leader does in a cluster: kube-scheduler's extender URL reaches
+// whichever replica says it leads (GET /leaderz), else 503.
+class LeaderProxy {
+ public:
+  LeaderProxy(int port, std::vector<int> replicas) : replicas_(std::move(replicas)) {
+    server_.Post(R"(/(\w+))", [this](const httplib::Request& req, httplib::Response& res) {
+      for (int replica : replicas_) {
+        httplib::Client c("127.0.0.1", replica);
+        c.set_connection_timeout(1);
+        auto leader = c.Get("/leaderz");
+        if (!leader || leader->status != 200) continue;
+        auto answer = c.Post(req.path, req.body, "application/json");
+        if (!answer) continue;
+        res.status = answer->status;
+        res.set_content(answer->body, "application/json");
+        return;
+      }
+      res.status = 503;
+    });
+    server_.set_tcp_nodelay(true);
+    bound_ = server_.bind_to_port("127.0.0.1", port);
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~LeaderProxy() {
+    server_.stop();
+    thread_.join();
+  }
+  bool bound() const { return bound_; }
+
+ private:
+  std::vector<int> replicas_;
+  httplib::Server server_;
+  bool bound_ = false;
+  std::thread thread_;
+};
+
+TEST_F(SchedulerE2E, FailoverTheOtherReplicaTakesOverWithoutDoubleBooking) {
+  auto nodes = Nodes("ha-", 4, 8, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("ha");
+  // Two replicas with leader election replace the suite's single scheduler; a proxy stands in
+  // for the Service in front of them.
+  env->scheduler->Stop();
+  env->scheduler.reset();
+  const int pa = e2etest::FreePort();
+  const int pb = e2etest::FreePort();
+  std::vector<std::unique_ptr<e2e::ChildProcess>> replicas;
+  for (int i = 0; i < 2; ++i) {
+    e2etest::SchedulerProcessOptions o = SchedulerOptions();
+    o.port = i == 0 ? pa : pb;
+    o.tag = "ha-" + std::to_string(i);
+    if (i == 1) o.webhook_port = e2etest::FreePort();  // the API server calls replica 0's
+    o.extra_args = {"--leader-elect", "--lease-namespace", "default", "--identity",
+                    "replica-" + std::to_string(i), "--lease-duration-s", "2",
+                    "--renew-deadline-ms", "1500", "--retry-period-ms", "300"};
+    auto child = e2etest::StartTesseraScheduler(o);
+    ASSERT_OK(child);
+    replicas.push_back(std::move(*child));
+  }
+  LeaderProxy proxy(env->port, {pa, pb});
+  ASSERT_TRUE(proxy.bound());
+  auto leader = [&]() -> int {
+    for (int i = 0; i < 2; ++i) {
+      httplib::Client c("127.0.0.1", i == 0 ? pa : pb);
+      auto r = c.Get("/leaderz");
+      if (r && r->status == 200 && replicas[static_cast<std::size_t>(i)]->Running()) return i;
+    }
+    return -1;
+  };
+  int first = -1;
+  ASSERT_TRUE(WaitFor([&] { return (first = leader()) >= 0; }, 30s));
+
+  std::mt19937 rng(11);
+  std::vector<json> pods;
+  for (int i = 0; i < 120; ++i) pods.push_back(RandomPod("ha", i, rng, 4));
+  for (const json& p : pods) ASSERT_OK(Create(p));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("ha") >= 20; }, 60s));
+  // The follower refuses the verbs while it follows.
+  {
+    httplib::Client follower("127.0.0.1", first == 0 ? pb : pa);
+    auto answer = follower.Post("/filter", json{{"Pod", pods[0]}, {"NodeNames", {"ha-000"}}}.dump(),
+                                "application/json");
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 503);
+  }
+  ASSERT_OK(replicas[static_cast<std::size_t>(first)]->Signal(SIGKILL));  // no release
+  replicas[static_cast<std::size_t>(first)]->Wait(10s);
+  int second = -1;
+  ASSERT_TRUE(WaitFor([&] { return (second = leader()) >= 0; }, 30s));
+  EXPECT_NE(second, first);
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("ha") == pods.size(); }, 180s))
+      << CountRunning("ha") << " of " << pods.size() << " running";
+  std::size_t decided = 0;
+  ExpectNoOvercommit("ha", 16 * kGiB, &decided);
+  EXPECT_EQ(decided, pods.size());
+
+  for (auto& r : replicas) r->Stop();
+  ASSERT_OK(StartScheduler());  // the suite's single scheduler again
 }
 
 }  // namespace

@@ -36,13 +36,19 @@ namespace {
 
 // A verb: parse the body, answer JSON. A body that is not JSON is a 400 naming the verb.
 void Verb(httplib::Server& http, VerbStats* stats, const char* path,
-          std::function<json(const json&)> verb) {
-  http.Post(path, [stats, path, verb = std::move(verb)](const httplib::Request& req,
-                                                        httplib::Response& res) {
+          std::function<bool()> serving, std::function<json(const json&)> verb) {
+  http.Post(path, [stats, path, serving = std::move(serving), verb = std::move(verb)](
+                      const httplib::Request& req, httplib::Response& res) {
     const auto start = std::chrono::steady_clock::now();
     const std::uint64_t now_in_flight = ++stats->in_flight;
     std::uint64_t seen = stats->max_in_flight.load();
     while (now_in_flight > seen && !stats->max_in_flight.compare_exchange_weak(seen, now_in_flight)) {
+    }
+    if (!serving()) {
+      res.status = 503;
+      res.set_content(json{{"Error", "tessera-scheduler: not the leader (or not synced)"}}.dump(),
+                      "application/json");
+      return;
     }
     const json args = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
     if (args.is_discarded()) {
@@ -81,13 +87,22 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
   http.set_tcp_nodelay(true);
   http.set_keep_alive_max_count(1000);
   auto& verbs = impl_->verbs;
-  Verb(http, &verbs["filter"], "/filter", [extender](const json& a) { return extender->Filter(a); });
-  Verb(http, &verbs["prioritize"], "/prioritize",
+  auto serving = [extender] { return extender->serving(); };
+  Verb(http, &verbs["filter"], "/filter", serving,
+       [extender](const json& a) { return extender->Filter(a); });
+  Verb(http, &verbs["prioritize"], "/prioritize", serving,
        [extender](const json& a) { return extender->Prioritize(a); });
-  Verb(http, &verbs["bind"], "/bind", [extender](const json& a) { return extender->Bind(a); });
-  Verb(http, &verbs["preempt"], "/preempt", [extender](const json& a) { return extender->Preempt(a); });
+  Verb(http, &verbs["bind"], "/bind", serving,
+       [extender](const json& a) { return extender->Bind(a); });
+  Verb(http, &verbs["preempt"], "/preempt", serving,
+       [extender](const json& a) { return extender->Preempt(a); });
   http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok", "text/plain");
+  });
+  // The leader that has synced: what a Service for the extender selects (see ADR 0012).
+  http.Get("/leaderz", [extender](const httplib::Request&, httplib::Response& res) {
+    res.status = extender->serving() ? 200 : 503;
+    res.set_content(extender->serving() ? "leader" : "not leader", "text/plain");
   });
   http.Get("/readyz", [extender](const httplib::Request&, httplib::Response& res) {
     res.status = extender->synced() ? 200 : 503;
