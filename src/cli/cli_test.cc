@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -65,6 +66,60 @@ TEST(Cli, ListsNames) {
   Result r = RunCli({"names"});
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("resource\ttessera.dev/gpu-memory"), std::string::npos);
+}
+
+
+std::string WriteManifest(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/explain-" + name + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(Cli, ExplainsAManifestTheWebhookWouldAdmit) {
+  const std::string path = WriteManifest("seed", R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: inference-service
+  namespace: ml
+  annotations:
+    gpu-memory: "2000"
+    tessera.dev/priority: latency-critical
+spec:
+  schedulerName: kai-scheduler
+  containers:
+    - name: inference
+      image: inference:latest
+)");
+  Result r = RunCli({"explain", "pod", "-f", path.c_str()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("ask: 1.95 GiB (compute: best effort) on one shared GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("priority latency-critical (PriorityClass tessera-latency-critical)"),
+            std::string::npos) << r.out;
+  // The seed manifest names no priorityClassName: the mutating webhook would set it, the
+  // validating one alone (what -f can run) says what is missing.
+  EXPECT_NE(r.out.find("maps to PriorityClass tessera-latency-critical"), std::string::npos) << r.out;
+}
+
+TEST(Cli, ExplainsWhyAManifestIsDenied) {
+  const std::string policy = WriteManifest("policy", "version: v1\ntierAssignment:\n  namespaces:\n    vault: regulated\n");
+  const std::string path = WriteManifest("vault", R"(apiVersion: v1
+kind: Pod
+metadata: {name: frac, namespace: vault}
+spec:
+  containers:
+  - name: c
+    resources: {limits: {tessera.dev/gpu-memory: 4Gi}}
+)");
+  Result r = RunCli({"explain", "pod", "-f", path.c_str(), "--policy", policy.c_str()});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("tier regulated allows no shared-GPU mode"), std::string::npos) << r.out;
+  Result bad = RunCli({"explain", "pod", "nonamespace"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("NAMESPACE/NAME"), std::string::npos);
+  Result both = RunCli({"explain", "pod"});
+  EXPECT_EQ(both.code, 2);
+  Result missing = RunCli({"explain", "pod", "-f", "/nonexistent.yaml"});
+  EXPECT_EQ(missing.code, 2);
 }
 
 }  // namespace

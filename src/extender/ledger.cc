@@ -537,6 +537,55 @@ std::map<std::string, std::vector<std::string>> Ledger::Preempt(
 
 // --- introspection ------------------------------------------------------------------------
 
+StatusOr<std::vector<GpuVerdict>> Ledger::Explain(const json& pod) {
+  auto ask = ParsePodAsk(pod, policy_);
+  if (!ask.ok()) return ask.status();
+  std::vector<GpuVerdict> out;
+  if (!ask->wants_gpu()) return out;
+  std::lock_guard lock(mu_);
+  EnsureClusterLocked();
+  const placement::ResolvedRequest r = cluster_->Resolve(ask->request);
+  const placement::Request& q = ask->request;
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    const placement::Node& n = cluster_->node(i);
+    const placement::GpuMask usable = cluster_->UsableGpus(i, r);
+    for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+      const placement::Gpu& gpu = n.gpus[g];
+      const placement::GpuState& gs = cluster_->state(i).gpus[g];
+      GpuVerdict v;
+      v.node = n.name;
+      v.uuid = gpu.uuid;
+      v.memory_free = gs.memory_free;
+      v.cores_free = gs.milli_free / 10;
+      const std::uint64_t memory = placement::MemoryOn(gpu, q);
+      if (n.cordoned) {
+        v.why = "node cordoned";
+      } else if (!gpu.healthy) {
+        v.why = "GPU unhealthy";
+      } else if (gpu.cordoned) {
+        v.why = "GPU cordoned (" + std::string(names::kAnnotationGpuCordon) + ")";
+      } else if (gpu.mig_enabled) {
+        v.why = "MIG mode: only MIG asks";
+      } else if (q.exclusive() && !gs.tenants.empty()) {
+        v.why = "whole GPU asked, " + std::to_string(gs.tenants.size()) + " tenant group(s) on it";
+      } else if (gs.milli_free < q.gpu_milli) {
+        v.why = "compute: " + std::to_string(v.cores_free) + "% free, asks " +
+                std::to_string(q.gpu_milli / 10) + "%";
+      } else if (gs.memory_free < memory) {
+        v.why = "memory: " + FormatBytesHuman(gs.memory_free) + " free, asks " +
+                FormatBytesHuman(memory);
+      } else if (((usable >> g) & 1ULL) == 0) {
+        v.why = "co-tenancy: the trust rules of this pod or of the pods on the GPU forbid sharing";
+      } else {
+        v.fits = true;
+        v.why = "fits";
+      }
+      out.push_back(std::move(v));
+    }
+  }
+  return out;
+}
+
 std::vector<GpuBooks> Ledger::Books() {
   std::lock_guard lock(mu_);
   EnsureClusterLocked();

@@ -59,6 +59,16 @@ struct Reservation {
   PriorityClass priority = PriorityClass::kNormal;
 };
 
+// Why a pod could or could not go on one GPU (`tessera explain`).
+struct GpuVerdict {
+  std::string node;
+  std::string uuid;
+  std::uint64_t memory_free = 0;
+  std::int32_t cores_free = 0;  // percent
+  bool fits = false;
+  std::string why;  // "fits", or the first rule that refuses it
+};
+
 // One GPU's books, for tests, metrics and `tessera` CLIs.
 struct GpuBooks {
   std::string node;
@@ -107,6 +117,9 @@ class Ledger {
   std::size_t DropReservations();
 
   std::vector<GpuBooks> Books();
+  // A dry run of Filter for `pod` on every known GPU: nothing is reserved. kInvalidArgument
+  // (naming the field) if the pod's ask is malformed.
+  StatusOr<std::vector<GpuVerdict>> Explain(const nlohmann::json& pod);
   std::size_t reservations() const;
   std::size_t bound() const;
   std::size_t nodes() const;

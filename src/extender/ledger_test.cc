@@ -275,5 +275,24 @@ TEST_F(LedgerTest, PreemptChoosesTheFewestLowerPriorityPodsOnOneGpu) {
   EXPECT_TRUE(ledger_.Preempt(lc, {{"nowhere", {"x"}}}).empty());
 }
 
+
+TEST_F(LedgerTest, ExplainGivesEveryGpusVerdictAndReservesNothing) {
+  nlohmann::json node = MakeNode("g1", 3, 16 * kGiB);
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 2);
+  ledger_.UpsertNode(node);
+  ASSERT_EQ(Place(FractionalPod("big", "12Gi", "80"), {"g1"}), "g1");
+  auto v = ledger_.Explain(FractionalPod("next", "8Gi", "30"));
+  ASSERT_OK(v);
+  ASSERT_EQ(v->size(), 3U);
+  EXPECT_EQ((*v)[0].why, "compute: 20% free, asks 30%");
+  EXPECT_TRUE((*v)[1].fits);
+  EXPECT_EQ((*v)[2].why, "GPU cordoned (tessera.dev/gpu-cordon)");
+  auto memory = ledger_.Explain(FractionalPod("next", "8Gi", "10"));
+  ASSERT_OK(memory);
+  EXPECT_EQ((*memory)[0].why, "memory: 4.00 GiB free, asks 8.00 GiB");
+  EXPECT_EQ(ledger_.reservations(), 0U);
+  EXPECT_FALSE(ledger_.Explain(FractionalPod("bad", "1Gi", "900")).ok());
+}
+
 }  // namespace
 }  // namespace tessera::extender

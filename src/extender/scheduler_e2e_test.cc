@@ -13,8 +13,10 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "cli/cli.h"
 #include "e2e/testcluster.h"
 #include "extender/decision.h"
 #include "extender/scheduler_e2e.h"
@@ -778,6 +780,37 @@ TEST_F(SchedulerE2E, FailoverTheOtherReplicaTakesOverWithoutDoubleBooking) {
 
   for (auto& r : replicas) r->Stop();
   ASSERT_OK(StartScheduler());  // the suite's single scheduler again
+}
+
+
+TEST_F(SchedulerE2E, ExplainSaysWhereAPodIsAndWhyAnotherWaits) {
+  auto nodes = Nodes("explain-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("explain");
+  ASSERT_OK(Create(Pod("explain", "placed", {{"tessera.dev/gpu-memory", "12Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("explain") == 1; }, 60s));
+  ASSERT_OK(Create(Pod("explain", "waiting", {{"tessera.dev/gpu-memory", "8Gi"}})));
+  ASSERT_TRUE(WaitFor([&] { return !Events("explain", "waiting").empty(); }, 60s));
+  auto run = [](std::vector<std::string> args) {
+    std::vector<const char*> argv = {"tessera"};
+    for (const std::string& a : args) argv.push_back(a.c_str());
+    std::ostringstream out, err;
+    const int code = cli::Run(static_cast<int>(argv.size()), argv.data(), out, err);
+    EXPECT_EQ(code, 0) << err.str();
+    return out.str();
+  };
+  const std::string scheduler = "http://127.0.0.1:" + std::to_string(env->port);
+  const std::string placed = run({"explain", "pod", "explain/placed", "--kubeconfig",
+                                  env->cluster->kubeconfig(), "--scheduler", scheduler});
+  EXPECT_NE(placed.find("Running on explain-000"), std::string::npos) << placed;
+  EXPECT_NE(placed.find("decision (key e2e"), std::string::npos) << placed;
+  EXPECT_NE(placed.find("12.00 GiB, 0 %, shared"), std::string::npos) << placed;
+  const std::string waiting = run({"explain", "pod", "explain/waiting", "--kubeconfig",
+                                   env->cluster->kubeconfig(), "--scheduler", scheduler});
+  EXPECT_NE(waiting.find("explain/waiting: Pending"), std::string::npos) << waiting;
+  EXPECT_NE(waiting.find("event FailedScheduling"), std::string::npos) << waiting;
+  EXPECT_NE(waiting.find("memory: 4.00 GiB free, asks 8.00 GiB"), std::string::npos) << waiting;
+  EXPECT_NE(waiting.find("0 GPU(s) could take it now"), std::string::npos) << waiting;
 }
 
 }  // namespace

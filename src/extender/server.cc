@@ -124,6 +124,23 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
                         .dump(),
                     "application/json");
   });
+  // A dry run of filter for a pod (`tessera explain`): every GPU and why it would or would not
+  // take the pod. Answers on every replica; reserves nothing.
+  http.Post("/explain", [ledger](const httplib::Request& req, httplib::Response& res) {
+    const json pod = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    auto verdicts = ledger->Explain(pod.is_discarded() ? json() : pod);
+    if (!verdicts.ok()) {
+      res.status = 400;
+      res.set_content(json{{"error", verdicts.status().message()}}.dump(), "application/json");
+      return;
+    }
+    json gpus = json::array();
+    for (const GpuVerdict& v : *verdicts) {
+      gpus.push_back({{"node", v.node}, {"uuid", v.uuid}, {"memoryFree", v.memory_free},
+                      {"coresFree", v.cores_free}, {"fits", v.fits}, {"why", v.why}});
+    }
+    res.set_content(json{{"gpus", gpus}}.dump(), "application/json");
+  });
   http.Get("/metrics", [extender, ledger, &verbs](const httplib::Request&, httplib::Response& res) {
     const ExtenderCounters& c = extender->counters();
     std::string out;

@@ -1,0 +1,247 @@
+#include "cli/explain_cmd.h"
+
+#include <httplib.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "extender/decision.h"
+#include "extender/pod_ask.h"
+#include "k8s/client.h"
+#include "k8s/paths.h"
+#include "policy/policy.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+#include "webhook/admission.h"
+#include "webhook/webhook.h"
+
+namespace tessera::cli {
+namespace {
+
+using nlohmann::json;
+
+struct ExplainArgs {
+  std::string pod;   // NS/NAME
+  std::string file;  // or a manifest
+  std::string kubeconfig;
+  std::string scheduler;  // http://host:port of tessera-scheduler
+  std::string policy_file;
+};
+
+// YAML (or JSON, which is YAML) to JSON: scalars that look like integers or booleans become
+// those, everything else a string (Kubernetes quantities are strings either way).
+json ToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = ToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(ToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      if (node.Tag() != "!") {  // unquoted
+        if (text == "true" || text == "false") return text == "true";
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (!text.empty() && end != nullptr && *end == '\0') return v;
+      }
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::string Describe(const extender::PodAsk& ask, const policy::Policy& policy) {
+  const placement::Request& q = ask.request;
+  std::ostringstream s;
+  if (q.exclusive()) {
+    s << q.gpu_count << " whole GPU(s)";
+  } else {
+    if (q.gpu_memory_bytes != 0) {
+      s << FormatBytesHuman(q.gpu_memory_bytes);
+    } else if (q.memory_ppm != 0) {
+      s << (q.memory_ppm / 10'000.0) << " % of the chosen GPU's memory";
+    }
+    s << (q.gpu_milli > 0 ? " + " + std::to_string(q.gpu_milli / 10) + " % compute"
+                          : " (compute: best effort)")
+      << " on one shared GPU";
+  }
+  s << ", mode " << Name(q.mode) << ", priority " << Name(ask.priority) << " (PriorityClass "
+    << policy.KubernetesPriorityClass(ask.priority) << "), tier " << Name(q.tier)
+    << " (co-tenancy " << policy::Name(q.co_tenancy) << ")";
+  return s.str();
+}
+
+int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
+  policy::Policy policy = policy::DefaultPolicy();
+  std::string policy_file = args.policy_file;
+  if (policy_file.empty()) {
+    if (const char* env = std::getenv(std::string(names::kEnvPolicyFile).c_str())) policy_file = env;
+  }
+  if (!policy_file.empty()) {
+    auto p = policy::LoadPolicyFile(policy_file);
+    if (!p.ok()) {
+      err << "tessera explain: --policy: " << p.status().message() << "\n";
+      return 2;
+    }
+    policy = *std::move(p);
+  }
+
+  json pod;
+  std::unique_ptr<k8s::Client> client;
+  if (!args.file.empty()) {
+    try {
+      pod = ToJson(YAML::LoadFile(args.file));
+    } catch (const YAML::Exception& e) {
+      err << "tessera explain: -f " << args.file << ": " << e.what() << "\n";
+      return 2;
+    }
+  } else {
+    const std::size_t slash = args.pod.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == args.pod.size()) {
+      err << "tessera explain pod: expected NAMESPACE/NAME, got \"" << args.pod << "\"\n";
+      return 2;
+    }
+    auto config = k8s::ResolveConfig(args.kubeconfig);
+    if (!config.ok()) {
+      err << "tessera explain: --kubeconfig: " << config.status().message() << "\n";
+      return 2;
+    }
+    auto made = k8s::Client::New(*config);
+    if (!made.ok()) {
+      err << "tessera explain: " << made.status().message() << "\n";
+      return 1;
+    }
+    client = std::move(*made);
+    auto got = client->Get(k8s::PodPath(args.pod.substr(0, slash), args.pod.substr(slash + 1)));
+    if (!got.ok()) {
+      err << "tessera explain: " << got.status().message() << "\n";
+      return got.status().code() == StatusCode::kNotFound ? 3 : 1;
+    }
+    pod = *std::move(got);
+  }
+
+  const extender::PodAsk id = extender::PodIdentity(pod);
+  const std::string phase = pod.value("/status/phase"_json_pointer, std::string(client ? "" : "(manifest)"));
+  out << "pod " << id.key() << ": " << phase;
+  if (!id.node_name.empty()) out << " on " << id.node_name;
+  out << "\n";
+  auto ask = extender::ParsePodAsk(pod, policy);
+  if (!ask.ok()) {
+    out << "  denied by the admission webhook: " << ask.status().message() << "\n";
+    return 0;
+  }
+  if (!ask->wants_gpu()) {
+    out << "  asks tessera for no GPU\n";
+    return 0;
+  }
+  out << "  ask: " << Describe(*ask, policy) << "\n";
+  if (const policy::Quota* quota = policy.QuotaOf(id.namespace_name)) {
+    out << "  quota (policy quotas." << id.namespace_name << "):";
+    if (quota->gpu_memory_bytes) out << " gpuMemory " << FormatQuantity(*quota->gpu_memory_bytes);
+    if (quota->gpu_cores_percent) out << " gpuCores " << *quota->gpu_cores_percent << "%";
+    if (quota->gpus) out << " gpus " << *quota->gpus;
+    out << "\n";
+  }
+  if (!client) {
+    // A manifest: what the validating webhook would say with no cluster facts.
+    webhook::Admission admission(&policy, webhook::WebhookOptions{}, webhook::ClusterView{},
+                                 nullptr);
+    json review = {{"apiVersion", "admission.k8s.io/v1"},
+                   {"request", {{"uid", "explain"}, {"operation", "CREATE"},
+                                {"resource", {{"resource", "pods"}}},
+                                {"namespace", id.namespace_name}, {"name", id.name},
+                                {"object", pod}}}};
+    const json res = admission.Validate(review)["response"];
+    out << "  admission: "
+        << (res.value("allowed", false) ? std::string("allowed by the policy")
+                                        : "denied: " + res.value("/status/message"_json_pointer,
+                                                                 std::string()))
+        << "\n";
+  }
+  const std::string decision = pod.value(
+      json::json_pointer("/metadata/annotations/" + webhook::JsonPointerEscape(std::string(names::kAnnotationDecision))),
+      std::string());
+  if (!decision.empty()) {
+    auto d = extender::ParseDecision(decision);
+    if (!d.ok()) {
+      out << "  decision: unreadable (" << d.status().message() << ")\n";
+    } else {
+      out << "  decision (key " << d->key_id << ", issued " << d->issued_at << "):";
+      for (const auto& c : d->containers) {
+        for (const auto& dev : c.devices) {
+          out << " container " << c.name << " -> " << dev.uuid << " "
+              << FormatBytesHuman(dev.memory_bytes) << ", " << dev.cores_percent << " %, "
+              << Name(c.mode) << ";";
+        }
+      }
+      out << "\n";
+    }
+  }
+  if (client) {
+    k8s::ListOptions o;
+    o.field_selector = "involvedObject.name=" + id.name;
+    if (auto events = client->List(k8s::EventsPath(id.namespace_name), o); events.ok()) {
+      for (const json& e : events->items) {
+        out << "  event " << e.value("reason", std::string()) << ": "
+            << e.value("message", std::string()) << "\n";
+      }
+    }
+  }
+  if (!args.scheduler.empty()) {
+    httplib::Client scheduler(args.scheduler);
+    auto res = scheduler.Post("/explain", pod.dump(), "application/json");
+    if (!res || res->status != 200) {
+      err << "tessera explain: --scheduler " << args.scheduler << ": no answer\n";
+      return 1;
+    }
+    const json verdicts = json::parse(res->body, nullptr, false);
+    std::map<std::string, int> refusals;
+    int fitting = 0;
+    out << "  candidate GPUs (tessera-scheduler, now):\n";
+    for (const json& g : verdicts.value("gpus", json::array())) {
+      const bool fits = g.value("fits", false);
+      fitting += fits ? 1 : 0;
+      ++refusals[g.value("why", std::string())];
+      out << "    " << g.value("node", std::string()) << " " << g.value("uuid", std::string())
+          << ": " << FormatBytesHuman(g.value("memoryFree", std::uint64_t{0})) << " free, "
+          << g.value("coresFree", 0) << " % compute free: " << g.value("why", std::string()) << "\n";
+    }
+    out << "  " << fitting << " GPU(s) could take it now\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddExplainCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code) {
+  auto* explain = app.add_subcommand("explain", "Why a pod is where it is, Pending, or denied");
+  auto* pod = explain->add_subcommand("pod", "Explain one pod (from the API, or a manifest with -f)");
+  auto args = std::make_shared<ExplainArgs>();
+  pod->add_option("name", args->pod, "NAMESPACE/NAME");
+  pod->add_option("-f,--file", args->file, "a pod manifest (YAML or JSON) instead of the API");
+  pod->add_option("--kubeconfig", args->kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
+  pod->add_option("--scheduler", args->scheduler,
+                  "tessera-scheduler's URL (http://host:8888): adds every candidate GPU's verdict");
+  pod->add_option("--policy", args->policy_file, "the policy file (default: $TESSERA_POLICY_FILE)");
+  explain->require_subcommand(1);
+  pod->callback([args, &out, &err, exit_code] {
+    if (args->pod.empty() == args->file.empty()) {
+      err << "tessera explain pod: give NAMESPACE/NAME or -f FILE (one of them)\n";
+      *exit_code = 2;
+      return;
+    }
+    *exit_code = Explain(*args, out, err);
+  });
+}
+
+}  // namespace tessera::cli
