@@ -577,9 +577,12 @@ TEST_F(SchedulerE2E, ForgeryDecisionsCannotBeWrittenByTenants) {
 }
 
 TEST_F(SchedulerE2E, TrustCustomersNeverShareAcrossNamespacesRegulatedGetsWholeGpus) {
-  auto nodes = Nodes("trust-", 1, 2, "16Gi");
+  auto nodes = Nodes("trust-", 1, 3, "16Gi");
   ASSERT_NE(nodes, nullptr);
   for (const char* ns : {"bank-a", "bank-b", "vault", "team"}) Namespace(ns);
+  // Regulated: a whole GPU, which nobody else gets.
+  ASSERT_OK(Create(Pod("vault", "whole", {{"tessera.dev/gpu", "1"}})));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("vault") == 1; }, 60s));
   ASSERT_OK(Create(Pod("bank-a", "a", {{"tessera.dev/gpu-memory", "2Gi"}})));
   ASSERT_TRUE(WaitFor([&] { return CountRunning("bank-a") == 1; }, 60s));
   ASSERT_OK(Create(Pod("bank-b", "b", {{"tessera.dev/gpu-memory", "2Gi"}})));
@@ -589,7 +592,12 @@ TEST_F(SchedulerE2E, TrustCustomersNeverShareAcrossNamespacesRegulatedGetsWholeG
   auto b = Decided("bank-b", &n);
   ASSERT_EQ(a.size(), 1U);
   ASSERT_EQ(b.size(), 1U);
-  EXPECT_NE(a.begin()->first, b.begin()->first);  // two GPUs, never one
+  auto v = Decided("vault", &n);
+  ASSERT_EQ(v.size(), 1U);
+  EXPECT_EQ(v.begin()->second.first, 16 * kGiB);  // all of it
+  EXPECT_EQ(v.begin()->second.second, 100U);
+  // Three tenants, three GPUs: never one shared.
+  EXPECT_EQ((std::set<std::string>{a.begin()->first, b.begin()->first, v.begin()->first}.size()), 3U);
   // A third tenant finds no GPU it may share with either bank: it waits, and is told why.
   ASSERT_OK(Create(Pod("team", "t", {{"tessera.dev/gpu-memory", "1Gi"}})));
   std::string why;
