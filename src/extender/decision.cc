@@ -69,6 +69,10 @@ StatusOr<std::string> NeedString(const json& object, const std::string& field,
 
 }  // namespace
 
+std::string Base64Encode(std::string_view data) {
+  return Base64(reinterpret_cast<const unsigned char*>(data.data()), data.size());
+}
+
 std::string Rfc3339(std::int64_t unix_seconds) {
   const std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};

@@ -48,6 +48,9 @@ std::string EncodeDecision(const Decision& decision);
 // Refuses another apiVersion, missing fields and unknown vocabulary, naming the field.
 StatusOr<Decision> ParseDecision(std::string_view text);
 
+// Standard base64 with padding.
+std::string Base64Encode(std::string_view data);
+
 // "2026-11-30T01:02:03Z" for a time in seconds since the epoch.
 std::string Rfc3339(std::int64_t unix_seconds);
 

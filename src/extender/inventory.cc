@@ -3,6 +3,7 @@
 #include <set>
 #include <string_view>
 
+#include "extender/json_fields.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -12,17 +13,6 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kInventoryApiVersion = "tessera.dev/inventory/v1";
-
-const json* Find(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string StringAt(const json& object, std::string_view key) {
-  const json* v = Find(object, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-}
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "extender/inventory.h"
+#include "extender/json_fields.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -37,23 +38,13 @@ struct Ledger::Entry {
 
 namespace {
 
-const json* Find(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
 std::string NodeName(const json& node) {
   const json* meta = Find(node, "metadata");
-  const json* name = meta != nullptr ? Find(*meta, "name") : nullptr;
-  return name != nullptr && name->is_string() ? name->get<std::string>() : std::string();
+  return meta != nullptr ? StringAt(*meta, "name") : std::string();
 }
 
 std::string DecisionText(const json& pod) {
-  const json* meta = Find(pod, "metadata");
-  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
-  const json* v = annotations != nullptr ? Find(*annotations, names::kAnnotationDecision) : nullptr;
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+  return AnnotationOf(pod, names::kAnnotationDecision).value_or("");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "extender/json_fields.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -12,25 +13,6 @@ namespace tessera::extender {
 namespace {
 
 using nlohmann::json;
-
-const json* Find(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string StringAt(const json& object, std::string_view key) {
-  const json* v = Find(object, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-}
-
-std::optional<std::string> Annotation(const json& pod, std::string_view key) {
-  const json* meta = Find(pod, "metadata");
-  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
-  const json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
-  if (v == nullptr || !v->is_string()) return std::nullopt;
-  return v->get<std::string>();
-}
 
 // A quantity the API server serialised: a string ("4Gi") or, from hand-written objects, a number.
 std::optional<std::string> QuantityText(const json& v) {
@@ -159,8 +141,8 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
                                 " both ask for GPUs; one container per pod may (for now)");
   }
 
-  const auto kai_memory = Annotation(pod, names::kAnnotationKaiGpuMemory);
-  const auto kai_fraction = Annotation(pod, names::kAnnotationKaiGpuFraction);
+  const auto kai_memory = AnnotationOf(pod, names::kAnnotationKaiGpuMemory);
+  const auto kai_fraction = AnnotationOf(pod, names::kAnnotationKaiGpuFraction);
   placement::Request& q = ask.request;
   if (kai_memory || kai_fraction) {
     const std::string kai = kai_memory ? "annotation gpu-memory" : "annotation gpu-fraction";
@@ -203,7 +185,7 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
     if (a.memory == 0 && q.memory_ppm == 0) q.memory_ppm = a.cores * 10'000;  // cores only
   }
 
-  if (auto p = Annotation(pod, names::kAnnotationPriority)) {
+  if (auto p = AnnotationOf(pod, names::kAnnotationPriority)) {
     auto parsed = ParsePriorityClass(*p);
     if (!parsed.ok()) {
       return parsed.status().WithContext(where + ": annotation " +
@@ -221,7 +203,7 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
   const bool whole = a.gpus != 0;
   const std::string mode_field =
       where + ": annotation " + std::string(names::kAnnotationMode);
-  if (auto m = Annotation(pod, names::kAnnotationMode)) {
+  if (auto m = AnnotationOf(pod, names::kAnnotationMode)) {
     auto parsed = ParseSharingMode(*m);
     if (!parsed.ok()) return parsed.status().WithContext(mode_field);
     q.mode = *parsed;
@@ -259,7 +241,7 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
                                        : " is for whole GPUs; a fractional ask needs shared or mps"));
   }
   if (q.mode == SharingMode::kMps) {
-    auto user = Annotation(pod, names::kAnnotationMpsUser);
+    auto user = AnnotationOf(pod, names::kAnnotationMpsUser);
     std::uint32_t uid = 0;
     const char* end = user ? user->data() + user->size() : nullptr;
     if (!user || std::from_chars(user->data(), end, uid).ptr != end || user->empty()) {

@@ -48,15 +48,6 @@ json PodObject(const std::string& ns, const std::string& name,
   return pod;
 }
 
-std::string Base64(const std::string& data) {
-  std::string out(4 * ((data.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(data.data()),
-                                static_cast<int>(data.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
-
 // One control plane, one tessera-scheduler for the whole suite.
 struct Env {
   std::unique_ptr<e2e::TempFolder> folder;
@@ -152,7 +143,7 @@ class SchedulerE2E : public ::testing::Test {
                                       {"metadata", {{"name", name}}},
                                       {"value", value}}));
     }
-    const std::string ca_b64 = Base64(pki->ca_pem);
+    const std::string ca_b64 = Base64Encode(pki->ca_pem);
     auto [mutating, validating] = e2etest::WebhookConfigurations(env->webhook_port, ca_b64);
     ASSERT_OK(env->api->Create(
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating));
@@ -466,7 +457,6 @@ TEST_F(SchedulerE2E, PreemptionLatencyCriticalDisplacesBestEffort) {
   EXPECT_EQ(decided, 3U);
 }
 
-
 // --- admission (docs/design/0013) ---------------------------------------------------------
 
 // The seeds' KAI manifests, as written there: gpu-memory in MiB, schedulerName kai-scheduler,
@@ -667,7 +657,6 @@ TEST_F(SchedulerE2E, BadInputIsRejectedWithItsMessage) {
   EXPECT_TRUE(Pods("bad").empty());  // nothing half-created
 }
 
-
 // A latency-critical pod goes beside a long batch pod on the shared GPU: the batch pod asked for
 // memory only (best effort: it reserves no compute), so the compute share the latency-critical
 // pod asks for is free, and it does not wait for the batch's lifetime.
@@ -688,7 +677,6 @@ TEST_F(SchedulerE2E, RealtimeLatencyCriticalRunsBesideALongBatchPod) {
   EXPECT_EQ(per_gpu.begin()->second.first, 14 * kGiB);
   EXPECT_EQ(per_gpu.begin()->second.second, 60U);
 }
-
 
 // What a Service selecting the leader does in a cluster: kube-scheduler's extender URL reaches
 // whichever replica says it leads (GET /leaderz), else 503.
@@ -789,7 +777,6 @@ TEST_F(SchedulerE2E, FailoverTheOtherReplicaTakesOverWithoutDoubleBooking) {
   for (auto& r : replicas) r->Stop();
   ASSERT_OK(StartScheduler());  // the suite's single scheduler again
 }
-
 
 TEST_F(SchedulerE2E, ExplainSaysWhereAPodIsAndWhyAnotherWaits) {
   auto nodes = Nodes("explain-", 1, 1, "16Gi");

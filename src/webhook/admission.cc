@@ -1,27 +1,15 @@
 #include "webhook/admission.h"
 
-#include <openssl/evp.h>
+#include "extender/decision.h"
+#include "extender/json_fields.h"
 
 namespace tessera::webhook {
 
 using nlohmann::json;
 
+using extender::StringAt;
+
 namespace {
-
-std::string StringAt(const json& object, const char* key) {
-  if (!object.is_object()) return {};
-  auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-std::string Base64(const std::string& data) {
-  std::string out(4 * ((data.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(data.data()),
-                                static_cast<int>(data.size()));
-  out.resize(static_cast<std::size_t>(n));
-  return out;
-}
 
 json Envelope(json response) {
   return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"},
@@ -68,7 +56,7 @@ json AllowResponse(const std::string& uid, const std::optional<json>& patch,
   json response = {{"uid", uid}, {"allowed", true}};
   if (patch && !patch->empty()) {
     response["patchType"] = "JSONPatch";
-    response["patch"] = Base64(patch->dump());
+    response["patch"] = extender::Base64Encode(patch->dump());
   }
   if (!warnings.empty()) response["warnings"] = warnings;
   return Envelope(std::move(response));

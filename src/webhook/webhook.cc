@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "extender/json_fields.h"
 #include "extender/pod_ask.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -12,20 +13,13 @@ using nlohmann::json;
 
 namespace {
 
+using extender::Find;
+
 constexpr int kForbidden = 403;
 constexpr int kBadRequest = 400;
 
-const json* Find(const json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
 std::string Annotation(const json& object, std::string_view key) {
-  const json* meta = Find(object, "metadata");
-  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
-  const json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+  return extender::AnnotationOf(object, key).value_or("");
 }
 
 bool HasAnnotation(const json& object, std::string_view key) {

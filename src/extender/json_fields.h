@@ -1,0 +1,36 @@
+// Reading fields of API objects (nlohmann::json) without exceptions: a missing field, a null
+// and a field of the wrong type all read as "absent". Shared by the extender and the webhooks,
+// which both read objects a tenant wrote.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace tessera::extender {
+
+// object[key] if object is an object holding a non-null key, else nullptr.
+inline const nlohmann::json* Find(const nlohmann::json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+// object[key] as a string, "" if absent or not a string.
+inline std::string StringAt(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* v = Find(object, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+// metadata.annotations[key] if it is a string.
+inline std::optional<std::string> AnnotationOf(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* meta = Find(object, "metadata");
+  const nlohmann::json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  const nlohmann::json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
+  if (v == nullptr || !v->is_string()) return std::nullopt;
+  return v->get<std::string>();
+}
+
+}  // namespace tessera::extender
