@@ -157,6 +157,13 @@ int RunScheduler(const SchedulerOptions& options) {
     if (!p.ok()) return Fail(p.status().WithContext("--policy"));
     policy = *std::move(p);
   }
+  if (policy.honor_namespace_label) {
+    // The scheduler does not watch Namespaces yet: honouring the label would silently fall back
+    // to the default tier. Refuse rather than fail open.
+    return Fail(InvalidArgumentError(
+        "--policy: tierAssignment.honorNamespaceLabel: true is not supported by "
+        "tessera-scheduler yet; map namespaces to tiers explicitly (tierAssignment.namespaces)"));
+  }
   if (options.signing_key_file.empty()) {
     return Fail(InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)"));
   }
@@ -195,6 +202,13 @@ int RunScheduler(const SchedulerOptions& options) {
   LedgerOptions ledger_options;
   ledger_options.placement = *kind;
   ledger_options.reservation_ttl = options.reservation_ttl;
+  // Bound pods count only with a decision this scheduler signed (a forged one books nothing).
+  auto own_key = Verifier::FromPem(signer->PublicKeyPem());
+  if (!own_key.ok()) return Fail(own_key.status());
+  auto verifier = std::make_shared<Verifier>(std::move(*own_key));
+  ledger_options.verify = [verifier](const std::string& decision, const std::string& signature) {
+    return verifier->Verify(decision, signature).ok();
+  };
   Ledger ledger(policy, ledger_options, [] { return std::chrono::steady_clock::now(); });
   KubePodWriter writer(client->get());
   Extender extender(&ledger, &writer, &*signer, options.key_id, [] {
@@ -257,8 +271,11 @@ int RunScheduler(const SchedulerOptions& options) {
   // Leader election: followers keep watching (their ledger stays current) but answer 503.
   std::unique_ptr<k8s::LeaderElector> elector;
   std::atomic<bool> resync{false};
+  std::atomic<bool> caught_up{false};  // the ledger was rebuilt since this term began
   if (options.leader_elect) {
-    extender.SetLeader(false);
+    extender.SetLeaderCheck([&elector, &caught_up] {
+      return caught_up.load() && elector && elector->IsLeader();
+    });
     k8s::LeaderElectorOptions le;
     le.ns = options.lease_namespace;
     le.lease_name = options.lease_name;
@@ -268,9 +285,12 @@ int RunScheduler(const SchedulerOptions& options) {
     le.retry_period = options.retry_period;
     // A new leader first reads every pod afresh (a consistent list), so that binds the old
     // leader finished just before are on its books before it decides anything.
-    le.on_started_leading = [&resync] { resync = true; };
-    le.on_stopped_leading = [&extender, &ledger] {
-      extender.SetLeader(false);
+    le.on_started_leading = [&resync, &caught_up] {
+      caught_up = false;
+      resync = true;
+    };
+    le.on_stopped_leading = [&ledger, &caught_up] {
+      caught_up = false;
       const std::size_t dropped = ledger.DropReservations();
       TESSERA_LOG(kWarn, kScheduler, "stopped leading; %zu reservations dropped", dropped);
     };
@@ -293,7 +313,7 @@ int RunScheduler(const SchedulerOptions& options) {
         } else if (elector && elector->IsLeader()) {
           quotas.ReplacePods(list->items);
           ledger.ReplacePods(list->items);
-          extender.SetLeader(true);
+          caught_up = true;  // serving() still asks IsLeader() on every call
           TESSERA_LOG(kInfo, kScheduler, "leading: %zu pods hold GPUs", ledger.bound());
         }
       }
@@ -301,8 +321,13 @@ int RunScheduler(const SchedulerOptions& options) {
     }
   });
   std::jthread http([&server] { server.Run(); });
-  std::jthread webhook_http([&webhooks] {
-    if (webhooks) webhooks->Run();
+  // The webhooks answer only once the watches have synced: before that, quotas would see no
+  // usage and "larger than any GPU" no GPUs. (With failurePolicy Fail, creates wait meanwhile.)
+  std::jthread webhook_http([&webhooks, &extender](std::stop_token stop) {
+    while (webhooks && !extender.synced() && !stop.stop_requested()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (webhooks && !stop.stop_requested()) webhooks->Run();
   });
   if (webhooks) {
     std::fprintf(stderr, "tessera-scheduler: admission webhooks on https://%s:%d\n",
@@ -314,7 +339,8 @@ int RunScheduler(const SchedulerOptions& options) {
   int signal = 0;
   sigwait(&signals, &signal);
   std::fprintf(stderr, "tessera-scheduler: %s, stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-  extender.SetLeader(false);  // no new verbs; in-flight ones finish before the lease goes
+  caught_up = false;  // no new verbs; in-flight ones finish before the Lease is released
+  extender.SetSynced(false);
   server.Stop();
   if (webhooks) webhooks->Stop();
   election.request_stop();

@@ -56,9 +56,10 @@ class Extender {
   void SetSynced(bool synced) { synced_ = synced; }
   bool synced() const { return synced_; }
   // With leader election, only the leader answers the verbs (the others: 503, so that a proxy
-  // or a retrying client goes to the leader). Without it, every replica is "leader".
-  void SetLeader(bool leader) { leader_ = leader; }
-  bool serving() const { return synced_ && leader_; }
+  // or a retrying client goes to the leader). `leading` is asked on every call (the Lease's
+  // live state, never a cached flag that could outlive the lease); unset: always leading.
+  void SetLeaderCheck(std::function<bool()> leading) { leading_ = std::move(leading); }
+  bool serving() const { return synced_ && (!leading_ || leading_()); }
 
   nlohmann::json Filter(const nlohmann::json& args);
   nlohmann::json Prioritize(const nlohmann::json& args);
@@ -74,7 +75,7 @@ class Extender {
   std::string key_id_;
   std::function<std::int64_t()> unix_now_;
   std::atomic<bool> synced_{false};
-  std::atomic<bool> leader_{true};
+  std::function<bool()> leading_;  // set before serving starts
   ExtenderCounters counters_;
 };
 

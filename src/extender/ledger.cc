@@ -1,6 +1,7 @@
 #include "extender/ledger.h"
 
 #include <algorithm>
+#include <charconv>
 #include <set>
 
 #include "extender/inventory.h"
@@ -33,10 +34,18 @@ struct Ledger::Entry {
   std::chrono::steady_clock::time_point bound_at{};
   bool bound_here = false;  // this process posted the Binding
   bool seen = false;        // present in the latest relist
+  bool unconfirmed = false; // kept across a relist that did not show it; the watch must
   bool applied = false;     // counted on cluster_
 };
 
 namespace {
+
+bool SameRequest(const placement::Request& a, const placement::Request& b) {
+  return a.gpu_count == b.gpu_count && a.gpu_milli == b.gpu_milli &&
+         a.gpu_memory_bytes == b.gpu_memory_bytes && a.memory_ppm == b.memory_ppm &&
+         a.mode == b.mode && a.tier == b.tier && a.priority == b.priority && a.uid == b.uid &&
+         a.namespace_name == b.namespace_name;
+}
 
 std::string NodeName(const json& node) {
   const json* meta = Find(node, "metadata");
@@ -69,11 +78,34 @@ void Ledger::UpsertNode(const json& node) {
     if (nodes_.erase(name) != 0) dirty_ = true;
     return;
   }
+  {
+    std::set<std::string> models;
+    for (const auto& [other, known] : nodes_) {
+      if (other == name) continue;
+      for (const placement::Gpu& g : known.gpus) models.insert(g.model);
+    }
+    for (const placement::Gpu& g : parsed->gpus) models.insert(g.model);
+    if (models.size() > placement::kMaxModels) {
+      const std::string why = "node " + name + ": its GPU models would make more than " +
+                              std::to_string(placement::kMaxModels) +
+                              " distinct models in the cluster; node left out";
+      TESSERA_LOG(kError, kScheduler, "%s", why.c_str());
+      bad_nodes_[name] = why;
+      if (nodes_.erase(name) != 0) dirty_ = true;
+      return;
+    }
+  }
   bad_nodes_.erase(name);
   auto it = nodes_.find(name);
   if (it != nodes_.end() && !dirty_ && cluster_ && SameHardware(it->second, *parsed)) {
     // Health and cordons change in place; everything else rebuilds the cluster.
-    const std::uint32_t i = node_index_.at(name);
+    auto index = node_index_.find(name);
+    if (index == node_index_.end()) {  // not in the model (it was refused): rebuild
+      nodes_[name] = *std::move(parsed);
+      dirty_ = true;
+      return;
+    }
+    const std::uint32_t i = index->second;
     for (std::size_t g = 0; g < parsed->gpus.size(); ++g) {
       (void)cluster_->SetGpuHealth(i, g, parsed->gpus[g].healthy);
       (void)cluster_->SetGpuCordoned(i, g, parsed->gpus[g].cordoned);
@@ -157,9 +189,11 @@ bool Ledger::ApplyLocked(Entry& entry) {
                 entry.pod.c_str(), entry.node.c_str());
     return false;
   }
-  const Status st = cluster_->Add(cluster_->Resolve(entry.request), *a);
+  // A placement that exists is counted whatever the GPU's state says now (cordoned, unhealthy,
+  // or fuller than it should be after a lost bind answer): never drop real usage.
+  const Status st = cluster_->Record(cluster_->Resolve(entry.request), *a);
   if (!st.ok()) {
-    TESSERA_LOG(kWarn, kScheduler, "pod %s on node %s: not counted: %s", entry.pod.c_str(),
+    TESSERA_LOG(kError, kScheduler, "pod %s on node %s: not counted: %s", entry.pod.c_str(),
                 entry.node.c_str(), st.message().c_str());
     return false;
   }
@@ -202,6 +236,7 @@ void Ledger::ObservePodLocked(const json& pod) {
     Entry& e = it->second;
     if (e.node == id.node_name) {
       e.seen = true;
+      e.unconfirmed = false;
       e.k8s_priority = id.k8s_priority;
       if (e.state != Entry::State::kBound) {  // the watch overtook our own bind's answer
         e.state = Entry::State::kBound;
@@ -219,6 +254,12 @@ void Ledger::ObservePodLocked(const json& pod) {
                 d.ok() ? "it names another pod or node" : d.status().message().c_str());
     return;
   }
+  if (options_.verify &&
+      !options_.verify(text, AnnotationOf(pod, names::kAnnotationDecisionSignature).value_or(""))) {
+    TESSERA_LOG(kWarn, kScheduler, "pod %s: decision annotation ignored: its signature does not "
+                "verify with this scheduler's key", id.key().c_str());
+    return;
+  }
   const DecisionContainer& c = d->containers.front();
   Entry e;
   e.uid = id.uid;
@@ -233,6 +274,11 @@ void Ledger::ObservePodLocked(const json& pod) {
   q.priority = d->priority;
   q.mode = c.mode;
   placement::ApplyTrustPolicy(policy_, q);
+  if (q.mode == SharingMode::kMps) {  // MPS co-tenants must share the user ID (not in the decision)
+    const std::string user = AnnotationOf(pod, names::kAnnotationMpsUser).value_or("");
+    std::uint32_t value = 0;
+    if (std::from_chars(user.data(), user.data() + user.size(), value).ec == std::errc()) q.uid = value;
+  }
   q.gpu_count = static_cast<std::uint32_t>(c.devices.size());
   q.gpu_milli = static_cast<std::int32_t>(c.devices.front().cores_percent) * 10;
   q.gpu_memory_bytes = c.devices.front().memory_bytes;
@@ -258,9 +304,12 @@ void Ledger::ReplacePods(const std::vector<json>& pods) {
   for (const json& p : pods) ObservePodLocked(p);
   const auto now = clock_();
   std::vector<std::string> gone;
-  for (const auto& [uid, e] : entries_) {
+  for (auto& [uid, e] : entries_) {
     if (e.state != Entry::State::kBound || e.seen) continue;
-    if (e.bound_here && now - e.bound_at < options_.relist_grace) continue;
+    if (e.bound_here && now - e.bound_at < options_.relist_grace) {
+      e.unconfirmed = true;  // the watch from this list on shows it, or the grace runs out
+      continue;
+    }
     gone.push_back(uid);
   }
   for (const std::string& uid : gone) ReleaseLocked(uid);
@@ -273,6 +322,8 @@ std::size_t Ledger::ExpireLocked() {
   std::vector<std::string> expired;
   for (const auto& [uid, e] : entries_) {
     if (e.state == Entry::State::kReserved && e.expires <= now) expired.push_back(uid);
+    // Kept across a relist but never seen since: deleted while the watch was down.
+    if (e.unconfirmed && now - e.bound_at >= options_.relist_grace) expired.push_back(uid);
   }
   for (const std::string& uid : expired) {
     TESSERA_LOG(kInfo, kScheduler, "pod %s: reservation expired unbound; released",
@@ -347,6 +398,14 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   if (auto it = entries_.find(ask->uid); it != entries_.end()) {
     Entry& e = it->second;
     const bool listed = asked.contains(e.node);
+    // Pods are immutable where it matters, so a different ask under the same UID is not the
+    // same pod's retry: never hand it the reservation (or the bound pod's node).
+    if (e.state == Entry::State::kReserved ? !SameRequest(e.request, ask->request)
+                                           : e.request.namespace_name != ask->namespace_name) {
+      out.error = "tessera: pod " + ask->key() + " (UID " + ask->uid +
+                  ") asks differently from what was reserved for that UID";
+      return out;
+    }
     if (e.state != Entry::State::kReserved) {
       if (listed) {
         out.nodes = {e.node};
@@ -465,7 +524,7 @@ std::map<std::string, std::vector<std::string>> Ledger::Preempt(
   auto change = [this](Entry& e, bool add) {
     auto a = AllocationLocked(e);
     const placement::ResolvedRequest er = cluster_->Resolve(e.request);
-    const Status st = add ? cluster_->Add(er, *a) : cluster_->Remove(er, *a);
+    const Status st = add ? cluster_->Record(er, *a) : cluster_->Remove(er, *a);
     if (!st.ok()) {
       TESSERA_LOG(kError, kScheduler, "preempt: pod %s: %s", e.pod.c_str(), st.message().c_str());
     }

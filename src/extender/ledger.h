@@ -41,6 +41,9 @@ struct LedgerOptions {
   // After a relist, a pod this process bound within this time is kept even if the list (which
   // may predate the binding) does not show it bound yet.
   std::chrono::milliseconds relist_grace{60'000};
+  // Checks a bound pod's decision annotation against its signature annotation before the ledger
+  // counts it (the scheduler's own public key); empty: counted unchecked (tests).
+  std::function<bool(const std::string& decision, const std::string& signature)> verify;
 };
 
 // Filter's answer in kube-scheduler's terms.

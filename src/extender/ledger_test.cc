@@ -294,5 +294,100 @@ TEST_F(LedgerTest, ExplainGivesEveryGpusVerdictAndReservesNothing) {
   EXPECT_FALSE(ledger_.Explain(FractionalPod("bad", "1Gi", "900")).ok());
 }
 
+
+// Found by review: a running pod must stay counted whatever the GPU's state says later.
+TEST_F(LedgerTest, BoundPodsStayCountedOnCordonedGpusAcrossRebuilds) {
+  nlohmann::json node = MakeNode("g1", 1, 16 * kGiB);
+  ledger_.UpsertNode(node);
+  nlohmann::json a = FractionalPod("a", "10Gi");
+  ASSERT_EQ(Place(a, {"g1"}), "g1");
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 0);
+  ledger_.UpsertNode(node);
+  ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));  // a node joins: full rebuild
+  EXPECT_EQ(MemoryUsed("g1"), 10 * kGiB);
+  node["metadata"]["annotations"].erase("tessera.dev/gpu-cordon");
+  ledger_.UpsertNode(node);
+  EXPECT_TRUE(ledger_.Filter(FractionalPod("b", "10Gi"), {"g1"}).nodes.empty());
+}
+
+TEST_F(LedgerTest, APlacementLearnedAfterTheFactIsCountedEvenBeyondCapacity) {
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  // b got the GPU while a's bind answer was lost and a was rolled back; then the watch shows a
+  // bound there after all.
+  ASSERT_EQ(Place(FractionalPod("b", "10Gi"), {"g1"}), "g1");
+  Reservation r;
+  r.node = "g1";
+  r.container = {"main", SharingMode::kShared, {{testing::GpuUuid("g1", 0), 10 * kGiB, 0}}};
+  nlohmann::json a = BoundPod(FractionalPod("a", "10Gi"), "g1", r);
+  ledger_.ObservePod(a);
+  EXPECT_EQ(MemoryUsed("g1"), 16 * kGiB);  // full (4 GiB over-committed, on the books)
+  EXPECT_TRUE(ledger_.Filter(FractionalPod("c", "1Gi"), {"g1"}).nodes.empty());
+  ledger_.ForgetPod(a);
+  EXPECT_EQ(MemoryUsed("g1"), 10 * kGiB);  // exactly b again
+  ledger_.ForgetPod(FractionalPod("b", "10Gi"));
+  EXPECT_EQ(MemoryUsed("g1"), 0U);
+}
+
+TEST_F(LedgerTest, PreemptOnACordonedGpuLosesNothing) {
+  nlohmann::json node = MakeNode("g1", 2, 16 * kGiB);
+  ledger_.UpsertNode(node);
+  ASSERT_EQ(Place(FractionalPod("a", "10Gi", "", 0), {"g1"}), "g1");
+  ASSERT_EQ(Place(FractionalPod("b", "10Gi", "", 0), {"g1"}), "g1");
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 0);
+  ledger_.UpsertNode(node);
+  (void)ledger_.Preempt(FractionalPod("lc", "12Gi", "", 1000), {{"g1", {"uid-a"}}});
+  EXPECT_EQ(MemoryUsed("g1"), 20 * kGiB);
+}
+
+TEST_F(LedgerTest, ADifferentAskUnderAReservedUidIsRefused) {
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  ASSERT_EQ(ledger_.Filter(FractionalPod("a", "1Gi"), {"g1"}).nodes.size(), 1U);
+  FilterOutcome o = ledger_.Filter(FractionalPod("a", "16Gi", "100"), {"g1"});
+  EXPECT_TRUE(o.nodes.empty());
+  EXPECT_NE(o.error.find("asks differently"), std::string::npos);
+  auto r = ledger_.BeginBind("uid-a", "g1");
+  ASSERT_OK(r);
+  EXPECT_EQ(r->container.devices[0].memory_bytes, 1 * kGiB);
+}
+
+TEST_F(LedgerTest, APodKeptAcrossARelistIsReleasedIfTheWatchNeverShowsIt) {
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  ASSERT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
+  ledger_.ReplacePods({});  // deleted while the watch was down, or not bound yet in the list
+  EXPECT_EQ(MemoryUsed("g1"), 4 * kGiB);
+  now_ += 61s;
+  ledger_.ExpireReservations();
+  EXPECT_EQ(MemoryUsed("g1"), 0U);
+}
+
+TEST_F(LedgerTest, TooManyGpuModelsLeavesTheNodeOutInsteadOfCrashing) {
+  for (int i = 0; i < 64; ++i) {
+    ledger_.UpsertNode(MakeNode("n" + std::to_string(i), 1, 16 * kGiB, "model-" + std::to_string(i)));
+  }
+  nlohmann::json extra = MakeNode("n64", 1, 16 * kGiB, "model-64");
+  ledger_.UpsertNode(extra);
+  ledger_.UpsertNode(extra);  // again: no crash
+  EXPECT_EQ(ledger_.nodes(), 64U);
+  EXPECT_EQ(ledger_.Filter(FractionalPod("a", "1Gi"), {"n64"}).unresolvable["n64"],
+            "tessera: the node's GPU inventory is unusable");
+}
+
+TEST_F(LedgerTest, DecisionsThatDoNotVerifyAreNotCounted) {
+  LedgerOptions o = Options();
+  o.verify = [](const std::string&, const std::string& signature) { return signature == "good"; };
+  Ledger ledger(policy::DefaultPolicy(), o, [this] { return now_; });
+  ledger.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  Reservation r;
+  r.node = "g1";
+  r.container = {"main", SharingMode::kShared, {{testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
+  nlohmann::json pod = BoundPod(FractionalPod("a", "4Gi"), "g1", r);
+  pod["metadata"]["annotations"]["tessera.dev/decision-signature"] = "forged";
+  ledger.ObservePod(pod);
+  EXPECT_EQ(ledger.bound(), 0U);
+  pod["metadata"]["annotations"]["tessera.dev/decision-signature"] = "good";
+  ledger.ObservePod(pod);
+  EXPECT_EQ(ledger.bound(), 1U);
+}
+
 }  // namespace
 }  // namespace tessera::extender

@@ -36,7 +36,9 @@ inline int FreePort() {
 // extender, as docs/design/0012 describes.
 inline std::string SchedulerConfig(int port) {
   std::string managed;
-  for (const char* name : {"tessera.dev/gpu", "tessera.dev/gpu-memory", "tessera.dev/gpu-cores"}) {
+  // gpu-slot too: a gpu-fraction pod carries only the slot the mutating webhook added.
+  for (const char* name : {"tessera.dev/gpu", "tessera.dev/gpu-memory", "tessera.dev/gpu-cores",
+                           "tessera.dev/gpu-slot"}) {
     managed += std::string("  - name: ") + name + "\n    ignoredByScheduler: false\n";
   }
   return "apiVersion: kubescheduler.config.k8s.io/v1\n"

@@ -477,15 +477,24 @@ TEST_F(SchedulerE2E, SeedKaiManifestsAreTranslatedAndPlaced) {
                           {"containers", {{{"name", "inference"}, {"image", "inference:latest"}}}}}}};
     ASSERT_OK(Create(pod));
   }
-  ASSERT_TRUE(WaitFor([&] { return CountRunning("seed") == 4; }, 120s));
+  // And KAI's other form, a share of the GPU's memory (1/16 of 16 GiB = 1 GiB).
+  ASSERT_OK(Create(json{{"apiVersion", "v1"},
+                        {"kind", "Pod"},
+                        {"metadata", {{"name", "fraction"}, {"namespace", "seed"},
+                                      {"annotations", {{"gpu-fraction", "0.0625"}}}}},
+                        {"spec", {{"schedulerName", "kai-scheduler"},
+                                  {"terminationGracePeriodSeconds", 0},
+                                  {"containers", {{{"name", "c"}, {"image", "x"}}}}}}}));
+  ASSERT_TRUE(WaitFor([&] { return CountRunning("seed") == 5; }, 120s));
   for (const json& p : Pods("seed")) {
     EXPECT_EQ(p["spec"]["schedulerName"], "default-scheduler");
     EXPECT_TRUE(p["spec"]["containers"][0]["resources"]["limits"].contains("tessera.dev/gpu-slot"));
   }
   std::size_t pods = 0;
   auto per_gpu = Decided("seed", &pods);
+  EXPECT_EQ(pods, 5U);  // every one with a decision: none bound by kube-scheduler alone
   ASSERT_EQ(per_gpu.size(), 1U);
-  EXPECT_EQ(per_gpu.begin()->second.first, 15000ULL << 20);
+  EXPECT_EQ(per_gpu.begin()->second.first, (15000ULL << 20) + (1ULL << 30));
 }
 
 // A client with another identity: a service account with rights on pods in `ns`.

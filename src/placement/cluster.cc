@@ -296,14 +296,45 @@ Status Cluster::Add(const ResolvedRequest& r, const Allocation& a) {
                                     std::to_string(share.gpu) + ": share does not fit");
     }
   }
+  Commit(r, a);
+  return Status::Ok();
+}
+
+Status Cluster::Record(const ResolvedRequest& r, const Allocation& a) {
+  const Request& q = *r.request;
+  if (a.node >= nodes_.size()) return InvalidArgumentError("allocation: no such node");
+  const NodeState& s = states_[a.node];
+  if (a.gpus.size() != q.gpu_count) {
+    return InvalidArgumentError("allocation has " + std::to_string(a.gpus.size()) +
+                                " GPUs, the request asks for " + std::to_string(q.gpu_count));
+  }
+  GpuMask seen = 0;
+  for (const GpuShare& share : a.gpus) {
+    if (share.gpu >= s.gpus.size() || ((seen >> share.gpu) & 1ULL) != 0 || share.milli < 0 ||
+        share.milli > kMilliPerGpu) {
+      return InvalidArgumentError("allocation: bad or repeated GPU index, or share");
+    }
+    seen |= 1ULL << share.gpu;
+  }
+  Commit(r, a);
+  return Status::Ok();
+}
+
+void Cluster::Commit(const ResolvedRequest& r, const Allocation& a) {
+  const Request& q = *r.request;
+  NodeState& s = states_[a.node];
   s.cpu_free -= q.cpu_milli;
   s.memory_free -= q.memory_bytes;
   ++s.pods;
   const bool open = IsOpen(q.co_tenancy, q.mode);
   for (const GpuShare& share : a.gpus) {
     GpuState& gs = s.gpus[share.gpu];
-    gs.milli_free -= share.milli;
-    gs.memory_free -= share.memory_bytes;
+    const std::int32_t milli = std::min(share.milli, gs.milli_free);
+    const std::uint64_t memory = std::min(share.memory_bytes, gs.memory_free);
+    gs.milli_over += share.milli - milli;  // 0 unless Record()ed beyond capacity
+    gs.memory_over += share.memory_bytes - memory;
+    gs.milli_free -= milli;
+    gs.memory_free -= memory;
     if (share.mig_instance >= 0) gs.mig_used |= 1ULL << share.mig_instance;
     auto it = std::find_if(gs.tenants.begin(), gs.tenants.end(), [&](const TenantEntry& t) {
       return t.namespace_id == r.namespace_id && t.tier == q.tier && t.co_tenancy == q.co_tenancy &&
@@ -320,7 +351,6 @@ Status Cluster::Add(const ResolvedRequest& r, const Allocation& a) {
     ++s.gpu_pod_shapes[q.gpu_milli >= kMilliPerGpu ? q.gpu_count : 0U];
   }
   RecomputeMilliFree(a.node);
-  return Status::Ok();
 }
 
 Status Cluster::Remove(const ResolvedRequest& r, const Allocation& a) {
@@ -344,8 +374,12 @@ Status Cluster::Remove(const ResolvedRequest& r, const Allocation& a) {
       return t.namespace_id == r.namespace_id && t.tier == q.tier && t.co_tenancy == q.co_tenancy &&
              t.mode == q.mode && t.uid == q.uid;
     });
-    if (it == gs.tenants.end() || gs.milli_free + share.milli > kMilliPerGpu ||
-        gs.memory_free + share.memory_bytes > n.gpus[share.gpu].memory_bytes ||
+    // Over-commit goes back first; only the rest was taken from the free capacity.
+    const std::int32_t milli_back = share.milli - std::min(share.milli, gs.milli_over);
+    const std::uint64_t memory_back =
+        share.memory_bytes - std::min(share.memory_bytes, gs.memory_over);
+    if (it == gs.tenants.end() || gs.milli_free + milli_back > kMilliPerGpu ||
+        gs.memory_free + memory_back > n.gpus[share.gpu].memory_bytes ||
         (share.mig_instance >= 0 && ((gs.mig_used >> share.mig_instance) & 1ULL) == 0)) {
       return FailedPreconditionError("node \"" + n.name + "\" GPU " + std::to_string(share.gpu) +
                                      ": allocation is not on the ledger");
@@ -366,8 +400,12 @@ Status Cluster::Remove(const ResolvedRequest& r, const Allocation& a) {
   for (std::size_t i = 0; i < a.gpus.size(); ++i) {
     const GpuShare& share = a.gpus[i];
     GpuState& gs = s.gpus[share.gpu];
-    gs.milli_free += share.milli;
-    gs.memory_free += share.memory_bytes;
+    const std::int32_t milli_over = std::min(share.milli, gs.milli_over);
+    const std::uint64_t memory_over = std::min(share.memory_bytes, gs.memory_over);
+    gs.milli_over -= milli_over;
+    gs.memory_over -= memory_over;
+    gs.milli_free += share.milli - milli_over;
+    gs.memory_free += share.memory_bytes - memory_over;
     if (share.mig_instance >= 0) gs.mig_used &= ~(1ULL << share.mig_instance);
     if (--entries[i]->count == 0) gs.tenants.erase(entries[i]);
     if (!open) --gs.restrictive_;

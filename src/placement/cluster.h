@@ -108,6 +108,10 @@ struct GpuState {
   std::uint64_t memory_free = 0;
   std::uint64_t mig_used = 0;  // bit i: MIG instance i is taken
   std::vector<TenantEntry> tenants;
+  // What Record() put on the GPU beyond its capacity (a placement the ledger learns of after
+  // the fact). Remove() takes it back from here first.
+  std::uint64_t memory_over = 0;
+  std::int32_t milli_over = 0;
   // True iff every tenant is a kAny, shared/native-mode pod: any such request may join.
   bool open() const { return restrictive_ == 0; }
 
@@ -178,6 +182,11 @@ class Cluster {
   // Ledger. Add refuses (and changes nothing) if the allocation does not fit; Remove refuses if
   // the allocation is not on the ledger. Add then Remove restores the exact prior state.
   Status Add(const ResolvedRequest& request, const Allocation& allocation);
+  // Records an allocation that already exists (a pod running there), whatever the GPUs' health,
+  // cordons, co-tenancy or free capacity say now: what does not fit is kept as over-commit
+  // (memory_over, milli_over) and leaves the GPU with nothing free. Refuses only malformed
+  // allocations. Remove() is its exact inverse too.
+  Status Record(const ResolvedRequest& request, const Allocation& allocation);
   Status Remove(const ResolvedRequest& request, const Allocation& allocation);
 
   // Releases everything: the state of a fresh cluster.
@@ -188,6 +197,7 @@ class Cluster {
   bool GpuUsable(std::size_t node, std::size_t gpu, const ResolvedRequest& request) const;
   bool TenantCompatible(const TenantEntry& tenant, const ResolvedRequest& request) const;
   void RecomputeMilliFree(std::size_t node);
+  void Commit(const ResolvedRequest& request, const Allocation& allocation);  // checked before
   std::uint32_t NamespaceId(std::string_view name);
 
   std::vector<Node> nodes_;

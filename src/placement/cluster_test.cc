@@ -241,5 +241,40 @@ TEST(Cluster, ModelConstraints) {
   EXPECT_TRUE(cluster->Feasible(1, r, &usable));
 }
 
+
+TEST(Cluster, RecordCountsWhatExistsEvenBeyondCapacityAndRemoveUndoesIt) {
+  auto cluster = Cluster::Create({MakeNode("n0", 1)});
+  ASSERT_OK(cluster);
+  const std::string empty = Snapshot(*cluster);
+  Request q;
+  q.name = "p";
+  q.gpu_count = 1;
+  q.gpu_milli = 600;
+  q.gpu_memory_bytes = 10ULL << 30;
+  const ResolvedRequest r = cluster->Resolve(q);
+  Allocation a;
+  a.node = 0;
+  a.gpus = {GpuShare{0, 600, 10ULL << 30, -1}};
+  ASSERT_OK(cluster->Add(r, a));
+  const std::string one = Snapshot(*cluster);
+  EXPECT_FALSE(cluster->Add(r, a).ok());  // the checked path refuses a second
+  ASSERT_OK(cluster->Record(r, a));       // but a pod that is there is counted
+  EXPECT_EQ(cluster->state(0).gpus[0].memory_free, 0U);
+  EXPECT_EQ(cluster->state(0).gpus[0].memory_over, 4ULL << 30);
+  EXPECT_EQ(cluster->state(0).gpus[0].milli_free, 0);
+  EXPECT_EQ(cluster->state(0).gpus[0].milli_over, 200);
+  ASSERT_OK(cluster->Remove(r, a));
+  EXPECT_EQ(Snapshot(*cluster), one);
+  ASSERT_OK(cluster->Remove(r, a));
+  EXPECT_EQ(Snapshot(*cluster), empty);
+  // Record ignores health and cordons too.
+  ASSERT_OK(cluster->SetGpuCordoned(0, 0, true));
+  EXPECT_FALSE(cluster->Add(r, a).ok());
+  ASSERT_OK(cluster->Record(r, a));
+  Allocation bad = a;
+  bad.gpus[0].gpu = 5;
+  EXPECT_FALSE(cluster->Record(r, bad).ok());
+}
+
 }  // namespace
 }  // namespace tessera::placement

@@ -10,8 +10,10 @@ Usage UsageOf(const extender::PodAsk& ask, std::uint64_t largest) {
   Usage u;
   if (!ask.wants_gpu()) return u;
   const placement::Request& q = ask.request;
-  if (q.exclusive()) {
+  if (q.exclusive()) {  // a whole GPU counts against all three limits
     u.gpus = q.gpu_count;
+    u.cores_percent = 100ULL * q.gpu_count;
+    u.memory_bytes = largest * q.gpu_count;
     return u;
   }
   std::uint64_t per_gpu = q.gpu_memory_bytes;
@@ -90,6 +92,12 @@ Status QuotaBook::Admit(const std::string& ns, const std::string& name,
     const Usage used = UsedLocked(ns, largest);
     const Usage asked = UsageOf(ask, largest);
     const std::string where = "namespace " + ns + ": quota ";
+    if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
+      return ResourceExhaustedError(where + "quotas." + ns + ".gpus " +
+                                    std::to_string(*quota->gpus) + " exceeded: in use " +
+                                    std::to_string(used.gpus) + " + asked " +
+                                    std::to_string(asked.gpus) + " whole GPUs");
+    }
     if (quota->gpu_memory_bytes && used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
       return ResourceExhaustedError(
           where + "quotas." + ns + ".gpuMemory " + FormatQuantity(*quota->gpu_memory_bytes) +
@@ -103,12 +111,6 @@ Status QuotaBook::Admit(const std::string& ns, const std::string& name,
           where + "quotas." + ns + ".gpuCores " + std::to_string(*quota->gpu_cores_percent) +
           "% exceeded: in use " + std::to_string(used.cores_percent) + "% + asked " +
           std::to_string(asked.cores_percent) + "%");
-    }
-    if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
-      return ResourceExhaustedError(where + "quotas." + ns + ".gpus " +
-                                    std::to_string(*quota->gpus) + " exceeded: in use " +
-                                    std::to_string(used.gpus) + " + asked " +
-                                    std::to_string(asked.gpus) + " whole GPUs");
     }
   }
   if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_() + ttl_};

@@ -7,7 +7,8 @@
 //   gpuMemory: explicit bytes x GPUs; a share of a GPU (cores-only, gpu-fraction) counts as that
 //              share of the largest GPU in the cluster (an upper bound);
 //   gpuCores:  compute shares in percent (100 = one GPU);
-//   gpus:      whole GPUs (whole-GPU pods count only here).
+//   gpus:      whole GPUs; a whole GPU also counts as 100 % compute and the largest GPU's
+//              memory, so a namespace limited in memory or compute cannot escape by asking whole.
 #pragma once
 
 #include <chrono>

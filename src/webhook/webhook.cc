@@ -212,6 +212,20 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
 }
 
 json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
+  // The ask lives partly in annotations, which (unlike resources) Kubernetes lets anyone with
+  // update rights change: they are frozen at creation, for everyone, or a pending pod could be
+  // admitted small and placed big, or raise its own priority.
+  for (std::string_view key : {names::kAnnotationPriority, names::kAnnotationMode,
+                               names::kAnnotationMpsUser, names::kAnnotationKaiGpuMemory,
+                               names::kAnnotationKaiGpuFraction}) {
+    if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
+        Annotation(r.object, key) != Annotation(r.old_object, key)) {
+      return DenyResponse(r.uid, kForbidden,
+                          "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
+                              "]: part of the pod's GPU ask, fixed when the pod is created; "
+                              "delete and recreate the pod to change it");
+    }
+  }
   if (IsScheduler(r)) return AllowResponse(r.uid);
   for (std::string_view key : {names::kAnnotationDecision, names::kAnnotationDecisionSignature}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||

@@ -253,5 +253,28 @@ TEST_F(WebhookTest, MalformedReviewsAreDeniedNotCrashed) {
   }
 }
 
+
+TEST_F(WebhookTest, TheAsksAnnotationsAreFrozenAfterCreation) {
+  json before = Pod({}, {{"gpu-fraction", "0.05"}, {"tessera.dev/priority", "normal"}});
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"gpu-fraction", "1"}, {"tessera.dev/priority", "latency-critical"},
+           {"tessera.dev/mode", "mps"}}) {
+    json after = before;
+    after["metadata"]["annotations"][key] = value;
+    EXPECT_NE(Denial(Review("UPDATE", after, before)).find("fixed when the pod is created"),
+              std::string::npos) << key;
+    // Not even the scheduler changes them.
+    EXPECT_FALSE(Validated(Review("UPDATE", after, before,
+                                  "system:serviceaccount:tessera-system:tessera-scheduler"))["allowed"]
+                     .get<bool>());
+  }
+}
+
+TEST_F(WebhookTest, WholeGpusCountAgainstMemoryAndComputeQuotasToo) {
+  json whole = Pod({{"tessera.dev/gpu", "1"}});
+  const std::string why = Denial(Review("CREATE", whole));  // 141 GiB > the 16 GiB quota
+  EXPECT_NE(why.find("quotas.ml.gpuMemory"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace tessera::webhook

@@ -1,0 +1,299 @@
+#include "agent/nvml.h"
+
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string_view>
+
+#include "hook/nvml_api.h"
+#include "tessera/log.h"
+
+namespace tessera::agent {
+
+// The entry points the agent uses: X(symbol, required). Optional ones may be missing from an
+// older driver; the facts they give are then left at "unknown".
+#define TESSERA_AGENT_NVML(X)                    \
+  X(nvmlInit_v2, true)                           \
+  X(nvmlShutdown, true)                          \
+  X(nvmlDeviceGetCount_v2, true)                 \
+  X(nvmlDeviceGetHandleByIndex_v2, true)         \
+  X(nvmlDeviceGetUUID, true)                     \
+  X(nvmlDeviceGetName, true)                     \
+  X(nvmlDeviceGetMemoryInfo, true)               \
+  X(nvmlErrorString, false)                      \
+  X(nvmlDeviceGetAttributes_v2, false)           \
+  X(nvmlDeviceGetNumaNodeId, false)              \
+  X(nvmlDeviceGetMigMode, false)                 \
+  X(nvmlDeviceGetMaxMigDeviceCount, false)       \
+  X(nvmlDeviceGetMigDeviceHandleByIndex, false)  \
+  X(nvmlEventSetCreate, false)                   \
+  X(nvmlEventSetFree, false)                     \
+  X(nvmlDeviceGetSupportedEventTypes, false)     \
+  X(nvmlDeviceRegisterEvents, false)             \
+  X(nvmlEventSetWait_v2, false)
+
+struct NvmlGpuSource::Api {
+#define TESSERA_AGENT_NVML_PTR(sym, required) decltype(&::sym) sym = nullptr;
+  TESSERA_AGENT_NVML(TESSERA_AGENT_NVML_PTR)
+#undef TESSERA_AGENT_NVML_PTR
+};
+
+namespace {
+
+// Critical XIDs, after NVIDIA's XID catalog ("XID Errors", GPU deployment and management docs):
+// each names a fault of the GPU itself (memory, micro-controllers, bus, NVLink, GSP) whose
+// documented action is a GPU reset or node drain, never "fix the application".
+constexpr std::uint64_t kCriticalXids[] = {
+    48,   // double-bit ECC error
+    62,   // internal micro-controller halt
+    63,   // ECC page retirement / row-remapping event (reset needed to take effect)
+    64,   // ECC page retirement / row-remapper recording failure
+    74,   // NVLink error
+    79,   // GPU has fallen off the bus
+    92,   // high single-bit ECC error rate
+    94,   // contained ECC error (reset needed to clear)
+    95,   // uncontained ECC error
+    119,  // GSP RPC timeout
+    120,  // GSP error
+};
+
+std::string ErrorText(const NvmlGpuSource::Api& api, nvmlReturn_t rc) {
+  std::string text = "NVML error " + std::to_string(static_cast<int>(rc));
+  if (api.nvmlErrorString != nullptr) {
+    if (const char* message = api.nvmlErrorString(rc)) text += " (" + std::string(message) + ")";
+  }
+  return text;
+}
+
+Status CallError(const NvmlGpuSource::Api& api, std::string_view call, nvmlReturn_t rc) {
+  std::string message = std::string(call) + ": " + ErrorText(api, rc);
+  if (rc == NVML_ERROR_DRIVER_NOT_LOADED || rc == NVML_ERROR_LIB_RM_VERSION_MISMATCH ||
+      rc == NVML_ERROR_GPU_IS_LOST) {
+    return UnavailableError(std::move(message));
+  }
+  return InternalError(std::move(message));
+}
+
+std::string Fixed(const char* text, std::size_t size) {
+  std::size_t n = 0;
+  while (n < size && text[n] != '\0') ++n;
+  return std::string(text, n);
+}
+
+// "1g.18gb" from a MIG device's attributes.
+std::string MigProfile(unsigned int slices, unsigned long long memory_mib) {
+  const auto gb = static_cast<unsigned long long>(std::llround(static_cast<double>(memory_mib) / 1024.0));
+  return std::to_string(slices) + "g." + std::to_string(gb) + "gb";
+}
+
+}  // namespace
+
+bool IsCriticalXid(std::uint64_t xid) {
+  for (std::uint64_t critical : kCriticalXids) {
+    if (critical == xid) return true;
+  }
+  return false;
+}
+
+std::optional<std::string> ClassifyEvent(unsigned long long event_type,
+                                         unsigned long long event_data) {
+  if ((event_type & nvmlEventTypeDoubleBitEccError) != 0) return "ECC double-bit";
+  if ((event_type & nvmlEventTypeXidCriticalError) != 0 && IsCriticalXid(event_data)) {
+    return "XID " + std::to_string(event_data);
+  }
+  return std::nullopt;
+}
+
+StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open(const std::string& library) {
+  std::unique_ptr<NvmlGpuSource> source(new NvmlGpuSource());
+  source->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (source->library_ == nullptr) {
+    const char* why = dlerror();
+    return UnavailableError("NVML not available: dlopen " + library + ": " +
+                            (why != nullptr ? why : "unknown error") +
+                            " (is the NVIDIA driver installed on this node?)");
+  }
+  source->api_ = std::make_unique<Api>();
+  Api& api = *source->api_;
+#define TESSERA_AGENT_NVML_LOAD(sym, required)                                           \
+  api.sym = reinterpret_cast<decltype(&::sym)>(dlsym(source->library_, #sym));           \
+  if ((required) && api.sym == nullptr) {                                                \
+    return UnavailableError("NVML " + library + ": no entry point " #sym " (driver too old?)"); \
+  }
+  TESSERA_AGENT_NVML(TESSERA_AGENT_NVML_LOAD)
+#undef TESSERA_AGENT_NVML_LOAD
+  if (nvmlReturn_t rc = api.nvmlInit_v2(); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlInit_v2", rc);
+  }
+  source->initialized_ = true;
+  return source;
+}
+
+NvmlGpuSource::~NvmlGpuSource() {
+  if (api_ != nullptr) {
+    if (event_set_ != nullptr && api_->nvmlEventSetFree != nullptr) {
+      (void)api_->nvmlEventSetFree(static_cast<nvmlEventSet_t>(event_set_));
+    }
+    if (initialized_) (void)api_->nvmlShutdown();
+  }
+  if (library_ != nullptr) dlclose(library_);
+}
+
+StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
+  const Api& api = *api_;
+  unsigned int count = 0;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetCount_v2(&count); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetCount_v2", rc);
+  }
+  std::vector<GpuFacts> gpus;
+  for (unsigned int i = 0; i < count; ++i) {
+    const std::string where = "(GPU " + std::to_string(i) + ")";
+    nvmlDevice_t device = nullptr;
+    if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByIndex_v2(i, &device); rc != NVML_SUCCESS) {
+      return CallError(api, "nvmlDeviceGetHandleByIndex_v2" + where, rc);
+    }
+    GpuFacts gpu;
+    gpu.index = static_cast<int>(i);
+    char text[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    if (nvmlReturn_t rc = api.nvmlDeviceGetUUID(device, text, sizeof(text)); rc != NVML_SUCCESS) {
+      return CallError(api, "nvmlDeviceGetUUID" + where, rc);
+    }
+    gpu.uuid = Fixed(text, sizeof(text));
+    if (nvmlReturn_t rc = api.nvmlDeviceGetName(device, text, sizeof(text)); rc != NVML_SUCCESS) {
+      return CallError(api, "nvmlDeviceGetName" + where, rc);
+    }
+    gpu.model = Fixed(text, sizeof(text));
+    nvmlMemory_t memory{};
+    if (nvmlReturn_t rc = api.nvmlDeviceGetMemoryInfo(device, &memory); rc != NVML_SUCCESS) {
+      return CallError(api, "nvmlDeviceGetMemoryInfo" + where, rc);
+    }
+    gpu.memory_bytes = memory.total;
+    if (api.nvmlDeviceGetAttributes_v2 != nullptr) {
+      nvmlDeviceAttributes_t attributes{};
+      nvmlReturn_t rc = api.nvmlDeviceGetAttributes_v2(device, &attributes);
+      if (rc == NVML_SUCCESS) {
+        gpu.sm_count = attributes.multiprocessorCount;
+      } else if (rc != NVML_ERROR_NOT_SUPPORTED) {
+        TESSERA_LOG(kWarn, kAgent, "%s: SM count unknown",
+                    CallError(api, "nvmlDeviceGetAttributes_v2" + where, rc).message().c_str());
+      }
+    }
+    if (api.nvmlDeviceGetNumaNodeId != nullptr) {
+      unsigned int node = 0;
+      if (api.nvmlDeviceGetNumaNodeId(device, &node) == NVML_SUCCESS) {
+        gpu.numa_node = static_cast<int>(node);
+      }
+    }
+    if (api.nvmlDeviceGetMigMode != nullptr) {
+      unsigned int current = NVML_DEVICE_MIG_DISABLE;
+      unsigned int pending = NVML_DEVICE_MIG_DISABLE;
+      nvmlReturn_t rc = api.nvmlDeviceGetMigMode(device, &current, &pending);
+      if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_SUPPORTED) {
+        return CallError(api, "nvmlDeviceGetMigMode" + where, rc);
+      }
+      gpu.mig_enabled = rc == NVML_SUCCESS && current == NVML_DEVICE_MIG_ENABLE;
+    }
+    if (gpu.mig_enabled && api.nvmlDeviceGetMaxMigDeviceCount != nullptr &&
+        api.nvmlDeviceGetMigDeviceHandleByIndex != nullptr) {
+      unsigned int max = 0;
+      if (nvmlReturn_t rc = api.nvmlDeviceGetMaxMigDeviceCount(device, &max); rc != NVML_SUCCESS) {
+        return CallError(api, "nvmlDeviceGetMaxMigDeviceCount" + where, rc);
+      }
+      for (unsigned int m = 0; m < max; ++m) {
+        nvmlDevice_t mig = nullptr;
+        nvmlReturn_t rc = api.nvmlDeviceGetMigDeviceHandleByIndex(device, m, &mig);
+        if (rc == NVML_ERROR_NOT_FOUND) continue;  // an empty slot
+        const std::string mig_where = "(GPU " + std::to_string(i) + " MIG " + std::to_string(m) + ")";
+        if (rc != NVML_SUCCESS) return CallError(api, "nvmlDeviceGetMigDeviceHandleByIndex" + mig_where, rc);
+        MigInstance instance;
+        if (rc = api.nvmlDeviceGetUUID(mig, text, sizeof(text)); rc != NVML_SUCCESS) {
+          return CallError(api, "nvmlDeviceGetUUID" + mig_where, rc);
+        }
+        instance.uuid = Fixed(text, sizeof(text));
+        nvmlMemory_t mig_memory{};
+        if (rc = api.nvmlDeviceGetMemoryInfo(mig, &mig_memory); rc != NVML_SUCCESS) {
+          return CallError(api, "nvmlDeviceGetMemoryInfo" + mig_where, rc);
+        }
+        instance.memory_bytes = mig_memory.total;
+        if (api.nvmlDeviceGetAttributes_v2 != nullptr) {
+          nvmlDeviceAttributes_t attributes{};
+          if (api.nvmlDeviceGetAttributes_v2(mig, &attributes) == NVML_SUCCESS) {
+            instance.sm_count = attributes.multiprocessorCount;
+            instance.profile = MigProfile(attributes.gpuInstanceSliceCount, attributes.memorySizeMB);
+          }
+        }
+        gpu.mig_instances.push_back(std::move(instance));
+      }
+    }
+    gpus.push_back(std::move(gpu));
+  }
+  return gpus;
+}
+
+Status NvmlGpuSource::RegisterEvents() {
+  const Api& api = *api_;
+  if (api.nvmlEventSetCreate == nullptr || api.nvmlDeviceRegisterEvents == nullptr ||
+      api.nvmlEventSetWait_v2 == nullptr) {
+    return UnavailableError("NVML has no event API (nvmlEventSetCreate/nvmlEventSetWait_v2)");
+  }
+  nvmlEventSet_t set = nullptr;
+  if (nvmlReturn_t rc = api.nvmlEventSetCreate(&set); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlEventSetCreate", rc);
+  }
+  event_set_ = set;
+  unsigned int count = 0;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetCount_v2(&count); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetCount_v2", rc);
+  }
+  constexpr unsigned long long kWanted =
+      nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError;
+  for (unsigned int i = 0; i < count; ++i) {
+    nvmlDevice_t device = nullptr;
+    if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByIndex_v2(i, &device); rc != NVML_SUCCESS) {
+      return CallError(api, "nvmlDeviceGetHandleByIndex_v2(GPU " + std::to_string(i) + ")", rc);
+    }
+    unsigned long long types = kWanted;
+    if (api.nvmlDeviceGetSupportedEventTypes != nullptr) {
+      unsigned long long supported = 0;
+      if (api.nvmlDeviceGetSupportedEventTypes(device, &supported) == NVML_SUCCESS) {
+        types &= supported;
+      }
+    }
+    if (types == 0) {
+      TESSERA_LOG(kWarn, kAgent, "GPU %u supports no health events; its health is not watched", i);
+      continue;
+    }
+    if (nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(device, types, set); rc != NVML_SUCCESS) {
+      TESSERA_LOG(kWarn, kAgent, "%s; its health is not watched",
+                  CallError(api, "nvmlDeviceRegisterEvents(GPU " + std::to_string(i) + ")", rc)
+                      .message().c_str());
+    }
+  }
+  events_registered_ = true;
+  return Status::Ok();
+}
+
+StatusOr<std::optional<HealthEvent>> NvmlGpuSource::WaitHealthEvent(
+    std::chrono::milliseconds timeout) {
+  if (!events_registered_) TESSERA_RETURN_IF_ERROR(RegisterEvents());
+  const Api& api = *api_;
+  nvmlEventData_t data{};
+  const auto ms = static_cast<unsigned int>(timeout.count() < 0 ? 0 : timeout.count());
+  nvmlReturn_t rc = api.nvmlEventSetWait_v2(static_cast<nvmlEventSet_t>(event_set_), &data, ms);
+  if (rc == NVML_ERROR_TIMEOUT) return std::optional<HealthEvent>();
+  if (rc != NVML_SUCCESS) return CallError(api, "nvmlEventSetWait_v2", rc);
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  if (nvmlReturn_t u = api.nvmlDeviceGetUUID(data.device, uuid, sizeof(uuid)); u != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetUUID(event device)", u);
+  }
+  std::optional<std::string> reason = ClassifyEvent(data.eventType, data.eventData);
+  if (!reason) {
+    TESSERA_LOG(kInfo, kAgent, "GPU %s: event type 0x%llx data %llu: not node health", uuid,
+                data.eventType, data.eventData);
+    return std::optional<HealthEvent>(HealthEvent{Fixed(uuid, sizeof(uuid)), ""});
+  }
+  return std::optional<HealthEvent>(HealthEvent{Fixed(uuid, sizeof(uuid)), *reason});
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,90 @@
+#include "agent/publisher.h"
+
+#include "k8s/paths.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+namespace tessera::agent {
+namespace {
+
+using k8s::Json;
+
+const Json* Child(const Json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(std::string(key));
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::string StringChild(const Json* object, std::string_view key) {
+  if (object == nullptr) return {};
+  const Json* value = Child(*object, key);
+  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
+}
+
+// Whether the Node's resource list holds `quantity` for `name` (compared as quantities: the API
+// server writes 34359738368 back as 32Gi).
+bool SameQuantity(const Json* list, const std::string& name, const std::string& quantity) {
+  const std::string have = StringChild(list, name);
+  if (have.empty()) return false;
+  StatusOr<std::uint64_t> a = ParseQuantity(have);
+  StatusOr<std::uint64_t> b = ParseQuantity(quantity);
+  return a.ok() && b.ok() && *a == *b;
+}
+
+}  // namespace
+
+StatusOr<std::int64_t> Publisher::ExistingGeneration() {
+  TESSERA_ASSIGN_OR_RETURN(Json node, client_.Get(k8s::NodePath(node_name_)));
+  const Json* meta = Child(node, "metadata");
+  const std::string text = StringChild(meta != nullptr ? Child(*meta, "annotations") : nullptr,
+                                       names::kAnnotationInventory);
+  if (text.empty()) return std::int64_t{0};
+  const Json inventory = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const Json* generation = inventory.is_object() ? Child(inventory, "generation") : nullptr;
+  if (generation == nullptr || !generation->is_number_integer()) return std::int64_t{0};
+  return generation->get<std::int64_t>();
+}
+
+StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
+  const std::string path = k8s::NodePath(node_name_);
+  TESSERA_ASSIGN_OR_RETURN(Json node, client_.Get(path));
+  PublishResult result;
+
+  const std::string annotation = ToJson(inventory);
+  const Json* meta = Child(node, "metadata");
+  const Json* annotations = meta != nullptr ? Child(*meta, "annotations") : nullptr;
+  const Json* labels = meta != nullptr ? Child(*meta, "labels") : nullptr;
+  Json meta_patch = Json::object();
+  if (StringChild(annotations, names::kAnnotationInventory) != annotation) {
+    meta_patch["metadata"]["annotations"][std::string(names::kAnnotationInventory)] = annotation;
+  }
+  if (StringChild(labels, names::kLabelGpuNode) != "true") {
+    meta_patch["metadata"]["labels"][std::string(names::kLabelGpuNode)] = "true";
+  }
+  if (!meta_patch.empty()) {
+    TESSERA_RETURN_IF_ERROR(client_.Patch(path, meta_patch, k8s::PatchType::kMerge).status());
+    result.patched_metadata = true;
+  }
+
+  const auto quantities = ResourceQuantities(SumResources(inventory.content));
+  const Json* status = Child(node, "status");
+  const Json* capacity = status != nullptr ? Child(*status, "capacity") : nullptr;
+  const Json* allocatable = status != nullptr ? Child(*status, "allocatable") : nullptr;
+  bool same = true;
+  Json resources = Json::object();
+  for (const auto& [name, quantity] : quantities) {
+    same = same && SameQuantity(capacity, name, quantity) &&
+           SameQuantity(allocatable, name, quantity);
+    resources[name] = quantity;
+  }
+  if (!same) {
+    const Json status_patch = {{"status", {{"capacity", resources}, {"allocatable", resources}}}};
+    TESSERA_RETURN_IF_ERROR(
+        client_.Patch(k8s::NodeStatusPath(node_name_), status_patch, k8s::PatchType::kMerge)
+            .status());
+    result.patched_status = true;
+  }
+  return result;
+}
+
+}  // namespace tessera::agent
