@@ -70,10 +70,12 @@ for target in "${fuzz_targets[@]}"; do
   rm -rf "$work"
 done
 
-step "build+test: tsan (core)"
+step "build+test: tsan (core, the scheduler's ledger under concurrent verbs)"
 cmake --preset tsan >/dev/null
-cmake --build build/tsan -j "$jobs" --target status_test log_test quantity_test region_test limits_test
-run_ctest --test-dir build/tsan -j "$jobs" -R '^(Status|StatusOr|Log|LogTest|Quantity|RegionTest|RegionAbi|LimitsFile|Hami)'
+cmake --build build/tsan -j "$jobs" --target status_test log_test quantity_test region_test limits_test \
+  extender_test
+run_ctest --test-dir build/tsan -j "$jobs" \
+  -R '^(Status|StatusOr|Log|LogTest|Quantity|RegionTest|RegionAbi|LimitsFile|Hami|ExtenderTest|LedgerTest)'
 
 step "e2e: real control plane harness (Go, upstream Kubernetes 1.36)"
 test/e2e/harness/build.sh build/e2e
