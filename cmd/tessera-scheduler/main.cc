@@ -8,7 +8,10 @@ int main(int argc, char** argv) {
   tessera::extender::SchedulerOptions o;
   CLI::App app{"tessera-scheduler: places fractional GPU pods for kube-scheduler (extender)"};
   app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
-  app.add_option("--listen", o.listen, "HOST:PORT of the extender endpoint")->capture_default_str();
+  app.add_option("--listen", o.listen,
+                 "HOST:PORT of the extender verbs (unauthenticated: keep it on loopback, beside "
+                 "kube-scheduler)")
+      ->capture_default_str();
   app.add_option("--placement", o.placement, "placement policy")->capture_default_str();
   app.add_option("--policy", o.policy_file, "the administrator's tessera policy file (YAML)");
   app.add_option("--signing-key", o.signing_key_file, "Ed25519 private key (PEM) for decisions")

@@ -1,10 +1,28 @@
 // A fake libnvidia-ml.so.1 for CI, generated from src/hook/nvml_hooks.def like the fake CUDA
 // driver: the same devices (count, memory, UUIDs, physical usage shared through
 // TESSERA_FAKE_STATE), memory info that reports the physical usage, and a call counter per row.
+//
+// Below the generated rows: fake-only NVML entry points, which the node agent calls but the
+// preload library does not intercept (so they are not in nvml_hooks.def). Each is defined
+// against nvml.h's own declaration, so its signature cannot drift. Knobs:
+//   TESSERA_FAKE_SM_COUNT=N       nvmlDeviceGetAttributes_v2 reports N SMs (unset: NOT_SUPPORTED)
+//   TESSERA_FAKE_NUMA_NODE=N      nvmlDeviceGetNumaNodeId reports N (unset: NOT_SUPPORTED)
+//   TESSERA_FAKE_MIG=G:K          GPU G has MIG enabled with K instances
+//   TESSERA_FAKE_XID=G:X[,G:X]    events delivered once each by nvmlEventSetWait_v2; X is an XID
+//                                 number, or dbe / sbe for a double-/single-bit ECC event
+//   TESSERA_FAKE_XID_FILE=PATH    the same list read from PATH on every wait; new contents are
+//                                 delivered once (to inject an event into a running process)
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_gpu.h"
@@ -38,6 +56,38 @@ int IndexOf(nvmlDevice_t device) {
   const auto i = static_cast<int>(reinterpret_cast<std::uintptr_t>(device) - 0x2000);
   return i >= 0 && i < N().devices ? i : -1;
 }
+
+// MIG (TESSERA_FAKE_MIG="<gpu index>:<instances>"): that GPU has MIG enabled with that many
+// 1-slice instances, each 1/8 of the GPU's memory and SMs. Instance k of GPU g has the handle
+// 0x3000 + 16 g + k.
+struct MigRef {
+  int gpu = -1;
+  int instance = -1;
+};
+inline MigRef MigConfig() {
+  MigRef config;
+  if (const char* v = std::getenv("TESSERA_FAKE_MIG"); v != nullptr && std::strchr(v, ':') != nullptr) {
+    config.gpu = std::atoi(v);
+    config.instance = std::atoi(std::strchr(v, ':') + 1);  // here: the instance count
+  }
+  return config;
+}
+MigRef MigOf(nvmlDevice_t device) {
+  const auto h = reinterpret_cast<std::uintptr_t>(device);
+  const MigRef config = MigConfig();
+  if (h < 0x3000 || h >= 0x3000 + 16 * kMaxDevices) return {};
+  const MigRef ref{static_cast<int>((h - 0x3000) / 16), static_cast<int>((h - 0x3000) % 16)};
+  return ref.gpu == config.gpu && ref.instance < config.instance ? ref : MigRef{};
+}
+nvmlDevice_t MigHandle(int gpu, int instance) {
+  return reinterpret_cast<nvmlDevice_t>(static_cast<std::uintptr_t>(0x3000 + 16 * gpu + instance));
+}
+std::string MigUuidText(MigRef ref) {
+  char out[64];
+  std::snprintf(out, sizeof(out), "MIG-face0000-0000-0000-%04x-%012x", ref.gpu, ref.instance);
+  return out;
+}
+std::uint64_t MigMemory() { return N().memory / 8; }
 
 template <NvmlHook H, typename... Args>
 nvmlReturn_t Behave(Args...) {
@@ -75,6 +125,10 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetIndex>(nvmlDevice_t device, unsigned 
 }
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetUUID>(nvmlDevice_t device, char* uuid, unsigned int length) {
+  if (uuid != nullptr && MigOf(device).gpu >= 0) {
+    std::snprintf(uuid, length, "%s", MigUuidText(MigOf(device)).c_str());
+    return NVML_SUCCESS;
+  }
   if (uuid == nullptr || IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
   std::snprintf(uuid, length, "%s", UuidText(IndexOf(device)).c_str());
   return NVML_SUCCESS;
@@ -87,6 +141,11 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetName>(nvmlDevice_t device, char* name
 }
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo>(nvmlDevice_t device, nvmlMemory_t* memory) {
+  if (memory != nullptr && MigOf(device).gpu >= 0) {
+    *memory = nvmlMemory_t{};
+    memory->total = memory->free = MigMemory();
+    return NVML_SUCCESS;
+  }
   const int i = IndexOf(device);
   if (memory == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
   memory->total = N().memory;
@@ -154,4 +213,191 @@ TESSERA_FAKE_EXPORT unsigned long long tessera_fake_nvml_calls(const char* symbo
     if (tessera::hook::kNvmlHooks[i].symbol == symbol) return tessera::fake::N().calls[i].load();
   }
   return ~0ULL;
+}
+
+// ---- Fake-only NVML entry points (not intercepted by the preload library) ----
+
+namespace tessera::fake {
+namespace {
+
+struct FakeEvent {
+  int gpu;
+  unsigned long long type;
+  unsigned long long data;
+};
+
+struct FakeEventSet {
+  unsigned long long mask[kMaxDevices] = {};
+};
+
+struct EventSource {
+  std::mutex mu;
+  std::deque<FakeEvent> pending;
+  bool env_read = false;
+  std::string file_contents;
+};
+EventSource& Events() {
+  static EventSource* events = new EventSource();
+  return *events;
+}
+
+void ParseEvents(const std::string& list, std::deque<FakeEvent>& out) {
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos) continue;
+    FakeEvent e{std::atoi(item.c_str()), nvmlEventTypeXidCriticalError, 0};
+    std::string what = item.substr(colon + 1);
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    if (what == "dbe") {
+      e.type = nvmlEventTypeDoubleBitEccError;
+    } else if (what == "sbe") {
+      e.type = nvmlEventTypeSingleBitEccError;
+    } else {
+      e.data = std::strtoull(what.c_str(), nullptr, 10);
+    }
+    out.push_back(e);
+  }
+}
+
+// Picks up newly injected events; the caller holds mu.
+void RefreshEvents(EventSource& events) {
+  if (!events.env_read) {
+    events.env_read = true;
+    if (const char* v = std::getenv("TESSERA_FAKE_XID")) ParseEvents(v, events.pending);
+  }
+  if (const char* path = std::getenv("TESSERA_FAKE_XID_FILE")) {
+    std::ifstream file(path);
+    std::stringstream text;
+    text << file.rdbuf();
+    if (!text.str().empty() && text.str() != events.file_contents) {
+      events.file_contents = text.str();
+      ParseEvents(events.file_contents, events.pending);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::fake
+
+using tessera::fake::N;
+
+TESSERA_FAKE_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_TIMEOUT: return "Timeout";
+    default: return "Unknown Error";
+  }
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
+                                                            nvmlDeviceAttributes_t* attributes) {
+  using namespace tessera::fake;
+  const bool mig = MigOf(device).gpu >= 0;
+  if (attributes == nullptr || (!mig && IndexOf(device) < 0)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::getenv("TESSERA_FAKE_SM_COUNT") == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  const auto sms = static_cast<unsigned int>(EnvU64("TESSERA_FAKE_SM_COUNT", 0));
+  *attributes = nvmlDeviceAttributes_t{};
+  attributes->multiprocessorCount = mig ? sms / 8 : sms;
+  attributes->gpuInstanceSliceCount = mig ? 1 : 8;
+  attributes->computeInstanceSliceCount = attributes->gpuInstanceSliceCount;
+  attributes->memorySizeMB = (mig ? MigMemory() : N().memory) >> 20;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
+  if (node == nullptr || tessera::fake::IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  if (std::getenv("TESSERA_FAKE_NUMA_NODE") == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  *node = static_cast<unsigned int>(tessera::fake::EnvU64("TESSERA_FAKE_NUMA_NODE", 0));
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
+                                                      unsigned int* pending) {
+  const int i = tessera::fake::IndexOf(device);
+  if (current == nullptr || pending == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::fake::MigRef config = tessera::fake::MigConfig();
+  *current = *pending = config.gpu == i ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device,
+                                                                unsigned int* count) {
+  if (count == nullptr || tessera::fake::IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = 7;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
+                                                                     unsigned int index,
+                                                                     nvmlDevice_t* mig) {
+  const int i = tessera::fake::IndexOf(device);
+  if (mig == nullptr || i < 0 || index >= 7) return NVML_ERROR_INVALID_ARGUMENT;
+  const tessera::fake::MigRef config = tessera::fake::MigConfig();
+  if (config.gpu != i) return NVML_ERROR_INVALID_ARGUMENT;
+  if (static_cast<int>(index) >= config.instance) return NVML_ERROR_NOT_FOUND;
+  *mig = tessera::fake::MigHandle(i, static_cast<int>(index));
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  if (set == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *set = reinterpret_cast<nvmlEventSet_t>(new tessera::fake::FakeEventSet());
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  delete reinterpret_cast<tessera::fake::FakeEventSet*>(set);
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                                  unsigned long long* types) {
+  if (types == nullptr || tessera::fake::IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  *types = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError |
+           nvmlEventTypeSingleBitEccError;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device,
+                                                          unsigned long long types,
+                                                          nvmlEventSet_t set) {
+  const int i = tessera::fake::IndexOf(device);
+  if (set == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  reinterpret_cast<tessera::fake::FakeEventSet*>(set)->mask[i] |= types;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                                     unsigned int timeoutms) {
+  using namespace tessera::fake;
+  if (set == nullptr || data == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const auto* registered = reinterpret_cast<FakeEventSet*>(set);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutms);
+  EventSource& events = Events();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(events.mu);
+      RefreshEvents(events);
+      while (!events.pending.empty()) {
+        const FakeEvent e = events.pending.front();
+        events.pending.pop_front();
+        if (e.gpu < 0 || e.gpu >= N().devices || (registered->mask[e.gpu] & e.type) == 0) continue;
+        *data = nvmlEventData_t{};
+        data->device = Handle(e.gpu);
+        data->eventType = e.type;
+        data->eventData = e.data;
+        data->gpuInstanceId = data->computeInstanceId = 0xFFFFFFFFu;
+        return NVML_SUCCESS;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return NVML_ERROR_TIMEOUT;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(20)));
+  }
 }

@@ -1,0 +1,39 @@
+// tessera-node: the node agent (docs/design/0014-node-agent-inventory.md).
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "agent/daemon.h"
+#include "tessera/log.h"
+
+int main(int argc, char** argv) {
+  tessera::agent::NodeOptions o;
+  CLI::App app{"tessera-node: publishes this node's GPU inventory and health"};
+  app.add_option("--node-name", o.node_name, "the Node object to publish to (usually spec.nodeName)");
+  app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
+  app.add_option("--gpus", o.gpus, "GPUs tessera manages: all, or UUIDs/indices, comma-separated")
+      ->capture_default_str();
+  app.add_option("--interval-s", o.interval_s, "rediscover and re-publish this often (seconds)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  app.add_flag("--print-inventory", o.print_inventory,
+               "print the inventory JSON once and exit (no API server)");
+  app.add_option("--nvml-library", o.nvml_library, "NVML to load")->capture_default_str();
+  std::string level = "info";
+  app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "tessera-node: %s\n", e.what());
+    return 2;
+  }
+  auto parsed = tessera::log::ParseLevel(level);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tessera-node: --log-level: %s\n", parsed.status().message().c_str());
+    return 2;
+  }
+  tessera::log::SetLevel(*parsed);
+  return tessera::agent::RunNode(o);
+}
