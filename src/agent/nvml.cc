@@ -2,8 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <string_view>
 
 #include "hook/nvml_api.h"
@@ -24,6 +27,7 @@ namespace tessera::agent {
   X(nvmlErrorString, false)                      \
   X(nvmlDeviceGetAttributes_v2, false)           \
   X(nvmlDeviceGetNumaNodeId, false)              \
+  X(nvmlDeviceGetPciInfo_v3, false)              \
   X(nvmlDeviceGetMigMode, false)                 \
   X(nvmlDeviceGetMaxMigDeviceCount, false)       \
   X(nvmlDeviceGetMigDeviceHandleByIndex, false)  \
@@ -85,6 +89,60 @@ std::string Fixed(const char* text, std::size_t size) {
 std::string MigProfile(unsigned int slices, unsigned long long memory_mib) {
   const auto gb = static_cast<unsigned long long>(std::llround(static_cast<double>(memory_mib) / 1024.0));
   return std::to_string(slices) + "g." + std::to_string(gb) + "gb";
+}
+
+
+// /sys/bus/pci/devices/<domain:bus:device.function>/numa_node for NVML's bus id
+// ("00000000:1B:00.0": an 8-digit domain, upper case). -1 when unknown.
+int SysfsNumaNode(const char* bus_id) {
+  std::string id(bus_id);
+  if (id.size() > 12 && id.find(':') == 8) id = id.substr(4);  // 4-digit domain, as sysfs names it
+  for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
+  int node = -1;
+  if (!(in >> node)) return -1;
+  return node;
+}
+
+// SM counts by GPU UUID from the CUDA driver (cuInit creates no context), for GPUs whose NVML
+// has no multiprocessor count (nvmlDeviceGetAttributes is for MIG devices on many drivers).
+std::map<std::string, std::uint32_t> CudaSmCounts() {
+  std::map<std::string, std::uint32_t> out;
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return out;
+  using Init = int (*)(unsigned int);
+  using Count = int (*)(int*);
+  using Get = int (*)(int*, int);
+  using Uuid = int (*)(unsigned char*, int);
+  using Attribute = int (*)(int*, int, int);
+  auto init = reinterpret_cast<Init>(dlsym(cuda, "cuInit"));
+  auto count = reinterpret_cast<Count>(dlsym(cuda, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<Get>(dlsym(cuda, "cuDeviceGet"));
+  auto uuid = reinterpret_cast<Uuid>(dlsym(cuda, "cuDeviceGetUuid_v2"));
+  auto attribute = reinterpret_cast<Attribute>(dlsym(cuda, "cuDeviceGetAttribute"));
+  int n = 0;
+  if (init != nullptr && count != nullptr && get != nullptr && uuid != nullptr &&
+      attribute != nullptr && init(0) == 0 && count(&n) == 0) {
+    constexpr int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+    for (int i = 0; i < n; ++i) {
+      int device = 0;
+      unsigned char bytes[16] = {};
+      int sms = 0;
+      if (get(&device, i) != 0 || uuid(bytes, device) != 0 ||
+          attribute(&sms, kMultiprocessorCount, device) != 0 || sms <= 0) {
+        continue;
+      }
+      char text[64];
+      std::snprintf(text, sizeof(text),
+                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6],
+                    bytes[7], bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13],
+                    bytes[14], bytes[15]);
+      out[text] = static_cast<std::uint32_t>(sms);
+    }
+  }
+  dlclose(cuda);
+  return out;
 }
 
 }  // namespace
@@ -185,6 +243,13 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
         gpu.numa_node = static_cast<int>(node);
       }
     }
+    if (gpu.numa_node < 0 && api.nvmlDeviceGetPciInfo_v3 != nullptr) {
+      // Older drivers (and some VMs) answer NOT_SUPPORTED: the kernel knows it from the PCI bus.
+      nvmlPciInfo_t pci{};
+      if (api.nvmlDeviceGetPciInfo_v3(device, &pci) == NVML_SUCCESS) {
+        gpu.numa_node = SysfsNumaNode(pci.busId);
+      }
+    }
     if (api.nvmlDeviceGetMigMode != nullptr) {
       unsigned int current = NVML_DEVICE_MIG_DISABLE;
       unsigned int pending = NVML_DEVICE_MIG_DISABLE;
@@ -227,6 +292,14 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
       }
     }
     gpus.push_back(std::move(gpu));
+  }
+  bool missing = false;
+  for (const GpuFacts& g : gpus) missing = missing || g.sm_count == 0;
+  if (missing) {
+    const std::map<std::string, std::uint32_t> sms = CudaSmCounts();
+    for (GpuFacts& g : gpus) {
+      if (auto it = sms.find(g.uuid); g.sm_count == 0 && it != sms.end()) g.sm_count = it->second;
+    }
   }
   return gpus;
 }

@@ -28,6 +28,8 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.add_subcommand("run", "Run a command under a GPU memory cap on a local GPU");
   app.add_subcommand("version", "Print the version and the shared-region ABI");
   app.add_subcommand("names", "List every resource, annotation, label, env var and path");
+  app.add_subcommand("inventory",
+                     "Print this machine's GPU inventory as tessera-node publishes it (NVML)");
   app.add_subcommand("sim", "Replay a GPU trace through placement policies (tessera sim --help)");
   try {
     app.parse(argc, argv);

@@ -122,5 +122,14 @@ spec:
   EXPECT_EQ(missing.code, 2);
 }
 
+
+TEST(Cli, InventoryRefusesBadFlags) {
+  Result r = RunCli({"inventory", "--gpus", "0,,1"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--gpus"), std::string::npos) << r.err;
+  Result unknown = RunCli({"inventory", "--bogus"});
+  EXPECT_EQ(unknown.code, 2);
+}
+
 }  // namespace
 }  // namespace tessera::cli
