@@ -1,5 +1,6 @@
 #include "agent/nvml.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 
 #include <cctype>
@@ -108,30 +109,28 @@ int SysfsNumaNode(const char* bus_id) {
 // has no multiprocessor count (nvmlDeviceGetAttributes is for MIG devices on many drivers).
 std::map<std::string, std::uint32_t> CudaSmCounts() {
   std::map<std::string, std::uint32_t> out;
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  // Never unloaded: a driver that was cuInit'ed stays (and so do its threads and globals).
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (cuda == nullptr) return out;
-  using Init = int (*)(unsigned int);
-  using Count = int (*)(int*);
-  using Get = int (*)(int*, int);
-  using Uuid = int (*)(unsigned char*, int);
-  using Attribute = int (*)(int*, int, int);
-  auto init = reinterpret_cast<Init>(dlsym(cuda, "cuInit"));
-  auto count = reinterpret_cast<Count>(dlsym(cuda, "cuDeviceGetCount"));
-  auto get = reinterpret_cast<Get>(dlsym(cuda, "cuDeviceGet"));
-  auto uuid = reinterpret_cast<Uuid>(dlsym(cuda, "cuDeviceGetUuid_v2"));
-  auto attribute = reinterpret_cast<Attribute>(dlsym(cuda, "cuDeviceGetAttribute"));
+  auto init = reinterpret_cast<decltype(&::cuInit)>(dlsym(cuda, "cuInit"));
+  auto count = reinterpret_cast<decltype(&::cuDeviceGetCount)>(dlsym(cuda, "cuDeviceGetCount"));
+  auto get = reinterpret_cast<decltype(&::cuDeviceGet)>(dlsym(cuda, "cuDeviceGet"));
+  auto uuid = reinterpret_cast<decltype(&::cuDeviceGetUuid_v2)>(dlsym(cuda, "cuDeviceGetUuid_v2"));
+  auto attribute =
+      reinterpret_cast<decltype(&::cuDeviceGetAttribute)>(dlsym(cuda, "cuDeviceGetAttribute"));
   int n = 0;
   if (init != nullptr && count != nullptr && get != nullptr && uuid != nullptr &&
-      attribute != nullptr && init(0) == 0 && count(&n) == 0) {
-    constexpr int kMultiprocessorCount = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+      attribute != nullptr && init(0) == CUDA_SUCCESS && count(&n) == CUDA_SUCCESS) {
     for (int i = 0; i < n; ++i) {
-      int device = 0;
-      unsigned char bytes[16] = {};
+      CUdevice device = 0;
+      CUuuid id{};
       int sms = 0;
-      if (get(&device, i) != 0 || uuid(bytes, device) != 0 ||
-          attribute(&sms, kMultiprocessorCount, device) != 0 || sms <= 0) {
+      if (get(&device, i) != CUDA_SUCCESS || uuid(&id, device) != CUDA_SUCCESS ||
+          attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS ||
+          sms <= 0) {
         continue;
       }
+      const auto* bytes = reinterpret_cast<const unsigned char*>(id.bytes);
       char text[64];
       std::snprintf(text, sizeof(text),
                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -141,7 +140,6 @@ std::map<std::string, std::uint32_t> CudaSmCounts() {
       out[text] = static_cast<std::uint32_t>(sms);
     }
   }
-  dlclose(cuda);
   return out;
 }
 
@@ -165,7 +163,9 @@ std::optional<std::string> ClassifyEvent(unsigned long long event_type,
 
 StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open(const std::string& library) {
   std::unique_ptr<NvmlGpuSource> source(new NvmlGpuSource());
-  source->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  // RTLD_NODELETE: NVML keeps threads and heap state behind its globals; unloading it at exit
+  // gains nothing and turns that state into leaks (LeakSanitizer reported them).
+  source->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (source->library_ == nullptr) {
     const char* why = dlerror();
     return UnavailableError("NVML not available: dlopen " + library + ": " +
@@ -195,7 +195,7 @@ NvmlGpuSource::~NvmlGpuSource() {
     }
     if (initialized_) (void)api_->nvmlShutdown();
   }
-  if (library_ != nullptr) dlclose(library_);
+  if (library_ != nullptr) dlclose(library_);  // a no-op unload (RTLD_NODELETE): drops the handle
 }
 
 StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
