@@ -14,6 +14,10 @@
 #include "extender/inventory.h"
 #include "tessera/names.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+
 namespace tessera::agent {
 namespace {
 
@@ -24,7 +28,10 @@ struct Result {
 };
 
 Result RunNode(const std::string& env, const std::string& args) {
-  const std::string err_path = ::testing::TempDir() + "/node_integration_stderr";
+  // One file per call and process: ctest runs these test cases in parallel processes.
+  static int calls = 0;
+  const std::string err_path = ::testing::TempDir() + "/node_integration_stderr." +
+                               std::to_string(getpid()) + "." + std::to_string(++calls);
   const std::string command = "env LD_LIBRARY_PATH=" TESSERA_FAKE_NVML_DIR " " + env + " " +
                               TESSERA_NODE_BINARY " " + args + " 2>" + err_path;
   Result run;
@@ -39,6 +46,7 @@ Result RunNode(const std::string& env, const std::string& args) {
   std::stringstream text;
   text << err.rdbuf();
   run.err = text.str();
+  std::remove(err_path.c_str());
   return run;
 }
 
