@@ -37,10 +37,32 @@ void AppendJsonString(std::string& out, std::string_view text) {
   out += '"';
 }
 
-void Key(std::string& out, std::string_view key) {
-  AppendJsonString(out, key);
-  out += ':';
-}
+// One JSON object's fields, in the order written; commas between them. The object closes when
+// the writer goes out of scope (nested writers close first).
+class ObjectWriter {
+ public:
+  explicit ObjectWriter(std::string& out) : out_(out) { out_ += '{'; }
+  ~ObjectWriter() { out_ += '}'; }
+  ObjectWriter(const ObjectWriter&) = delete;
+  ObjectWriter& operator=(const ObjectWriter&) = delete;
+
+  void Str(std::string_view key, std::string_view value) { AppendJsonString(Field(key), value); }
+  template <typename Integer>
+  void Num(std::string_view key, Integer value) { Field(key) += std::to_string(value); }
+  void Bool(std::string_view key, bool value) { Field(key) += value ? "true" : "false"; }
+  // Starts a field and returns the output for its value (an array, a nested object).
+  std::string& Field(std::string_view key) {
+    if (!first_) out_ += ',';
+    first_ = false;
+    AppendJsonString(out_, key);
+    out_ += ':';
+    return out_;
+  }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
 
 }  // namespace
 
@@ -137,74 +159,45 @@ std::string FormatRfc3339(std::chrono::system_clock::time_point time) {
 
 std::string ToJson(const Inventory& inventory) {
   const InventoryContent& c = inventory.content;
-  std::string out = "{";
-  Key(out, "apiVersion");
-  AppendJsonString(out, kInventoryApiVersion);
-  out += ',';
-  Key(out, "node");
-  AppendJsonString(out, c.node);
-  out += ',';
-  Key(out, "agentVersion");
-  AppendJsonString(out, c.agent_version);
-  out += ',';
-  Key(out, "generation");
-  out += std::to_string(inventory.generation) + ',';
-  Key(out, "updatedAt");
-  AppendJsonString(out, FormatRfc3339(inventory.updated_at));
-  out += ',';
-  Key(out, "gpus");
-  out += '[';
-  for (std::size_t i = 0; i < c.gpus.size(); ++i) {
-    const InventoryGpu& g = c.gpus[i];
-    if (i > 0) out += ',';
-    out += '{';
-    Key(out, "uuid");
-    AppendJsonString(out, g.facts.uuid);
-    out += ',';
-    Key(out, "index");
-    out += std::to_string(g.facts.index) + ',';
-    Key(out, "model");
-    AppendJsonString(out, g.facts.model);
-    out += ',';
-    Key(out, "memoryBytes");
-    out += std::to_string(g.facts.memory_bytes) + ',';
-    Key(out, "smCount");
-    out += std::to_string(g.facts.sm_count) + ',';
-    Key(out, "numaNode");
-    out += std::to_string(g.facts.numa_node) + ',';
-    Key(out, "managed");
-    out += g.managed ? "true," : "false,";
-    Key(out, "health");
-    AppendJsonString(out, g.healthy ? "healthy" : "unhealthy");
-    out += ',';
-    Key(out, "healthReason");
-    AppendJsonString(out, g.health_reason);
-    out += ',';
-    Key(out, "mig");
-    out += '{';
-    Key(out, "mode");
-    AppendJsonString(out, g.facts.mig_enabled ? "enabled" : "disabled");
-    out += ',';
-    Key(out, "instances");
-    out += '[';
-    for (std::size_t m = 0; m < g.facts.mig_instances.size(); ++m) {
-      const MigInstance& mig = g.facts.mig_instances[m];
-      if (m > 0) out += ',';
-      out += '{';
-      Key(out, "uuid");
-      AppendJsonString(out, mig.uuid);
-      out += ',';
-      Key(out, "profile");
-      AppendJsonString(out, mig.profile);
-      out += ',';
-      Key(out, "memoryBytes");
-      out += std::to_string(mig.memory_bytes) + ',';
-      Key(out, "smCount");
-      out += std::to_string(mig.sm_count) + '}';
+  std::string out;
+  {
+    ObjectWriter top(out);
+    top.Str("apiVersion", kInventoryApiVersion);
+    top.Str("node", c.node);
+    top.Str("agentVersion", c.agent_version);
+    top.Num("generation", inventory.generation);
+    top.Str("updatedAt", FormatRfc3339(inventory.updated_at));
+    top.Field("gpus") += '[';
+    for (std::size_t i = 0; i < c.gpus.size(); ++i) {
+      const InventoryGpu& g = c.gpus[i];
+      if (i > 0) out += ',';
+      ObjectWriter gpu(out);
+      gpu.Str("uuid", g.facts.uuid);
+      gpu.Num("index", g.facts.index);
+      gpu.Str("model", g.facts.model);
+      gpu.Num("memoryBytes", g.facts.memory_bytes);
+      gpu.Num("smCount", g.facts.sm_count);
+      gpu.Num("numaNode", g.facts.numa_node);
+      gpu.Bool("managed", g.managed);
+      gpu.Str("health", g.healthy ? "healthy" : "unhealthy");
+      gpu.Str("healthReason", g.health_reason);
+      gpu.Field("mig");
+      ObjectWriter mig(out);
+      mig.Str("mode", g.facts.mig_enabled ? "enabled" : "disabled");
+      mig.Field("instances") += '[';
+      for (std::size_t m = 0; m < g.facts.mig_instances.size(); ++m) {
+        const MigInstance& instance = g.facts.mig_instances[m];
+        if (m > 0) out += ',';
+        ObjectWriter w(out);
+        w.Str("uuid", instance.uuid);
+        w.Str("profile", instance.profile);
+        w.Num("memoryBytes", instance.memory_bytes);
+        w.Num("smCount", instance.sm_count);
+      }
+      out += ']';
     }
-    out += "]}}";
+    out += ']';
   }
-  out += "]}";
   return out;
 }
 
