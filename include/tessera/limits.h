@@ -19,6 +19,7 @@ struct DeviceLimits {
   std::uint64_t memory_bytes = 0;   // cap, contexts included
   std::uint32_t cores_percent = 0;  // 0: best effort
   std::uint64_t context_bytes = 0;  // charged per process per device at context creation
+  std::uint64_t stream_bytes = 0;   // charged per stream (the driver's per-stream device memory)
 };
 
 struct Limits {

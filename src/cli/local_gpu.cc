@@ -33,8 +33,13 @@ Fn Sym(void* handle, const char* name) {
   return reinterpret_cast<Fn>(dlsym(handle, name));
 }
 
+// Streams the probe creates to measure the driver's per-stream device memory (it takes 2 MiB
+// chunks, so one stream alone says little; PyTorch's stream pools create 128).
+constexpr int kProbeStreams = 128;
+
 // Runs in the child: load the driver, find the device, create its primary context, report, and
-// keep the context alive until the parent has measured it.
+// keep the context alive until the parent has measured it; on 's', create kProbeStreams streams,
+// answer one byte and wait again, so the parent can measure them too.
 [[noreturn]] void ProbeChild(const std::string& selector, int reply_fd, int go_fd) {
   ProbeReply reply{};
   reply.status = CUDA_ERROR_NOT_FOUND;
@@ -47,6 +52,7 @@ Fn Sym(void* handle, const char* name) {
   auto total_fn = cuda ? Sym<decltype(&cuDeviceTotalMem_v2)>(cuda, "cuDeviceTotalMem_v2") : nullptr;
   auto retain = cuda ? Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain") : nullptr;
   auto set_current = cuda ? Sym<decltype(&cuCtxSetCurrent)>(cuda, "cuCtxSetCurrent") : nullptr;
+  auto stream_create = cuda ? Sym<decltype(&cuStreamCreate)>(cuda, "cuStreamCreate") : nullptr;
   if (init && count_fn && get && uuid_fn && name_fn && total_fn && retain && set_current &&
       (reply.status = init(0)) == CUDA_SUCCESS && (reply.status = count_fn(&reply.count)) == CUDA_SUCCESS) {
     reply.status = -1;
@@ -74,6 +80,17 @@ Fn Sym(void* handle, const char* name) {
   if (write(reply_fd, &reply, sizeof(reply)) != sizeof(reply)) _exit(1);
   char go = 0;
   while (read(go_fd, &go, 1) < 0 && errno == EINTR) {
+  }
+  if (go == 's') {
+    char created = 0;
+    for (int i = 0; stream_create != nullptr && i < kProbeStreams; ++i) {
+      CUstream stream = nullptr;
+      if (stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) break;
+      created = 1;
+    }
+    if (write(reply_fd, &created, 1) != 1) _exit(1);
+    while (read(go_fd, &go, 1) < 0 && errno == EINTR) {
+    }
   }
   _exit(0);
 }
@@ -128,6 +145,13 @@ StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_conte
   LocalGpu gpu;
   if (n == sizeof(reply) && reply.status == CUDA_SUCCESS && measure_context) {
     gpu.context_measured = MeasureWithNvml(reply.uuid, child, &gpu.context_bytes);
+    char created = 0;
+    std::uint64_t with_streams = 0;
+    if (gpu.context_measured && write(go_pipe[1], "s", 1) == 1 &&
+        read(reply_pipe[0], &created, 1) == 1 && created == 1 &&
+        MeasureWithNvml(reply.uuid, child, &with_streams) && with_streams > gpu.context_bytes) {
+      gpu.stream_bytes = (with_streams - gpu.context_bytes + kProbeStreams - 1) / kProbeStreams;
+    }
   }
   close(go_pipe[1]);  // let the probe exit
   close(reply_pipe[0]);

@@ -19,6 +19,9 @@ struct LocalGpu {
   // (0 when NVML is not available).
   std::uint64_t context_bytes = 0;
   bool context_measured = false;
+  // Device memory the driver takes per stream: the average over 128 streams the probe creates,
+  // measured the same way (0 when not measured).
+  std::uint64_t stream_bytes = 0;
 };
 
 // `selector`: empty (device 0), a CUDA index ("1") or a UUID ("GPU-…").

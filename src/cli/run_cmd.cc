@@ -160,7 +160,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   std::vector<shm::DeviceLimit> region_devices;
   std::string visible;
   for (const LocalGpu& gpu : gpus) {
-    limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, gpu.context_bytes});
+    limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, gpu.context_bytes, gpu.stream_bytes});
     region_devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0});
     visible += (visible.empty() ? "" : ",") + gpu.uuid;
   }
@@ -202,8 +202,9 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
 
   for (const LocalGpu& gpu : gpus) {
     err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
-        << " (context " << FormatBytesHuman(gpu.context_bytes) << (gpu.context_measured ? ", measured" : "")
-        << ")\n";
+        << " (context " << FormatBytesHuman(gpu.context_bytes);
+    if (gpu.stream_bytes != 0) err << ", streams " << FormatBytesHuman(gpu.stream_bytes) << " each";
+    err << (gpu.context_measured ? ", measured" : "") << ")\n";
   }
   // Like system(): the terminal's SIGINT/SIGQUIT reach the child through the process group,
   // so the parent ignores them; SIGTERM/SIGHUP sent to us are forwarded. The child starts with

@@ -12,7 +12,7 @@ namespace {
 constexpr std::string_view kLimitsForm =
     "accepted lines: 'version 1', 'pod UID NAMESPACE/NAME CONTAINER', "
     "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', "
-    "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES]', comments (#)";
+    "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES] [stream=BYTES]', comments (#)";
 
 std::vector<std::string_view> Split(std::string_view line) {
   std::vector<std::string_view> out;
@@ -115,6 +115,10 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
           auto n = ParseUnsigned(v, kMaxQuantity);
           if (!n.ok()) return LineError(line_no, "context=\"" + QuoteForMessage(v) + "\" is not a byte count");
           d.context_bytes = *n;
+        } else if (k == "stream") {
+          auto n = ParseUnsigned(v, kMaxQuantity);
+          if (!n.ok()) return LineError(line_no, "stream=\"" + QuoteForMessage(v) + "\" is not a byte count");
+          d.stream_bytes = *n;
         } else {
           return LineError(line_no, "unknown device field \"" + QuoteForMessage(k) + "\"");
         }
@@ -143,6 +147,7 @@ std::string FormatLimitsFile(const Limits& l) {
     out += "device " + d.uuid + " memory=" + std::to_string(d.memory_bytes);
     if (d.cores_percent != 0) out += " cores=" + std::to_string(d.cores_percent);
     if (d.context_bytes != 0) out += " context=" + std::to_string(d.context_bytes);
+    if (d.stream_bytes != 0) out += " stream=" + std::to_string(d.stream_bytes);
     out += "\n";
   }
   return out;

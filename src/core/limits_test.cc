@@ -12,7 +12,7 @@ TEST(LimitsFile, ParsesAndRoundTrips) {
   auto l = ParseLimitsFile(
       "# comment\nversion 1\npod 6b1f ml/train-0 train\nenforcement fail-closed\n"
       "priority latency-critical\nmode shared\n"
-      "device GPU-aaaa memory=8589934592 cores=50 context=536870912\n"
+      "device GPU-aaaa memory=8589934592 cores=50 context=536870912 stream=573440\n"
       "device GPU-bbbb memory=1024\n");
   ASSERT_OK(l);
   EXPECT_TRUE(l->fail_closed);
@@ -21,6 +21,8 @@ TEST(LimitsFile, ParsesAndRoundTrips) {
   EXPECT_EQ(l->devices[0].memory_bytes, 8 * kGiB);
   EXPECT_EQ(l->devices[0].cores_percent, 50u);
   EXPECT_EQ(l->devices[0].context_bytes, 512 * kMiB);
+  EXPECT_EQ(l->devices[0].stream_bytes, 560 * kKiB);
+  EXPECT_EQ(l->devices[1].stream_bytes, 0u);
   auto again = ParseLimitsFile(FormatLimitsFile(*l));
   ASSERT_OK(again);
   EXPECT_EQ(FormatLimitsFile(*again), FormatLimitsFile(*l));
@@ -36,6 +38,7 @@ TEST(LimitsFile, RejectsBadFilesNamingTheLine) {
       {"version 1\ndevice GPU-a memory=4Gi\n", "line 2: memory=\"4Gi\" is not a byte count"},
       {"version 1\ndevice GPU-a memory=1 cores=101\n", "cores=\"101\" is not 0-100"},
       {"version 1\ndevice GPU-a memory=1 colour=red\n", "unknown device field \"colour\""},
+      {"version 1\ndevice GPU-a memory=1 stream=big\n", "line 2: stream=\"big\" is not a byte count"},
       {"version 1\ndevice GPU-a memory=1\ndevice GPU-a memory=2\n", "line 3: device GPU-a is listed twice"},
       {"version 1\nlimit 5\n", "line 2: unknown keyword \"limit\""},
       {"version 1\nenforcement strict\n", "enforcement must be fail-open or fail-closed"},

@@ -281,6 +281,42 @@ CUresult Intercept<CudaHook::cuMipmappedArrayDestroy>(CUmipmappedArray array) {
   return Uncharged(KeyOf(array), Table::kHandles, [&] { return real(array); });
 }
 
+// Streams take device memory of their own: each is charged the per-stream size the node side
+// measured (limits file stream=; nothing when 0) and returned when destroyed. Streams a context
+// destroys with itself stay charged until the process ends (conservative).
+template <typename Call>
+CUresult ChargedStream(CUstream* stream, const char* what, Call call) {
+  CUdevice dev = 0;
+  const auto get_device = Real<CudaHook::cuCtxGetDevice>();
+  if (stream == nullptr || get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return call();
+  const std::uint64_t bytes = StreamBytes(dev);
+  if (bytes == 0) return call();
+  return ChargedOnDevice(dev, bytes, what, Table::kStreams, call, [&] { return KeyOf(*stream); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuStreamCreate>(CUstream* stream, unsigned int flags) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuStreamCreate);
+  return ChargedStream(stream, "cuStreamCreate", [&] { return real(stream, flags); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuStreamCreateWithPriority>(CUstream* stream, unsigned int flags,
+                                                         int priority) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuStreamCreateWithPriority);
+  return ChargedStream(stream, "cuStreamCreateWithPriority",
+                       [&] { return real(stream, flags, priority); });
+}
+
+template <>
+CUresult Intercept<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
+  EnsureInitialized();
+  TESSERA_REAL_OR_RETURN(real, cuStreamDestroy_v2);
+  return Uncharged(KeyOf(stream), Table::kStreams, [&] { return real(stream); });
+}
+
 // The CUDA runtime fetches cuGetProcAddress by dlsym, then asks it for "cuGetProcAddress"
 // itself and uses the answer for every later lookup: every answer that is a hooked entry point
 // must be our trampoline. The real driver resolves name, version and per-thread flags; we map

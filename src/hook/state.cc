@@ -65,7 +65,15 @@ struct State {
   using AllocationMap = std::unordered_map<CUdeviceptr, std::pair<int, std::uint64_t>>;
   AllocationMap* allocations = new AllocationMap();
   AllocationMap* handles = new AllocationMap();
-  AllocationMap* TableOf(Table table) { return table == Table::kPointers ? allocations : handles; }
+  AllocationMap* streams = new AllocationMap();
+  AllocationMap* TableOf(Table table) {
+    switch (table) {
+      case Table::kPointers: return allocations;
+      case Table::kHandles: return handles;
+      case Table::kStreams: return streams;
+    }
+    return handles;
+  }
   // TESSERA_HOOK_STATS
   std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
   std::uint64_t configure_ns = 0;
@@ -145,6 +153,7 @@ void OnForkChild() {
   s.alloc_mu = new std::mutex();
   s.allocations = new State::AllocationMap();
   s.handles = new State::AllocationMap();
+  s.streams = new State::AllocationMap();
   s.context_charged.store(0);
   // A parent thread that was publishing the driver's functions does not exist here.
   if (!g_initialized.load(std::memory_order_acquire)) g_init_claimed.store(false);
@@ -446,16 +455,28 @@ std::uint64_t UsedBytes(const DeviceQuota& quota) {
 
 namespace {
 
-std::uint64_t ContextBytes(const State& s, int region_device) {
-  if (s.mode != Mode::kLimitsFile) return 0;
+const DeviceLimits* LimitsOf(const State& s, int region_device) {
+  if (s.mode != Mode::kLimitsFile) return nullptr;
   const char* uuid = s.region->devices[region_device].uuid;
   for (const auto& d : s.limits.devices) {
-    if (d.uuid == uuid) return d.context_bytes;
+    if (d.uuid == uuid) return &d;
   }
-  return 0;
+  return nullptr;
+}
+
+std::uint64_t ContextBytes(const State& s, int region_device) {
+  const DeviceLimits* d = LimitsOf(s, region_device);
+  return d == nullptr ? 0 : d->context_bytes;
 }
 
 }  // namespace
+
+std::uint64_t StreamBytes(CUdevice dev) {
+  const DeviceQuota q = QuotaForDevice(dev);
+  if (!q.limited || q.refuse) return 0;
+  const DeviceLimits* d = LimitsOf(S(), q.region_device);
+  return d == nullptr ? 0 : d->stream_bytes;
+}
 
 CUresult ChargeContextOnce(CUdevice dev, bool* charged_now) {
   State& s = S();
@@ -516,6 +537,7 @@ void ResetForTest() {
   std::lock_guard<std::mutex> lock(*s.alloc_mu);
   s.allocations->clear();
   s.handles->clear();
+  s.streams->clear();
   s.context_charged.store(0);
   ResetOrdinalMap(s);
 }

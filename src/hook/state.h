@@ -48,12 +48,15 @@ std::uint64_t UsedBytes(const DeviceQuota& quota);
 // Charges the per-process context cost of `dev` once (limits file `context=`); *charged_now
 // (optional) says whether this call made the charge.
 CUresult ChargeContextOnce(CUdevice dev, bool* charged_now);
+// Device memory the driver takes for each stream created on `dev` (limits file `stream=`; 0:
+// streams are not charged).
+std::uint64_t StreamBytes(CUdevice dev);
 // Returns a charge made by ChargeContextOnce (the driver then failed to create the context).
 void UnchargeContext(CUdevice dev);
 
 // The allocation tables: what a free must return. Pointers (cuMemAlloc*, pitch, managed) and
-// handles (VMM allocation handles, arrays) are kept apart: their values may coincide.
-enum class Table : std::uint8_t { kPointers, kHandles };
+// handles (VMM allocation handles, arrays) and streams are kept apart: their values may coincide.
+enum class Table : std::uint8_t { kPointers, kHandles, kStreams };
 void RecordAllocation(CUdeviceptr ptr, int region_device, std::uint64_t bytes,
                       Table table = Table::kPointers);
 bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes,

@@ -7,6 +7,7 @@
 //   TESSERA_FAKE_GPUS          number of devices (default 2)
 //   TESSERA_FAKE_GPU_MEMORY    bytes per device (default 16 GiB)
 //   TESSERA_FAKE_CONTEXT_BYTES device memory a context takes (default 0)
+//   TESSERA_FAKE_STREAM_BYTES  device memory a stream takes (default 0)
 //   CUDA_VISIBLE_DEVICES       honoured as the driver does: indices or UUIDs, comma-separated
 //   TESSERA_FAKE_STATE         file holding the devices' physical usage, shared by every
 //                              process using the fake (default: private to the process), so a
@@ -41,6 +42,7 @@ struct Fake {
   int devices = 2;
   std::uint64_t memory = 16ULL << 30;
   std::uint64_t context_bytes = 0;
+  std::uint64_t stream_bytes = 0;
   Shared* shared = nullptr;
   std::atomic<std::uint64_t> calls[kCudaHookCount] = {};
   std::mutex mu;
@@ -58,6 +60,7 @@ Fake& F() {
     f->devices = DeviceCount();
     f->memory = DeviceMemory();
     f->context_bytes = EnvU64("TESSERA_FAKE_CONTEXT_BYTES", 0);
+    f->stream_bytes = EnvU64("TESSERA_FAKE_STREAM_BYTES", 0);
     f->shared = MapShared();
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     if (visible == nullptr) {
@@ -97,6 +100,7 @@ bool TakePhysical(int dev, std::uint64_t bytes) {
   do {
     if (bytes > F().memory || now > F().memory - bytes) return false;
   } while (!used.compare_exchange_weak(now, now + bytes));
+  AttributeToMe(F().shared, dev, static_cast<std::int64_t>(bytes));
   return true;
 }
 
@@ -140,7 +144,7 @@ CUresult ReturnHandle(std::uint64_t handle) {
   std::lock_guard<std::mutex> lock(g_handles_mu);
   auto it = g_handles.find(handle);
   if (it == g_handles.end()) return CUDA_ERROR_INVALID_VALUE;
-  F().shared->physical[it->second.first].fetch_sub(it->second.second);
+  ReleasePhysical(F().shared, it->second.first, it->second.second);
   g_handles.erase(it);
   return CUDA_SUCCESS;
 }
@@ -316,7 +320,7 @@ CUresult Behave<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
   std::lock_guard<std::mutex> lock(F().mu);
   auto it = F().allocations.find(dptr);
   if (it == F().allocations.end()) return CUDA_ERROR_INVALID_VALUE;
-  F().shared->physical[Physical(it->second.first)].fetch_sub(it->second.second);
+  ReleasePhysical(F().shared, Physical(it->second.first), it->second.second);
   F().allocations.erase(it);
   return CUDA_SUCCESS;
 }
@@ -375,6 +379,29 @@ CUresult Behave<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D
 template <>
 CUresult Behave<CudaHook::cuArrayDestroy>(CUarray array) {
   return ReturnHandle(reinterpret_cast<std::uintptr_t>(array));
+}
+// Streams take TESSERA_FAKE_STREAM_BYTES of the current device each (a handle of 0 bytes
+// otherwise, so every stream still has a distinct value).
+CUresult CreateStream(CUstream* stream) {
+  if (stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  const int physical = Physical(t_current);
+  if (F().stream_bytes != 0 && !TakePhysical(physical, F().stream_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(g_handles_mu);
+  const std::uint64_t h = g_next_handle++;
+  g_handles[h] = {physical, F().stream_bytes};
+  *stream = reinterpret_cast<CUstream>(h);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuStreamCreate>(CUstream* stream, unsigned int) { return CreateStream(stream); }
+template <>
+CUresult Behave<CudaHook::cuStreamCreateWithPriority>(CUstream* stream, unsigned int, int) {
+  return CreateStream(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
+  return ReturnHandle(reinterpret_cast<std::uintptr_t>(stream));
 }
 // Graphs: memory-alloc nodes take physical memory when the graph is instantiated.
 struct FakeNode {
@@ -441,7 +468,7 @@ CUresult FakeInstantiate(CUgraphExec* exec, CUgraph graph) {
   for (FakeNode* n : g->nodes) {
     const int dev = n->params.poolProps.location.id;
     if (!ValidDevice(dev) || !TakePhysical(Physical(dev), n->params.bytesize)) {
-      for (auto& [phys, bytes] : e->held) F().shared->physical[phys].fetch_sub(bytes);
+      for (auto& [phys, bytes] : e->held) ReleasePhysical(F().shared, phys, bytes);
       delete e;
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -468,7 +495,7 @@ template <>
 CUresult Behave<CudaHook::cuGraphExecDestroy>(CUgraphExec exec) {
   auto* e = reinterpret_cast<FakeExec*>(exec);
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (auto& [phys, bytes] : e->held) F().shared->physical[phys].fetch_sub(bytes);
+  for (auto& [phys, bytes] : e->held) ReleasePhysical(F().shared, phys, bytes);
   delete e;
   return CUDA_SUCCESS;
 }
@@ -559,7 +586,7 @@ CUresult Behave<CudaHook::cuMemPoolTrimTo>(CUmemoryPool pool, size_t keep) {
   const std::uint64_t release = std::min(p.unused, above);
   p.reserved -= release;
   p.unused -= release;
-  F().shared->physical[p.physical].fetch_sub(release);
+  ReleasePhysical(F().shared, p.physical, release);
   return CUDA_SUCCESS;
 }
 template <>
@@ -584,7 +611,7 @@ CUresult Behave<CudaHook::cuMemPoolDestroy>(CUmemoryPool pool) {
   std::lock_guard<std::mutex> lock(g_handles_mu);
   auto it = g_pools.find(pool);
   if (it == g_pools.end()) return CUDA_ERROR_INVALID_VALUE;
-  F().shared->physical[it->second.physical].fetch_sub(it->second.reserved);
+  ReleasePhysical(F().shared, it->second.physical, it->second.reserved);
   g_pools.erase(it);
   return CUDA_SUCCESS;
 }

@@ -1,13 +1,15 @@
 // What the fake CUDA driver and the fake NVML share: the fake devices' configuration and their
-// physical usage, kept in a file (TESSERA_FAKE_STATE) so every process — and both libraries —
-// see the same device, as they would a real GPU.
+// physical usage, per device and per process, kept in a file (TESSERA_FAKE_STATE) so every
+// process — and both libraries — see the same device, as they would a real GPU.
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,10 +18,48 @@
 namespace tessera::fake {
 
 inline constexpr int kMaxDevices = 16;
+inline constexpr int kMaxProcesses = 64;
+
+// What one process holds on each device (NVML's per-process usedGpuMemory).
+struct ProcessUsage {
+  std::atomic<std::int32_t> pid;
+  std::atomic<std::uint64_t> bytes[kMaxDevices];
+};
 
 struct Shared {
   std::atomic<std::uint64_t> physical[kMaxDevices];
+  ProcessUsage processes[kMaxProcesses];
 };
+
+inline bool Alive(std::int32_t pid) { return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH); }
+
+// This process's row: found, or claimed (a free row, or the row of a process that has ended).
+// Null when every row is held by a live process: the usage is then not attributed.
+inline ProcessUsage* RowOf(Shared* s) {
+  const std::int32_t me = static_cast<std::int32_t>(getpid());
+  for (auto& row : s->processes) {
+    if (row.pid.load() == me) return &row;
+  }
+  for (auto& row : s->processes) {
+    std::int32_t holder = row.pid.load();
+    if ((holder == 0 || !Alive(holder)) && row.pid.compare_exchange_strong(holder, me)) {
+      for (auto& b : row.bytes) b.store(0);
+      return &row;
+    }
+  }
+  return nullptr;
+}
+
+// Attributes `bytes` of device `dev` to (or, negative, takes them from) this process.
+inline void AttributeToMe(Shared* s, int dev, std::int64_t bytes) {
+  if (ProcessUsage* row = RowOf(s)) row->bytes[dev].fetch_add(static_cast<std::uint64_t>(bytes));
+}
+
+// Returns physical memory of `dev` (freed by this process).
+inline void ReleasePhysical(Shared* s, int dev, std::uint64_t bytes) {
+  s->physical[dev].fetch_sub(bytes);
+  AttributeToMe(s, dev, -static_cast<std::int64_t>(bytes));
+}
 
 inline std::uint64_t EnvU64(const char* name, std::uint64_t fallback) {
   const char* v = std::getenv(name);

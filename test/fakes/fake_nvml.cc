@@ -164,17 +164,23 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device, n
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
-// Processes: this process (with the device's physical usage) plus TESSERA_FAKE_NVML_OTHER_PIDS
-// (comma-separated pids of "other tenants", 1 MiB each).
+// Processes: every live process holding memory of the device (what the fake driver attributed to
+// it), plus TESSERA_FAKE_NVML_OTHER_PIDS (comma-separated pids of "other tenants", 1 MiB each).
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t device, unsigned int* count,
                                                                         nvmlProcessInfo_t* infos) {
-  if (count == nullptr || IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  const int index = IndexOf(device);
+  if (count == nullptr || index < 0) return NVML_ERROR_INVALID_ARGUMENT;
   std::vector<nvmlProcessInfo_t> all;
-  nvmlProcessInfo_t me{};
-  me.pid = static_cast<unsigned int>(getpid());
-  me.usedGpuMemory = N().shared->physical[IndexOf(device)].load();
-  all.push_back(me);
+  for (const auto& row : N().shared->processes) {
+    const std::int32_t pid = row.pid.load();
+    const std::uint64_t bytes = row.bytes[index].load();
+    if (bytes == 0 || !Alive(pid)) continue;
+    nvmlProcessInfo_t p{};
+    p.pid = static_cast<unsigned int>(pid);
+    p.usedGpuMemory = bytes;
+    all.push_back(p);
+  }
   if (const char* others = std::getenv("TESSERA_FAKE_NVML_OTHER_PIDS")) {
     std::string list = others;
     std::size_t start = 0;

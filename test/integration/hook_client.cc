@@ -365,6 +365,28 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("array_after_destroy=%d\n", create(&again, &desc));
     return 0;
   }
+  if (scenario == "streams") {  // streams: create (both entry points) until refused or 256,
+                                // then destroy them all
+    auto create = reinterpret_cast<decltype(&cuStreamCreate)>(dlsym(RTLD_DEFAULT, "cuStreamCreate"));
+    auto create_prio = reinterpret_cast<decltype(&cuStreamCreateWithPriority)>(
+        dlsym(RTLD_DEFAULT, "cuStreamCreateWithPriority"));
+    auto destroy = reinterpret_cast<decltype(&cuStreamDestroy_v2)>(dlsym(RTLD_DEFAULT, "cuStreamDestroy_v2"));
+    std::vector<CUstream> streams;
+    CUresult r = CUDA_SUCCESS;
+    while (streams.size() < 256) {
+      CUstream st = nullptr;
+      r = streams.size() % 2 ? create_prio(&st, 0, -1) : create(&st, 0);
+      if (r != CUDA_SUCCESS) break;
+      streams.push_back(st);
+    }
+    size_t free_bytes = 0, total = 0;
+    api.get_info(&free_bytes, &total);
+    std::printf("streams=%zu streams_last=%d streams_free=%zu\n", streams.size(), r, free_bytes);
+    for (auto st : streams) destroy(st);
+    api.get_info(&free_bytes, &total);
+    std::printf("streams_free_after_destroy=%zu\n", free_bytes);
+    return 0;
+  }
   if (scenario == "launch") {  // per-thread and legacy launches reach the driver
     std::printf("launch=%d\n", api.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
     std::printf("launch_ptsz=%d\n", api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));

@@ -133,10 +133,10 @@ class HookTest : public ::testing::Test {
 
   // Writes a limits file and creates the region, as tessera-node / `tessera run` do.
   void Limit(std::uint64_t bytes, std::uint64_t context = 0, bool fail_closed = false,
-             bool create_region = true) {
+             bool create_region = true, std::uint64_t stream = 0) {
     Limits limits;
     limits.fail_closed = fail_closed;
-    limits.devices.push_back({kGpu0, bytes, 0, context});
+    limits.devices.push_back({kGpu0, bytes, 0, context, stream});
     std::ofstream(limits_path_) << FormatLimitsFile(limits);
     if (create_region) {
       auto region = shm::Mapping::Create(region_path_, {{kGpu0, bytes, 0}});
@@ -278,7 +278,8 @@ TEST_F(HookTest, NvmlReportsTheCapAndTheContainersUsage) {
   const Output other = Client("dlopen", {"nvml", std::to_string(kMiB)},
                               {"NVML_INDEX=1", "TESSERA_FAKE_NVML_OTHER_PIDS=4242"});
   EXPECT_EQ(other.Num("nvml_total"), 16 * kGiB) << other.text;  // GPU 1 is not in the limits
-  EXPECT_EQ(other.Get("procs"), "2");                           // nor filtered
+  // Nor filtered: the other tenant is listed (this process holds nothing on GPU 1).
+  EXPECT_EQ(other.Get("procs"), "1");
 }
 
 TEST_F(HookTest, VirtualMemoryIsChargedAtCreateNotAtMap) {
@@ -333,6 +334,27 @@ TEST_F(HookTest, ArraysAreCharged) {
   EXPECT_EQ(out.Get("arrays"), "4") << out.text;  // 4 x 16 MiB
   EXPECT_EQ(out.Get("array_last"), "2");
   EXPECT_EQ(out.Get("array_after_destroy"), "0");
+}
+
+// Streams take device memory of their own (PyTorch's stream pools: 128 streams, 70 MiB on the
+// H200): each is charged the measured per-stream size, refused past the cap, returned at destroy.
+TEST_F(HookTest, StreamsAreChargedTheirMeasuredSize) {
+  Limit(64 * kMiB, /*context=*/0, false, true, /*stream=*/4 * kMiB);
+  const Output out = Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("streams"), "16") << out.text;
+  EXPECT_EQ(out.Get("streams_last"), "2") << "CUDA_ERROR_OUT_OF_MEMORY";
+  EXPECT_EQ(out.Num("streams_free"), 0u);
+  EXPECT_EQ(out.Num("streams_free_after_destroy"), 64 * kMiB);
+  EXPECT_EQ(RegionUsed(), 0u);
+}
+
+TEST_F(HookTest, StreamsAreFreeWhenNoSizeIsConfigured) {
+  Limit(64 * kMiB);
+  const Output out = Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("streams"), "256") << out.text;
+  EXPECT_EQ(out.Num("streams_free"), 64 * kMiB);
 }
 
 TEST_F(HookTest, ContextIsChargedOncePerProcess) {
@@ -536,14 +558,15 @@ TEST_F(HookTest, ForkedChildAccountsInItsOwnSlot) {
 // `tessera run` plays the node agent locally: limits file, region, preload, one visible GPU.
 class TesseraRunTest : public HookTest {
  protected:
-  Output Run(std::vector<std::string> args) {
+  Output Run(std::vector<std::string> args, const std::vector<std::string>& extra_env = {}) {
     std::vector<std::string> argv = {TESSERA_CLI, "run"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return Process(argv, {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
-                          "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
-                          "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
-                          "PATH=/usr/bin:/bin"})
-        .Wait();
+    std::vector<std::string> env = {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                                    "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
+                                    "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+                                    "PATH=/usr/bin:/bin"};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    return Process(argv, env).Wait();
   }
 };
 
@@ -563,6 +586,21 @@ TEST_F(TesseraRunTest, ChargesTheContextAndPicksTheGpu) {
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Num("allocated"), 48 * kMiB) << out.text;
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
+}
+
+// Without --context-bytes, a probe process's context and 128 streams are measured with NVML
+// (per process, as on the H200) and charged: the command then gets the cap minus its context,
+// in streams of the measured size.
+TEST_F(TesseraRunTest, MeasuresTheContextAndStreamsWithNvml) {
+  const Output out = Run({"--gpu-memory", "64Mi", "--", TESSERA_HOOK_CLIENT, "dlopen", "streams"},
+                         {"TESSERA_FAKE_STATE=" + fake_state_,
+                          "TESSERA_FAKE_CONTEXT_BYTES=" + std::to_string(16 * kMiB),
+                          "TESSERA_FAKE_STREAM_BYTES=" + std::to_string(kMiB)});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_NE(out.text.find("(context 16.00 MiB, streams 1.00 MiB each, measured)"), std::string::npos)
+      << out.text;
+  EXPECT_EQ(out.Get("streams"), "48") << out.text;
+  EXPECT_EQ(out.Get("streams_last"), "2");
 }
 
 TEST_F(TesseraRunTest, CapsEveryChosenGpuSeparately) {
