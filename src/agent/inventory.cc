@@ -2,6 +2,7 @@
 
 #include <ctime>
 
+#include "tessera/json_writer.h"
 #include "tessera/names.h"
 
 namespace tessera::agent {
@@ -12,57 +13,6 @@ std::string Trim(std::string_view text) {
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   return std::string(text);
 }
-
-void AppendJsonString(std::string& out, std::string_view text) {
-  out += '"';
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (u < 0x20) {
-          static constexpr char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[u >> 4];
-          out += kHex[u & 0xf];
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
-
-// One JSON object's fields, in the order written; commas between them. The object closes when
-// the writer goes out of scope (nested writers close first).
-class ObjectWriter {
- public:
-  explicit ObjectWriter(std::string& out) : out_(out) { out_ += '{'; }
-  ~ObjectWriter() { out_ += '}'; }
-  ObjectWriter(const ObjectWriter&) = delete;
-  ObjectWriter& operator=(const ObjectWriter&) = delete;
-
-  void Str(std::string_view key, std::string_view value) { AppendJsonString(Field(key), value); }
-  template <typename Integer>
-  void Num(std::string_view key, Integer value) { Field(key) += std::to_string(value); }
-  void Bool(std::string_view key, bool value) { Field(key) += value ? "true" : "false"; }
-  // Starts a field and returns the output for its value (an array, a nested object).
-  std::string& Field(std::string_view key) {
-    if (!first_) out_ += ',';
-    first_ = false;
-    AppendJsonString(out_, key);
-    out_ += ':';
-    return out_;
-  }
-
- private:
-  std::string& out_;
-  bool first_ = true;
-};
 
 }  // namespace
 

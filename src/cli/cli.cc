@@ -8,13 +8,17 @@
 #include "cli/advise_cmd.h"
 #include "cli/core_commands.h"
 #include "cli/explain_cmd.h"
+#include "policy/policy.h"
 #include "sim/sim_command.h"
 
 namespace tessera::cli {
 
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   // Dependency-free subcommands first (`run` takes everything after `--` verbatim).
-  if (const int code = RunCoreCommand({argv + 1, argv + argc}, out, err); code >= 0) return code;
+  if (const int code = RunCoreCommand({argv + 1, argv + argc}, out, err, policy::LoadPolicyFile);
+      code >= 0) {
+    return code;
+  }
   // `sim` parses its own arguments (tessera::sim::RunSimCommand).
   if (argc >= 2 && std::string(argv[1]) == "sim") {
     return sim::RunSimCommand({argv + 2, argv + argc}, out, err);
@@ -30,6 +34,7 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.add_subcommand("names", "List every resource, annotation, label, env var and path");
   app.add_subcommand("inventory",
                      "Print this machine's GPU inventory as tessera-node publishes it (NVML)");
+  app.add_subcommand("doctor", "Measure what each sharing mode really isolates on this node's GPU");
   app.add_subcommand("sim", "Replay a GPU trace through placement policies (tessera sim --help)");
   try {
     app.parse(argc, argv);

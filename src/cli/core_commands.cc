@@ -3,6 +3,7 @@
 #include "agent/node_agent.h"
 #include "agent/nvml.h"
 
+#include "cli/doctor_cmd.h"
 #include "cli/run_cmd.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
@@ -47,8 +48,12 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
 
 }  // namespace
 
-int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                   const PolicyLoader& load_policy) {
   if (args.empty()) return -1;
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "doctor") return DoctorCommand(rest, out, err, load_policy);
+  if (args[0] == "doctor-worker") return DoctorWorkerCommand(rest, out);
   if (args[0] == "run") return RunCommand({args.begin() + 1, args.end()}, out, err);
   if (args[0] == "version") {
     out << "tessera " << TESSERA_VERSION << " (shared-region ABI " << shm::AbiVersion() << ")\n";

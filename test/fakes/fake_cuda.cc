@@ -17,12 +17,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 #include <unordered_map>
 
@@ -96,10 +98,17 @@ int Physical(int ordinal) { return F().visible[ordinal]; }
 // Takes physical memory on `dev`, as the device would (all processes share it).
 bool TakePhysical(int dev, std::uint64_t bytes) {
   auto& used = F().shared->physical[dev];
-  std::uint64_t now = used.load();
-  do {
-    if (bytes > F().memory || now > F().memory - bytes) return false;
-  } while (!used.compare_exchange_weak(now, now + bytes));
+  bool reclaimed = false;
+  for (std::uint64_t now = used.load();;) {
+    if (bytes > F().memory || now > F().memory - bytes) {
+      if (reclaimed) return false;
+      ReclaimEnded(F().shared);  // what ended processes held goes back, as the driver does
+      reclaimed = true;
+      now = used.load();
+    } else if (used.compare_exchange_weak(now, now + bytes)) {
+      break;
+    }
+  }
   AttributeToMe(F().shared, dev, static_cast<std::int64_t>(bytes));
   return true;
 }
@@ -327,6 +336,7 @@ CUresult Behave<CudaHook::cuMemFree_v2>(CUdeviceptr dptr) {
 template <>
 CUresult Behave<CudaHook::cuMemGetInfo_v2>(size_t* free_bytes, size_t* total_bytes) {
   if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
+  ReclaimEnded(F().shared);
   const std::uint64_t used = F().shared->physical[Physical(t_current)].load();
   if (free_bytes != nullptr) *free_bytes = F().memory - used;
   if (total_bytes != nullptr) *total_bytes = F().memory;
@@ -403,6 +413,48 @@ template <>
 CUresult Behave<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
   return ReturnHandle(reinterpret_cast<std::uintptr_t>(stream));
 }
+// Kernels, for `tessera doctor`'s workers: a function is its name; launching "tessera_fault"
+// makes the context's error sticky (CUDA_ERROR_ILLEGAL_ADDRESS from then on, as a real fault
+// does), "tessera_spin" takes a little time. Every other function, and a null one, just succeeds.
+std::atomic<CUresult> g_sticky{CUDA_SUCCESS};
+std::mutex g_functions_mu;
+std::unordered_map<std::string, std::string*> g_functions;  // name -> the CUfunction value
+template <>
+CUresult Behave<CudaHook::cuModuleGetFunction>(CUfunction* fn, CUmodule, const char* name) {
+  if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_functions_mu);
+  std::string*& f = g_functions[name];
+  if (f == nullptr) f = new std::string(name);  // lives as long as the process, like a module
+  *fn = reinterpret_cast<CUfunction>(f);
+  return CUDA_SUCCESS;
+}
+CUresult FakeLaunch(CUfunction f, void** params) {
+  if (g_sticky.load() != CUDA_SUCCESS) return g_sticky.load();
+  if (f == nullptr) return CUDA_SUCCESS;
+  const std::string* name = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_functions_mu);
+    for (const auto& entry : g_functions) {
+      if (reinterpret_cast<CUfunction>(entry.second) == f) name = entry.second;
+    }
+  }
+  if (name == nullptr) return CUDA_SUCCESS;
+  if (*name == "tessera_fault") g_sticky.store(CUDA_ERROR_ILLEGAL_ADDRESS);
+  if (*name == "tessera_spin" && params != nullptr && params[0] != nullptr) {
+    const auto ns = *static_cast<std::uint64_t*>(params[0]);
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::uint64_t>(ns / 20, 10'000'000)));
+  }
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuLaunchKernel>(CUfunction f, unsigned int, unsigned int, unsigned int,
+                                          unsigned int, unsigned int, unsigned int, unsigned int,
+                                          CUstream, void** params, void**) {
+  return FakeLaunch(f, params);
+}
+template <>
+CUresult Behave<CudaHook::cuCtxSynchronize>() { return g_sticky.load(); }
+
 // Graphs: memory-alloc nodes take physical memory when the graph is instantiated.
 struct FakeNode {
   CUgraphNodeType type;

@@ -42,8 +42,8 @@ inline ProcessUsage* RowOf(Shared* s) {
   }
   for (auto& row : s->processes) {
     std::int32_t holder = row.pid.load();
-    if ((holder == 0 || !Alive(holder)) && row.pid.compare_exchange_strong(holder, me)) {
-      for (auto& b : row.bytes) b.store(0);
+    if ((holder == 0 || (holder > 0 && !Alive(holder))) && row.pid.compare_exchange_strong(holder, me)) {
+      for (int dev = 0; dev < kMaxDevices; ++dev) s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
       return &row;
     }
   }
@@ -53,6 +53,17 @@ inline ProcessUsage* RowOf(Shared* s) {
 // Attributes `bytes` of device `dev` to (or, negative, takes them from) this process.
 inline void AttributeToMe(Shared* s, int dev, std::int64_t bytes) {
   if (ProcessUsage* row = RowOf(s)) row->bytes[dev].fetch_add(static_cast<std::uint64_t>(bytes));
+}
+
+// Gives back what processes that have ended still held (a real driver frees a process's memory
+// when it exits; the fake does it when memory runs short or usage is read).
+inline void ReclaimEnded(Shared* s) {
+  for (auto& row : s->processes) {
+    std::int32_t holder = row.pid.load();
+    if (holder == 0 || Alive(holder) || !row.pid.compare_exchange_strong(holder, -1)) continue;
+    for (int dev = 0; dev < kMaxDevices; ++dev) s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
+    row.pid.store(0);
+  }
 }
 
 // Returns physical memory of `dev` (freed by this process).

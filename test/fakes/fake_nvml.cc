@@ -149,6 +149,7 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo>(nvmlDevice_t device, nvml
   const int i = IndexOf(device);
   if (memory == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
   memory->total = N().memory;
+  ReclaimEnded(N().shared);
   memory->used = N().shared->physical[i].load();
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
@@ -160,6 +161,7 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device, n
   if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
   memory->total = N().memory;
   memory->reserved = 0;
+  ReclaimEnded(N().shared);
   memory->used = N().shared->physical[i].load();
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# `tessera doctor` on the GPU host: builds the dependency-free parts with the project's pinned
+# CUDA headers (third_party/cuda/include, carried), runs every experiment in every mode and keeps
+# the report. Output folder: $1 (default build/doctor-out): report.txt, report.json, tenants' logs.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out=${1:-build/doctor-out}
+mkdir -p "$out"
+cmake --preset gpu >/dev/null
+cmake --build build/gpu -j "$(nproc)" --target tessera tessera_hook 2>&1 | tail -n 2
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+time build/gpu/cmd/tessera/tessera doctor --json-file "$out/report.json" "$@" | tee "$out/report.txt"
