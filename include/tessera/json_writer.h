@@ -46,7 +46,7 @@ class ObjectWriter {
   template <typename Integer>
   void Num(std::string_view key, Integer value) { Field(key) += std::to_string(value); }
   // A number with up to `digits` significant digits ("%.*g").
-  void Real(std::string_view key, double value, int digits = 6) {
+  void Real(std::string_view key, double value, int digits = 15) {
     char text[40];
     std::snprintf(text, sizeof(text), "%.*g", digits, value);
     Field(key) += text;

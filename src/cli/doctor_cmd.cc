@@ -15,7 +15,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: tessera doctor [--gpu INDEX|UUID] [--modes native,shared,mps] [--json] [--json-file FILE]\n"
-    "                      [--policy FILE]";
+    "                      [--policy FILE] [--keep]";
 
 std::string SelfPath() {
   char path[PATH_MAX];
@@ -44,6 +44,8 @@ int DoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
     const bool has_value = i + 1 < args.size();
     if (a == "--json") {
       json = true;
+    } else if (a == "--keep") {
+      options.keep = true;
     } else if (a == "--gpu" && has_value) {
       options.gpu = args[++i];
     } else if (a == "--modes" && has_value) {

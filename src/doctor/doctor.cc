@@ -298,11 +298,17 @@ class Doctor {
     dir_ = dir;
     struct Cleanup {
       std::string dir;
+      bool keep;
+      std::ostream& progress;
       ~Cleanup() {
         std::error_code ec;
-        std::filesystem::remove_all(dir, ec);
+        if (keep) {
+          progress << "tessera doctor: kept " << dir << "\n";
+        } else {
+          std::filesystem::remove_all(dir, ec);
+        }
       }
-    } cleanup{dir_};
+    } cleanup{dir_, o_.keep, progress_};
     TESSERA_RETURN_IF_ERROR(Identify());
     mps_control_ = FindInPath(o_.mps_control);
     for (SharingMode mode : o_.modes) {
@@ -483,41 +489,59 @@ class Doctor {
          {"foundBytes", found}});
   }
 
-  std::optional<std::pair<double, double>> ProbeLatency(std::string* why) {
-    auto probe = Start({"probe", "300"});
+  // Median and p99 of 300 probe launches; `*starved` when they did not finish within `window`.
+  std::optional<std::pair<double, double>> ProbeLatency(const std::vector<std::string>& env,
+                                                        std::chrono::milliseconds window,
+                                                        bool* starved, std::string* why) {
+    auto probe = Start({"probe", "300"}, env);
     if (!probe.ok()) {
       *why = std::string(probe.status().message());
       return std::nullopt;
     }
-    const auto p50 = (*probe)->AwaitReal("p50_us", deadline_);
-    const auto p99 = (*probe)->AwaitReal("p99_us", deadline_);
+    const auto until = std::min(deadline_, Clock::now() + window);
+    const auto p50 = (*probe)->AwaitReal("p50_us", until);
+    const auto p99 = (*probe)->AwaitReal("p99_us", until);
     if (!p50 || !p99) {
+      *starved = (*probe)->Why() == "no answer in time";
       *why = "probe: " + (*probe)->Why();
       return std::nullopt;
     }
     return std::make_pair(*p50, *p99);
   }
 
-  // 3. Latency of a small kernel alone, then beside a tenant running long kernels on every SM.
+  // 3. Latency of a small kernel alone, then beside a tenant running long kernels on every SM it
+  // may use. Under MPS each client gets half of the SMs, as tessera's MPS backend gives each
+  // client its share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
   void Interference() {
+    const std::vector<std::string> env =
+        mode_ == SharingMode::kMps ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"}
+                                   : std::vector<std::string>{};
+    const std::string how = mode_ == SharingMode::kMps ? " (each client 50 % of the threads)" : "";
     std::string why;
-    const auto alone = ProbeLatency(&why);
+    bool starved = false;
+    const auto alone = ProbeLatency(env, 5s, &starved, &why);
     if (!alone) return Add(Property::kInterference, Outcome::kNotMeasured, why);
-    auto spinner = Start({"spin"});
+    auto spinner = Start({"spin"}, env);
     if (!spinner.ok()) return Add(Property::kInterference, Outcome::kNotMeasured, std::string(spinner.status().message()));
     if (const auto r = (*spinner)->AwaitNumber("spin", deadline_); r != 0) {
       return Add(Property::kInterference, Outcome::kNotMeasured,
                  "hog: " + (r ? "CUresult " + std::to_string(*r) : (*spinner)->Why()));
     }
     std::this_thread::sleep_for(50ms);
-    const auto beside = ProbeLatency(&why);
+    constexpr auto kWindow = 4s;
+    const auto beside = ProbeLatency(env, kWindow, &starved, &why);
     (*spinner)->CloseInput();
+    if (!beside && starved) {
+      return Add(Property::kInterference, Outcome::kFails,
+                 Format("p50/p99 %.0f/%.0f us alone; beside the hog 300 probes did not finish in %d s "
+                        "(starved)", alone->first, alone->second, static_cast<int>(kWindow.count())) + how,
+                 {{"aloneP50Us", alone->first}, {"aloneP99Us", alone->second}, {"starved", 1}});
+    }
     if (!beside) return Add(Property::kInterference, Outcome::kNotMeasured, why);
     const double ratio = alone->second > 0 ? beside->second / alone->second : 0;
     Add(Property::kInterference, ratio <= 2.0 ? Outcome::kHolds : Outcome::kFails,
-        Format("p50/p99 %.0f/%.0f us alone, %.0f/%.0f us beside the hog", alone->first, alone->second,
-               beside->first, beside->second) +
-            Format(" (p99 %.1fx)", ratio),
+        Format("p50/p99 %.0f/%.0f us alone, %.0f/%.0f us beside the hog (p99 %.1fx)", alone->first,
+               alone->second, beside->first, beside->second, ratio) + how,
         {{"aloneP50Us", alone->first}, {"aloneP99Us", alone->second}, {"besideP50Us", beside->first},
          {"besideP99Us", beside->second}, {"p99Ratio", ratio}});
   }
@@ -610,7 +634,8 @@ class Doctor {
     }
     const double delivered = 100.0 * *part / *full;
     Add(Property::kComputeShare, std::fabs(delivered - 30) <= 5 ? Outcome::kHolds : Outcome::kFails,
-        Format("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 delivered %.1f %% of the solo rate", delivered),
+        Format("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30 delivered %.1f %% of the solo rate "
+               "(compute-bound kernels, otherwise idle GPU)", delivered),
         {{"targetPercent", 30}, {"deliveredPercent", delivered}});
   }
 

@@ -24,6 +24,7 @@ struct DoctorOptions {
   std::string nvidia_smi = "nvidia-smi";
   std::chrono::milliseconds experiment_limit{10000};    // each experiment, start to cleanup
   std::string date;                                     // for the report (YYYY-MM-DD)
+  bool keep = false;  // keep the work folder (tenants' stderr, MPS logs) and say where
 };
 
 // "native,shared,mps" (any subset, each once). The modes doctor can measure; the others of the

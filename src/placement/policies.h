@@ -41,8 +41,13 @@ class PlacementPolicy {
   virtual std::optional<std::size_t> PickNode(std::span<const std::uint32_t> /*feasible*/) {
     return std::nullopt;
   }
-  // Whether Score depends only on (node state, request): lets the Scheduler cache scores.
+  // Whether Score depends only on (node state, request, epoch()): lets the Scheduler cache
+  // scores.
   virtual bool cacheable() const { return true; }
+  // A policy whose scores also depend on what it has learned (TesseraPolicy's workload
+  // estimate) changes this whenever that changes; cached scores of another epoch are not used.
+  // Read after Observe(), so an arrival that changes the estimate is scored with the new one.
+  virtual std::uint64_t epoch() const { return 0; }
 };
 
 // The GPU choice "best" (spec §4): a fractional share goes to the usable GPU with the least free

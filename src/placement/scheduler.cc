@@ -86,6 +86,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
     const std::uint32_t shape = ShapeId(r, true);
     const std::uint32_t score_shape = ShapeId(r, false);
     const std::size_t way = score_shape % kCacheWays;
+    const auto epoch = static_cast<std::uint32_t>(policy_->epoch());
     std::size_t feasible = 0;
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = node_at(k);
@@ -94,6 +95,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
       GpuMask usable = 0;
       bool have_usable = false;
       if (e.shape != shape || e.version != version) {
+        if (e.version != version) e.score_shape = 0xffffffffU;
         e.shape = shape;
         e.version = version;
         e.feasible = cluster_->Feasible(i, r, &usable);
@@ -101,11 +103,11 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
       }
       if (!e.feasible) continue;
       ++feasible;
-      if (e.score_shape != score_shape || e.score_version != version) {
+      if (e.score_shape != score_shape || e.score_epoch != epoch) {
         if (!have_usable) usable = cluster_->UsableGpus(i, r);
         const Choice c = policy_->Score(*cluster_, i, r, usable);
         e.score_shape = score_shape;
-        e.score_version = version;
+        e.score_epoch = epoch;
         e.score = c.score;
         e.gpus = c.gpus;
       }

@@ -31,14 +31,17 @@ class Scheduler {
   std::size_t last_feasible() const { return last_feasible_; }
 
  private:
-  // Per node, direct-mapped by the score shape; valid while the node's version is unchanged.
+  // Per node, direct-mapped by the score shape; valid while the node's version (and, for the
+  // score, the policy's epoch) is unchanged.
   // Scores and GPU choices do not depend on host memory, so they are keyed by a shape without
   // it and shared by more requests; feasibility is keyed by the whole request.
   struct CacheEntry {
     std::uint32_t version = 0;
     std::uint32_t shape = 0xffffffffU;        // the whole request, for `feasible`
     std::uint32_t score_shape = 0xffffffffU;  // host memory left out, for score and gpus
-    std::uint32_t score_version = 0;
+    // The score is dropped when the version changes, so it is valid iff its shape and the
+    // policy's epoch (low 32 bits) match.
+    std::uint32_t score_epoch = 0;
     int score = 0;
     bool feasible = false;
     GpuMask gpus = 0;

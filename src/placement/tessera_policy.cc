@@ -21,7 +21,7 @@ std::string JoinModels(const std::vector<std::string>& models) {
 }
 
 // Scores are major x kMinorRange + minor.
-constexpr std::int64_t kMinorRange = 1000;
+constexpr std::int64_t kMinorRange = 20'000'000;
 
 }  // namespace
 
@@ -35,7 +35,9 @@ TesseraPolicy::TesseraPolicy(const Cluster& cluster, Options options, const Work
       f_epoch_(cluster.size(), ~0ULL),
       f_version_(cluster.size(), 0),
       f_(cluster.size(), 0),
-      cache_(cluster.size() * kWays) {
+      gaps_(kMilliPerGpu + 1, 0),
+      gap_version_(cluster.size(), 0),
+      gap_free_(cluster.size()) {
   for (std::size_t i = 0; i < cluster.size(); ++i) model_[i] = cluster.node_model(i);
   if (prior != nullptr && options_.prior_weight > 0) {
     for (const WorkloadProfile::Item& item : prior->items) {
@@ -59,16 +61,22 @@ void TesseraPolicy::Observe(const Request& q) {
   it->second.count += scale_;
   const double demand = static_cast<double>(q.gpu_count) * static_cast<double>(milli);
   gpu_demand_ += scale_ * demand;  // decays with the histogram
+  cpu_demand_ += scale_ * static_cast<double>(q.cpu_milli);
   if (q.gpu_count >= 2) multi_demand_ += scale_ * demand;
   // Decay by growing the weight of later observations; renormalise before it overflows.
   scale_ *= std::exp2(1.0 / options_.half_life);
   if (scale_ > 1e150) {
     for (auto& [k, e] : histogram_) e.count /= scale_;
     gpu_demand_ /= scale_;
+    cpu_demand_ /= scale_;
     multi_demand_ /= scale_;
     scale_ = 1;
   }
   ++observed_;
+  if (options_.sum_of_squares != 0) {
+    SyncGaps();
+    ++epoch_;
+  }
   if (observed_ >= next_rebuild_) {
     Rebuild();
     next_rebuild_ = observed_ < options_.rebuild_stride ? observed_ * 2
@@ -106,7 +114,37 @@ void TesseraPolicy::Rebuild() {
   // Decided with the workload, so cached scores (keyed on the epoch) stay consistent.
   spread_ = options_.spread_below_multi_gpu_share > 0 && gpu_demand_ > 0 &&
             multi_demand_ < options_.spread_below_multi_gpu_share * gpu_demand_;
+  cpu_per_milli_ = gpu_demand_ > 0 ? cpu_demand_ / gpu_demand_ : 0;
+  multi_.clear();
+  for (const WorkloadProfile::Item& item : frag_->profile().items) {
+    if (item.gpu_count < 2 || item.gpu_milli <= 0) continue;
+    MultiItem m;
+    m.cpu = item.cpu_milli;
+    m.milli = item.gpu_milli;
+    m.count = item.gpu_count;
+    if (!item.models.empty()) {
+      m.model_mask = 0;
+      const auto& models = cluster_.models();
+      for (const std::string& name : item.models) {
+        auto it = std::find(models.begin(), models.end(), name);
+        if (it != models.end()) m.model_mask |= 1ULL << (it - models.begin());
+      }
+    }
+    m.value = item.weight * item.gpu_count * item.gpu_milli;
+    multi_.push_back(m);
+  }
   ++epoch_;
+}
+
+void TesseraPolicy::SyncGaps() {
+  for (std::size_t i = 0; i < cluster_.size(); ++i) {
+    const NodeState& st = cluster_.state(i);
+    if (gap_version_[i] == st.version) continue;
+    gap_version_[i] = st.version;
+    for (const std::int32_t f : gap_free_[i]) --gaps_[static_cast<std::size_t>(f)];
+    gap_free_[i] = st.free_milli;
+    for (const std::int32_t f : gap_free_[i]) ++gaps_[static_cast<std::size_t>(f)];
+  }
 }
 
 double TesseraPolicy::Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
@@ -140,21 +178,7 @@ double TesseraPolicy::Current(std::size_t node) {
 
 Choice TesseraPolicy::Score(const Cluster& /*cluster*/, std::size_t node, const ResolvedRequest& r,
                             GpuMask usable) {
-  const Request& q = *r.request;
-  const std::uint32_t version = cluster_.state(node).version;
-  const std::uint64_t h = static_cast<std::uint64_t>(q.cpu_milli) * 31 + q.gpu_count * 7 +
-                          static_cast<std::uint64_t>(q.gpu_milli) * 13 + usable;
-  CacheEntry& e = cache_[node * kWays + (h % kWays)];
-  const bool mig = !q.mig_profile.empty();
-  if (e.epoch == epoch_ && e.version == version && e.cpu == q.cpu_milli &&
-      e.count == q.gpu_count && e.milli == q.gpu_milli && e.gpu_memory == q.gpu_memory_bytes &&
-      e.model_mask == r.model_mask && e.usable == usable && e.mig == mig && !mig) {
-    return e.choice;
-  }
-  const Choice c = Compute(node, q, usable);
-  e = CacheEntry{epoch_, version, q.cpu_milli, q.gpu_count, q.gpu_milli, q.gpu_memory_bytes,
-                 r.model_mask, usable, mig, c};
-  return c;
+  return Compute(node, *r.request, usable);
 }
 
 Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable) {
@@ -196,18 +220,67 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
   // Major key: FGD's score of the fragmentation delta (a sigmoid in 0..100). Minor key (0..999):
   // a node nothing runs on comes last, so whole nodes stay whole for multi-GPU pods; among used
   // nodes, the tightest fit. (Spread mode: the emptiest node first.)
-  auto score = [&](double delta, double left) {
+  // Imbalance of the node's free CPU against its free GPU milli, measured with the observed
+  // demand ratio (CPU per GPU milli), as a share of the node's CPU.
+  auto imbalance = [&](std::int64_t cpu_free, std::int64_t gpu_free) {
+    if (spec.cpu_milli <= 0) return 0.0;
+    return std::abs(static_cast<double>(cpu_free) - cpu_per_milli_ * static_cast<double>(gpu_free)) /
+           static_cast<double>(spec.cpu_milli);
+  };
+  const double imb0 = imbalance(s.cpu_free, s.gpu_milli_free);
+  // Expected multi-GPU demand this placement shuts out of the node: the target's pods of two or
+  // more GPUs that fit before and not after, weighted as FGD weighs them.
+  const std::uint32_t nm = model_[node];
+  auto multi_fits = [&](const MultiItem& m, std::int64_t cpu_free, const std::int32_t* free) {
+    if (cpu_free < m.cpu) return false;
+    if (nm != Cluster::kMixedModel && ((m.model_mask >> nm) & 1ULL) == 0) return false;
+    std::uint32_t k = 0;
+    for (std::size_t g = 0; g < n; ++g) k += free[g] >= m.milli ? 1U : 0U;
+    return k >= m.count;
+  };
+  double multi_loss = 0;
+  auto set_multi_loss = [&](const std::int32_t* after) {
+    multi_loss = 0;
+    for (const MultiItem& m : multi_) {
+      if (multi_fits(m, s.cpu_free, s.free_milli.data()) && !multi_fits(m, cpu_after, after)) {
+        multi_loss += m.value;
+      }
+    }
+  };
+  std::int64_t gpu_taken_now = 0;
+  auto score = [&](double delta, double left, std::int64_t ss = 0) {
     const int major = static_cast<int>(100 * (1 / (1 + std::exp(delta / 1000))));
     std::int64_t minor = 0;
-    if (spread) {
-      minor = std::lround(left * (kMinorRange - 1));
+    const double imb = imbalance(cpu_after, s.gpu_milli_free - gpu_taken_now);
+    if (options_.minor_mode == 1) {
+      minor = fresh ? 0 : 1 + std::lround((1 - std::min(imb, 1.0)) * 998);
+    } else if (options_.minor_mode == 2) {
+      minor = 500 - std::lround(std::clamp(imb - imb0, -1.0, 1.0) * 499);
+    } else if (options_.minor_mode == 4) {
+      const double imb_cost = cpu_per_milli_ > 0 ? (imb - imb0) * static_cast<double>(spec.cpu_milli) / cpu_per_milli_ : 0;
+      const double cost = imb_cost + multi_loss;
+      minor = 10000 - std::lround(std::clamp(cost, -9999.0, 9999.0));
+    } else if (options_.minor_mode == 3) {
+      minor = fresh ? 0 : 1 + 499 - std::lround(std::clamp(imb - imb0, -1.0, 1.0) * 498);
+    } else if (spread) {
+      minor = std::lround(left * (999));
     } else if (!fresh) {
-      minor = 1 + std::lround((1 - left) * (kMinorRange - 2));
+      minor = 1 + std::lround((1 - left) * (998));
     }
+    minor = minor * 20000 + std::clamp<std::int64_t>(9999 - ss, 0, 19998);
     return static_cast<int>(major * kMinorRange + minor);
+  };
+  // Sum-of-squares potential change when a GPU goes from free a to free b.
+  auto ss_delta = [&](std::int32_t a, std::int32_t b) -> std::int64_t {
+    if (options_.sum_of_squares == 0) return 0;
+    std::int64_t d = 0;
+    if (a > 0 && a < kMilliPerGpu) d += -2 * gaps_[static_cast<std::size_t>(a)] + 1;
+    if (b > 0 && b < kMilliPerGpu) d += 2 * gaps_[static_cast<std::size_t>(b)] + 1;
+    return d;
   };
 
   if (!q.is_gpu()) {
+    set_multi_loss(scratch);
     return {score(Memo(node, cpu_after, scratch, n) - f0, leftover(0, 0)), 0};
   }
   const bool fractional = q.gpu_count == 1 && q.gpu_milli < kMilliPerGpu && q.mig_profile.empty();
@@ -221,6 +294,8 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
       mem += q.gpu_memory_bytes;
     }
     const std::int64_t taken = q.mig_profile.empty() ? static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli : 0;
+    gpu_taken_now = taken;
+    set_multi_loss(scratch);
     return {score(Memo(node, cpu_after, scratch, n) - f0, leftover(taken, mem)), gpus};
   }
   // A fractional share: the GPU with the smallest delta; then the least free milli, memory.
@@ -228,8 +303,10 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
   std::size_t best_g = kMaxGpusPerNode;
   std::int32_t tried[kMaxGpusPerNode];
   double tried_delta[kMaxGpusPerNode];
+  double tried_loss[kMaxGpusPerNode];
   std::size_t tried_n = 0;
   const double left = leftover(q.gpu_milli, q.gpu_memory_bytes);
+  gpu_taken_now = q.gpu_milli;
   for (GpuMask m = usable; m != 0; m &= m - 1) {
     const std::size_t g = LowestBit(m);
     const std::int32_t free = s.free_milli[g];
@@ -238,17 +315,20 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
     for (std::size_t i = 0; i < tried_n && !found; ++i) {
       if (tried[i] == free) {
         delta = tried_delta[i];
+        multi_loss = tried_loss[i];
         found = true;
       }
     }
     if (!found) {
       scratch[g] = free - q.gpu_milli;
       delta = Memo(node, cpu_after, scratch, n) - f0;
+      set_multi_loss(scratch);
       scratch[g] = free;
       tried[tried_n] = free;
+      tried_loss[tried_n] = multi_loss;
       tried_delta[tried_n++] = delta;
     }
-    const int sc = score(delta, left);
+    const int sc = score(delta, left, ss_delta(free, free - q.gpu_milli));
     bool better = best_g == kMaxGpusPerNode || sc > best.score;
     if (!better && sc == best.score) {
       const std::int32_t bf = s.free_milli[best_g];

@@ -41,6 +41,11 @@ class TesseraPolicy final : public PlacementPolicy {
     // break score ties toward the emptiest node instead of keeping fresh nodes whole. Off by
     // default: the only value tried (0.15) was picked after seeing the bundled traces' mix.
     double spread_below_multi_gpu_share = 0;
+    // Experimental: sum-of-squares tie-break for fractional shares.
+    int sum_of_squares = 0;
+    // Experimental tie-break: 0 untouched last then best-fit; 1 untouched last then balanced
+    // residual; 2 balanced residual change only.
+    int minor_mode = 4;
   };
 
   explicit TesseraPolicy(const Cluster& cluster);
@@ -50,13 +55,13 @@ class TesseraPolicy final : public PlacementPolicy {
   void Observe(const Request& request) override;
   Choice Score(const Cluster& cluster, std::size_t node, const ResolvedRequest& request,
                GpuMask usable) override;
-  // Scores depend on the estimated workload as well as the node: the policy caches them itself,
-  // keyed on the node version and the workload epoch.
-  bool cacheable() const override { return false; }
+  // Scores depend on the node, the request and the estimated workload: the Scheduler caches
+  // them per node and request shape, keyed on the node version and this epoch (bumped whenever
+  // the target workload changes).
+  std::uint64_t epoch() const override { return epoch_; }
 
   // Introspection (tests, docs).
   std::uint64_t observed() const { return observed_; }
-  std::uint64_t epoch() const { return epoch_; }
   const WorkloadProfile& target() const { return frag_->profile(); }
 
  private:
@@ -68,6 +73,7 @@ class TesseraPolicy final : public PlacementPolicy {
   void Rebuild();
   Choice Compute(std::size_t node, const Request& q, GpuMask usable);
   double Current(std::size_t node);
+  void SyncGaps();
   double Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
               std::size_t gpus);
 
@@ -85,24 +91,21 @@ class TesseraPolicy final : public PlacementPolicy {
       return static_cast<std::size_t>(h);
     }
   };
-  struct CacheEntry {
-    std::uint64_t epoch = ~0ULL;
-    std::uint32_t version = 0;
-    std::int64_t cpu = -1;
-    std::uint32_t count = 0;
-    std::int32_t milli = 0;
-    std::uint64_t gpu_memory = 0;
-    std::uint64_t model_mask = 0;
-    GpuMask usable = 0;
-    bool mig = false;
-    Choice choice;
-  };
-  static constexpr std::size_t kWays = 8;
 
   const Cluster& cluster_;
   Options options_;
   std::map<Key, Entry> histogram_;
   double gpu_demand_ = 0;    // decayed GPU milli observed
+  double cpu_demand_ = 0;    // decayed CPU milli observed
+  double cpu_per_milli_ = 0;  // cpu_demand_ / gpu_demand_ at the last rebuild
+  struct MultiItem {
+    std::int64_t cpu = 0;
+    std::int32_t milli = 0;
+    std::uint32_t count = 0;
+    std::uint64_t model_mask = ~0ULL;
+    double value = 0;  // weight x GPU milli of one such pod
+  };
+  std::vector<MultiItem> multi_;  // the target's pods of two or more GPUs
   double multi_demand_ = 0;  // ... of it from pods of two or more GPUs
   bool spread_ = false;
   double scale_ = 1;  // weight of the next observation (grows instead of decaying the rest)
@@ -115,7 +118,10 @@ class TesseraPolicy final : public PlacementPolicy {
   std::vector<std::uint64_t> f_epoch_;
   std::vector<std::uint32_t> f_version_;
   std::vector<double> f_;
-  std::vector<CacheEntry> cache_;
+  // GPUs per free milli (0..1000), over every schedulable GPU; kept in step with the ledger.
+  std::vector<std::int64_t> gaps_;
+  std::vector<std::uint32_t> gap_version_;
+  std::vector<std::vector<std::int32_t>> gap_free_;
 };
 
 }  // namespace tessera::placement

@@ -112,7 +112,7 @@ TEST(TesseraPolicyTest, ScoresFollowTheWorkloadEpoch) {
   auto c = Cluster::Create({MakeNode("n0", 8)});
   ASSERT_OK(c);
   TesseraPolicy p(*c);
-  EXPECT_FALSE(p.cacheable());  // scores depend on the learned workload
+  EXPECT_TRUE(p.cacheable());  // the Scheduler keys cached scores on the epoch
   const std::uint64_t e0 = p.epoch();
   p.Observe(Pod("a", 1000, 1, 500));
   EXPECT_GT(p.epoch(), e0);

@@ -9,8 +9,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -631,6 +634,93 @@ TEST_F(TesseraRunTest, RejectsBadInput) {
   const Output missing = Run({"--gpu-memory", "1Gi", "--", "/nonexistent/program"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.text.find("cannot run"), std::string::npos) << missing.text;
+}
+
+// `tessera doctor` against the fake driver: every experiment runs in every mode asked for and ends;
+// the fake's hog takes the whole device natively but only the cap under tessera; an unavailable
+// MPS is reported, not crashed on; nothing is left behind in /tmp.
+class DoctorTest : public HookTest {
+ protected:
+  Output Doctor(std::vector<std::string> args) {
+    std::vector<std::string> argv = {TESSERA_CLI, "doctor"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return Process(argv, {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                          "TESSERA_FAKE_STATE=" + fake_state_,
+                          "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
+                          "TESSERA_HOOK_LIBRARY=" + std::string(TESSERA_HOOK_LIBRARY),
+                          "PATH=/usr/bin:/bin"})
+        .Wait();
+  }
+  static std::set<std::string> DoctorFolders() {
+    std::set<std::string> found;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/tmp", ec)) {
+      if (e.path().filename().string().rfind("tessera-doctor-", 0) == 0) found.insert(e.path());
+    }
+    return found;
+  }
+  static const nlohmann::json* FindingOf(const nlohmann::json& report, const std::string& property,
+                                         const std::string& mode) {
+    for (const auto& f : report["findings"]) {
+      if (f["property"] == property && f["mode"] == mode) return &f;
+    }
+    return nullptr;
+  }
+};
+
+TEST_F(DoctorTest, MeasuresEveryModeAndJudgesTheTiers) {
+  const auto before = DoctorFolders();
+  const Output out = Doctor({"--modes", "native,shared,mps", "--json"});
+  ASSERT_EQ(out.exit_code, 0) << out.text;
+  const std::size_t start = out.text.find("{\"gpu\"");
+  ASSERT_NE(start, std::string::npos) << out.text;
+  const auto report = nlohmann::json::parse(out.text.substr(start, out.text.find('\n', start) - start));
+  EXPECT_EQ(report["gpu"]["uuid"], kGpu0);
+  EXPECT_EQ(report["modes"], nlohmann::json::array({"native", "shared"}));
+  EXPECT_EQ(report["unavailable"][0], "mps: nvidia-cuda-mps-control not found");
+  // Every property with a tier behind it was measured in both modes (none left "not-measured").
+  for (const char* mode : {"native", "shared"}) {
+    for (const char* property : {"memory-hog", "residual-exit", "residual-kill", "interference",
+                                 "fault-isolation", "quota-honesty"}) {
+      const auto* f = FindingOf(report, property, mode);
+      ASSERT_NE(f, nullptr) << property << " " << mode;
+      EXPECT_NE((*f)["holds"], "not-measured") << property << " " << mode << ": " << (*f)["measured"];
+    }
+  }
+  // Natively the hog takes the whole device and the neighbour's next GiB is refused; under
+  // tessera the hog stops at its cap (a quarter of the GPU) and the neighbour gets its GiB.
+  EXPECT_EQ((*FindingOf(report, "memory-hog", "native"))["holds"], "no");
+  EXPECT_EQ((*FindingOf(report, "memory-hog", "shared"))["holds"], "yes");
+  EXPECT_EQ((*FindingOf(report, "memory-hog", "shared"))["values"]["hogBytes"], 4.0 * kGiB);
+  // The fake's illegal-address kernel faults only its own tenant.
+  EXPECT_EQ((*FindingOf(report, "fault-isolation", "native"))["values"]["faultResult"], 700);
+  EXPECT_EQ((*FindingOf(report, "fault-isolation", "shared"))["holds"], "yes");
+  // The cap is what a tenant is told under tessera; natively there is no cap to report.
+  EXPECT_EQ((*FindingOf(report, "quota-honesty", "shared"))["holds"], "yes");
+  EXPECT_EQ((*FindingOf(report, "quota-honesty", "native"))["holds"], "not-applicable");
+  EXPECT_EQ((*FindingOf(report, "compute-share", "shared"))["holds"], "no");
+  // Regulated never shares; the other tiers' verdicts follow from the findings.
+  bool regulated = false;
+  for (const auto& v : report["verdicts"]) {
+    EXPECT_EQ(v["mode"], "shared");
+    if (v["tier"] == "regulated") regulated = v["safety"] == "not-safe";
+  }
+  EXPECT_TRUE(regulated);
+  EXPECT_EQ(DoctorFolders(), before) << "a work folder was left in /tmp";
+}
+
+TEST_F(DoctorTest, BadFlagsNameTheFlagAndTheAcceptedValues) {
+  const Output modes = Doctor({"--modes", "mig"});
+  EXPECT_EQ(modes.exit_code, 2);
+  EXPECT_NE(modes.text.find("--modes: \"mig\" is not a mode doctor measures; accepted: native, shared, mps"),
+            std::string::npos)
+      << modes.text;
+  const Output flag = Doctor({"--colour"});
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.text.find("--colour: unknown flag"), std::string::npos) << flag.text;
+  const Output gpu = Doctor({"--gpu", "GPU-nonexistent", "--modes", "native"});
+  EXPECT_EQ(gpu.exit_code, 1);
+  EXPECT_NE(gpu.text.find("cannot reach the GPU \"GPU-nonexistent\""), std::string::npos) << gpu.text;
 }
 
 }  // namespace
