@@ -111,6 +111,33 @@ TEST(Scheduler, CachedScoresFollowStateChanges) {
   EXPECT_EQ(third->node, first->node);
 }
 
+// Scores node `favourite` highest; its epoch is the favourite, so changing it must not be hidden
+// by cached scores.
+class FavouritePolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "favourite"; }
+  Choice Score(const Cluster& cluster, std::size_t node, const ResolvedRequest& r,
+               GpuMask usable) override {
+    return {node == favourite ? 100 : 0, BestGpus(cluster.state(node), *r.request, usable)};
+  }
+  std::uint64_t epoch() const override { return favourite; }
+  std::size_t favourite = 0;
+};
+
+TEST(Scheduler, CachedScoresFollowThePolicyEpoch) {
+  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1)});
+  ASSERT_OK(cluster);
+  FavouritePolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  auto first = scheduler.Decide(Pod(1, 100));  // nothing placed: node versions stay the same
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->node, 0U);
+  policy.favourite = 1;
+  auto second = scheduler.Decide(Pod(1, 100));
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->node, 1U);
+}
+
 TEST(Scheduler, RandomPicksOnlyFeasibleNodes) {
   auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1), MakeNode("c", 1)});
   ASSERT_OK(cluster);

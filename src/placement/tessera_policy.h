@@ -6,11 +6,12 @@
 // of future arrivals is used; an optional configured profile (e.g. yesterday's pods) seeds the
 // histogram as a prior.
 //
-// The major key is FGD's sigmoid score of the fragmentation delta; ties (which the published
-// FGD breaks by a random node rank) go to nodes already in use before untouched ones, so whole
-// nodes stay whole for multi-GPU pods, and among used nodes to the tightest fit over CPU, GPU
-// milli and, when requests carry it, GPU memory. Within a node a fractional share goes to the
-// GPU with the best score, then the least free milli, then the least free memory.
+// The major key is FGD's sigmoid score of the fragmentation delta. Its ties (which the
+// published FGD breaks by a random node rank) go to the placement with the least expected cost,
+// in GPU milli: how much it unbalances the node's free CPU against its free GPU milli, measured
+// with the observed demand ratio (CPU per GPU milli), plus the estimated demand for pods of two
+// or more GPUs that the node could host before and not after. Within a node a fractional share
+// goes to the GPU with the best score, then the least free milli, then the least free memory.
 #pragma once
 
 #include <cstdint>
@@ -37,15 +38,6 @@ class TesseraPolicy final : public PlacementPolicy {
     double coverage = 0.95;
     // A configured profile's items are a prior worth this many arrivals (0: no prior).
     double prior_weight = 0;
-    // > 0: while pods of two or more GPUs bring less than this share of the observed GPU demand,
-    // break score ties toward the emptiest node instead of keeping fresh nodes whole. Off by
-    // default: the only value tried (0.15) was picked after seeing the bundled traces' mix.
-    double spread_below_multi_gpu_share = 0;
-    // Experimental: sum-of-squares tie-break for fractional shares.
-    int sum_of_squares = 0;
-    // Experimental tie-break: 0 untouched last then best-fit; 1 untouched last then balanced
-    // residual; 2 balanced residual change only.
-    int minor_mode = 4;
   };
 
   explicit TesseraPolicy(const Cluster& cluster);
@@ -73,7 +65,6 @@ class TesseraPolicy final : public PlacementPolicy {
   void Rebuild();
   Choice Compute(std::size_t node, const Request& q, GpuMask usable);
   double Current(std::size_t node);
-  void SyncGaps();
   double Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
               std::size_t gpus);
 
@@ -95,19 +86,19 @@ class TesseraPolicy final : public PlacementPolicy {
   const Cluster& cluster_;
   Options options_;
   std::map<Key, Entry> histogram_;
-  double gpu_demand_ = 0;    // decayed GPU milli observed
-  double cpu_demand_ = 0;    // decayed CPU milli observed
-  double cpu_per_milli_ = 0;  // cpu_demand_ / gpu_demand_ at the last rebuild
+  double gpu_demand_ = 0;  // decayed GPU milli observed
+  double cpu_demand_ = 0;  // decayed CPU milli observed
+  // Set by Rebuild (so cached scores stay consistent with the epoch): the demand ratio, and the
+  // target's pods of two or more GPUs.
+  double cpu_per_milli_ = 0;
   struct MultiItem {
     std::int64_t cpu = 0;
     std::int32_t milli = 0;
     std::uint32_t count = 0;
-    std::uint64_t model_mask = ~0ULL;
-    double value = 0;  // weight x GPU milli of one such pod
+    std::uint64_t model_mask = ~0ULL;  // acceptable cluster model ids
+    double value = 0;                  // weight x GPU milli of one such pod
   };
-  std::vector<MultiItem> multi_;  // the target's pods of two or more GPUs
-  double multi_demand_ = 0;  // ... of it from pods of two or more GPUs
-  bool spread_ = false;
+  std::vector<MultiItem> multi_;
   double scale_ = 1;  // weight of the next observation (grows instead of decaying the rest)
   std::uint64_t observed_ = 0;
   std::uint64_t next_rebuild_ = 1;
@@ -118,10 +109,6 @@ class TesseraPolicy final : public PlacementPolicy {
   std::vector<std::uint64_t> f_epoch_;
   std::vector<std::uint32_t> f_version_;
   std::vector<double> f_;
-  // GPUs per free milli (0..1000), over every schedulable GPU; kept in step with the ledger.
-  std::vector<std::int64_t> gaps_;
-  std::vector<std::uint32_t> gap_version_;
-  std::vector<std::vector<std::int32_t>> gap_free_;
 };
 
 }  // namespace tessera::placement

@@ -88,10 +88,41 @@ TEST(TesseraPolicyTest, PriorSeedsTheEstimate) {
   EXPECT_EQ(p.target().items[0].gpu_count, 8U);
 }
 
-TEST(TesseraPolicyTest, FillsUsedNodesBeforeFreshOnesAndPacksGpus) {
-  auto c = Cluster::Create({MakeNode("n0", 8), MakeNode("n1", 8)});
+// Equal fragmentation scores: the tie goes to the node whose free CPU stays in step with its
+// free GPU at the observed demand ratio, whatever the node rank says.
+TEST(TesseraPolicyTest, TiesKeepCpuInStepWithGpus) {
+  auto c = Cluster::Create({MakeNode("lean", 1, 8000), MakeNode("rich", 1, 64000)});
   ASSERT_OK(c);
-  // n0 already runs a half-GPU pod on GPU 3.
+  TesseraPolicy p(*c);
+  for (int i = 0; i < 20; ++i) p.Observe(Pod("w" + std::to_string(i), 16000, 1, 1000));
+  Scheduler s(&*c, &p);  // the rank alone would pick "lean"
+  const auto d = s.Decide(Pod("cpu", 4000, 0, 0));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->node, 1U);  // CPU is what "rich" has in excess
+}
+
+// A rare shape (eight GPUs, 100 CPUs: too rare for the fragmentation target) that only one node
+// can host: a small share goes elsewhere, so the host stays whole.
+TEST(TesseraPolicyTest, TiesSpareTheOnlyHostOfAMultiGpuShape) {
+  auto c = Cluster::Create({MakeNode("host", 8, 128000), MakeNode("other", 8, 96000)});
+  ASSERT_OK(c);
+  TesseraPolicy p(*c);
+  for (int i = 0; i < 100; ++i) p.Observe(Pod("s" + std::to_string(i), 1000, 1, 500));
+  p.Observe(Pod("big0", 100000, 8, 1000));
+  p.Observe(Pod("big1", 100000, 8, 1000));
+  for (int i = 0; i < 25; ++i) p.Observe(Pod("t" + std::to_string(i), 1000, 1, 500));
+  // The decision's own arrival is the 128th: the estimate is rebuilt with everything above.
+  for (const auto& item : p.target().items) EXPECT_EQ(item.gpu_count, 1U);  // not in the target
+  Scheduler s(&*c, &p);  // the rank alone would pick "host"
+  const auto d = s.Decide(Pod("small", 1000, 1, 500));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->node, 1U);
+}
+
+// Within a node a share fills the partly used GPU rather than opening a whole one.
+TEST(TesseraPolicyTest, PacksSharesOntoUsedGpus) {
+  auto c = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(c);
   const Request first = Pod("first", 1000, 1, 500);
   const ResolvedRequest rf = c->Resolve(first);
   Allocation a;
@@ -99,13 +130,12 @@ TEST(TesseraPolicyTest, FillsUsedNodesBeforeFreshOnesAndPacksGpus) {
   a.gpus.push_back(c->ShareOn(0, 3, rf));
   ASSERT_OK(c->Add(rf, a));
   TesseraPolicy p(*c);
-  p.Observe(Pod("w1", 1000, 8, 1000));  // the mix has whole-node pods
-  Scheduler s(&*c, &p, {1, 0});          // the rank alone would pick n1
+  p.Observe(Pod("w1", 1000, 8, 1000));
+  Scheduler s(&*c, &p);
   const auto d = s.Decide(Pod("small", 1000, 1, 500));
   ASSERT_TRUE(d.has_value());
-  EXPECT_EQ(d->node, 0U);  // the fresh node stays whole
   ASSERT_EQ(d->gpus.size(), 1U);
-  EXPECT_EQ(d->gpus[0].gpu, 3U);  // and the share fills the partly used GPU
+  EXPECT_EQ(d->gpus[0].gpu, 3U);
 }
 
 TEST(TesseraPolicyTest, ScoresFollowTheWorkloadEpoch) {
