@@ -19,6 +19,25 @@ int main(int argc, char** argv) {
   app.add_flag("--print-inventory", o.print_inventory,
                "print the inventory JSON once and exit (no API server)");
   app.add_option("--nvml-library", o.nvml_library, "NVML to load")->capture_default_str();
+  app.add_option("--device-plugin-dir", o.device_plugin_dir,
+                 "kubelet's device-plugin folder; the plugin is served when it exists "
+                 "(default /var/lib/kubelet/device-plugins)");
+  app.add_option("--pod-resources-socket", o.pod_resources_socket,
+                 "kubelet's PodResources API (default /var/lib/kubelet/pod-resources/kubelet.sock)");
+  app.add_option("--state-dir", o.state_dir, "per-slot limits files and regions (default /var/lib/tessera)");
+  app.add_option("--cdi-dir", o.cdi_dir, "where CDI specs go (default /var/run/cdi)");
+  app.add_option("--decision-keys", o.decision_keys_dir,
+                 "folder of <keyId>.pem public keys that verify the scheduler's decisions");
+  app.add_option("--hook-library", o.hook_library,
+                 "libtessera-cuda.so on the host, mounted into every container "
+                 "(default /usr/local/lib/tessera/libtessera-cuda.so)");
+  app.add_option("--driver-lib-dir", o.driver_lib_dir, "where libcuda/libnvidia-ml are (CDI mounts)")
+      ->capture_default_str();
+  app.add_option("--policy", o.policy_file, "the policy file (tiers' enforcement); default: built-in");
+  app.add_option("--cleanup-interval-s", o.cleanup_interval_s,
+                 "remove released slots' files this often (seconds)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
   try {

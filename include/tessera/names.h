@@ -70,10 +70,27 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "in the container: the node-written limits file, mounted read-only")                 \
   X(kPathRegionFile, "/run/tessera/region", "in the container: the shared usage region") \
   X(kPathHostState, "/var/lib/tessera",                                                  \
-    "on the node: tessera-node's state; per container <pod-uid>/<container>/{limits,region}") \
+    "on the node: tessera-node's state; per device-plugin slot slots/<device>/{limits,run/region}") \
+  X(kPathDevicePluginDir, "/var/lib/kubelet/device-plugins",                             \
+    "on the node: kubelet's device-plugin folder; tessera-node serves tessera-gpu-slot.sock, tessera-gpu.sock") \
+  X(kPathPodResourcesSocket, "/var/lib/kubelet/pod-resources/kubelet.sock",              \
+    "on the node: kubelet's PodResources API, which names the pod holding a slot")       \
+  X(kPathCdiSpecDir, "/var/run/cdi",                                                     \
+    "on the node: CDI specs; tessera-node writes tessera.dev-gpu-<device>.json (kind tessera.dev/gpu)") \
+  X(kPathLdSoPreload, "/etc/ld.so.preload",                                              \
+    "in the container: names the preload library, mounted read-only")                    \
   X(kPathHookLibrary, "/usr/local/lib/tessera/libtessera-cuda.so",                       \
     "in the container: the preload library, mounted read-only")                          \
   X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")
+
+// Reasons of the Kubernetes Events tessera-node posts.
+#define TESSERA_EVENT_REASONS(X)                                                                  \
+  X(kEventDecisionRejected, "TesseraDecisionRejected",                                         \
+    "a container got no GPU: its decision is missing, malformed, unverifiable or not for it")  \
+  X(kEventMemoryOverCap, "TesseraMemoryOverCap",                                               \
+    "NVML shows a container above its decision's memory cap (drift enforcement acted)")       \
+  X(kEventUnattributedProcess, "TesseraUnattributedProcess",                                   \
+    "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)")
 
 #define TESSERA_NAMES_DECLARE(constant, value, description) \
   inline constexpr std::string_view constant = value;
@@ -82,6 +99,7 @@ TESSERA_ANNOTATIONS(TESSERA_NAMES_DECLARE)
 TESSERA_LABELS(TESSERA_NAMES_DECLARE)
 TESSERA_ENV_VARS(TESSERA_NAMES_DECLARE)
 TESSERA_PATHS(TESSERA_NAMES_DECLARE)
+TESSERA_EVENT_REASONS(TESSERA_NAMES_DECLARE)
 #undef TESSERA_NAMES_DECLARE
 
 // Every name above with its description, for `tessera names` and the documentation test.
@@ -97,16 +115,19 @@ inline constexpr NameInfo kAllNames[] = {
 #define TESSERA_NAMES_INFO_LABEL(c, v, d) {"label", v, d},
 #define TESSERA_NAMES_INFO_ENV(c, v, d) {"env", v, d},
 #define TESSERA_NAMES_INFO_PATH(c, v, d) {"path", v, d},
+#define TESSERA_NAMES_INFO_EVENT(c, v, d) {"event", v, d},
     TESSERA_RESOURCE_NAMES(TESSERA_NAMES_INFO_RESOURCE)
     TESSERA_ANNOTATIONS(TESSERA_NAMES_INFO_ANNOTATION)
     TESSERA_LABELS(TESSERA_NAMES_INFO_LABEL)
     TESSERA_ENV_VARS(TESSERA_NAMES_INFO_ENV)
     TESSERA_PATHS(TESSERA_NAMES_INFO_PATH)
+    TESSERA_EVENT_REASONS(TESSERA_NAMES_INFO_EVENT)
 #undef TESSERA_NAMES_INFO_RESOURCE
 #undef TESSERA_NAMES_INFO_ANNOTATION
 #undef TESSERA_NAMES_INFO_LABEL
 #undef TESSERA_NAMES_INFO_ENV
 #undef TESSERA_NAMES_INFO_PATH
+#undef TESSERA_NAMES_INFO_EVENT
 };
 
 }  // namespace tessera::names

@@ -1,16 +1,29 @@
 #include "agent/daemon.h"
 
+#include <algorithm>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
 
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "agent/device_plugin.h"
+#include "agent/local_gpu.h"
 #include "agent/node_agent.h"
 #include "agent/nvml.h"
 #include "agent/publisher.h"
+#include "agent/slot_binder.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "k8s/paths.h"
 #include "tessera/log.h"
+#include "tessera/names.h"
 
 namespace tessera::agent {
 namespace {
@@ -22,6 +35,198 @@ int Fail(const Status& status) {
   std::fprintf(stderr, "tessera-node: %s\n", status.message().c_str());
   return ToExitCode(status);
 }
+
+std::string Or(const std::string& value, std::string_view fallback) {
+  return value.empty() ? std::string(fallback) : value;
+}
+
+// Pods through the API server; Events posted as tessera-node on this node.
+class ApiPods : public PodApi {
+ public:
+  ApiPods(k8s::Client& client, std::string node) : client_(client), node_(std::move(node)) {}
+  StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
+    return client_.Get(k8s::PodPath(ns, name));
+  }
+  void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
+    const auto& meta = pod["metadata"];
+    const std::string ns = meta.value("namespace", ""), name = meta.value("name", "");
+    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
+    k8s::Json event = {
+        {"apiVersion", "v1"},
+        {"kind", "Event"},
+        {"metadata", {{"generateName", name + ".tessera-"}, {"namespace", ns}}},
+        {"involvedObject",
+         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", ns}, {"name", name}, {"uid", meta.value("uid", "")}}},
+        {"reason", std::string(reason)},
+        {"message", std::string(message)},
+        {"type", "Warning"},
+        {"source", {{"component", "tessera-node"}, {"host", node_}}},
+        {"firstTimestamp", now},
+        {"lastTimestamp", now},
+        {"count", 1}};
+    if (auto r = client_.Create(k8s::EventsPath(ns), event); !r.ok()) {
+      TESSERA_LOG(kWarn, kAgent, "posting an Event on %s/%s: %s", ns.c_str(), name.c_str(),
+                  r.status().ToString().c_str());
+    }
+  }
+
+ private:
+  k8s::Client& client_;
+  const std::string node_;
+};
+
+// keyId -> Verifier from every <keyId>.pem in `dir`.
+StatusOr<std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>>> LoadKeys(
+    const std::string& dir) {
+  std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>> keys;
+  if (dir.empty()) return keys;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".pem") continue;
+    std::ifstream in(entry.path());
+    std::stringstream pem;
+    pem << in.rdbuf();
+    auto v = extender::Verifier::FromPem(pem.str());
+    if (!v.ok()) return v.status().WithContext("--decision-keys " + entry.path().string());
+    keys[entry.path().stem().string()] = std::make_shared<extender::Verifier>(std::move(*v));
+  }
+  if (ec) return InvalidArgumentError("--decision-keys " + dir + ": " + ec.message());
+  return keys;
+}
+
+// The driver libraries a container needs (CDI mounts): libcuda and libnvidia-ml.
+std::vector<std::string> DriverFiles(const std::string& dir) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("libcuda.so", 0) == 0 || name.rfind("libnvidia-ml.so", 0) == 0) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Everything the device plugin needs, started only where kubelet's device-plugin folder exists.
+class PluginSide {
+ public:
+  static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client) {
+    auto side = std::unique_ptr<PluginSide>(new PluginSide());
+    BinderOptions b;
+    b.node_name = o.node_name;
+    b.state_dir = Or(o.state_dir, names::kPathHostState);
+    b.cdi_dir = Or(o.cdi_dir, names::kPathCdiSpecDir);
+    b.hook_library = Or(o.hook_library, names::kPathHookLibrary);
+    b.ld_so_preload = b.state_dir + "/ld.so.preload";
+    b.driver_files = DriverFiles(o.driver_lib_dir);
+    if (o.policy_file.empty()) {
+      b.policy = policy::DefaultPolicy();
+    } else {
+      auto p = policy::LoadPolicyFile(o.policy_file);
+      if (!p.ok()) return p.status().WithContext("--policy " + o.policy_file);
+      b.policy = std::move(*p);
+    }
+    auto keys = LoadKeys(o.decision_keys_dir);
+    if (!keys.ok()) return keys.status();
+    if (keys->empty()) {
+      TESSERA_LOG(kWarn, kAgent, "no decision keys (--decision-keys): every container will be refused a GPU");
+    }
+    b.keys = std::move(*keys);
+    std::error_code ec;
+    std::filesystem::create_directories(b.state_dir + "/slots", ec);
+    std::filesystem::create_directories(b.cdi_dir, ec);
+    TESSERA_RETURN_IF_ERROR(WriteFileAtomically(b.ld_so_preload, std::string(names::kPathHookLibrary) + "\n", 0444));
+    side->owners_ = std::make_unique<PodResourcesClient>(Or(o.pod_resources_socket, names::kPathPodResourcesSocket));
+    side->pods_ = std::make_unique<ApiPods>(client, o.node_name);
+    side->binder_ = std::make_unique<SlotBinder>(std::move(b), side->owners_.get(), side->pods_.get());
+    side->plugin_ = std::make_unique<DevicePlugin>(
+        DevicePlugin::Options{Or(o.device_plugin_dir, names::kPathDevicePluginDir), "tessera-gpu-slot.sock",
+                              std::string(names::kResourceGpuSlot)},
+        side->binder_.get());
+    TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
+    side->cleanup_ = std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
+                                      std::stop_token stop) { s->CleanUp(stop, every); });
+    return side;
+  }
+
+  ~PluginSide() {
+    cleanup_ = {};
+    if (plugin_) plugin_->Stop();
+  }
+
+  // A new inventory: the GPUs the binder may hand out and the slots kubelet sees.
+  void Update(const Inventory& inventory) {
+    std::map<std::string, BinderGpu, std::less<>> gpus;
+    std::vector<PluginDevice> healthy, unhealthy;
+    for (const InventoryGpu& g : inventory.content.gpus) {
+      BinderGpu b;
+      b.minor = g.facts.index;
+      b.managed = g.managed;
+      b.healthy = g.healthy;
+      b.health_reason = g.health_reason;
+      if (g.managed) {
+        const auto cost = Cost(g.facts.uuid);
+        b.context_bytes = cost.first;
+        b.stream_bytes = cost.second;
+        for (std::uint64_t i = 0; i < kSlotsPerGpu; ++i) (g.healthy ? healthy : unhealthy).push_back({"", g.healthy});
+      }
+      gpus[g.facts.uuid] = b;
+    }
+    binder_->SetGpus(std::move(gpus));
+    // Slots are numbered per node; an unhealthy GPU's share of them is reported unhealthy.
+    std::vector<PluginDevice> devices;
+    for (auto* list : {&healthy, &unhealthy}) {
+      for (PluginDevice& d : *list) {
+        d.id = SlotId(static_cast<int>(devices.size()));
+        devices.push_back(d);
+      }
+    }
+    plugin_->SetDevices(std::move(devices));
+  }
+
+ private:
+  PluginSide() = default;
+
+  // (context bytes, stream bytes) of a GPU, measured once with a probe process.
+  std::pair<std::uint64_t, std::uint64_t> Cost(const std::string& uuid) {
+    auto it = costs_.find(uuid);
+    if (it != costs_.end()) return it->second;
+    std::pair<std::uint64_t, std::uint64_t> cost{0, 0};
+    auto gpu = ProbeLocalGpu(uuid, /*measure_context=*/true);
+    if (gpu.ok() && gpu->context_measured) {
+      cost = {gpu->context_bytes, gpu->stream_bytes};
+    } else {
+      TESSERA_LOG(kWarn, kAgent, "GPU %s: could not measure the CUDA context size (%s); contexts are not charged",
+                  uuid.c_str(), gpu.ok() ? "NVML has no per-process figure" : gpu.status().ToString().c_str());
+    }
+    TESSERA_LOG(kInfo, kAgent, "GPU %s: context %llu bytes, stream %llu bytes", uuid.c_str(),
+                static_cast<unsigned long long>(cost.first), static_cast<unsigned long long>(cost.second));
+    return costs_[uuid] = cost;
+  }
+
+  void CleanUp(std::stop_token stop, std::chrono::seconds every) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    while (!stop.stop_requested()) {
+      auto removed = binder_->RemoveReleased();
+      if (!removed.ok()) {
+        TESSERA_LOG(kDebug, kAgent, "slot clean-up: %s", removed.status().ToString().c_str());
+      } else if (*removed > 0) {
+        TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
+      }
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, stop, every, [] { return false; });
+    }
+  }
+
+  std::unique_ptr<PodResourcesClient> owners_;
+  std::unique_ptr<ApiPods> pods_;
+  std::unique_ptr<SlotBinder> binder_;
+  std::unique_ptr<DevicePlugin> plugin_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
+  std::jthread cleanup_;
+};
 
 }  // namespace
 
@@ -62,11 +267,21 @@ int RunNode(const NodeOptions& options) {
     TESSERA_LOG(kWarn, kAgent, "node %s: %s", options.node_name.c_str(),
                 g.status().ToString().c_str());
   }
+  std::unique_ptr<PluginSide> plugin;
+  const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
+  if (std::filesystem::is_directory(plugin_dir)) {
+    auto started = PluginSide::Start(options, **client);
+    if (!started.ok()) return Fail(started.status());
+    plugin = std::move(*started);
+  } else {
+    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)", plugin_dir.c_str());
+  }
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
   Status ran = RunAgentLoop(
       loop, **source,
       [&](const Inventory& inventory) -> Status {
+        if (plugin) plugin->Update(inventory);
         StatusOr<PublishResult> r = publisher.Publish(inventory);
         if (!r.ok()) return r.status();
         if (r->patched_metadata || r->patched_status) {

@@ -1,4 +1,4 @@
-#include "cli/local_gpu.h"
+#include "agent/local_gpu.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -15,7 +15,7 @@
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
 
-namespace tessera::cli {
+namespace tessera::agent {
 namespace {
 
 // What the probe child reports through the pipe (fixed layout, one write).
@@ -174,4 +174,4 @@ StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_conte
   return gpu;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::agent

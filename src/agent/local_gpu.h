@@ -1,4 +1,4 @@
-// A local GPU as `tessera run` (and later `tessera doctor`) sees it, probed without touching
+// A local GPU as `tessera run` and tessera-node see it, probed without touching
 // CUDA in the calling process: a child process loads the driver, so the caller can still fork
 // and exec CUDA programs afterwards. Dependency-free (dlopen of libcuda / libnvidia-ml).
 #pragma once
@@ -8,7 +8,7 @@
 
 #include "tessera/status.h"
 
-namespace tessera::cli {
+namespace tessera::agent {
 
 struct LocalGpu {
   int index = 0;
@@ -27,4 +27,4 @@ struct LocalGpu {
 // `selector`: empty (device 0), a CUDA index ("1") or a UUID ("GPU-…").
 StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context);
 
-}  // namespace tessera::cli
+}  // namespace tessera::agent

@@ -15,7 +15,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cli/local_gpu.h"
+#include "agent/local_gpu.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -123,9 +123,9 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   if (hook.empty() || access(hook.c_str(), R_OK) != 0) {
     return NotFoundError("cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
   }
-  std::vector<LocalGpu> gpus;
+  std::vector<agent::LocalGpu> gpus;
   for (const std::string& selector : o.gpus.empty() ? std::vector<std::string>{""} : o.gpus) {
-    TESSERA_ASSIGN_OR_RETURN(LocalGpu gpu, ProbeLocalGpu(selector, o.measure_context));
+    TESSERA_ASSIGN_OR_RETURN(agent::LocalGpu gpu, agent::ProbeLocalGpu(selector, o.measure_context));
     if (o.gpu_memory_bytes > gpu.memory_bytes) {
       return InvalidArgumentError("--gpu-memory: " + FormatQuantity(o.gpu_memory_bytes) +
                                   " is more than GPU " + gpu.uuid + " has (" +
@@ -159,7 +159,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   limits.fail_closed = o.fail_closed;
   std::vector<shm::DeviceLimit> region_devices;
   std::string visible;
-  for (const LocalGpu& gpu : gpus) {
+  for (const agent::LocalGpu& gpu : gpus) {
     limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, gpu.context_bytes, gpu.stream_bytes});
     region_devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0});
     visible += (visible.empty() ? "" : ",") + gpu.uuid;
@@ -200,7 +200,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   for (auto& a : argv_storage) argv.push_back(a.data());
   argv.push_back(nullptr);
 
-  for (const LocalGpu& gpu : gpus) {
+  for (const agent::LocalGpu& gpu : gpus) {
     err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
         << " (context " << FormatBytesHuman(gpu.context_bytes);
     if (gpu.stream_bytes != 0) err << ", streams " << FormatBytesHuman(gpu.stream_bytes) << " each";

@@ -1,0 +1,197 @@
+#include "agent/slot_binder.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+
+#include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/region.h"
+
+namespace tessera::agent {
+namespace {
+
+std::string AnnotationOf(const k8s::Json& pod, std::string_view key) {
+  const auto annotations = pod.find("metadata");
+  if (annotations == pod.end()) return "";
+  const auto a = annotations->find("annotations");
+  if (a == annotations->end() || !a->is_object()) return "";
+  const auto v = a->find(std::string(key));
+  return v != a->end() && v->is_string() ? v->get<std::string>() : "";
+}
+
+std::string MetaOf(const k8s::Json& pod, const char* key) {
+  const auto m = pod.find("metadata");
+  if (m == pod.end()) return "";
+  const auto v = m->find(key);
+  return v != m->end() && v->is_string() ? v->get<std::string>() : "";
+}
+
+Status MakeDirs(const std::string& path, std::filesystem::perms perms) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return UnavailableError("cannot create " + path + ": " + ec.message());
+  std::filesystem::permissions(path, perms, ec);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<Limits> LimitsFor(const extender::Decision& decision, std::string_view container,
+                           const std::map<std::string, BinderGpu, std::less<>>& gpus,
+                           const policy::Policy& policy) {
+  const extender::DecisionContainer* c = nullptr;
+  for (const auto& candidate : decision.containers) {
+    if (candidate.name == container) c = &candidate;
+  }
+  if (c == nullptr) {
+    return NotFoundError("the decision has no entry for container \"" + std::string(container) + "\"");
+  }
+  if (c->devices.empty()) return InvalidArgumentError("the decision gives container \"" + c->name + "\" no GPU");
+  Limits limits;
+  limits.pod_uid = decision.pod_uid;
+  limits.pod = decision.pod_namespace + "/" + decision.pod_name;
+  limits.container = c->name;
+  limits.fail_closed = policy.Rule(decision.tier).enforcement == policy::Enforcement::kFailClosed;
+  limits.priority = decision.priority;
+  limits.mode = c->mode;
+  for (const auto& d : c->devices) {
+    const auto gpu = gpus.find(d.uuid);
+    if (gpu == gpus.end()) return NotFoundError("the decision names GPU " + d.uuid + ", which this node does not have");
+    if (!gpu->second.managed) return FailedPreconditionError("the decision names GPU " + d.uuid + ", which tessera does not manage here");
+    if (!gpu->second.healthy) {
+      return FailedPreconditionError("the decision names GPU " + d.uuid + ", which is unhealthy (" +
+                                     gpu->second.health_reason + ")");
+    }
+    limits.devices.push_back({d.uuid, d.memory_bytes, d.cores_percent, gpu->second.context_bytes,
+                              gpu->second.stream_bytes});
+  }
+  return limits;
+}
+
+SlotBinder::SlotBinder(BinderOptions options, DeviceOwners* owners, PodApi* pods)
+    : options_(std::move(options)), owners_(owners), pods_(pods) {}
+
+void SlotBinder::SetGpus(std::map<std::string, BinderGpu, std::less<>> gpus) {
+  std::lock_guard<std::mutex> lock(gpus_mu_);
+  gpus_ = std::move(gpus);
+}
+
+std::map<std::string, BinderGpu, std::less<>> SlotBinder::Gpus() {
+  std::lock_guard<std::mutex> lock(gpus_mu_);
+  return gpus_;
+}
+
+Status SlotBinder::Allocate(std::string_view slot) {
+  TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+  using std::filesystem::perms;
+  TESSERA_RETURN_IF_ERROR(MakeDirs(p.etc_dir, perms::owner_all | perms::group_read | perms::group_exec |
+                                                  perms::others_read | perms::others_exec));
+  // Every UID of the container accounts into the region.
+  return MakeDirs(p.run_dir, perms::all);
+}
+
+SlotAllocation SlotBinder::AllocationOf(std::string_view slot) const {
+  return AllocationFor(PathsOf(options_.state_dir, options_.cdi_dir, slot), slot, options_.hook_library,
+                       options_.ld_so_preload);
+}
+
+StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner) {
+  const std::string text = AnnotationOf(pod, names::kAnnotationDecision);
+  const std::string signature = AnnotationOf(pod, names::kAnnotationDecisionSignature);
+  if (text.empty()) return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecision) + " annotation");
+  if (signature.empty()) {
+    return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecisionSignature) + " annotation");
+  }
+  auto decision = extender::ParseDecision(text);
+  if (!decision.ok()) return decision.status().WithContext("the decision is malformed");
+  const auto key = options_.keys.find(decision->key_id);
+  if (key == options_.keys.end()) {
+    return PermissionDeniedError("the decision is signed with key \"" + decision->key_id +
+                                 "\", which this node does not hold");
+  }
+  TESSERA_RETURN_IF_ERROR(key->second->Verify(text, signature).WithContext("the decision's signature"));
+  if (decision->pod_uid != MetaOf(pod, "uid")) {
+    return PermissionDeniedError("the decision is for pod uid " + decision->pod_uid + ", not this pod");
+  }
+  if (decision->pod_namespace != owner.pod_namespace || decision->pod_name != owner.pod_name) {
+    return PermissionDeniedError("the decision is for pod " + decision->pod_namespace + "/" +
+                                 decision->pod_name + ", not this pod");
+  }
+  if (decision->node != options_.node_name) {
+    return PermissionDeniedError("the decision is for node " + decision->node + ", not " + options_.node_name);
+  }
+  return LimitsFor(*decision, owner.container, Gpus(), options_.policy);
+}
+
+Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits) {
+  const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+  TESSERA_RETURN_IF_ERROR(Allocate(slot));
+  const auto gpus = Gpus();
+  std::vector<shm::DeviceLimit> region_devices;
+  int minor = 0;
+  for (const DeviceLimits& d : limits.devices) {
+    region_devices.push_back({d.uuid, d.memory_bytes, d.cores_percent});
+    minor = gpus.at(d.uuid).minor;
+  }
+  // The region first (a fresh one for a new container), then the limits file that makes the
+  // slot usable, then the CDI spec the runtime reads at container creation.
+  auto region = shm::Mapping::Create(p.region, region_devices);
+  if (!region.ok()) return region.status().WithContext("creating the region");
+  TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
+  return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minor, options_.driver_files), 0644);
+}
+
+Status SlotBinder::Prepare(std::string_view slot) {
+  TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
+  if (!owner.ok()) return owner.status().WithContext("asking kubelet's PodResources API who holds " + std::string(slot));
+  if (!owner->has_value()) {
+    return NotFoundError("kubelet's PodResources API names no container holding " + std::string(slot));
+  }
+  const DeviceOwner& o = **owner;
+  auto pod = pods_->GetPod(o.pod_namespace, o.pod_name);
+  if (!pod.ok()) return pod.status().WithContext("reading pod " + o.pod_namespace + "/" + o.pod_name);
+  // Whatever happens next, the slot must not keep a previous container's limits.
+  const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+  std::error_code ec;
+  std::filesystem::remove(p.limits, ec);
+  std::filesystem::remove(p.cdi_spec, ec);
+  Status written = [&]() -> Status {
+    auto limits = VerifiedLimits(*pod, o);
+    if (!limits.ok()) return limits.status();
+    return WriteSlot(slot, *limits);
+  }();
+  if (!written.ok()) {
+    const std::string message = "container " + o.container + " gets no GPU: " + written.message();
+    TESSERA_LOG(kWarn, kAgent, "pod %s/%s %s: %s", o.pod_namespace.c_str(), o.pod_name.c_str(),
+                std::string(slot).c_str(), message.c_str());
+    pods_->WarnPod(*pod, names::kEventDecisionRejected, message);
+    std::filesystem::remove(p.limits, ec);
+    std::filesystem::remove(p.cdi_spec, ec);
+    return written;
+  }
+  TESSERA_LOG(kInfo, kAgent, "pod %s/%s container %s: %s prepared", o.pod_namespace.c_str(),
+              o.pod_name.c_str(), o.container.c_str(), std::string(slot).c_str());
+  return Status::Ok();
+}
+
+StatusOr<int> SlotBinder::RemoveReleased() {
+  auto held = owners_->HeldDevices(names::kResourceGpuSlot);
+  if (!held.ok()) return held.status();
+  int removed = 0;
+  std::error_code ec;
+  const std::string slots_dir = options_.state_dir + "/slots";
+  for (const auto& entry : std::filesystem::directory_iterator(slots_dir, ec)) {
+    const std::string slot = entry.path().filename().string();
+    if (!ParseSlotId(slot).ok() || held->count(slot) != 0) continue;
+    const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+    std::filesystem::remove(p.cdi_spec, ec);
+    std::filesystem::remove_all(p.dir, ec);
+    ++removed;
+  }
+  return removed;
+}
+
+}  // namespace tessera::agent

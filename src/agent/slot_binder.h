@@ -1,0 +1,112 @@
+// What tessera-node does for a container between kubelet's Allocate and the container's
+// creation (docs/design/0016-device-plugin.md): learn which pod and container hold a slot
+// (PodResources), read and verify the pod's decision, and write that slot's limits file, region
+// and CDI spec for the decided GPU. Also: remove the files of slots no container holds any more.
+//
+// Nothing here takes a node-wide lock across a binding: each slot's files are its own, the GPU
+// table is copied under a short lock, and two slots are prepared in parallel.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/slots.h"
+#include "extender/decision.h"
+#include "k8s/watch.h"
+#include "policy/policy.h"
+#include "tessera/limits.h"
+#include "tessera/status.h"
+
+namespace tessera::agent {
+
+// The pod and container kubelet recorded for a device.
+struct DeviceOwner {
+  std::string pod_namespace;
+  std::string pod_name;
+  std::string container;
+};
+
+// Kubelet's PodResources API, as far as the binder needs it.
+class DeviceOwners {
+ public:
+  virtual ~DeviceOwners() = default;
+  // Who holds `device` of `resource`; nullopt if nobody (yet).
+  virtual StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource,
+                                                       std::string_view device) = 0;
+  // Every device of `resource` some container holds.
+  virtual StatusOr<std::set<std::string>> HeldDevices(std::string_view resource) = 0;
+};
+
+// The API server, as far as the binder needs it.
+class PodApi {
+ public:
+  virtual ~PodApi() = default;
+  virtual StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) = 0;
+  // A Warning Event on the pod (best effort).
+  virtual void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) = 0;
+};
+
+// What the binder knows of a GPU on this node (from the inventory loop).
+struct BinderGpu {
+  int minor = 0;  // /dev/nvidia<minor>
+  bool managed = false;
+  bool healthy = true;
+  std::string health_reason;
+  std::uint64_t context_bytes = 0;  // charged per process (limits file context=)
+  std::uint64_t stream_bytes = 0;   // charged per stream (limits file stream=)
+};
+
+struct BinderOptions {
+  std::string node_name;
+  std::string state_dir;
+  std::string cdi_dir;
+  std::string hook_library;   // the preload library on the host
+  std::string ld_so_preload;  // the host file naming it (written at start)
+  std::vector<std::string> driver_files;  // host driver libraries the CDI spec mounts
+  policy::Policy policy;
+  // Decision public keys by keyId (0002 §4).
+  std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>> keys;
+};
+
+// The limits of `container` in a verified decision: each device must be one of this node's
+// managed, healthy GPUs. Errors name what is wrong.
+StatusOr<Limits> LimitsFor(const extender::Decision& decision, std::string_view container,
+                           const std::map<std::string, BinderGpu, std::less<>>& gpus,
+                           const policy::Policy& policy);
+
+class SlotBinder {
+ public:
+  SlotBinder(BinderOptions options, DeviceOwners* owners, PodApi* pods);
+
+  void SetGpus(std::map<std::string, BinderGpu, std::less<>> gpus);
+
+  // Allocate: the slot's folders exist (empty until PreStartContainer fills them).
+  Status Allocate(std::string_view slot);
+  // What Allocate answers kubelet for the slot: mounts, environment, CDI device.
+  SlotAllocation AllocationOf(std::string_view slot) const;
+  // PreStartContainer: the slot's files for the container kubelet recorded. On any error the pod
+  // gets a TesseraDecisionRejected Event and the slot keeps no limits file (no GPU).
+  Status Prepare(std::string_view slot);
+  // Removes the files of slots no container holds; returns how many were removed.
+  StatusOr<int> RemoveReleased();
+
+ private:
+  StatusOr<Limits> VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner);
+  Status WriteSlot(std::string_view slot, const Limits& limits);
+  std::map<std::string, BinderGpu, std::less<>> Gpus();
+
+  const BinderOptions options_;
+  DeviceOwners* const owners_;
+  PodApi* const pods_;
+  std::mutex gpus_mu_;  // guards gpus_ only (copied out before use)
+  std::map<std::string, BinderGpu, std::less<>> gpus_;
+};
+
+}  // namespace tessera::agent

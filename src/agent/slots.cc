@@ -1,0 +1,132 @@
+#include "agent/slots.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "tessera/json_writer.h"
+#include "tessera/names.h"
+
+namespace tessera::agent {
+
+std::string SlotId(int n) {
+  char id[32];
+  std::snprintf(id, sizeof(id), "slot-%04d", n);
+  return id;
+}
+
+StatusOr<int> ParseSlotId(std::string_view id) {
+  constexpr std::string_view kPrefix = "slot-";
+  if (id.size() != kPrefix.size() + 4 || id.substr(0, kPrefix.size()) != kPrefix) {
+    return InvalidArgumentError("device \"" + std::string(id) + "\" is not a tessera slot (slot-NNNN)");
+  }
+  int n = 0;
+  for (char c : id.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') {
+      return InvalidArgumentError("device \"" + std::string(id) + "\" is not a tessera slot (slot-NNNN)");
+    }
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+SlotPaths PathsOf(const std::string& state_dir, const std::string& cdi_dir, std::string_view slot) {
+  SlotPaths p;
+  p.dir = state_dir + "/slots/" + std::string(slot);
+  p.etc_dir = p.dir + "/etc";
+  p.limits = p.etc_dir + "/limits";
+  p.run_dir = p.dir + "/run";
+  p.region = p.run_dir + "/region";
+  p.cdi_spec = cdi_dir + "/tessera.dev-gpu-" + std::string(slot) + ".json";
+  return p;
+}
+
+SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
+                             const std::string& hook_library, const std::string& ld_so_preload) {
+  const auto parent = [](std::string_view path) {
+    return std::string(path.substr(0, path.rfind('/')));
+  };
+  SlotAllocation a;
+  a.mounts = {
+      {parent(names::kPathLimitsFile), paths.etc_dir, true},
+      {parent(names::kPathRegionFile), paths.run_dir, false},
+      {std::string(names::kPathHookLibrary), hook_library, true},
+      {std::string(names::kPathLdSoPreload), ld_so_preload, true},
+  };
+  a.envs = {
+      {std::string(names::kEnvLimitsFile), std::string(names::kPathLimitsFile)},
+      {std::string(names::kEnvRegionFile), std::string(names::kPathRegionFile)},
+      // The GPU comes from tessera's CDI device only, never from NVIDIA's runtime hook.
+      {"NVIDIA_VISIBLE_DEVICES", "void"},
+  };
+  a.cdi_device = std::string(kCdiKind) + "=" + std::string(slot);
+  return a;
+}
+
+std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files) {
+  std::string out;
+  {
+    ObjectWriter spec(out);
+    spec.Str("cdiVersion", "0.6.0");
+    spec.Str("kind", kCdiKind);
+    std::string& devices = spec.Field("devices");
+    devices += '[';
+    {
+      ObjectWriter device(devices);
+      device.Str("name", slot);
+      ObjectWriter edits(device.Field("containerEdits"));
+      const std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(gpu_minor)};
+      AppendJsonArray(edits.Field("deviceNodes"), nodes, [](const std::string& path, std::string& o) {
+        ObjectWriter node(o);
+        node.Str("path", path);
+      });
+    }
+    devices += ']';
+    ObjectWriter common(spec.Field("containerEdits"));
+    const std::vector<std::string> control = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+    AppendJsonArray(common.Field("deviceNodes"), control, [](const std::string& path, std::string& o) {
+      ObjectWriter node(o);
+      node.Str("path", path);
+    });
+    AppendJsonArray(common.Field("mounts"), driver_files, [](const std::string& path, std::string& o) {
+      ObjectWriter mount(o);
+      mount.Str("hostPath", path);
+      mount.Str("containerPath", path);
+      AppendJsonArray(mount.Field("options"), std::vector<std::string>{"ro", "nosuid", "nodev", "bind"},
+                      [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
+    });
+  }
+  out += '\n';
+  return out;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view content, unsigned int mode) {
+  const std::string temp = path + ".tmp-" + std::to_string(getpid());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return UnavailableError("cannot write " + temp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      close(fd);
+      unlink(temp.c_str());
+      return UnavailableError("cannot write " + temp + ": " + std::strerror(e));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  fchmod(fd, mode);
+  if (fsync(fd) != 0 || close(fd) != 0 || rename(temp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    unlink(temp.c_str());
+    return UnavailableError("cannot write " + path + ": " + std::strerror(e));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::agent
