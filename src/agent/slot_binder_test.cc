@@ -1,0 +1,260 @@
+#include "agent/slot_binder.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/names.h"
+#include "tessera/region.h"
+#include "testutil/status_matchers.h"
+#include "testutil/temp_dir.h"
+
+namespace tessera::agent {
+namespace {
+
+constexpr char kGpu[] = "GPU-aaaa0000-0000-0000-0000-000000000001";
+constexpr std::uint64_t kGiB = 1ULL << 30;
+
+// kubelet's PodResources as a table (our own interface; the e2e test drives the real one).
+class TableOwners : public DeviceOwners {
+ public:
+  std::map<std::string, DeviceOwner> held;
+  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource, std::string_view device) override {
+    EXPECT_EQ(resource, names::kResourceGpuSlot);
+    auto it = held.find(std::string(device));
+    return it == held.end() ? std::optional<DeviceOwner>() : std::optional<DeviceOwner>(it->second);
+  }
+  StatusOr<std::set<std::string>> HeldDevices(std::string_view) override {
+    std::set<std::string> ids;
+    for (const auto& [id, owner] : held) ids.insert(id);
+    return ids;
+  }
+};
+
+class TablePods : public PodApi {
+ public:
+  std::map<std::string, k8s::Json> pods;  // "ns/name"
+  std::vector<std::pair<std::string, std::string>> warnings;  // (reason, message)
+  StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
+    auto it = pods.find(std::string(ns) + "/" + std::string(name));
+    if (it == pods.end()) return NotFoundError("pods \"" + std::string(name) + "\" not found");
+    return it->second;
+  }
+  void WarnPod(const k8s::Json&, std::string_view reason, std::string_view message) override {
+    warnings.emplace_back(reason, message);
+  }
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class SlotBinderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto pem = extender::GenerateSigningKeyPem();
+    ASSERT_OK(pem);
+    auto signer = extender::Signer::FromPem(*pem);
+    ASSERT_OK(signer);
+    signer_ = std::make_unique<extender::Signer>(std::move(*signer));
+    auto verifier = extender::Verifier::FromPem(signer_->PublicKeyPem());
+    ASSERT_OK(verifier);
+    BinderOptions o;
+    o.node_name = "n1";
+    o.state_dir = dir_.path() + "/state";
+    o.cdi_dir = dir_.path() + "/cdi";
+    o.hook_library = "/opt/tessera/libtessera-cuda.so";
+    o.ld_so_preload = dir_.path() + "/state/ld.so.preload";
+    o.driver_files = {"/usr/lib/libcuda.so.1"};
+    o.policy = policy::DefaultPolicy();
+    o.keys["k1"] = std::make_shared<extender::Verifier>(std::move(*verifier));
+    std::filesystem::create_directories(o.cdi_dir);
+    binder_ = std::make_unique<SlotBinder>(o, &owners_, &pods_);
+    binder_->SetGpus({{kGpu, BinderGpu{3, true, true, "", 512ULL << 20, 573440}}});
+  }
+
+  extender::Decision DecisionFor(const std::string& name) {
+    extender::Decision d;
+    d.pod_uid = "uid-" + name;
+    d.pod_namespace = "ml";
+    d.pod_name = name;
+    d.node = "n1";
+    d.tier = TrustTier::kDepartment;
+    d.issued_at = "2026-11-30T00:00:00Z";
+    d.key_id = "k1";
+    d.containers = {{"main", SharingMode::kShared, {{kGpu, 4 * kGiB, 30}}}};
+    return d;
+  }
+
+  // A pod holding `slot`, carrying `decision` signed (or with `signature` when given).
+  void AddPod(const std::string& slot, const extender::Decision& decision, std::string text = "",
+              std::string signature = "") {
+    if (text.empty()) text = extender::EncodeDecision(decision);
+    if (signature.empty()) signature = *signer_->Sign(text);
+    pods_.pods["ml/" + decision.pod_name] = {
+        {"metadata",
+         {{"name", decision.pod_name},
+          {"namespace", "ml"},
+          {"uid", "uid-" + decision.pod_name},
+          {"annotations",
+           {{std::string(names::kAnnotationDecision), text},
+            {std::string(names::kAnnotationDecisionSignature), signature}}}}}};
+    owners_.held[slot] = {"ml", decision.pod_name, "main"};
+  }
+
+  SlotPaths Paths(const std::string& slot) { return PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", slot); }
+
+  void ExpectRefused(const std::string& slot, const std::string& why) {
+    ASSERT_OK(binder_->Allocate(slot));
+    const Status s = binder_->Prepare(slot);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+    EXPECT_FALSE(std::filesystem::exists(Paths(slot).limits)) << "a refused slot must have no limits";
+    EXPECT_FALSE(std::filesystem::exists(Paths(slot).cdi_spec));
+    ASSERT_FALSE(pods_.warnings.empty());
+    EXPECT_EQ(pods_.warnings.back().first, names::kEventDecisionRejected);
+    EXPECT_NE(pods_.warnings.back().second.find(why), std::string::npos);
+  }
+
+  testutil::TempDir dir_;
+  std::unique_ptr<extender::Signer> signer_;
+  TableOwners owners_;
+  TablePods pods_;
+  std::unique_ptr<SlotBinder> binder_;
+};
+
+TEST_F(SlotBinderTest, AVerifiedDecisionBecomesTheSlotsLimitsRegionAndCdiSpec) {
+  AddPod("slot-0007", DecisionFor("train"));
+  ASSERT_OK(binder_->Allocate("slot-0007"));
+  ASSERT_OK(binder_->Prepare("slot-0007"));
+  const SlotPaths p = Paths("slot-0007");
+  auto limits = ParseLimitsFile(Slurp(p.limits));
+  ASSERT_OK(limits);
+  EXPECT_EQ(limits->pod, "ml/train");
+  EXPECT_EQ(limits->pod_uid, "uid-train");
+  EXPECT_EQ(limits->container, "main");
+  EXPECT_TRUE(limits->fail_closed);  // department: fail-closed in the default policy
+  ASSERT_EQ(limits->devices.size(), 1u);
+  EXPECT_EQ(limits->devices[0].uuid, kGpu);
+  EXPECT_EQ(limits->devices[0].memory_bytes, 4 * kGiB);
+  EXPECT_EQ(limits->devices[0].cores_percent, 30u);
+  EXPECT_EQ(limits->devices[0].context_bytes, 512ULL << 20);
+  EXPECT_EQ(limits->devices[0].stream_bytes, 573440u);
+  EXPECT_EQ(std::filesystem::status(p.limits).permissions() & std::filesystem::perms::owner_write,
+            std::filesystem::perms::none);
+  auto region = shm::Mapping::Attach(p.region);
+  ASSERT_OK(region);
+  const std::string spec = Slurp(p.cdi_spec);
+  EXPECT_NE(spec.find("\"kind\":\"tessera.dev/gpu\""), std::string::npos) << spec;
+  EXPECT_NE(spec.find("\"name\":\"slot-0007\""), std::string::npos);
+  EXPECT_NE(spec.find("\"path\":\"/dev/nvidia3\""), std::string::npos);
+  EXPECT_NE(spec.find("/usr/lib/libcuda.so.1"), std::string::npos);
+  EXPECT_TRUE(pods_.warnings.empty());
+}
+
+TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
+  const SlotAllocation a = binder_->AllocationOf("slot-0001");
+  EXPECT_EQ(a.cdi_device, "tessera.dev/gpu=slot-0001");
+  bool limits_ro = false, run_rw = false, preload = false;
+  for (const Mount& m : a.mounts) {
+    limits_ro |= m.container_path == "/etc/tessera" && m.host_path == Paths("slot-0001").etc_dir && m.read_only;
+    run_rw |= m.container_path == "/run/tessera" && !m.read_only;
+    preload |= m.container_path == "/etc/ld.so.preload" && m.read_only;
+  }
+  EXPECT_TRUE(limits_ro && run_rw && preload);
+}
+
+TEST_F(SlotBinderTest, EveryBadDecisionIsRefusedWithAReasonAndNoGpu) {
+  extender::Decision d = DecisionFor("a");
+  AddPod("slot-0001", d, "", "AAAA");
+  ExpectRefused("slot-0001", "the decision's signature");
+
+  d = DecisionFor("b");
+  AddPod("slot-0002", d, "{\"apiVersion\":\"tessera.dev/decision/v1\",\"pod\":");
+  ExpectRefused("slot-0002", "the decision is malformed");
+
+  d = DecisionFor("c");
+  d.key_id = "k9";
+  AddPod("slot-0003", d);
+  ExpectRefused("slot-0003", "signed with key \"k9\", which this node does not hold");
+
+  d = DecisionFor("d");
+  d.pod_uid = "uid-someone-else";
+  AddPod("slot-0004", d);
+  ExpectRefused("slot-0004", "for pod uid uid-someone-else, not this pod");
+
+  d = DecisionFor("e");
+  d.node = "n2";
+  AddPod("slot-0005", d);
+  ExpectRefused("slot-0005", "for node n2, not n1");
+
+  d = DecisionFor("f");
+  d.containers[0].name = "sidecar";
+  AddPod("slot-0006", d);
+  ExpectRefused("slot-0006", "no entry for container \"main\"");
+
+  d = DecisionFor("g");
+  d.containers[0].devices[0].uuid = "GPU-elsewhere";
+  AddPod("slot-0008", d);
+  ExpectRefused("slot-0008", "names GPU GPU-elsewhere, which this node does not have");
+
+  pods_.pods["ml/h"] = {{"metadata", {{"name", "h"}, {"namespace", "ml"}, {"uid", "uid-h"}}}};
+  owners_.held["slot-0009"] = {"ml", "h", "main"};
+  ExpectRefused("slot-0009", "has no tessera.dev/decision annotation");
+}
+
+TEST_F(SlotBinderTest, AnUnhealthyGpuIsNeverHandedOut) {
+  binder_->SetGpus({{kGpu, BinderGpu{3, true, false, "XID 79", 0, 0}}});
+  AddPod("slot-0001", DecisionFor("train"));
+  ExpectRefused("slot-0001", "unhealthy (XID 79)");
+}
+
+TEST_F(SlotBinderTest, ASlotNobodyHoldsIsRefusedWithoutTouchingAnyPod) {
+  ASSERT_OK(binder_->Allocate("slot-0003"));
+  const Status s = binder_->Prepare("slot-0003");
+  EXPECT_EQ(s.code(), StatusCode::kNotFound) << s.ToString();
+  EXPECT_TRUE(pods_.warnings.empty());
+  EXPECT_FALSE(binder_->Prepare("gpu-0").ok());  // not a slot at all
+}
+
+TEST_F(SlotBinderTest, AReusedSlotNeverKeepsThePreviousContainersLimits) {
+  AddPod("slot-0001", DecisionFor("first"));
+  ASSERT_OK(binder_->Allocate("slot-0001"));
+  ASSERT_OK(binder_->Prepare("slot-0001"));
+  extender::Decision next = DecisionFor("second");
+  next.node = "n2";  // refused
+  AddPod("slot-0001", next);
+  ExpectRefused("slot-0001", "for node n2");
+}
+
+TEST_F(SlotBinderTest, ReleasedSlotsLoseTheirFilesHeldOnesKeepThem) {
+  AddPod("slot-0001", DecisionFor("kept"));
+  AddPod("slot-0002", DecisionFor("gone"));
+  for (const char* slot : {"slot-0001", "slot-0002"}) {
+    ASSERT_OK(binder_->Allocate(slot));
+    ASSERT_OK(binder_->Prepare(slot));
+  }
+  owners_.held.erase("slot-0002");
+  auto removed = binder_->RemoveReleased();
+  ASSERT_OK(removed);
+  EXPECT_EQ(*removed, 1);
+  EXPECT_TRUE(std::filesystem::exists(Paths("slot-0001").limits));
+  EXPECT_FALSE(std::filesystem::exists(Paths("slot-0002").dir));
+  EXPECT_FALSE(std::filesystem::exists(Paths("slot-0002").cdi_spec));
+}
+
+TEST(Slots, IdsRoundTripAndAnythingElseIsRefused) {
+  EXPECT_EQ(SlotId(42), "slot-0042");
+  EXPECT_EQ(*ParseSlotId("slot-0042"), 42);
+  for (const char* bad : {"slot-42", "slot-00a2", "GPU-1-s01", "", "slot-00421", "../etc"}) {
+    EXPECT_FALSE(ParseSlotId(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::agent
