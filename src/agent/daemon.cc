@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <csignal>
+#include <set>
+#include <signal.h>
 #include <cstdio>
 #include <iostream>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <thread>
 
 #include "agent/device_plugin.h"
+#include "agent/drift.h"
 #include "agent/local_gpu.h"
 #include "agent/node_agent.h"
 #include "agent/nvml.h"
@@ -24,6 +27,7 @@
 #include "k8s/paths.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
+#include "tessera/quantity.h"
 
 namespace tessera::agent {
 namespace {
@@ -111,8 +115,11 @@ std::vector<std::string> DriverFiles(const std::string& dir) {
 // Everything the device plugin needs, started only where kubelet's device-plugin folder exists.
 class PluginSide {
  public:
-  static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client) {
-    auto side = std::unique_ptr<PluginSide>(new PluginSide());
+  static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client,
+                                                     GpuSource& gpus) {
+    auto side = std::unique_ptr<PluginSide>(new PluginSide(client, gpus));
+    side->state_dir_ = Or(o.state_dir, names::kPathHostState);
+    side->node_ = o.node_name;
     BinderOptions b;
     b.node_name = o.node_name;
     b.state_dir = Or(o.state_dir, names::kPathHostState);
@@ -133,6 +140,7 @@ class PluginSide {
       TESSERA_LOG(kWarn, kAgent, "no decision keys (--decision-keys): every container will be refused a GPU");
     }
     b.keys = std::move(*keys);
+    side->policy_ = b.policy;
     std::error_code ec;
     std::filesystem::create_directories(b.state_dir + "/slots", ec);
     std::filesystem::create_directories(b.cdi_dir, ec);
@@ -159,6 +167,13 @@ class PluginSide {
   void Update(const Inventory& inventory) {
     std::map<std::string, BinderGpu, std::less<>> gpus;
     std::vector<PluginDevice> healthy, unhealthy;
+    {
+      std::lock_guard<std::mutex> lock(managed_mu_);
+      managed_.clear();
+      for (const InventoryGpu& g : inventory.content.gpus) {
+        if (g.managed) managed_.push_back(g.facts.uuid);
+      }
+    }
     for (const InventoryGpu& g : inventory.content.gpus) {
       BinderGpu b;
       b.minor = g.facts.index;
@@ -186,7 +201,7 @@ class PluginSide {
   }
 
  private:
-  PluginSide() = default;
+  PluginSide(k8s::Client& client, GpuSource& gpus) : client_(client), gpus_(gpus) {}
 
   // (context bytes, stream bytes) of a GPU, measured once with a probe process.
   std::pair<std::uint64_t, std::uint64_t> Cost(const std::string& uuid) {
@@ -215,9 +230,119 @@ class PluginSide {
       } else if (*removed > 0) {
         TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
       }
+      CheckDrift();
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, every, [] { return false; });
     }
+  }
+
+  // The containers whose slots hold a limits file.
+  std::vector<WatchedContainer> Watched() {
+    std::vector<WatchedContainer> out;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/slots", ec)) {
+      const std::string slot = entry.path().filename().string();
+      const SlotPaths p = PathsOf(state_dir_, "", slot);
+      std::ifstream in(p.limits);
+      if (!in) continue;
+      std::stringstream text;
+      text << in.rdbuf();
+      auto limits = ParseLimitsFile(text.str());
+      if (limits.ok()) out.push_back({slot, std::move(*limits), p.region});
+    }
+    return out;
+  }
+
+  // NVML against regions and decisions; acts on containers above their cap per the tier's
+  // onDrift, once per episode (an Event when a container crosses its cap, not every check).
+  void CheckDrift() {
+    std::vector<std::string> managed;
+    {
+      std::lock_guard<std::mutex> lock(managed_mu_);
+      managed = managed_;
+    }
+    std::map<std::string, std::vector<GpuProcess>> processes;
+    for (const std::string& uuid : managed) {
+      auto list = gpus_.Processes(uuid);
+      if (!list.ok()) {
+        TESSERA_LOG(kDebug, kAgent, "drift: %s", list.status().ToString().c_str());
+        return;
+      }
+      processes[uuid] = std::move(*list);
+    }
+    const DriftReport report = agent::CheckDrift(Watched(), processes, ProcCgroupOf);
+    std::set<std::string> over_now, unattributed_now;
+    for (const ContainerDrift& c : report.containers) {
+      if (c.drift_bytes() != 0) {
+        TESSERA_LOG(kDebug, kAgent, "drift %s %s: NVML %llu, region %llu", c.pod.c_str(), c.container.c_str(),
+                    static_cast<unsigned long long>(c.nvml_bytes), static_cast<unsigned long long>(c.region_bytes));
+      }
+      if (!c.over_cap()) continue;
+      const std::string key = c.id + "/" + c.uuid;
+      over_now.insert(key);
+      if (over_cap_.count(key) == 0) ActOnOverCap(c);
+    }
+    for (const UnattributedProcess& u : report.unattributed) {
+      const std::string key = u.uuid + "/" + std::to_string(u.process.pid);
+      unattributed_now.insert(key);
+      if (unattributed_.count(key) == 0) {
+        ++counters_.unattributed;
+        TESSERA_LOG(kWarn, kAgent, "pid %u holds %llu bytes on %s and belongs to no tessera container",
+                    u.process.pid, static_cast<unsigned long long>(u.process.bytes), u.uuid.c_str());
+        WarnNode(names::kEventUnattributedProcess,
+                 "pid " + std::to_string(u.process.pid) + " holds " + FormatBytesHuman(u.process.bytes) + " on " +
+                     u.uuid + " and belongs to no tessera container");
+      }
+    }
+    over_cap_ = std::move(over_now);
+    unattributed_ = std::move(unattributed_now);
+  }
+
+  void ActOnOverCap(const ContainerDrift& c) {
+    ++counters_.over_cap;
+    const std::size_t slash = c.pod.find('/');
+    const std::string ns = c.pod.substr(0, slash), name = c.pod.substr(slash + 1);
+    auto pod = client_.Get(k8s::PodPath(ns, name));
+    policy::DriftAction action = policy::DriftAction::kReport;
+    if (pod.ok()) {
+      const auto& annotations = (*pod)["metadata"].value("annotations", k8s::Json::object());
+      auto decision = extender::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
+      if (decision.ok()) action = policy_.Rule(decision->tier).on_drift;
+    }
+    std::string done = "reported";
+    if (action == policy::DriftAction::kKill) {
+      for (unsigned int pid : c.pids) kill(static_cast<pid_t>(pid), SIGKILL);
+      ++counters_.kills;
+      done = "its " + std::to_string(c.pids.size()) + " GPU process(es) killed";
+    } else if (action == policy::DriftAction::kEvict) {
+      k8s::Json eviction = {{"apiVersion", "policy/v1"}, {"kind", "Eviction"},
+                            {"metadata", {{"name", name}, {"namespace", ns}}}};
+      auto r = client_.Create(k8s::PodPath(ns, name) + "/eviction", eviction);
+      ++counters_.evictions;
+      done = r.ok() ? "the pod evicted" : "eviction failed: " + r.status().message();
+    }
+    const std::string message = "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " +
+                                c.uuid + " (NVML), above its cap of " + FormatBytesHuman(c.cap_bytes) +
+                                "; its region says " + FormatBytesHuman(c.region_bytes) + "; " + done;
+    TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
+    if (pod.ok()) pods_->WarnPod(*pod, names::kEventMemoryOverCap, message);
+  }
+
+  void WarnNode(std::string_view reason, const std::string& message) {
+    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
+    k8s::Json event = {
+        {"apiVersion", "v1"},
+        {"kind", "Event"},
+        {"metadata", {{"generateName", node_ + ".tessera-"}, {"namespace", "default"}}},
+        {"involvedObject", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}},
+        {"reason", std::string(reason)},
+        {"message", message},
+        {"type", "Warning"},
+        {"source", {{"component", "tessera-node"}, {"host", node_}}},
+        {"firstTimestamp", now},
+        {"lastTimestamp", now},
+        {"count", 1}};
+    (void)client_.Create(k8s::EventsPath("default"), event);
   }
 
   std::unique_ptr<PodResourcesClient> owners_;
@@ -225,7 +350,17 @@ class PluginSide {
   std::unique_ptr<SlotBinder> binder_;
   std::unique_ptr<DevicePlugin> plugin_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
-  std::jthread cleanup_;
+  k8s::Client& client_;
+  GpuSource& gpus_;
+  std::string state_dir_, node_;
+  policy::Policy policy_;
+  std::mutex managed_mu_;
+  std::vector<std::string> managed_;
+  std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
+  struct {
+    std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
+  } counters_;  // for the metrics endpoint (issue 11)
+  std::jthread cleanup_;  // last: stopped first
 };
 
 }  // namespace
@@ -270,7 +405,7 @@ int RunNode(const NodeOptions& options) {
   std::unique_ptr<PluginSide> plugin;
   const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
   if (std::filesystem::is_directory(plugin_dir)) {
-    auto started = PluginSide::Start(options, **client);
+    auto started = PluginSide::Start(options, **client, **source);
     if (!started.ok()) return Fail(started.status());
     plugin = std::move(*started);
   } else {

@@ -36,7 +36,9 @@ namespace tessera::agent {
   X(nvmlEventSetFree, false)                     \
   X(nvmlDeviceGetSupportedEventTypes, false)     \
   X(nvmlDeviceRegisterEvents, false)             \
-  X(nvmlEventSetWait_v2, false)
+  X(nvmlEventSetWait_v2, false)                  \
+  X(nvmlDeviceGetHandleByUUID, false)            \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, false)
 
 struct NvmlGpuSource::Api {
 #define TESSERA_AGENT_NVML_PTR(sym, required) decltype(&::sym) sym = nullptr;
@@ -196,6 +198,34 @@ NvmlGpuSource::~NvmlGpuSource() {
     if (initialized_) (void)api_->nvmlShutdown();
   }
   if (library_ != nullptr) dlclose(library_);  // a no-op unload (RTLD_NODELETE): drops the handle
+}
+
+StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uuid) {
+  const Api& api = *api_;
+  if (api.nvmlDeviceGetHandleByUUID == nullptr || api.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) {
+    return FailedPreconditionError("this NVML has no per-process memory (nvmlDeviceGetComputeRunningProcesses_v3)");
+  }
+  nvmlDevice_t device = nullptr;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetHandleByUUID(" + uuid + ")", rc);
+  }
+  std::vector<nvmlProcessInfo_t> infos(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(infos.size());
+    const nvmlReturn_t rc = api.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      infos.resize(count + 16);
+      continue;
+    }
+    if (rc != NVML_SUCCESS) return CallError(api, "nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + ")", rc);
+    std::vector<GpuProcess> out;
+    for (unsigned int i = 0; i < count; ++i) {
+      const bool known = infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
+      out.push_back({infos[i].pid, known ? infos[i].usedGpuMemory : 0});
+    }
+    return out;
+  }
+  return UnavailableError("nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + "): the list kept growing");
 }
 
 StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {

@@ -43,9 +43,20 @@ struct HealthEvent {
                        // single-bit ECC), logged only
 };
 
+// Device memory one process holds on a GPU, as NVML reports it (host PID).
+struct GpuProcess {
+  unsigned int pid = 0;
+  std::uint64_t bytes = 0;
+  friend bool operator==(const GpuProcess&, const GpuProcess&) = default;
+};
+
 class GpuSource {
  public:
   virtual ~GpuSource() = default;
+  // The compute processes on the GPU `uuid` and their memory (drift checks).
+  virtual StatusOr<std::vector<GpuProcess>> Processes(const std::string& uuid) {
+    return FailedPreconditionError("no per-process data for " + uuid);
+  }
   // Every GPU NVML sees, in NVML index order.
   virtual StatusOr<std::vector<GpuFacts>> Discover() = 0;
   // Waits up to `timeout` for the next event. nullopt: none came.
@@ -71,6 +82,7 @@ class NvmlGpuSource : public GpuSource {
   ~NvmlGpuSource() override;
 
   StatusOr<std::vector<GpuFacts>> Discover() override;
+  StatusOr<std::vector<GpuProcess>> Processes(const std::string& uuid) override;
   // Registers every GPU for the health events it supports on first use.
   StatusOr<std::optional<HealthEvent>> WaitHealthEvent(std::chrono::milliseconds timeout) override;
 

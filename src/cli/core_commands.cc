@@ -1,10 +1,17 @@
 #include "cli/core_commands.h"
 
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "agent/drift.h"
 #include "agent/node_agent.h"
 #include "agent/nvml.h"
 
 #include "cli/doctor_cmd.h"
 #include "cli/run_cmd.h"
+#include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
 
@@ -46,6 +53,54 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
   return 0;
 }
 
+// `tessera drift DIR...`: NVML's view of each container folder (a limits file and a region, as
+// tessera-node's slots and `tessera run --keep` leave them) against its region and cap, and
+// every GPU process no folder accounts for. Dependency-free: the GPU host runs it.
+int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  if (args.empty()) {
+    err << "usage: tessera drift DIR... (each DIR holding a limits file and a region)\n";
+    return 2;
+  }
+  std::vector<agent::WatchedContainer> containers;
+  std::set<std::string> uuids;
+  for (const std::string& dir : args) {
+    std::ifstream in(dir + "/limits");
+    if (!in) {
+      err << "tessera drift: " << dir << ": no limits file\n";
+      return 2;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    auto limits = ParseLimitsFile(text.str());
+    if (!limits.ok()) {
+      err << "tessera drift: " << dir << "/limits: " << limits.status().message() << "\n";
+      return 2;
+    }
+    for (const auto& d : limits->devices) uuids.insert(d.uuid);
+    containers.push_back({dir, std::move(*limits), dir + "/region"});
+  }
+  auto source = agent::NvmlGpuSource::Open();
+  if (!source.ok()) {
+    err << "tessera drift: " << source.status().message() << "\n";
+    return 1;
+  }
+  std::map<std::string, std::vector<agent::GpuProcess>> processes;
+  for (const std::string& uuid : uuids) {
+    auto list = (*source)->Processes(uuid);
+    if (!list.ok()) {
+      err << "tessera drift: " << list.status().message() << "\n";
+      return 1;
+    }
+    processes[uuid] = std::move(*list);
+  }
+  const agent::DriftReport report = agent::CheckDrift(containers, processes, agent::ProcCgroupOf);
+  out << agent::FormatDrift(report);
+  for (const auto& c : report.containers) {
+    if (c.over_cap()) return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -60,6 +115,7 @@ int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std:
     return 0;
   }
   if (args[0] == "inventory") return InventoryCommand({args.begin() + 1, args.end()}, out, err);
+  if (args[0] == "drift") return DriftCommand(rest, out, err);
   if (args[0] == "names") {
     for (const auto& n : names::kAllNames) out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
     return 0;

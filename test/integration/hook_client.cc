@@ -7,6 +7,8 @@
 //            returned pointer, per-thread (_ptsz/_ptds) variants included
 // then runs a scenario (argv[2...]) and prints key=value lines for the test to check.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +25,8 @@
 #include <cuda.h>
 #define NVML_NO_UNVERSIONED_FUNC_DEFS 1
 #include <nvml.h>
+
+#include "tessera/shm_layout.h"
 
 namespace {
 
@@ -195,6 +199,35 @@ int Run(const Api& api, int argc, char** argv) {
   if (scenario == "hold") {  // hold BYTES: allocate, say so, wait to be killed
     CUdeviceptr p = 0;
     std::printf("hold_result=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
+    std::fflush(stdout);
+    pause();
+    return 0;
+  }
+  if (scenario == "tamper") {  // tamper CHUNK: fill the cap, then do what a hostile tenant can:
+                               // zero the region's counters (it is writable) and allocate past
+                               // the cap; hold it until killed (the node's drift check must see it)
+    const std::uint64_t chunk = std::strtoull(argv[1], nullptr, 10);
+    CUdeviceptr p = 0;
+    int held = 0;
+    while (api.alloc(&p, chunk) == CUDA_SUCCESS) ++held;
+    const char* path = std::getenv("TESSERA_REGION_FILE");
+    const int fd = path != nullptr ? open(path, O_RDWR) : -1;
+    void* mem = fd >= 0 ? mmap(nullptr, sizeof(tessera::shm::Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                        : MAP_FAILED;
+    if (mem == MAP_FAILED) {
+      std::printf("error=cannot map the region\n");
+      return 1;
+    }
+    auto* region = static_cast<tessera::shm::Region*>(mem);
+    int extra = 0;
+    for (int round = 0; round < held; ++round) {
+      for (auto& d : region->devices) d.used_bytes.store(0);
+      for (auto& slot : region->slots) {
+        for (auto& u : slot.used_bytes) u.store(0);
+      }
+      if (api.alloc(&p, chunk) == CUDA_SUCCESS) ++extra;
+    }
+    std::printf("tamper_within=%d tamper_beyond=%d HOLDING\n", held, extra);
     std::fflush(stdout);
     pause();
     return 0;

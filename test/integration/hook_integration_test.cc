@@ -636,6 +636,53 @@ TEST_F(TesseraRunTest, RejectsBadInput) {
   EXPECT_NE(missing.text.find("cannot run"), std::string::npos) << missing.text;
 }
 
+// Drift against the fake NVML: a tenant fills its cap, zeroes its (writable) region and allocates
+// past the cap. The region now says 0; NVML's per-process figure says the truth, and
+// `tessera drift` (the node agent's check) reports the container over its cap; a process outside
+// every container is reported as unattributed.
+TEST_F(HookTest, DriftSeesATenantThatRewroteItsRegion) {
+  Limit(64 * kMiB);
+  Process tenant({TESSERA_HOOK_CLIENT, "dlopen", "tamper", std::to_string(16 * kMiB)}, Env());
+  struct KillAtEnd {
+    Process& p;
+    ~KillAtEnd() { p.Kill(); }
+  } end_tenant{tenant};
+  const std::string said = tenant.ReadUntil("HOLDING");
+  ASSERT_NE(said.find("tamper_within=4 tamper_beyond=4"), std::string::npos) << said;
+  Process outsider({TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(8 * kMiB)},
+                   {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR), "TESSERA_FAKE_STATE=" + fake_state_});
+  KillAtEnd end_outsider{outsider};
+  ASSERT_NE(outsider.ReadUntil("hold_result").find("hold_result"), std::string::npos);
+  const Output drift = Process({TESSERA_CLI, "drift", dir_.path()},
+                               {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                                "TESSERA_FAKE_STATE=" + fake_state_})
+                           .Wait();
+  EXPECT_EQ(drift.exit_code, 3) << drift.text;  // over cap
+  EXPECT_NE(drift.text.find("OVER CAP"), std::string::npos) << drift.text;
+  EXPECT_NE(drift.text.find("NVML 128.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +112.00 MiB"), std::string::npos)
+      << drift.text;
+  EXPECT_NE(drift.text.find("UNATTRIBUTED"), std::string::npos) << drift.text;
+  EXPECT_NE(drift.text.find("8.00 MiB outside every tessera container"), std::string::npos) << drift.text;
+}
+
+TEST_F(HookTest, DriftOfAnHonestTenantIsZero) {
+  Limit(64 * kMiB);
+  Process tenant({TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(16 * kMiB)}, Env());
+  struct KillAtEnd {
+    Process& p;
+    ~KillAtEnd() { p.Kill(); }
+  } end_tenant{tenant};
+  ASSERT_NE(tenant.ReadUntil("hold_result").find("hold_result"), std::string::npos);
+  const Output drift = Process({TESSERA_CLI, "drift", dir_.path()},
+                               {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                                "TESSERA_FAKE_STATE=" + fake_state_})
+                           .Wait();
+  EXPECT_EQ(drift.exit_code, 0) << drift.text;
+  EXPECT_EQ(drift.text.rfind("ok ", 0), 0u) << drift.text;
+  EXPECT_NE(drift.text.find("NVML 16.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +0 B"), std::string::npos)
+      << drift.text;
+}
+
 // `tessera doctor` against the fake driver: every experiment runs in every mode asked for and ends;
 // the fake's hog takes the whole device natively but only the cap under tessera; an unavailable
 // MPS is reported, not crashed on; nothing is left behind in /tmp.

@@ -28,6 +28,7 @@ var subcommands = map[string]subcommand{
 	"kube-scheduler": {"run the upstream kube-scheduler (upstream flags)", runKubeScheduler},
 	"kubectl":        {"run the upstream kubectl", runKubectl},
 	"simnodes":       {"register simulated GPU nodes and act as their kubelet", runSimnodes},
+	"kubelet":        {"run the upstream kubelet device manager + PodResources server for one node", runKubelet},
 	"version":        {"print the pinned upstream versions", runVersion},
 }
 

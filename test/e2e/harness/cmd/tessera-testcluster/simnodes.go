@@ -614,9 +614,13 @@ func (s *sim) syncPod(ctx context.Context, key string) error {
 // deletePod finalizes a pod's deletion, as kubelet does once its containers
 // are gone: grace period 0, only this very pod (UID precondition).
 func (s *sim) deletePod(ctx context.Context, p *corev1.Pod) error {
+	return finalizePodDeletion(ctx, s.client, p)
+}
+
+func finalizePodDeletion(ctx context.Context, client kubernetes.Interface, p *corev1.Pod) error {
 	zero := int64(0)
 	uid := p.UID
-	err := s.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+	err := client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 		GracePeriodSeconds: &zero,
 		Preconditions:      &metav1.Preconditions{UID: &uid},
 	})

@@ -1,0 +1,117 @@
+#include "agent/drift.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "tessera/quantity.h"
+#include "tessera/region.h"
+
+namespace tessera::agent {
+namespace {
+
+// Whether a cgroup path names the pod: cgroupfs ("pod<uid>") or systemd ("pod<uid_with_underscores>").
+bool CgroupNamesPod(const std::string& cgroup, const std::string& uid) {
+  if (uid.empty() || cgroup.empty()) return false;
+  std::string systemd = uid;
+  std::replace(systemd.begin(), systemd.end(), '-', '_');
+  return cgroup.find("pod" + uid) != std::string::npos || cgroup.find("pod" + systemd) != std::string::npos;
+}
+
+struct RegionView {
+  std::set<unsigned int> pids;
+  std::map<std::string, std::uint64_t> used;  // by UUID
+};
+
+RegionView ReadRegion(const std::string& path) {
+  RegionView view;
+  auto m = shm::Mapping::Attach(path);
+  if (!m.ok()) return view;
+  const shm::Region& r = *m->region();
+  for (const auto& slot : r.slots) {
+    if (slot.state.load() == 1 && slot.pid > 0) view.pids.insert(static_cast<unsigned int>(slot.pid));
+  }
+  for (std::uint32_t d = 0; d < std::min<std::uint32_t>(r.header.device_count, shm::kMaxDevices); ++d) {
+    const std::string uuid(r.devices[d].uuid);
+    view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
+  }
+  return view;
+}
+
+}  // namespace
+
+std::string ProcCgroupOf(unsigned int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
+                       const std::map<std::string, std::vector<GpuProcess>>& processes,
+                       const CgroupOf& cgroup_of) {
+  DriftReport report;
+  std::vector<RegionView> regions;
+  regions.reserve(containers.size());
+  for (const WatchedContainer& c : containers) regions.push_back(ReadRegion(c.region_path));
+  for (const auto& [uuid, list] : processes) {
+    // Which container each process belongs to (first match wins; a PID is in one cgroup).
+    std::map<std::size_t, std::vector<GpuProcess>> owned;
+    for (const GpuProcess& p : list) {
+      const std::string cgroup = cgroup_of(p.pid);
+      std::optional<std::size_t> owner;
+      for (std::size_t i = 0; i < containers.size() && !owner; ++i) {
+        bool on_gpu = false;
+        for (const auto& d : containers[i].limits.devices) on_gpu |= d.uuid == uuid;
+        if (!on_gpu) continue;
+        if (CgroupNamesPod(cgroup, containers[i].limits.pod_uid) || regions[i].pids.count(p.pid) != 0) owner = i;
+      }
+      if (owner) {
+        owned[*owner].push_back(p);
+      } else if (p.bytes > 0) {
+        report.unattributed.push_back({uuid, p});
+      }
+    }
+    for (std::size_t i = 0; i < containers.size(); ++i) {
+      const WatchedContainer& c = containers[i];
+      for (const auto& d : c.limits.devices) {
+        if (d.uuid != uuid) continue;
+        ContainerDrift drift;
+        drift.id = c.id;
+        drift.pod = c.limits.pod;
+        drift.pod_uid = c.limits.pod_uid;
+        drift.container = c.limits.container;
+        drift.uuid = uuid;
+        drift.cap_bytes = d.memory_bytes;
+        const auto used = regions[i].used.find(uuid);
+        drift.region_bytes = used == regions[i].used.end() ? 0 : used->second;
+        for (const GpuProcess& p : owned[i]) {
+          drift.nvml_bytes += p.bytes;
+          drift.pids.push_back(p.pid);
+        }
+        report.containers.push_back(std::move(drift));
+      }
+    }
+  }
+  return report;
+}
+
+std::string FormatDrift(const DriftReport& report) {
+  std::ostringstream out;
+  for (const ContainerDrift& c : report.containers) {
+    out << (c.over_cap() ? "OVER CAP " : "ok       ") << c.pod << " " << c.container << " on " << c.uuid
+        << ": NVML " << FormatBytesHuman(c.nvml_bytes) << ", region " << FormatBytesHuman(c.region_bytes)
+        << ", cap " << FormatBytesHuman(c.cap_bytes) << ", drift "
+        << (c.drift_bytes() < 0 ? "-" : "+")
+        << FormatBytesHuman(static_cast<std::uint64_t>(c.drift_bytes() < 0 ? -c.drift_bytes() : c.drift_bytes()))
+        << " (" << c.pids.size() << " process(es))\n";
+  }
+  for (const UnattributedProcess& u : report.unattributed) {
+    out << "UNATTRIBUTED pid " << u.process.pid << " on " << u.uuid << ": "
+        << FormatBytesHuman(u.process.bytes) << " outside every tessera container\n";
+  }
+  return out.str();
+}
+
+}  // namespace tessera::agent

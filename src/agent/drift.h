@@ -1,0 +1,73 @@
+// Drift detection (docs/design/0016-device-plugin.md §drift): what NVML says each tessera
+// container really holds, against what its region says and what its decision allows. The preload
+// library cannot do this itself: a process that bypasses it never runs it, and the tenant can
+// write its own region. Dependency-free (the GPU host runs it through `tessera drift`).
+//
+// A GPU process belongs to a container when its cgroup names the container's pod (production:
+// host PIDs, containers in their own PID namespaces) or when its PID holds a live slot of the
+// container's region (one PID namespace: `tessera run`, tests). Anything else on a managed GPU is
+// unattributed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "agent/nvml.h"
+#include "tessera/limits.h"
+#include "tessera/status.h"
+
+namespace tessera::agent {
+
+// One container the node prepared: its limits file and region.
+struct WatchedContainer {
+  std::string id;  // the slot (or folder) it lives in
+  Limits limits;
+  std::string region_path;
+};
+
+struct ContainerDrift {
+  std::string id;
+  std::string pod;        // namespace/name
+  std::string pod_uid;
+  std::string container;
+  std::string uuid;       // the GPU
+  std::uint64_t cap_bytes = 0;
+  std::uint64_t region_bytes = 0;  // what the preload library accounted
+  std::uint64_t nvml_bytes = 0;    // what NVML says the container's processes hold
+  std::vector<unsigned int> pids;  // its processes on the GPU (host PIDs)
+  // NVML above the region: what the library could not see (module code, implicit growth,
+  // bypassing processes) or a tenant who rewrote the region. Reported, not acted on.
+  std::int64_t drift_bytes() const {
+    return static_cast<std::int64_t>(nvml_bytes) - static_cast<std::int64_t>(region_bytes);
+  }
+  // Above the decision's cap: acted on.
+  bool over_cap() const { return nvml_bytes > cap_bytes; }
+};
+
+struct UnattributedProcess {
+  std::string uuid;
+  GpuProcess process;
+};
+
+struct DriftReport {
+  std::vector<ContainerDrift> containers;
+  std::vector<UnattributedProcess> unattributed;
+};
+
+// The cgroup path of a host PID ("" if gone): /proc/<pid>/cgroup in production.
+using CgroupOf = std::function<std::string(unsigned int pid)>;
+std::string ProcCgroupOf(unsigned int pid);
+
+// `processes`: NVML's processes of every GPU tessera manages, by UUID. Regions that cannot be
+// read count as 0 bytes (the tenant may have broken its own region; NVML still tells the truth).
+DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
+                       const std::map<std::string, std::vector<GpuProcess>>& processes,
+                       const CgroupOf& cgroup_of);
+
+// One line per finding, for logs and `tessera drift`.
+std::string FormatDrift(const DriftReport& report);
+
+}  // namespace tessera::agent
