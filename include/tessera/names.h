@@ -90,7 +90,9 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEventMemoryOverCap, "TesseraMemoryOverCap",                                               \
     "NVML shows a container above its decision's memory cap (drift enforcement acted)")       \
   X(kEventUnattributedProcess, "TesseraUnattributedProcess",                                   \
-    "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)")
+    "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)") \
+  X(kEventGpuUnhealthy, "TesseraGpuUnhealthy",                                                 \
+    "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")
 
 #define TESSERA_NAMES_DECLARE(constant, value, description) \
   inline constexpr std::string_view constant = value;

@@ -188,6 +188,22 @@ class PluginSide {
       }
       gpus[g.facts.uuid] = b;
     }
+    // Containers on a GPU that just turned unhealthy are told (once).
+    for (const InventoryGpu& g : inventory.content.gpus) {
+      if (!g.managed || g.healthy || !told_unhealthy_.insert(g.facts.uuid).second) continue;
+      for (const WatchedContainer& c : Watched()) {
+        bool on_it = false;
+        for (const auto& d : c.limits.devices) on_it |= d.uuid == g.facts.uuid;
+        if (!on_it) continue;
+        const std::size_t slash = c.limits.pod.find('/');
+        auto pod = client_.Get(k8s::PodPath(c.limits.pod.substr(0, slash), c.limits.pod.substr(slash + 1)));
+        if (pod.ok()) {
+          pods_->WarnPod(*pod, names::kEventGpuUnhealthy,
+                         "GPU " + g.facts.uuid + " of container " + c.limits.container + " turned unhealthy (" +
+                             g.health_reason + "); nothing new is placed on it");
+        }
+      }
+    }
     binder_->SetGpus(std::move(gpus));
     // Slots are numbered per node; an unhealthy GPU's share of them is reported unhealthy.
     std::vector<PluginDevice> devices;
@@ -357,6 +373,7 @@ class PluginSide {
   std::mutex managed_mu_;
   std::vector<std::string> managed_;
   std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
+  std::set<std::string> told_unhealthy_;           // GPUs whose containers were told
   struct {
     std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
   } counters_;  // for the metrics endpoint (issue 11)
@@ -408,6 +425,7 @@ int RunNode(const NodeOptions& options) {
     auto started = PluginSide::Start(options, **client, **source);
     if (!started.ok()) return Fail(started.status());
     plugin = std::move(*started);
+    publisher.LeaveToKubelet(std::string(names::kResourceGpuSlot));
   } else {
     TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)", plugin_dir.c_str());
   }

@@ -73,6 +73,7 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   bool same = true;
   Json resources = Json::object();
   for (const auto& [name, quantity] : quantities) {
+    if (kubelet_owned_.count(name) != 0) continue;
     same = same && SameQuantity(capacity, name, quantity) &&
            SameQuantity(allocatable, name, quantity);
     resources[name] = quantity;

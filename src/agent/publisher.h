@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "agent/inventory.h"
@@ -28,10 +29,14 @@ class Publisher {
   StatusOr<std::int64_t> ExistingGeneration();
   // One attempt (the caller retries): GET the Node, PATCH what differs.
   StatusOr<PublishResult> Publish(const Inventory& inventory);
+  // Resources kubelet reports itself (those of our device plugin): never patched here, so the
+  // two writers cannot disagree.
+  void LeaveToKubelet(std::string resource) { kubelet_owned_.insert(std::move(resource)); }
 
  private:
   k8s::Client& client_;
   std::string node_name_;
+  std::set<std::string> kubelet_owned_;
 };
 
 }  // namespace tessera::agent
