@@ -1,0 +1,395 @@
+// tessera-node's device plugin end to end, driven by real kubelet code: the real control plane
+// (etcd + kube-apiserver + kube-scheduler calling tessera-scheduler), the upstream kubelet device
+// manager and PodResources server (`tessera-testcluster kubelet`, linked from
+// k8s.io/kubernetes/pkg/kubelet), and tessera-node over gRPC against the fake NVML and driver
+// (the only stand-ins: no GPU and no container runtime here). A container "starts" when kubelet's
+// Allocate + PreStartContainer succeed; the harness records what kubelet would hand the runtime.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "e2e/testcluster.h"
+#include "extender/decision.h"
+#include "extender/scheduler_e2e.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "k8s/paths.h"
+#include "tessera/limits.h"
+#include "testutil/status_matchers.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+constexpr char kNode[] = "dp-node-1";
+constexpr char kNs[] = "dp";
+constexpr std::uint64_t kMiB = 1ULL << 20;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Env {
+  std::unique_ptr<e2e::TempFolder> folder;
+  std::unique_ptr<e2e::TestCluster> cluster;
+  std::unique_ptr<e2e::ChildProcess> scheduler;
+  std::unique_ptr<e2e::ChildProcess> kubelet;
+  std::unique_ptr<e2e::ChildProcess> agent;
+  std::unique_ptr<k8s::Client> api;
+  int port = 0;
+  int kubelet_starts = 0, agent_starts = 0;
+  std::string dir(const std::string& sub) const { return folder->path() + "/" + sub; }
+};
+Env* env = nullptr;
+
+Status StartKubelet() {
+  e2e::ChildOptions o;
+  o.argv = {env->cluster->binary(), "kubelet", "--kubeconfig", env->cluster->kubeconfig(), "--node", kNode,
+            "--plugin-dir", env->dir("plugins"), "--pod-resources-socket", env->dir("pod-resources.sock"),
+            "--results-dir", env->dir("results")};
+  o.log_path = env->dir("kubelet." + std::to_string(env->kubelet_starts++) + ".log");
+  std::error_code ec;
+  std::filesystem::remove(env->dir("plugins/kubelet.sock"), ec);
+  auto child = e2e::SpawnAndWaitForFile(std::move(o), env->dir("plugins/kubelet.sock"), 60s);
+  if (!child.ok()) return child.status();
+  env->kubelet = std::move(*child);
+  return Status::Ok();
+}
+
+Status StartAgent() {
+  e2e::ChildOptions o;
+  o.argv = {TESSERA_NODE_BINARY, "--node-name", kNode, "--kubeconfig", env->cluster->kubeconfig(),
+            "--interval-s", "1", "--cleanup-interval-s", "1",
+            "--device-plugin-dir", env->dir("plugins"), "--pod-resources-socket", env->dir("pod-resources.sock"),
+            "--state-dir", env->dir("state"), "--cdi-dir", env->dir("cdi"), "--decision-keys", env->dir("keys"),
+            "--hook-library", TESSERA_HOOK_LIBRARY, "--driver-lib-dir", TESSERA_FAKE_DIR, "--log-level", "info"};
+  o.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR},
+           {"TESSERA_FAKE_GPUS", "2"},
+           {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16ULL << 30)},
+           {"TESSERA_FAKE_STATE", env->dir("fake-state")},
+           {"TESSERA_FAKE_CONTEXT_BYTES", std::to_string(256 * kMiB)},
+           {"TESSERA_FAKE_STREAM_BYTES", std::to_string(kMiB)},
+           {"TESSERA_FAKE_XID_FILE", env->dir("xid")}};
+  o.log_path = env->dir("tessera-node." + std::to_string(env->agent_starts++) + ".log");
+  auto child = e2e::ChildProcess::Spawn(std::move(o));
+  if (!child.ok()) return child.status();
+  env->agent = std::move(*child);
+  return Status::Ok();
+}
+
+class DevicePluginE2E : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    env = new Env;
+    auto folder = e2e::TempFolder::Create("tessera-device-plugin-e2e");
+    ASSERT_OK(folder);
+    env->folder = std::move(*folder);
+    for (const char* sub : {"plugins", "results", "state", "cdi", "keys"}) {
+      std::filesystem::create_directories(env->dir(sub));
+    }
+    std::ofstream(env->dir("xid")) << "";
+    auto pem = extender::GenerateSigningKeyPem();
+    ASSERT_OK(pem);
+    std::ofstream(env->dir("signing.pem")) << *pem;
+    std::ofstream(env->dir("keys/e2e.pem")) << extender::Signer::FromPem(*pem)->PublicKeyPem();
+    env->port = extender::e2etest::FreePort();
+    std::ofstream(env->dir("kube-scheduler.yaml")) << extender::e2etest::SchedulerConfig(env->port);
+    e2e::TestClusterOptions options;
+    options.scheduler_config = env->dir("kube-scheduler.yaml");
+    auto cluster = e2e::TestCluster::Start(options);
+    ASSERT_OK(cluster);
+    env->cluster = std::move(*cluster);
+    auto kc = k8s::LoadKubeconfig(env->cluster->kubeconfig());
+    ASSERT_OK(kc);
+    kc->qps = 500;
+    kc->burst = 1000;
+    auto api = k8s::Client::New(*kc);
+    ASSERT_OK(api);
+    env->api = std::move(*api);
+    extender::e2etest::SchedulerProcessOptions s;
+    s.binary = TESSERA_SCHEDULER_BINARY;
+    s.kubeconfig = env->cluster->kubeconfig();
+    s.port = env->port;
+    s.signing_key = env->dir("signing.pem");
+    s.dir = env->folder->path();
+    s.tag = "0";
+    auto scheduler = extender::e2etest::StartTesseraScheduler(s);
+    ASSERT_OK(scheduler);
+    env->scheduler = std::move(*scheduler);
+    ASSERT_OK(env->api->Create("/api/v1/namespaces",
+                               json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
+    ASSERT_OK(StartKubelet());
+    ASSERT_OK(StartAgent());
+    // Ready: kubelet reports tessera-node's 64 slots (2 GPUs x 32) and the inventory is on the Node.
+    ASSERT_TRUE(WaitFor([] { return Allocatable("tessera.dev/gpu-slot") == "64"; }, 90s))
+        << "kubelet never reported the slots\n" << env->agent->LogTail(40) << "\n" << env->kubelet->LogTail(40);
+  }
+  static void TearDownTestSuite() {
+    if (env == nullptr) return;
+    if (::testing::UnitTest::GetInstance()->Failed()) {
+      if (env->agent) std::fprintf(stderr, "tessera-node log tail:\n%s\n", env->agent->LogTail(60).c_str());
+      if (env->kubelet) std::fprintf(stderr, "kubelet log tail:\n%s\n", env->kubelet->LogTail(60).c_str());
+    }
+    env->agent.reset();
+    env->kubelet.reset();
+    env->scheduler.reset();
+    env->api.reset();
+    env->cluster.reset();
+    delete env;
+    env = nullptr;
+  }
+
+  void TearDown() override {
+    for (const json& p : Pods()) {
+      k8s::DeleteOptions o;
+      o.grace_period_seconds = 0;
+      (void)api().Delete(k8s::PodPath(kNs, p["metadata"]["name"].get<std::string>()), o);
+    }
+    WaitFor([this] { return Pods().empty(); }, 60s);
+  }
+
+  static k8s::Client& api() { return *env->api; }
+
+  template <typename F>
+  static bool WaitFor(F done, std::chrono::seconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (done()) return true;
+      std::this_thread::sleep_for(200ms);
+    }
+    return done();
+  }
+
+  static std::string Allocatable(const std::string& resource) {
+    auto node = api().Get(k8s::NodePath(kNode));
+    if (!node.ok()) return "";
+    const json& a = (*node)["status"].value("allocatable", json::object());
+    return a.contains(resource) ? a[resource].get<std::string>() : "";
+  }
+
+  std::vector<json> Pods() {
+    auto list = api().List(k8s::PodsPath(kNs));
+    return list.ok() ? list->items : std::vector<json>{};
+  }
+  static std::string Phase(const json& pod) { return pod["status"].value("phase", ""); }
+
+  Status CreatePod(const std::string& name, const std::string& memory) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", kNs}}},
+                {"spec",
+                 {{"terminationGracePeriodSeconds", 0},
+                  {"containers",
+                   {{{"name", "main"},
+                     {"image", "registry.invalid/gpu-workload:1"},
+                     {"resources", {{"limits", {{"tessera.dev/gpu-memory", memory}, {"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
+    return api().Create(k8s::PodsPath(kNs), pod).status();
+  }
+
+  // What kubelet handed the runtime for a container (the harness's record).
+  static json Result(const std::string& pod) {
+    const std::string path = env->dir("results") + "/" + kNs + "_" + pod + "_main.json";
+    std::ifstream in(path);
+    if (!in) return json();
+    try {
+      return json::parse(in);
+    } catch (...) {
+      return json();
+    }
+  }
+
+  // The limits file kubelet mounted at /etc/tessera for the pod's container.
+  static StatusOr<Limits> MountedLimits(const json& result) {
+    for (const json& m : result.value("mounts", json::array())) {
+      if (m.value("containerPath", "") == "/etc/tessera") {
+        return ParseLimitsFile(Slurp(m.value("hostPath", "") + "/limits"));
+      }
+    }
+    return NotFoundError("no /etc/tessera mount in " + result.dump());
+  }
+
+  // The pod's verified decision for its container.
+  static StatusOr<extender::DecisionContainer> DecisionOf(const json& pod) {
+    const json& ann = pod["metadata"].value("annotations", json::object());
+    auto d = extender::ParseDecision(ann.value("tessera.dev/decision", std::string()));
+    if (!d.ok()) return d.status();
+    return d->containers.at(0);
+  }
+
+  std::vector<std::string> EventReasons(const std::string& pod) {
+    std::vector<std::string> reasons;
+    auto list = api().List(k8s::EventsPath(kNs));
+    if (!list.ok()) return reasons;
+    for (const json& e : list->items) {
+      if (e["involvedObject"].value("name", "") == pod) reasons.push_back(e.value("reason", "") + ": " + e.value("message", ""));
+    }
+    return reasons;
+  }
+};
+
+TEST_F(DevicePluginE2E, FiftyPodsBoundAtOnceEachGetsItsOwnDecision) {
+  constexpr int kPods = 50;
+  for (int i = 0; i < kPods; ++i) ASSERT_OK(CreatePod("p" + std::to_string(i), "512Mi"));
+  ASSERT_TRUE(WaitFor([&] {
+    int running = 0;
+    for (const json& p : Pods()) running += Phase(p) == "Running";
+    return running == kPods;
+  }, 180s)) << env->agent->LogTail(30);
+  std::set<std::string> slots, hosts;
+  for (const json& pod : Pods()) {
+    const std::string name = pod["metadata"]["name"];
+    const json result = Result(name);
+    ASSERT_FALSE(result.is_null()) << name;
+    ASSERT_FALSE(result.contains("error")) << result.dump();
+    const auto ids = result["devices"].value("tessera.dev/gpu-slot", json::array());
+    ASSERT_EQ(ids.size(), 1u) << result.dump();
+    slots.insert(ids[0].get<std::string>());
+    EXPECT_EQ(result["cdiDevices"], json::array({"tessera.dev/gpu=" + ids[0].get<std::string>()}));
+    auto limits = MountedLimits(result);
+    ASSERT_OK(limits);
+    auto decision = DecisionOf(pod);
+    ASSERT_OK(decision);
+    // This container's own decision, nobody else's.
+    EXPECT_EQ(limits->pod, std::string(kNs) + "/" + name);
+    EXPECT_EQ(limits->pod_uid, pod["metadata"]["uid"].get<std::string>());
+    ASSERT_EQ(limits->devices.size(), 1u);
+    EXPECT_EQ(limits->devices[0].uuid, decision->devices.at(0).uuid);
+    EXPECT_EQ(limits->devices[0].memory_bytes, 512 * kMiB);
+    EXPECT_EQ(limits->devices[0].context_bytes, 256 * kMiB);  // measured by the agent's probe
+    EXPECT_EQ(limits->devices[0].stream_bytes, kMiB);
+    hosts.insert(limits->pod);
+  }
+  EXPECT_EQ(slots.size(), static_cast<std::size_t>(kPods)) << "two containers share a slot";
+  EXPECT_EQ(hosts.size(), static_cast<std::size_t>(kPods));
+}
+
+TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningContainer) {
+  ASSERT_OK(CreatePod("keep", "1Gi"));
+  ASSERT_OK(CreatePod("go", "1Gi"));
+  ASSERT_TRUE(WaitFor([&] { return Pods().size() == 2 && Phase(Pods()[0]) == "Running" && Phase(Pods()[1]) == "Running"; }, 90s));
+  const json keep = Result("keep"), gone = Result("go");
+  auto keep_limits = MountedLimits(keep);
+  ASSERT_OK(keep_limits);
+  std::string keep_dir, gone_dir;
+  for (const json& m : keep["mounts"]) {
+    if (m["containerPath"] == "/etc/tessera") keep_dir = m["hostPath"];
+  }
+  for (const json& m : gone["mounts"]) {
+    if (m["containerPath"] == "/etc/tessera") gone_dir = m["hostPath"];
+  }
+  struct stat before {};
+  ASSERT_EQ(stat((keep_dir + "/../run/region").c_str(), &before), 0);
+  // The agent restarts: the running container's files stay exactly as they were.
+  env->agent->Stop(10s);
+  ASSERT_OK(StartAgent());
+  std::this_thread::sleep_for(3s);  // a few clean-up rounds of the new agent
+  struct stat after {};
+  ASSERT_EQ(stat((keep_dir + "/../run/region").c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mtime, before.st_mtime);
+  EXPECT_EQ(Slurp(keep_dir + "/limits"), FormatLimitsFile(*keep_limits));
+  // A released slot loses its files (and its CDI spec).
+  k8s::DeleteOptions o;
+  o.grace_period_seconds = 0;
+  ASSERT_OK(api().Delete(k8s::PodPath(kNs, "go"), o));
+  EXPECT_TRUE(WaitFor([&] { return !std::filesystem::exists(gone_dir); }, 30s)) << gone_dir;
+  EXPECT_TRUE(std::filesystem::exists(keep_dir + "/limits"));
+  // And the restarted agent serves new containers.
+  ASSERT_OK(CreatePod("after-restart", "1Gi"));
+  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("after-restart")).ok(); }, 60s)) << env->agent->LogTail(30);
+}
+
+TEST_F(DevicePluginE2E, KubeletRestartMakesTheAgentRegisterAgain) {
+  env->kubelet->Stop(10s);
+  ASSERT_OK(StartKubelet());
+  // The restarted device manager knows no plugin until tessera-node registers again.
+  ASSERT_TRUE(WaitFor([] { return Allocatable("tessera.dev/gpu-slot") == "64"; }, 60s)) << env->agent->LogTail(30);
+  ASSERT_OK(CreatePod("after-kubelet-restart", "1Gi"));
+  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("after-kubelet-restart")).ok(); }, 60s))
+      << env->agent->LogTail(30) << env->kubelet->LogTail(30);
+  EXPECT_NE(Slurp(env->agent->log_path()).find("registered with kubelet"), std::string::npos);
+}
+
+TEST_F(DevicePluginE2E, MissingMalformedOrBorrowedDecisionsGetAnEventAndNoGpu) {
+  // Bound straight to the node (this suite runs no admission webhooks), so the scheduler never
+  // wrote their decisions.
+  ASSERT_OK(CreatePod("donor", "1Gi"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("donor")).ok(); }, 60s));
+  json donor = *api().Get(k8s::PodPath(kNs, "donor"));
+  const json& donor_ann = donor["metadata"]["annotations"];
+  const std::map<std::string, json> cases = {
+      {"no-decision", json::object()},
+      {"malformed", {{"tessera.dev/decision", "{\"apiVersion\":"}, {"tessera.dev/decision-signature", "AAAA"}}},
+      // A valid, signed decision of another pod: its uid does not match.
+      {"borrowed", {{"tessera.dev/decision", donor_ann["tessera.dev/decision"]},
+                    {"tessera.dev/decision-signature", donor_ann["tessera.dev/decision-signature"]}}}};
+  for (const auto& [name, annotations] : cases) {
+    json pod = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata", {{"name", name}, {"namespace", kNs}, {"annotations", annotations}}},
+                {"spec",
+                 {{"nodeName", kNode},
+                  {"terminationGracePeriodSeconds", 0},
+                  {"containers",
+                   {{{"name", "main"},
+                     {"image", "registry.invalid/gpu-workload:1"},
+                     {"resources", {{"limits", {{"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
+    ASSERT_OK(api().Create(k8s::PodsPath(kNs), pod).status());
+  }
+  const std::map<std::string, std::string> why = {{"no-decision", "has no tessera.dev/decision annotation"},
+                                                  {"malformed", "the decision is malformed"},
+                                                  {"borrowed", "not this pod"}};
+  for (const auto& [name, reason] : why) {
+    EXPECT_TRUE(WaitFor([&] { return Result(name).contains("error"); }, 60s)) << name;
+    EXPECT_NE(Result(name).value("error", "").find(reason), std::string::npos) << Result(name).dump();
+    EXPECT_FALSE(MountedLimits(Result(name)).ok()) << name << " got limits";
+    EXPECT_TRUE(WaitFor([&] {
+      for (const std::string& e : EventReasons(name)) {
+        if (e.rfind("TesseraDecisionRejected: ", 0) == 0 && e.find(reason) != std::string::npos) return true;
+      }
+      return false;
+    }, 30s)) << name;
+    auto pod = api().Get(k8s::PodPath(kNs, name));
+    ASSERT_OK(pod);
+    EXPECT_EQ(Phase(*pod), "Failed") << pod->dump();
+  }
+  // The donor kept its own GPU and limits.
+  EXPECT_OK(MountedLimits(Result("donor")).status());
+}
+
+TEST_F(DevicePluginE2E, AnUnhealthyGpuLosesItsSlotsAndItsPodsAreTold) {
+  ASSERT_OK(CreatePod("on-gpu", "8Gi"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("on-gpu")).ok(); }, 60s));
+  const std::string uuid = MountedLimits(Result("on-gpu"))->devices.at(0).uuid;
+  const std::string physical = uuid.substr(uuid.size() - 2);  // GPU-face...00NN
+  std::ofstream(env->dir("xid")) << std::stoi(physical, nullptr, 16) << ":79\n";
+  EXPECT_TRUE(WaitFor([] { return Allocatable("tessera.dev/gpu-slot") == "32"; }, 60s))
+      << "allocatable " << Allocatable("tessera.dev/gpu-slot") << "\n" << env->agent->LogTail(20);
+  EXPECT_TRUE(WaitFor([&] {
+    for (const std::string& e : EventReasons("on-gpu")) {
+      if (e.rfind("TesseraGpuUnhealthy: ", 0) == 0 && e.find("XID 79") != std::string::npos) return true;
+    }
+    return false;
+  }, 30s));
+  // New pods go to the healthy GPU only.
+  ASSERT_OK(CreatePod("after-xid", "1Gi"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("after-xid")).ok(); }, 60s));
+  EXPECT_NE(MountedLimits(Result("after-xid"))->devices.at(0).uuid, uuid);
+}
+
+}  // namespace
+}  // namespace tessera::agent
