@@ -40,6 +40,19 @@ int Fail(const Status& status) {
   return ToExitCode(status);
 }
 
+// The parent PID of `pid` (0 if unknown), from /proc/<pid>/stat.
+pid_t ParentOf(unsigned int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t close = stat.rfind(')');  // the command may contain spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string state;
+  pid_t ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
 std::string Or(const std::string& value, std::string_view fallback) {
   return value.empty() ? std::string(fallback) : value;
 }
@@ -286,7 +299,9 @@ class PluginSide {
       }
       processes[uuid] = std::move(*list);
     }
-    const DriftReport report = agent::CheckDrift(Watched(), processes, ProcCgroupOf);
+    DriftReport report = agent::CheckDrift(Watched(), processes, ProcCgroupOf);
+    // The agent's own probe processes (context measurement) are not tenants.
+    std::erase_if(report.unattributed, [](const UnattributedProcess& u) { return ParentOf(u.process.pid) == getpid(); });
     std::set<std::string> over_now, unattributed_now;
     for (const ContainerDrift& c : report.containers) {
       if (c.drift_bytes() != 0) {

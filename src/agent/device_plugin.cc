@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
@@ -45,13 +46,22 @@ ino_t InodeOf(const std::string& path) {
 
 struct PodResourcesClient::Impl {
   std::unique_ptr<pr::PodResourcesLister::Stub> stub;
+  // kubelet rate-limits PodResources (100 qps, burst 10): a burst of containers starting at once
+  // is answered RESOURCE_EXHAUSTED, so back off and ask again (up to ~6 s).
   StatusOr<pr::ListPodResourcesResponse> List() {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(Deadline());
-    pr::ListPodResourcesResponse response;
-    const grpc::Status s = stub->List(&ctx, pr::ListPodResourcesRequest(), &response);
-    if (!s.ok()) return UnavailableError("PodResources List: " + s.error_message());
-    return response;
+    auto pause = std::chrono::milliseconds(50);
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(Deadline());
+      pr::ListPodResourcesResponse response;
+      const grpc::Status s = stub->List(&ctx, pr::ListPodResourcesRequest(), &response);
+      if (s.ok()) return response;
+      if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED || attempt == 7) {
+        return UnavailableError("PodResources List: " + s.error_message());
+      }
+      std::this_thread::sleep_for(pause);
+      pause *= 2;
+    }
   }
 };
 
@@ -90,6 +100,19 @@ StatusOr<std::set<std::string>> PodResourcesClient::HeldDevices(std::string_view
     }
   }
   return held;
+}
+
+StatusOr<std::set<std::string>> PodResourcesClient::AllocatableDevices(std::string_view resource) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline());
+  pr::AllocatableResourcesResponse response;
+  const grpc::Status s = impl_->stub->GetAllocatableResources(&ctx, pr::AllocatableResourcesRequest(), &response);
+  if (!s.ok()) return UnavailableError("PodResources GetAllocatableResources: " + s.error_message());
+  std::set<std::string> ids;
+  for (const auto& d : response.devices()) {
+    if (d.resource_name() == resource) ids.insert(d.device_ids().begin(), d.device_ids().end());
+  }
+  return ids;
 }
 
 // ---- the device plugin service ----

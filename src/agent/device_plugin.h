@@ -30,6 +30,8 @@ class PodResourcesClient : public DeviceOwners {
   ~PodResourcesClient() override;
   StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource, std::string_view device) override;
   StatusOr<std::set<std::string>> HeldDevices(std::string_view resource) override;
+  // The devices of `resource` kubelet can allocate now (registered, healthy).
+  StatusOr<std::set<std::string>> AllocatableDevices(std::string_view resource);
 
  private:
   struct Impl;
