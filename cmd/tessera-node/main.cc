@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
                  "(default /usr/local/lib/tessera/libtessera-cuda.so)");
   app.add_option("--driver-lib-dir", o.driver_lib_dir, "where libcuda/libnvidia-ml are (CDI mounts)")
       ->capture_default_str();
+  app.add_option("--foreign-gpu-resource", o.foreign_gpu_resources,
+                 "another device plugin's GPU resource; GPUs it handed out are not managed (repeatable)")
+      ->capture_default_str();
   app.add_option("--policy", o.policy_file, "the policy file (tiers' enforcement); default: built-in");
   app.add_option("--cleanup-interval-s", o.cleanup_interval_s,
                  "remove released slots' files this often (seconds)")

@@ -444,6 +444,19 @@ int RunNode(const NodeOptions& options) {
   } else {
     TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)", plugin_dir.c_str());
   }
+  // GPUs another device plugin handed out (kubelet's PodResources knows), when kubelet is there.
+  PodResourcesClient pod_resources(Or(options.pod_resources_socket, names::kPathPodResourcesSocket));
+  if (std::filesystem::exists(Or(options.pod_resources_socket, names::kPathPodResourcesSocket))) {
+    loop.taken_by_others = [&] {
+      std::set<std::string> taken;
+      for (const std::string& resource : options.foreign_gpu_resources) {
+        auto held = pod_resources.HeldDevices(resource);
+        if (!held.ok()) continue;
+        for (const std::string& id : *held) taken.insert(id.substr(0, id.find("::")));
+      }
+      return taken;
+    };
+  }
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
   Status ran = RunAgentLoop(

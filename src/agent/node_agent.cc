@@ -39,6 +39,14 @@ Status RunAgentLoop(const LoopOptions& options, GpuSource& source, const Publish
                     const std::function<bool()>& stopping) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<GpuFacts> gpus, source.Discover());
   TESSERA_ASSIGN_OR_RETURN(std::set<std::string> managed, ResolveManaged(options.managed, gpus));
+  // What another device plugin (NVIDIA's) has handed out is never tessera's to give.
+  const auto drop_taken = [&](std::set<std::string>& m) {
+    if (!options.taken_by_others) return;
+    for (const std::string& uuid : options.taken_by_others()) {
+      if (m.erase(uuid) != 0) TESSERA_LOG(kInfo, kAgent, "GPU %s is held through another device plugin: not managed", uuid.c_str());
+    }
+  };
+  drop_taken(managed);
   TESSERA_LOG(kInfo, kAgent, "%zu GPUs, %zu managed", gpus.size(), managed.size());
   std::map<std::string, std::string> unhealthy;
   InventoryTracker tracker;
@@ -59,6 +67,7 @@ Status RunAgentLoop(const LoopOptions& options, GpuSource& source, const Publish
         // A GPU that disappeared is gone from the inventory; managed follows the spec.
         if (StatusOr<std::set<std::string>> m = ResolveManaged(options.managed, gpus); m.ok()) {
           managed = std::move(m).value();
+          drop_taken(managed);
         } else {
           TESSERA_LOG(kWarn, kAgent, "%s", m.status().message().c_str());
         }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <ostream>
+#include <set>
 #include <string>
 
 #include "agent/inventory.h"
@@ -22,6 +23,8 @@ struct LoopOptions {
   std::int64_t continue_after_generation = 0;
   std::chrono::milliseconds retry_initial{200};  // backoff after a failed publish
   std::chrono::milliseconds retry_max{30000};
+  // GPUs another device plugin has handed out (asked at every rediscovery): never managed.
+  std::function<std::set<std::string>()> taken_by_others;
 };
 
 // Discovers once, takes the health events NVML has pending (no waiting), and writes the

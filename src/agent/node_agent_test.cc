@@ -60,6 +60,28 @@ TEST(RunAgentLoop, PublishesAndMarksAGpuUnhealthyOnAnEvent) {
   EXPECT_GE(source.discoveries(), 3);
 }
 
+// A GPU NVIDIA's device plugin handed out (kubelet's PodResources says so) is not tessera's:
+// reported unmanaged, and managed again once released.
+TEST(RunAgentLoop, GpusAnotherPluginHandedOutAreNotManaged) {
+  FakeGpuSource source({MakeGpu(0), MakeGpu(1)});
+  std::set<std::string> taken = {"GPU-00000001"};
+  LoopOptions options = Fast();
+  options.taken_by_others = [&] { return taken; };
+  std::vector<Inventory> published;
+  const Status ran = RunAgentLoop(
+      options, source,
+      [&](const Inventory& inventory) {
+        published.push_back(inventory);
+        if (published.size() == 1) taken.clear();  // the other plugin's pod ended
+        return Status::Ok();
+      },
+      [&] { return published.size() >= 3; });
+  ASSERT_OK(ran);
+  EXPECT_TRUE(published[0].content.gpus[0].managed);
+  EXPECT_FALSE(published[0].content.gpus[1].managed);
+  EXPECT_TRUE(published.back().content.gpus[1].managed);
+}
+
 TEST(RunAgentLoop, RetriesAFailedPublish) {
   FakeGpuSource source({MakeGpu(0)});
   int calls = 0;
