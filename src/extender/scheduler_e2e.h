@@ -14,7 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include "e2e/testcluster.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
 
 namespace tessera::extender::e2etest {
 
@@ -54,6 +58,33 @@ inline std::string SchedulerConfig(int port) {
          "  enableHTTPS: false\n"
          "  httpTimeout: 30s\n"
          "  managedResources:\n" + managed;
+}
+
+// The real control plane with kube-scheduler calling tessera-scheduler on loopback `port` (its
+// configuration is written into `dir`), and an admin client with a generous rate limit.
+struct ControlPlane {
+  std::unique_ptr<e2e::TestCluster> cluster;
+  std::unique_ptr<k8s::Client> api;
+  std::string ca_pem;  // of the API server
+};
+inline StatusOr<ControlPlane> StartControlPlane(const std::string& dir, int port) {
+  ControlPlane cp;
+  const std::string config = dir + "/kube-scheduler.yaml";
+  std::ofstream(config) << SchedulerConfig(port);
+  e2e::TestClusterOptions options;
+  options.scheduler_config = config;
+  auto cluster = e2e::TestCluster::Start(options);
+  if (!cluster.ok()) return cluster.status();
+  cp.cluster = std::move(*cluster);
+  auto kc = k8s::LoadKubeconfig(cp.cluster->kubeconfig());
+  if (!kc.ok()) return kc.status();
+  kc->qps = 500;
+  kc->burst = 1000;
+  auto api = k8s::Client::New(*kc);
+  if (!api.ok()) return api.status();
+  cp.api = std::move(*api);
+  cp.ca_pem = kc->ca_pem;
+  return cp;
 }
 
 struct SchedulerProcessOptions {

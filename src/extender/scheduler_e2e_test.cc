@@ -118,21 +118,11 @@ class SchedulerE2E : public ::testing::Test {
     ASSERT_OK(pki);
     std::ofstream(env->folder->path() + "/webhook.crt") << pki->server_cert_pem;
     std::ofstream(env->folder->path() + "/webhook.key") << pki->server_key_pem;
-    const std::string config = env->folder->path() + "/kube-scheduler.yaml";
-    std::ofstream(config) << e2etest::SchedulerConfig(env->port);
-    e2e::TestClusterOptions options;
-    options.scheduler_config = config;
-    auto cluster = e2e::TestCluster::Start(options);
-    ASSERT_OK(cluster);
-    env->cluster = std::move(*cluster);
-    auto kc = k8s::LoadKubeconfig(env->cluster->kubeconfig());
-    ASSERT_OK(kc);
-    kc->qps = 500;
-    kc->burst = 1000;
-    auto api = k8s::Client::New(*kc);
-    ASSERT_OK(api);
-    env->api = std::move(*api);
-    env->ca_pem = kc->ca_pem;
+    auto cp = e2etest::StartControlPlane(env->folder->path(), env->port);
+    ASSERT_OK(cp);
+    env->cluster = std::move(cp->cluster);
+    env->api = std::move(cp->api);
+    env->ca_pem = cp->ca_pem;
     ASSERT_OK(StartScheduler());
     // The PriorityClasses the default policy maps tessera's priorities to.
     for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{
