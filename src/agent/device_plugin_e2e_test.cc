@@ -354,7 +354,8 @@ TEST_F(DevicePluginE2E, MissingMalformedOrBorrowedDecisionsGetAnEventAndNoGpu) {
   const std::map<std::string, std::string> why = {{"no-decision", "has no tessera.dev/decision annotation"},
                                                   {"malformed", "the decision is malformed"},
                                                   {"borrowed", "not this pod"}};
-  for (const auto& [name, reason] : why) {
+  for (const auto& [pod_name, pod_reason] : why) {
+    const std::string name = pod_name, reason = pod_reason;  // lambdas capture these (clang 14)
     EXPECT_TRUE(WaitFor([&] { return Result(name).is_object() && Result(name).contains("error"); }, 60s)) << name;
     EXPECT_NE(Result(name).value("error", "").find(reason), std::string::npos) << Result(name).dump();
     EXPECT_FALSE(MountedLimits(Result(name)).ok()) << name << " got limits";
