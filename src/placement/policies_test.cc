@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <deque>
 
@@ -113,6 +114,43 @@ TEST(Fragmentation, CountsWhatTypicalPodsCannotUse) {
   const std::int32_t free[] = {500, 1000};
   EXPECT_DOUBLE_EQ(frag.Of(0, 8000, free, 2), 0.5 * 500 + 0.5 * 1500);
   EXPECT_DOUBLE_EQ(frag.Of(0, 500, free, 2), 0.5 * 1500 + 0.5 * 1500);  // CPU short
+}
+
+TEST(Fragmentation, SortedFastPathEqualsOfBitForBit) {
+  Node a = MakeNode("a", 8, 64000);
+  Node b = testing::MakeNode("b", 4, 32000, 128LL << 30, "G3");
+  auto cluster = Cluster::Create({a, b});
+  ASSERT_OK(cluster);
+  WorkloadProfile profile;  // shapes across the categories of F: CPU-only, fractional, multi-GPU
+  profile.items.push_back({4000, 0, 0, {}, 0.2});
+  profile.items.push_back({8000, 250, 1, {}, 0.1});
+  profile.items.push_back({2000, 500, 1, {"G3"}, 0.15});
+  profile.items.push_back({16000, 1000, 2, {}, 0.25});
+  profile.items.push_back({30000, 1000, 4, {"G2"}, 0.1});
+  profile.items.push_back({1000, 500, 1, {}, 0.2});
+  const Fragmentation frag(*cluster, profile);
+  std::uint64_t x = 12345;
+  auto next = [&x](std::uint64_t mod) {  // splitmix64
+    x += 0x9E3779B97F4A7C15ULL;
+    std::uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (z ^ (z >> 31)) % mod;
+  };
+  for (int trial = 0; trial < 2000; ++trial) {
+    const std::size_t node = static_cast<std::size_t>(trial % 2);
+    const std::size_t gpus = node == 0 ? 8 : 4;
+    std::int32_t free[8];
+    for (std::size_t g = 0; g < gpus; ++g) {
+      free[g] = static_cast<std::int32_t>(next(5) == 0 ? 1000 : next(1001));
+    }
+    std::int32_t sorted[8];
+    std::copy(free, free + gpus, sorted);
+    std::sort(sorted, sorted + gpus);
+    const auto cpu = static_cast<std::int64_t>(next(40000));
+    EXPECT_EQ(frag.Of(node, cpu, free, gpus), frag.OfSorted(node, cpu, sorted, gpus))
+        << "trial " << trial;
+  }
 }
 
 TEST(PolicyKind, ParsesOurAndThePublishedNames) {

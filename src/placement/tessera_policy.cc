@@ -20,6 +20,59 @@ std::string JoinModels(const std::vector<std::string>& models) {
   return out;
 }
 
+// `out` = the first n values of `in`, ascending (insertion sort: nodes have a few GPUs).
+void SortedCopy(const std::int32_t* in, std::size_t n, std::int32_t* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t v = in[i];
+    std::size_t j = i;
+    for (; j > 0 && out[j - 1] > v; --j) out[j] = out[j - 1];
+    out[j] = v;
+  }
+}
+
+constexpr std::size_t kMemoInitialSlots = 1 << 12;  // a power of two
+
+// FGD's score of a fragmentation delta, x = delta / 1000: a truncated sigmoid, 0..100.
+int Sigmoid(double x) { return static_cast<int>(100 * (1 / (1 + std::exp(x)))); }
+
+// Sigmoid() without exp() for most x: a grid of cells over x; a cell holds the score when
+// Sigmoid is the same at both of its (slightly widened) ends and 100 / (1 + e^x) is not within
+// 1e-9 of an integer there, so that no rounding of the exact expression can cross a step inside
+// it (the expression is monotone up to a few ulps); other cells (the ~100 steps) evaluate it.
+class SigmoidTable {
+ public:
+  SigmoidTable() {
+    auto safe = [](double x) {
+      const double v = 100 * (1 / (1 + std::exp(x)));
+      const double frac = v - std::floor(v);
+      return frac > 1e-9 && frac < 1 - 1e-9;
+    };
+    for (std::size_t c = 0; c < kCells; ++c) {
+      const double x0 = kLo + static_cast<double>(c) / kScale - 1e-9;
+      const double x1 = kLo + static_cast<double>(c + 1) / kScale + 1e-9;
+      const int s0 = Sigmoid(x0);
+      cell_[c] = static_cast<std::int8_t>(safe(x0) && safe(x1) && s0 == Sigmoid(x1) ? s0 : -1);
+    }
+  }
+  int operator()(double x) const {
+    if (!(x > kLo && x < kHi)) return Sigmoid(x);  // also NaN
+    const int v = cell_[static_cast<std::size_t>((x - kLo) * kScale)];
+    return v >= 0 ? v : Sigmoid(x);
+  }
+
+ private:
+  static constexpr double kLo = -64;
+  static constexpr double kHi = 64;
+  static constexpr std::size_t kCells = 1 << 14;
+  static constexpr double kScale = static_cast<double>(kCells) / (kHi - kLo);
+  std::int8_t cell_[kCells];
+};
+
+const SigmoidTable& Sigmoids() {
+  static const SigmoidTable table;
+  return table;
+}
+
 // Scores are major x kMinorRange + minor; the minor key is 0..2 x kCostClamp (a cost in GPU
 // milli, clamped, subtracted from kCostClamp).
 constexpr std::int64_t kCostClamp = 99'999;
@@ -33,11 +86,32 @@ TesseraPolicy::TesseraPolicy(const Cluster& cluster, Options options, const Work
     : cluster_(cluster),
       options_(options),
       frag_(std::make_unique<Fragmentation>(cluster, WorkloadProfile{})),
+      memo_(kMemoInitialSlots),
       model_(cluster.size()),
-      f_epoch_(cluster.size(), ~0ULL),
-      f_version_(cluster.size(), 0),
-      f_(cluster.size(), 0) {
+      current_(cluster.size()) {
   for (std::size_t i = 0; i < cluster.size(); ++i) model_[i] = cluster.node_model(i);
+  // Group the nodes by state (model, CPU, per GPU: free milli and memory); singletons stay out.
+  std::map<std::vector<std::int64_t>, std::vector<std::uint32_t>> by_state;
+  initial_version_.resize(cluster.size());
+  group_.assign(cluster.size(), kNoGroup);
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    const NodeState& st = cluster.state(i);
+    initial_version_[i] = st.version;
+    if (model_[i] == Cluster::kMixedModel) continue;
+    std::vector<std::int64_t> key{model_[i], st.cpu_free, st.gpu_milli_free};
+    for (std::size_t g = 0; g < st.free_milli.size(); ++g) {
+      key.push_back(st.free_milli[g]);
+      key.push_back(static_cast<std::int64_t>(st.gpus[g].memory_free));
+    }
+    by_state[std::move(key)].push_back(static_cast<std::uint32_t>(i));
+  }
+  std::uint32_t groups = 0;
+  for (const auto& [key, members] : by_state) {
+    if (members.size() < 2) continue;
+    for (const std::uint32_t i : members) group_[i] = groups;
+    ++groups;
+  }
+  group_score_.resize(std::size_t{groups} * kGroupWays);
   if (prior != nullptr && options_.prior_weight > 0) {
     for (const WorkloadProfile::Item& item : prior->items) {
       const bool gpu = item.gpu_count > 0 && item.gpu_milli > 0;
@@ -103,7 +177,8 @@ void TesseraPolicy::Rebuild() {
   }
   for (WorkloadProfile::Item& item : profile.items) item.weight /= cum;
   frag_ = std::make_unique<Fragmentation>(cluster_, std::move(profile));
-  memo_.clear();
+  ++memo_generation_;  // every memoised F was for the old profile
+  memo_size_ = 0;
   cpu_per_milli_ = gpu_demand_ > 0 ? cpu_demand_ / gpu_demand_ : 0;
   // Every observed shape of two or more GPUs, not only the popular ones: a rare shape (e.g.
   // eight GPUs with most of a node's CPU) is few pods but much GPU demand.
@@ -133,22 +208,23 @@ void TesseraPolicy::Rebuild() {
   for (std::size_t i = 0; i < cluster_.size(); ++i) free_milli += cluster_.state(i).gpu_milli_free;
   const double mean_milli = total > 0 ? gpu_demand_ / total : 0;
   const double arrivals = mean_milli > 0 ? static_cast<double>(free_milli) / mean_milli : 0;
-  for (MultiItem& m : multi_) {
-    std::size_t hosts = 0;
-    for (std::size_t i = 0; i < cluster_.size(); ++i) {
-      const NodeState& st = cluster_.state(i);
-      if (st.cpu_free < m.cpu) continue;
-      const std::uint32_t nm = model_[i];
-      if (nm != Cluster::kMixedModel && ((m.model_mask >> nm) & 1ULL) == 0) continue;
-      std::uint32_t k = 0;
-      for (const std::int32_t f : st.free_milli) k += f >= m.milli ? 1U : 0U;
-      hosts += k >= m.count ? 1 : 0;
+  // Hosts per shape: each node's free milli sorted once, then one comparison per shape.
+  std::vector<std::size_t> hosts(multi_.size(), 0);
+  std::int32_t free_sorted[kMaxGpusPerNode];
+  for (std::size_t i = 0; i < cluster_.size(); ++i) {
+    const NodeState& st = cluster_.state(i);
+    SortedCopy(st.free_milli.data(), st.free_milli.size(), free_sorted);
+    for (std::size_t k = 0; k < multi_.size(); ++k) {
+      if (Fits(multi_[k], model_[i], st.cpu_free, free_sorted, st.free_milli.size())) ++hosts[k];
     }
+  }
+  for (std::size_t k = 0; k < multi_.size(); ++k) {
+    MultiItem& m = multi_[k];
     const double d = m.value * arrivals;
     double below = 0;  // P(X < hosts)
     if (d > 0) {
       double term = std::exp(-d);  // P(X = j), j = 0, 1, ...
-      for (std::size_t j = 0; j < hosts && below < 1; ++j) {
+      for (std::size_t j = 0; j < hosts[k] && below < 1; ++j) {
         below += term;
         term *= d / static_cast<double>(j + 1);
         if (static_cast<double>(j) > d && term < 1e-12) break;  // the tail adds nothing
@@ -165,98 +241,135 @@ void TesseraPolicy::Rebuild() {
   ++epoch_;
 }
 
+std::size_t TesseraPolicy::Hash(const MemoKey& k) {
+  auto mix = [](std::uint64_t x) {  // splitmix64's finaliser
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+  };
+  return static_cast<std::size_t>(
+      mix(mix(mix(static_cast<std::uint64_t>(k.cpu)) ^ k.lo) ^ k.hi));
+}
+
+double* TesseraPolicy::MemoFind(const MemoKey& key) {
+  const std::size_t mask = memo_.size() - 1;
+  for (std::size_t i = Hash(key) & mask;; i = (i + 1) & mask) {
+    MemoSlot& slot = memo_[i];
+    if (slot.generation != memo_generation_) return nullptr;
+    if (slot.key == key) return &slot.f;
+  }
+}
+
+void TesseraPolicy::MemoInsert(const MemoKey& key, double f) {
+  if (2 * (memo_size_ + 1) > memo_.size()) {  // keep the load under 1/2
+    std::vector<MemoSlot> old(memo_.size() * 2);
+    old.swap(memo_);
+    memo_size_ = 0;
+    for (const MemoSlot& slot : old) {
+      if (slot.generation == memo_generation_) MemoInsert(slot.key, slot.f);
+    }
+  }
+  const std::size_t mask = memo_.size() - 1;
+  std::size_t i = Hash(key) & mask;
+  while (memo_[i].generation == memo_generation_) i = (i + 1) & mask;
+  memo_[i] = {key, f, memo_generation_};
+  ++memo_size_;
+}
+
 double TesseraPolicy::Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
-                           std::size_t gpus) {
+                           const std::int32_t* sorted, std::size_t gpus) {
   const std::uint32_t model = model_[node];
   if (gpus > 8 || model == Cluster::kMixedModel) return frag_->Of(node, cpu_free, free_milli, gpus);
-  std::uint16_t sorted[8] = {};
-  for (std::size_t g = 0; g < gpus; ++g) sorted[g] = static_cast<std::uint16_t>(free_milli[g]);
-  for (std::size_t i = 1; i < gpus; ++i) {  // insertion sort: at most 8 values
-    const std::uint16_t v = sorted[i];
-    std::size_t j = i;
-    for (; j > 0 && sorted[j - 1] > v; --j) sorted[j] = sorted[j - 1];
-    sorted[j] = v;
-  }
+  auto at = [&](std::size_t g) {
+    return static_cast<std::uint64_t>(g < gpus ? static_cast<std::uint16_t>(sorted[g]) : 0);
+  };
   MemoKey key;
   key.cpu = cpu_free;
-  for (std::size_t g = 0; g < 6; ++g) key.lo |= static_cast<std::uint64_t>(sorted[g]) << (10 * g);
-  key.hi = static_cast<std::uint64_t>(sorted[6]) | static_cast<std::uint64_t>(sorted[7]) << 10 |
-           static_cast<std::uint64_t>(gpus) << 20 | static_cast<std::uint64_t>(model) << 32;
-  auto it = memo_.find(key);
-  if (it != memo_.end()) return it->second;
-  const double f = frag_->Of(node, cpu_free, free_milli, gpus);
-  memo_.emplace(key, f);
+  for (std::size_t g = 0; g < 6; ++g) key.lo |= at(g) << (10 * g);
+  key.hi = at(6) | at(7) << 10 | static_cast<std::uint64_t>(gpus) << 20 |
+           static_cast<std::uint64_t>(model) << 32;
+  if (const double* f = MemoFind(key); f != nullptr) return *f;
+  const double f = frag_->OfSorted(node, cpu_free, sorted, gpus);
+  MemoInsert(key, f);
   return f;
 }
 
-double TesseraPolicy::Current(std::size_t node) {
+const TesseraPolicy::NodeCache& TesseraPolicy::Current(std::size_t node) {
   const NodeState& s = cluster_.state(node);
-  if (f_epoch_[node] != epoch_ || f_version_[node] != s.version) {
-    f_epoch_[node] = epoch_;
-    f_version_[node] = s.version;
-    f_[node] = Memo(node, s.cpu_free, s.free_milli.data(), s.free_milli.size());
+  NodeCache& c = current_[node];
+  if (c.epoch == epoch_ && c.version == s.version) return c;
+  c.epoch = epoch_;
+  c.version = s.version;
+  const std::size_t n = s.free_milli.size();
+  std::int32_t sorted[kMaxGpusPerNode];
+  SortedCopy(s.free_milli.data(), n, sorted);
+  c.f = Memo(node, s.cpu_free, s.free_milli.data(), sorted, n);
+  c.imbalance = cpu_per_milli_ > 0 ? Imbalance(s.cpu_free, s.gpu_milli_free) : 0;
+  c.hosts = 0;
+  const std::size_t multi_n = std::min<std::size_t>(multi_.size(), 64);
+  for (std::size_t i = 0; i < multi_n; ++i) {
+    if (Fits(multi_[i], model_[node], s.cpu_free, sorted, n)) c.hosts |= 1ULL << i;
   }
-  return f_[node];
+  return c;
 }
 
 Choice TesseraPolicy::Score(const Cluster& /*cluster*/, std::size_t node, const ResolvedRequest& r,
                             GpuMask usable) {
-  return Compute(node, *r.request, usable);
+  const Request& q = *r.request;
+  if (group_[node] == kNoGroup || cluster_.state(node).version != initial_version_[node] ||
+      !q.mig_profile.empty()) {
+    return Compute(node, q, usable);
+  }
+  const std::size_t way =
+      (static_cast<std::uint64_t>(q.cpu_milli) * 31 + q.gpu_count * 7 +
+       static_cast<std::uint64_t>(q.gpu_milli)) % kGroupWays;
+  GroupScore& g = group_score_[group_[node] * kGroupWays + way];
+  if (g.epoch != epoch_ || g.cpu != q.cpu_milli || g.count != q.gpu_count ||
+      g.milli != q.gpu_milli || g.usable != usable) {
+    g = {epoch_, q.cpu_milli, q.gpu_count, q.gpu_milli, usable, Compute(node, q, usable)};
+  }
+  return g.choice;
 }
 
 Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable) {
   const NodeState& s = cluster_.state(node);
-  const double f0 = Current(node);
+  const NodeCache& now = Current(node);
+  const double f0 = now.f;
   const std::int64_t cpu_after = s.cpu_free - q.cpu_milli;
   const std::size_t n = s.free_milli.size();
+  const std::uint32_t model = model_[node];
   std::int32_t scratch[kMaxGpusPerNode];
   std::copy(s.free_milli.begin(), s.free_milli.end(), scratch);
+  std::int32_t sorted[kMaxGpusPerNode];  // scratch, ascending
 
-  // Imbalance: the node's free CPU beyond (or short of) what its free GPU milli would take at
-  // the observed demand ratio, in GPU milli. Its growth is stranded capacity in the making.
-  auto imbalance = [&](std::int64_t cpu_free, std::int64_t gpu_free) {
-    return std::abs(static_cast<double>(cpu_free) / cpu_per_milli_ -
-                    static_cast<double>(gpu_free));
-  };
-  // Whether a pod of the target needing two or more GPUs fits in a node state.
-  const std::uint32_t model = model_[node];
-  auto fits = [&](const MultiItem& m, std::int64_t cpu_free, const std::int32_t* free) {
-    if (cpu_free < m.cpu) return false;
-    if (model != Cluster::kMixedModel && ((m.model_mask >> model) & 1ULL) == 0) return false;
-    std::uint32_t k = 0;
-    for (std::size_t g = 0; g < n; ++g) k += free[g] >= m.milli ? 1U : 0U;
-    return k >= m.count;
-  };
-  // The shapes the node can host now (at most 64 are looked at; the rest are rare enough).
-  std::uint64_t hosts_now = 0;
-  const std::size_t multi_n = std::min<std::size_t>(multi_.size(), 64);
-  for (std::size_t i = 0; i < multi_n; ++i) {
-    if (fits(multi_[i], s.cpu_free, s.free_milli.data())) hosts_now |= 1ULL << i;
-  }
-  const double imbalance_now =
-      cpu_per_milli_ > 0 ? imbalance(s.cpu_free, s.gpu_milli_free) : 0;
-  // The expected cost (GPU milli) of going from the current state to (cpu_after, after).
-  auto cost = [&](std::int64_t gpu_taken, const std::int32_t* after) {
+  // The expected cost (GPU milli) of going from the current state to (cpu_after, scratch):
+  // imbalance growth (stranded capacity in the making), plus the value of every multi-GPU shape
+  // the node hosts now and would not host after.
+  auto cost = [&](std::int64_t gpu_taken) {
     double c = 0;
-    if (cpu_per_milli_ > 0) c += imbalance(cpu_after, s.gpu_milli_free - gpu_taken) - imbalance_now;
-    for (std::uint64_t m = hosts_now; m != 0; m &= m - 1) {
+    if (cpu_per_milli_ > 0) c += Imbalance(cpu_after, s.gpu_milli_free - gpu_taken) - now.imbalance;
+    for (std::uint64_t m = now.hosts; m != 0; m &= m - 1) {
       const MultiItem& item = multi_[LowestBit(m)];
-      if (!fits(item, cpu_after, after)) c += item.value;
+      if (!Fits(item, model, cpu_after, sorted, n)) c += item.value;
     }
     return c;
   };
   // Major key: FGD's score of the fragmentation delta (a sigmoid in 0..100). Minor key: the
   // least cost.
+  const SigmoidTable& sigmoid = Sigmoids();
   auto score = [&](double delta, double c) {
-    const int major = static_cast<int>(100 * (1 / (1 + std::exp(delta / 1000))));
+    const int major = sigmoid(delta / 1000);
     const std::int64_t minor =
         kCostClamp - std::clamp<std::int64_t>(std::llround(c), -kCostClamp, kCostClamp);
     return static_cast<int>(major * kMinorRange + minor);
   };
+  // Score of the state in scratch after taking `taken` GPU milli.
+  auto after = [&](std::int64_t taken) {
+    SortedCopy(scratch, n, sorted);
+    return score(Memo(node, cpu_after, scratch, sorted, n) - f0, cost(taken));
+  };
 
-  if (!q.is_gpu()) {
-    return {score(Memo(node, cpu_after, scratch, n) - f0, cost(0, scratch)), 0};
-  }
+  if (!q.is_gpu()) return {after(0), 0};
   const bool fractional = q.gpu_count == 1 && q.gpu_milli < kMilliPerGpu && q.mig_profile.empty();
   if (!fractional) {
     const GpuMask gpus = q.mig_profile.empty() ? LowestGpus(usable, q.gpu_count)
@@ -266,7 +379,7 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
       for (GpuMask m = gpus; m != 0; m &= m - 1) scratch[LowestBit(m)] -= q.gpu_milli;
       taken = static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli;
     }
-    return {score(Memo(node, cpu_after, scratch, n) - f0, cost(taken, scratch)), gpus};
+    return {after(taken), gpus};
   }
   // A fractional share: the GPU with the best score; then the least free milli, memory. GPUs
   // with equal free milli score the same.
@@ -288,7 +401,7 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
     }
     if (!found) {
       scratch[g] = free - q.gpu_milli;
-      sc = score(Memo(node, cpu_after, scratch, n) - f0, cost(q.gpu_milli, scratch));
+      sc = after(q.gpu_milli);
       scratch[g] = free;
       tried[tried_n] = free;
       tried_score[tried_n++] = sc;

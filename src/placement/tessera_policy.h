@@ -14,12 +14,12 @@
 // goes to the GPU with the best score, then the least free milli, then the least free memory.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "placement/fragmentation.h"
@@ -64,24 +64,41 @@ class TesseraPolicy final : public PlacementPolicy {
   };
   void Rebuild();
   Choice Compute(std::size_t node, const Request& q, GpuMask usable);
-  double Current(std::size_t node);
+  // What a score needs of the node's current state, per (epoch, node version).
+  struct NodeCache {
+    std::uint64_t epoch = ~0ULL;
+    std::uint32_t version = 0;
+    double f = 0;               // F of the current state
+    double imbalance = 0;       // CPU/GPU imbalance of the current state
+    std::uint64_t hosts = 0;    // bit i: the node can host multi_[i] now
+  };
+  const NodeCache& Current(std::size_t node);
+  // The node's free CPU beyond (or short of) what its free GPU milli would take at the observed
+  // demand ratio, in GPU milli.
+  double Imbalance(std::int64_t cpu_free, std::int64_t gpu_free) const {
+    return std::abs(static_cast<double>(cpu_free) / cpu_per_milli_ -
+                    static_cast<double>(gpu_free));
+  }
+  // F of a node state; `sorted`: the free milli in ascending order (the memo key).
   double Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
-              std::size_t gpus);
+              const std::int32_t* sorted, std::size_t gpus);
 
+  // The F memo (per epoch): open addressing, linear probing, a slot is live iff its generation
+  // is the current one, so a rebuild clears it in O(1).
   struct MemoKey {
     std::int64_t cpu = 0;
     std::uint64_t lo = 0;
     std::uint64_t hi = 0;
     bool operator==(const MemoKey&) const = default;
   };
-  struct MemoHash {
-    std::size_t operator()(const MemoKey& k) const {
-      std::uint64_t h = static_cast<std::uint64_t>(k.cpu) * 0x9E3779B97F4A7C15ULL;
-      h ^= k.lo + 0x7F4A7C159E3779B9ULL + (h << 6) + (h >> 2);
-      h ^= k.hi + 0x94D049BB133111EBULL + (h << 6) + (h >> 2);
-      return static_cast<std::size_t>(h);
-    }
+  struct MemoSlot {
+    MemoKey key;
+    double f = 0;
+    std::uint64_t generation = 0;
   };
+  static std::size_t Hash(const MemoKey& k);
+  double* MemoFind(const MemoKey& key);
+  void MemoInsert(const MemoKey& key, double f);
 
   const Cluster& cluster_;
   Options options_;
@@ -99,16 +116,39 @@ class TesseraPolicy final : public PlacementPolicy {
     double value = 0;                  // weight x GPU milli of one such pod
   };
   std::vector<MultiItem> multi_;
+  // Whether a pod of shape `m` fits a node state (`sorted`: its n free milli, ascending).
+  static bool Fits(const MultiItem& m, std::uint32_t model, std::int64_t cpu_free,
+                   const std::int32_t* sorted, std::size_t n) {
+    if (cpu_free < m.cpu) return false;
+    if (model != Cluster::kMixedModel && ((m.model_mask >> model) & 1ULL) == 0) return false;
+    return m.count <= n && sorted[n - m.count] >= m.milli;  // the count-th largest fits
+  }
   double scale_ = 1;  // weight of the next observation (grows instead of decaying the rest)
   std::uint64_t observed_ = 0;
   std::uint64_t next_rebuild_ = 1;
   std::uint64_t epoch_ = 0;
   std::unique_ptr<Fragmentation> frag_;
-  std::unordered_map<MemoKey, double, MemoHash> memo_;
+  std::vector<MemoSlot> memo_;
+  std::size_t memo_size_ = 0;
+  std::uint64_t memo_generation_ = 1;
   std::vector<std::uint32_t> model_;
-  std::vector<std::uint64_t> f_epoch_;
-  std::vector<std::uint32_t> f_version_;
-  std::vector<double> f_;
+  std::vector<NodeCache> current_;
+  // Nodes still in the state they had when the policy was made share scores with the nodes that
+  // were then in the same state (same model, CPU, free milli and memory per GPU): a score depends
+  // on nothing else but the request and the usable GPUs (the key below), and the epoch.
+  static constexpr std::uint32_t kNoGroup = ~0U;
+  static constexpr std::size_t kGroupWays = 8;
+  struct GroupScore {
+    std::uint64_t epoch = ~0ULL;
+    std::int64_t cpu = 0;
+    std::uint32_t count = 0;
+    std::int32_t milli = 0;
+    GpuMask usable = 0;
+    Choice choice;
+  };
+  std::vector<std::uint32_t> initial_version_;
+  std::vector<std::uint32_t> group_;       // per node, or kNoGroup (alone, or mixed models)
+  std::vector<GroupScore> group_score_;    // kGroupWays per group
 };
 
 }  // namespace tessera::placement

@@ -148,5 +148,33 @@ TEST(TesseraPolicyTest, ScoresFollowTheWorkloadEpoch) {
   EXPECT_GT(p.epoch(), e0);
 }
 
+// Nodes that started in the same state share scores only while they stay in it: a node that
+// has changed is scored for its own state.
+TEST(TesseraPolicyTest, IdenticalNodesShareScoresOnlyWhileUnchanged) {
+  auto c = Cluster::Create({MakeNode("n0", 8), MakeNode("n1", 8), MakeNode("n2", 8)});
+  ASSERT_OK(c);
+  TesseraPolicy shared(*c);  // scores n0 first, so n1 could reuse n0's score
+  TesseraPolicy alone(*c);   // scores n1 only
+  for (TesseraPolicy* p : {&shared, &alone}) {
+    for (int i = 0; i < 8; ++i) p->Observe(Pod("w" + std::to_string(i), 8000, 1, 300));
+    p->Observe(Pod("m", 32000, 4, 1000));
+  }
+  const Request q = Pod("q", 4000, 1, 300);
+  const ResolvedRequest r = c->Resolve(q);
+  const Choice n0 = shared.Score(*c, 0, r, c->UsableGpus(0, r));
+  EXPECT_EQ(shared.Score(*c, 2, r, c->UsableGpus(2, r)).score, n0.score);  // unchanged: shared
+  // CPU only: n1's usable GPUs stay those of n0, so only its version tells them apart.
+  const ResolvedRequest rb = c->Resolve(Pod("cpu", 60000, 0, 0));
+  Allocation a;
+  a.node = 1;
+  ASSERT_OK(c->Add(rb, a));
+  ASSERT_EQ(c->UsableGpus(1, r), c->UsableGpus(0, r));
+  const Choice mine = shared.Score(*c, 1, r, c->UsableGpus(1, r));
+  const Choice fresh = alone.Score(*c, 1, r, c->UsableGpus(1, r));
+  EXPECT_EQ(mine.score, fresh.score);
+  EXPECT_EQ(mine.gpus, fresh.gpus);
+  EXPECT_NE(mine.score, n0.score);  // n1's CPU is mostly gone: its score is its own
+}
+
 }  // namespace
 }  // namespace tessera::placement
