@@ -164,7 +164,8 @@ TEST(TesseraPolicyTest, IdenticalNodesShareScoresOnlyWhileUnchanged) {
   const Choice n0 = shared.Score(*c, 0, r, c->UsableGpus(0, r));
   EXPECT_EQ(shared.Score(*c, 2, r, c->UsableGpus(2, r)).score, n0.score);  // unchanged: shared
   // CPU only: n1's usable GPUs stay those of n0, so only its version tells them apart.
-  const ResolvedRequest rb = c->Resolve(Pod("cpu", 60000, 0, 0));
+  const Request cpu_only = Pod("cpu", 60000, 0, 0);  // outlives rb, which points to it
+  const ResolvedRequest rb = c->Resolve(cpu_only);
   Allocation a;
   a.node = 1;
   ASSERT_OK(c->Add(rb, a));
