@@ -66,24 +66,41 @@ class ApiPods : public PodApi {
   }
   void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
     const auto& meta = pod["metadata"];
-    const std::string ns = meta.value("namespace", ""), name = meta.value("name", "");
+    Warn({{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"namespace", meta.value("namespace", "")},
+          {"name", meta.value("name", "")},
+          {"uid", meta.value("uid", "")}},
+         reason, message);
+  }
+  void WarnNode(std::string_view reason, std::string_view message) {
+    Warn({{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}, reason, message);
+  }
+  // The pod named by a limits file's "namespace/name".
+  StatusOr<k8s::Json> GetPodOf(const Limits& limits) {
+    const std::size_t slash = limits.pod.find('/');
+    if (slash == std::string::npos) return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
+    return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
+  }
+
+ private:
+  // A Warning Event about `involved` (a Pod in its namespace, a Node in "default").
+  void Warn(const k8s::Json& involved, std::string_view reason, std::string_view message) {
+    const std::string ns = involved.value("namespace", "default"), name = involved.value("name", "");
     const std::string now = FormatRfc3339(std::chrono::system_clock::now());
-    k8s::Json event = {
-        {"apiVersion", "v1"},
-        {"kind", "Event"},
-        {"metadata", {{"generateName", name + ".tessera-"}, {"namespace", ns}}},
-        {"involvedObject",
-         {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", ns}, {"name", name}, {"uid", meta.value("uid", "")}}},
-        {"reason", std::string(reason)},
-        {"message", std::string(message)},
-        {"type", "Warning"},
-        {"source", {{"component", "tessera-node"}, {"host", node_}}},
-        {"firstTimestamp", now},
-        {"lastTimestamp", now},
-        {"count", 1}};
+    const k8s::Json event = {{"apiVersion", "v1"},
+                             {"kind", "Event"},
+                             {"metadata", {{"generateName", name + ".tessera-"}, {"namespace", ns}}},
+                             {"involvedObject", involved},
+                             {"reason", std::string(reason)},
+                             {"message", std::string(message)},
+                             {"type", "Warning"},
+                             {"source", {{"component", "tessera-node"}, {"host", node_}}},
+                             {"firstTimestamp", now},
+                             {"lastTimestamp", now},
+                             {"count", 1}};
     if (auto r = client_.Create(k8s::EventsPath(ns), event); !r.ok()) {
-      TESSERA_LOG(kWarn, kAgent, "posting an Event on %s/%s: %s", ns.c_str(), name.c_str(),
-                  r.status().ToString().c_str());
+      TESSERA_LOG(kWarn, kAgent, "posting an Event on %s: %s", name.c_str(), r.status().ToString().c_str());
     }
   }
 
@@ -208,9 +225,7 @@ class PluginSide {
         bool on_it = false;
         for (const auto& d : c.limits.devices) on_it |= d.uuid == g.facts.uuid;
         if (!on_it) continue;
-        const std::size_t slash = c.limits.pod.find('/');
-        auto pod = client_.Get(k8s::PodPath(c.limits.pod.substr(0, slash), c.limits.pod.substr(slash + 1)));
-        if (pod.ok()) {
+        if (auto pod = pods_->GetPodOf(c.limits); pod.ok()) {
           pods_->WarnPod(*pod, names::kEventGpuUnhealthy,
                          "GPU " + g.facts.uuid + " of container " + c.limits.container + " turned unhealthy (" +
                              g.health_reason + "); nothing new is placed on it");
@@ -320,7 +335,7 @@ class PluginSide {
         ++counters_.unattributed;
         TESSERA_LOG(kWarn, kAgent, "pid %u holds %llu bytes on %s and belongs to no tessera container",
                     u.process.pid, static_cast<unsigned long long>(u.process.bytes), u.uuid.c_str());
-        WarnNode(names::kEventUnattributedProcess,
+        pods_->WarnNode(names::kEventUnattributedProcess,
                  "pid " + std::to_string(u.process.pid) + " holds " + FormatBytesHuman(u.process.bytes) + " on " +
                      u.uuid + " and belongs to no tessera container");
       }
@@ -357,23 +372,6 @@ class PluginSide {
                                 "; its region says " + FormatBytesHuman(c.region_bytes) + "; " + done;
     TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
     if (pod.ok()) pods_->WarnPod(*pod, names::kEventMemoryOverCap, message);
-  }
-
-  void WarnNode(std::string_view reason, const std::string& message) {
-    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
-    k8s::Json event = {
-        {"apiVersion", "v1"},
-        {"kind", "Event"},
-        {"metadata", {{"generateName", node_ + ".tessera-"}, {"namespace", "default"}}},
-        {"involvedObject", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}},
-        {"reason", std::string(reason)},
-        {"message", message},
-        {"type", "Warning"},
-        {"source", {{"component", "tessera-node"}, {"host", node_}}},
-        {"firstTimestamp", now},
-        {"lastTimestamp", now},
-        {"count", 1}};
-    (void)client_.Create(k8s::EventsPath("default"), event);
   }
 
   std::unique_ptr<PodResourcesClient> owners_;
