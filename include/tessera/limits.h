@@ -29,6 +29,7 @@ struct Limits {
   bool fail_closed = false;
   PriorityClass priority = PriorityClass::kNormal;
   SharingMode mode = SharingMode::kShared;
+  ComputeMode compute = ComputeMode::kHard;  // how cores_percent is held
   std::vector<DeviceLimits> devices;
 };
 

@@ -13,7 +13,7 @@ namespace tessera::log {
 #define TESSERA_LOG_LEVELS(X) X(kError, "error") X(kWarn, "warn") X(kInfo, "info") X(kDebug, "debug")
 #define TESSERA_LOG_COMPONENTS(X) \
   X(kCore, "core") X(kHook, "hook") X(kPolicy, "policy") X(kCli, "cli") X(kAgent, "agent") \
-  X(kScheduler, "scheduler") X(kWebhook, "webhook") X(kK8s, "k8s")
+  X(kScheduler, "scheduler") X(kWebhook, "webhook") X(kK8s, "k8s") X(kGovernor, "governor")
 
 #define TESSERA_LOG_ENUM(name, text) name,
 enum class Level : std::uint8_t { TESSERA_LOG_LEVELS(TESSERA_LOG_ENUM) };

@@ -31,10 +31,17 @@ namespace tessera {
   X(kNormal, "normal", "the default")                                                  \
   X(kBestEffort, "best-effort", "batch; held back while latency-critical work runs")
 
+// How a compute share (tessera.dev/gpu-cores) is held.
+#define TESSERA_COMPUTE_MODES(X)                                                               \
+  X(kHard, "hard", "never more than the share, even when the GPU is otherwise idle")           \
+  X(kWorkConserving, "work-conserving",                                                         \
+    "the share is guaranteed; idle capacity is lent and reclaimed when its owner gets busy")
+
 #define TESSERA_MODEL_ENUM(name, text, meaning) name,
 enum class TrustTier : std::uint8_t { TESSERA_TRUST_TIERS(TESSERA_MODEL_ENUM) };
 enum class SharingMode : std::uint8_t { TESSERA_SHARING_MODES(TESSERA_MODEL_ENUM) };
 enum class PriorityClass : std::uint8_t { TESSERA_PRIORITY_CLASSES(TESSERA_MODEL_ENUM) };
+enum class ComputeMode : std::uint8_t { TESSERA_COMPUTE_MODES(TESSERA_MODEL_ENUM) };
 #undef TESSERA_MODEL_ENUM
 
 // Name and meaning of each value, in list order.
@@ -49,12 +56,15 @@ struct EnumRow {
 #define TESSERA_TRUST_ROW(name, text, meaning) TESSERA_MODEL_ROW(TrustTier, name, text, meaning)
 #define TESSERA_MODE_ROW(name, text, meaning) TESSERA_MODEL_ROW(SharingMode, name, text, meaning)
 #define TESSERA_PRIO_ROW(name, text, meaning) TESSERA_MODEL_ROW(PriorityClass, name, text, meaning)
+#define TESSERA_COMPUTE_ROW(name, text, meaning) TESSERA_MODEL_ROW(ComputeMode, name, text, meaning)
 inline constexpr std::array kTrustTiers = {TESSERA_TRUST_TIERS(TESSERA_TRUST_ROW)};
 inline constexpr std::array kSharingModes = {TESSERA_SHARING_MODES(TESSERA_MODE_ROW)};
 inline constexpr std::array kPriorityClasses = {TESSERA_PRIORITY_CLASSES(TESSERA_PRIO_ROW)};
+inline constexpr std::array kComputeModes = {TESSERA_COMPUTE_MODES(TESSERA_COMPUTE_ROW)};
 #undef TESSERA_TRUST_ROW
 #undef TESSERA_MODE_ROW
 #undef TESSERA_PRIO_ROW
+#undef TESSERA_COMPUTE_ROW
 #undef TESSERA_MODEL_ROW
 
 // Generic helpers over any EnumRow table (also used by the policy file's vocabularies).
@@ -90,16 +100,19 @@ StatusOr<Enum> ParseIn(const std::array<EnumRow<Enum>, N>& rows, std::string_vie
 std::string_view Name(TrustTier tier);
 std::string_view Name(SharingMode mode);
 std::string_view Name(PriorityClass priority);
+std::string_view Name(ComputeMode mode);
 
 // Parsers: exact, case-sensitive names. The error lists the accepted names.
 StatusOr<TrustTier> ParseTrustTier(std::string_view text);
 StatusOr<SharingMode> ParseSharingMode(std::string_view text);
 StatusOr<PriorityClass> ParsePriorityClass(std::string_view text);
+StatusOr<ComputeMode> ParseComputeMode(std::string_view text);
 
 // "team, department, customer, regulated"
 std::string AcceptedTrustTiers();
 std::string AcceptedSharingModes();
 std::string AcceptedPriorityClasses();
+std::string AcceptedComputeModes();
 
 // "\"x\" is not a <what>; accepted: a, b, c" (defined in model.cc for the quoting).
 Status UnknownNameError(std::string_view text, std::string_view what, const std::string& accepted);

@@ -85,7 +85,7 @@ int ReclaimDeadSlots(Region& region);
 
 std::uint64_t UsedBytes(const Region& region, int device);
 
-// "1.51328": layout version and size, printed by `tessera version`.
+// "2.53376": layout version and size, printed by `tessera version`.
 std::string AbiVersion();
 
 }  // namespace tessera::shm

@@ -1,4 +1,4 @@
-// THE shared-region ABI (layout version 1): one region per container, mapped by every process of
+// THE shared-region ABI (layout version 2): one region per container, mapped by every process of
 // the container (the preload library) and by the node side (tessera-node or `tessera run`).
 // Plain standard-layout structs with fixed-width fields and explicit padding; layout pinned by
 // src/core/shm_layout_test.cc. Any change to a field's offset or size bumps kLayoutVersion.
@@ -11,6 +11,11 @@
 //   kernel marks the mutex EOWNERDEAD and whoever locks it next releases the slot's usage.
 //   If the holder of `lock` dies inside the critical section, the next locker gets EOWNERDEAD
 //   and recomputes every devices[d].used as the sum of the slots before continuing.
+//
+// Compute protocol (docs/design/0017-compute-governor.md): compute[d] is lock-free. The
+// container's processes add to its counters and stamp its activity; the GPU's arbiter (node
+// side) writes `gate`, `depth_us` and `arbiter_beat_ns`. A launch proceeds when the gate is
+// kFree, or kOpen, or the arbiter's beat is stale (fail-open); otherwise it waits.
 #pragma once
 
 #include <pthread.h>
@@ -22,7 +27,7 @@
 namespace tessera::shm {
 
 inline constexpr std::uint64_t kMagic = 0x5245534553534554ULL;  // "TESSERES" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 1;
+inline constexpr std::uint32_t kLayoutVersion = 2;
 inline constexpr std::uint32_t kMaxDevices = 16;
 inline constexpr std::uint32_t kMaxSlots = 256;
 inline constexpr std::size_t kUuidBytes = 64;  // "GPU-…" or "MIG-…", NUL-terminated
@@ -60,12 +65,40 @@ struct Slot {
   std::uint8_t reserved[8];
 };
 
+// What the arbiter tells a container's launches (Compute::gate).
+enum class Gate : std::uint32_t {
+  kFree = 0,          // not governed: launches pass straight through (no arbiter, or none needed)
+  kOpen = 1,          // governed: launch, with fences, at most depth_us of work in flight
+  kHeldShare = 2,     // wait: the share is spent, or another container holds the GPU's turn
+  kHeldPriority = 3,  // wait: a higher priority class is running on the GPU
+};
+
+// Per device: the container's compute accounting and the arbiter's verdict. Times are
+// CLOCK_MONOTONIC nanoseconds (one clock for every process of the node).
+struct Compute {
+  // Written by the container's processes (the preload library):
+  std::atomic<std::uint64_t> busy_ns;           // GPU time of its work, measured by event fences
+  std::atomic<std::uint64_t> throttled_ns;      // time launches waited for the share or a turn
+  std::atomic<std::uint64_t> priority_held_ns;  // time launches waited for a higher class
+  std::atomic<std::uint64_t> launches;          // governed launches (kernels, graphs)
+  std::atomic<std::uint64_t> launches_held;     // launches that waited for the share or a turn
+  std::atomic<std::uint64_t> priority_holds;    // launches that waited for a higher class
+  std::atomic<std::uint64_t> active_ns;         // latest moment it launched or had work in flight
+  std::atomic<std::uint64_t> waiting_ns;        // latest moment a launch of it was waiting
+  // Written by the GPU's arbiter (node side):
+  std::atomic<std::uint64_t> arbiter_beat_ns;   // the arbiter's latest decision
+  std::atomic<std::uint32_t> gate;              // a Gate
+  std::atomic<std::uint32_t> depth_us;          // work it may keep in flight (0: the default)
+  std::uint8_t reserved[48];
+};
+
 struct Region {
   Header header;
   pthread_mutex_t lock;                   // robust, process-shared; guards used_bytes
   std::uint8_t reserved_lock[24];
   Device devices[kMaxDevices];
   Slot slots[kMaxSlots];
+  Compute compute[kMaxDevices];           // layout version 2
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -76,5 +109,6 @@ static_assert(std::is_standard_layout_v<Region>);
 static_assert(sizeof(Header) == 64);
 static_assert(sizeof(Device) == 128);
 static_assert(sizeof(Slot) == 192);
+static_assert(sizeof(Compute) == 128);
 
 }  // namespace tessera::shm

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -16,6 +17,8 @@
 #include <fstream>
 
 #include "agent/local_gpu.h"
+#include "governor/arbiter_host.h"
+#include "governor/mps.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -27,8 +30,10 @@ namespace tessera::cli {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: tessera run --gpu-memory QUANTITY [--gpu UUID|INDEX[,UUID|INDEX...]] "
-    "[--context-bytes auto|QUANTITY] [--fail-closed] [--keep] [--hook-library PATH] -- CMD ARGS...";
+    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute hard|work-conserving] "
+    "[--priority latency-critical|normal|best-effort] [--mode shared|mps] "
+    "[--gpu UUID|INDEX[,UUID|INDEX...]] [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] "
+    "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, --mode)";
 
 Status UsageError(const std::string& what) {
   return InvalidArgumentError(what + "\n" + std::string(kUsage));
@@ -60,7 +65,7 @@ void Forward(int sig) {
 
 StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   RunOptions o;
-  bool have_memory = false;
+  bool have_ask = false;
   std::size_t i = 0;
   const auto value = [&](const std::string& flag) -> StatusOr<std::string> {
     if (i + 1 >= args.size()) return UsageError(flag + " needs a value");
@@ -78,7 +83,40 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       if (!bytes.ok()) return bytes.status().WithContext("--gpu-memory");
       if (*bytes == 0) return InvalidArgumentError("--gpu-memory: must be more than 0 (e.g. 4Gi)");
       o.gpu_memory_bytes = *bytes;
-      have_memory = true;
+      have_ask = true;
+    } else if (a == "--gpu-cores") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      unsigned cores = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cores);
+      if (ec != std::errc() || end != v.data() + v.size() || cores < 1 || cores > 100) {
+        return UsageError("--gpu-cores: \"" + QuoteForMessage(v) + "\" is not a whole percent of one GPU, 1-100");
+      }
+      o.gpu_cores = cores;
+      have_ask = true;
+    } else if (a == "--compute") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      auto c = ParseComputeMode(v);
+      if (!c.ok()) return c.status().WithContext("--compute");
+      o.compute = *c;
+    } else if (a == "--priority") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      auto p = ParsePriorityClass(v);
+      if (!p.ok()) return p.status().WithContext("--priority");
+      o.priority = *p;
+      have_ask = true;
+    } else if (a == "--mode") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      auto m = ParseSharingMode(v);
+      if (!m.ok()) return m.status().WithContext("--mode");
+      if (*m != SharingMode::kShared && *m != SharingMode::kMps) {
+        return UsageError("--mode: tessera run runs shared or mps (\"" + QuoteForMessage(v) + "\" is not local)");
+      }
+      o.mode = *m;
+      have_ask = true;
+    } else if (a == "--arbiter-dir") {
+      TESSERA_ASSIGN_OR_RETURN(o.arbiter_dir, value(a));
+    } else if (a == "--mps-control") {
+      TESSERA_ASSIGN_OR_RETURN(o.mps_control, value(a));
     } else if (a == "--gpu") {
       TESSERA_ASSIGN_OR_RETURN(std::string list, value(a));
       std::size_t start = 0;
@@ -113,7 +151,10 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       return UsageError("unknown argument \"" + QuoteForMessage(a) + "\"");
     }
   }
-  if (!have_memory) return UsageError("--gpu-memory is required");
+  if (!have_ask) return UsageError("nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode");
+  if (o.mode == SharingMode::kMps && o.gpus.size() > 1) {
+    return UsageError("--mode mps: one GPU per run (each GPU has its own MPS daemon)");
+  }
   if (o.command.empty()) return UsageError("no command after --");
   return o;
 }
@@ -157,11 +198,17 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   limits.container = "main";
   limits.pod_uid = "local";
   limits.fail_closed = o.fail_closed;
+  limits.priority = o.priority;
+  limits.mode = o.mode;
+  limits.compute = o.compute;
   std::vector<shm::DeviceLimit> region_devices;
+  std::vector<std::string> uuids;
   std::string visible;
   for (const agent::LocalGpu& gpu : gpus) {
-    limits.devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0, gpu.context_bytes, gpu.stream_bytes});
-    region_devices.push_back({gpu.uuid, o.gpu_memory_bytes, 0});
+    const std::uint64_t cap = o.gpu_memory_bytes != 0 ? o.gpu_memory_bytes : gpu.memory_bytes;
+    limits.devices.push_back({gpu.uuid, cap, o.gpu_cores, gpu.context_bytes, gpu.stream_bytes});
+    region_devices.push_back({gpu.uuid, cap, o.gpu_cores});
+    uuids.push_back(gpu.uuid);
     visible += (visible.empty() ? "" : ",") + gpu.uuid;
   }
   {
@@ -172,6 +219,17 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   chmod(limits_path.c_str(), 0444);
   auto region = shm::Mapping::Create(region_path, region_devices);
   if (!region.ok()) return region.status();
+  // The GPU's compute arbiter, shared with every other `tessera run` of the machine, and in
+  // mode mps its MPS daemon. Both are left before the folder is removed.
+  const std::string arbiter_dir = o.arbiter_dir.empty() ? governor::DefaultLocalArbiterDir() : o.arbiter_dir;
+  std::unique_ptr<governor::LocalMps> mps;
+  if (o.mode == SharingMode::kMps) {
+    auto joined = governor::LocalMps::Join(arbiter_dir + "/" + uuids.front() + "/mps", uuids.front(), o.mps_control);
+    if (!joined.ok()) return joined.status();
+    mps = std::move(joined).value();
+  }
+  auto arbiter = governor::LocalArbiter::Register(arbiter_dir, limits_path, region_path, uuids);
+  if (!arbiter.ok()) return arbiter.status();
 
   std::vector<std::string> env;
   std::string preload = hook;
@@ -183,7 +241,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
     }
     if (entry.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
         entry.rfind(std::string(names::kEnvLimitsFile) + "=", 0) == 0 ||
-        entry.rfind(std::string(names::kEnvRegionFile) + "=", 0) == 0) {
+        entry.rfind(std::string(names::kEnvRegionFile) + "=", 0) == 0 || entry.rfind("CUDA_MPS_", 0) == 0) {
       continue;
     }
     env.emplace_back(entry);
@@ -192,6 +250,12 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   env.push_back(std::string(names::kEnvLimitsFile) + "=" + limits_path);
   env.push_back(std::string(names::kEnvRegionFile) + "=" + region_path);
   env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
+  if (mps) {
+    for (std::string& e : governor::MpsClientEnvironment(mps->pipe_dir(), mps->log_dir(), o.gpu_memory_bytes,
+                                                         o.gpu_cores, o.priority)) {
+      env.push_back(std::move(e));
+    }
+  }
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -201,10 +265,15 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   argv.push_back(nullptr);
 
   for (const agent::LocalGpu& gpu : gpus) {
-    err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap " << FormatBytesHuman(o.gpu_memory_bytes)
+    err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap "
+        << (o.gpu_memory_bytes != 0 ? FormatBytesHuman(o.gpu_memory_bytes) : std::string("none"))
         << " (context " << FormatBytesHuman(gpu.context_bytes);
     if (gpu.stream_bytes != 0) err << ", streams " << FormatBytesHuman(gpu.stream_bytes) << " each";
-    err << (gpu.context_measured ? ", measured" : "") << ")\n";
+    err << (gpu.context_measured ? ", measured" : "") << "), compute "
+        << (o.gpu_cores != 0 ? std::to_string(o.gpu_cores) + " % " + std::string(Name(o.compute)) : std::string("no share"))
+        << ", priority " << Name(o.priority) << ", mode " << Name(o.mode)
+        << (mps ? std::string(mps->started_daemon() ? " (started the GPU's MPS daemon)" : " (joined the GPU's MPS daemon)") : "")
+        << "\n";
   }
   // Like system(): the terminal's SIGINT/SIGQUIT reach the child through the process group,
   // so the parent ignores them; SIGTERM/SIGHUP sent to us are forwarded. The child starts with
@@ -245,11 +314,16 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   }
   g_child = 0;
   restore();
+  arbiter->reset();
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     const shm::Device& d = region->region()->devices[i];
+    const shm::Compute& c = region->region()->compute[i];
     err << "tessera run: " << (gpus.size() > 1 ? gpus[i].uuid + ": " : std::string()) << "peak "
-        << FormatBytesHuman(d.peak_bytes.load()) << " of " << FormatBytesHuman(o.gpu_memory_bytes)
-        << ", " << d.oom_rejections.load() << " allocation(s) refused\n";
+        << FormatBytesHuman(d.peak_bytes.load()) << " of " << FormatBytesHuman(d.limit_bytes)
+        << ", " << d.oom_rejections.load() << " allocation(s) refused; GPU busy "
+        << c.busy_ns.load() / 1'000'000 << " ms, throttled " << c.throttled_ns.load() / 1'000'000
+        << " ms, held for priority " << c.priority_held_ns.load() / 1'000'000 << " ms, "
+        << c.launches.load() << " governed launch(es)\n";
   }
   if (o.keep) err << "tessera run: kept " << dir << "\n";
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

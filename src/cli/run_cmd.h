@@ -1,20 +1,30 @@
-// `tessera run --gpu-memory 4Gi [--gpu UUID|INDEX[,...]] [--context-bytes auto|QUANTITY]
-//              [--fail-closed] [--keep] -- CMD ARGS...`
-// Runs a command under a GPU memory cap on a local GPU, without Kubernetes: plays the node
-// agent's part (limits file + shared region in a private folder, the preload library, only the
-// chosen GPU visible), then cleans up. Dependency-free: it builds on the GPU test host.
+// `tessera run [--gpu-memory 4Gi] [--gpu-cores N] [--compute hard|work-conserving]
+//              [--priority CLASS] [--mode shared|mps] [--gpu UUID|INDEX[,...]]
+//              [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] -- CMD ARGS...`
+// Runs a command under a GPU memory cap, compute share and priority on a local GPU, without
+// Kubernetes: plays the node agent's part (limits file + shared region in a private folder, the
+// preload library, only the chosen GPU visible, the GPU's compute arbiter shared with every
+// other `tessera run` of the machine, and in mode mps the GPU's MPS daemon), then cleans up.
+// Dependency-free: it builds on the GPU test host.
 #pragma once
 
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "tessera/model.h"
 #include "tessera/status.h"
 
 namespace tessera::cli {
 
 struct RunOptions {
-  std::uint64_t gpu_memory_bytes = 0;
+  std::uint64_t gpu_memory_bytes = 0;  // 0: no memory cap (the GPU's memory)
+  std::uint32_t gpu_cores = 0;         // 0: no compute share
+  ComputeMode compute = ComputeMode::kHard;
+  PriorityClass priority = PriorityClass::kNormal;
+  SharingMode mode = SharingMode::kShared;
+  std::string arbiter_dir;             // "" = governor::DefaultLocalArbiterDir()
+  std::string mps_control = "nvidia-cuda-mps-control";
   std::vector<std::string> gpus;   // CUDA indices or UUIDs; empty = device 0. The cap applies
                                    // to each GPU separately.
   bool measure_context = true;     // --context-bytes auto (default)

@@ -33,9 +33,34 @@ TEST(RunArgs, ContextBytes) {
   EXPECT_EQ(o->context_bytes, 512 * kMiB);
 }
 
+TEST(RunArgs, ComputeSharePriorityAndMode) {
+  auto o = ParseRunArgs({"--gpu-cores", "30", "--compute", "work-conserving", "--priority", "best-effort",
+                         "--mode", "mps", "--", "x"});
+  ASSERT_OK(o);
+  EXPECT_EQ(o->gpu_memory_bytes, 0u);  // no memory cap asked
+  EXPECT_EQ(o->gpu_cores, 30u);
+  EXPECT_EQ(o->compute, ComputeMode::kWorkConserving);
+  EXPECT_EQ(o->priority, PriorityClass::kBestEffort);
+  EXPECT_EQ(o->mode, SharingMode::kMps);
+  auto defaults = ParseRunArgs({"--gpu-cores", "100", "--", "x"});
+  ASSERT_OK(defaults);
+  EXPECT_EQ(defaults->compute, ComputeMode::kHard);
+  EXPECT_EQ(defaults->priority, PriorityClass::kNormal);
+  EXPECT_EQ(defaults->mode, SharingMode::kShared);
+}
+
 TEST(RunArgs, BadInputNamesTheFlag) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
-      {{"--", "x"}, "--gpu-memory is required"},
+      {{"--", "x"}, "nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode"},
+      {{"--gpu-cores", "0", "--", "x"}, "--gpu-cores: \"0\" is not a whole percent of one GPU, 1-100"},
+      {{"--gpu-cores", "101", "--", "x"}, "--gpu-cores: \"101\" is not a whole percent"},
+      {{"--gpu-cores", "30%", "--", "x"}, "--gpu-cores: \"30%\""},
+      {{"--gpu-cores", "30", "--compute", "soft", "--", "x"}, "--compute"},
+      {{"--gpu-cores", "30", "--compute", "soft", "--", "x"}, "hard, work-conserving"},
+      {{"--priority", "urgent", "--", "x"}, "--priority"},
+      {{"--priority", "urgent", "--", "x"}, "latency-critical, normal, best-effort"},
+      {{"--mode", "exclusive", "--", "x"}, "--mode: tessera run runs shared or mps"},
+      {{"--mode", "mps", "--gpu", "0,1", "--", "x"}, "--mode mps: one GPU per run"},
       {{"--gpu-memory", "4Gi"}, "no command after --"},
       {{"--gpu-memory", "4 Gi", "--", "x"}, "--gpu-memory: \"4 Gi\" contains whitespace"},
       {{"--gpu-memory", "0", "--", "x"}, "--gpu-memory: must be more than 0"},

@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::string_view kLimitsForm =
     "accepted lines: 'version 1', 'pod UID NAMESPACE/NAME CONTAINER', "
-    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', "
+    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard|work-conserving', "
     "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES] [stream=BYTES]', comments (#)";
 
 std::vector<std::string_view> Split(std::string_view line) {
@@ -90,6 +90,11 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       auto m = ParseSharingMode(words[1]);
       if (!m.ok()) return LineError(line_no, m.status().message());
       limits.mode = *m;
+    } else if (key == "compute") {
+      if (words.size() != 2) return LineError(line_no, "compute needs one of: " + AcceptedComputeModes());
+      auto c = ParseComputeMode(words[1]);
+      if (!c.ok()) return LineError(line_no, c.status().message());
+      limits.compute = *c;
     } else if (key == "device") {
       if (words.size() < 3) return LineError(line_no, "device needs UUID and memory=BYTES");
       DeviceLimits d;
@@ -143,6 +148,7 @@ std::string FormatLimitsFile(const Limits& l) {
   out += std::string("enforcement ") + (l.fail_closed ? "fail-closed" : "fail-open") + "\n";
   out += "priority " + std::string(Name(l.priority)) + "\n";
   out += "mode " + std::string(Name(l.mode)) + "\n";
+  out += "compute " + std::string(Name(l.compute)) + "\n";
   for (const auto& d : l.devices) {
     out += "device " + d.uuid + " memory=" + std::to_string(d.memory_bytes);
     if (d.cores_percent != 0) out += " cores=" + std::to_string(d.cores_percent);

@@ -280,7 +280,7 @@ TEST_F(RegionTest, ThreadsShareOneSlotSafely) {
   ReleaseSlot(region(), *slot);
 }
 
-TEST(RegionAbi, VersionString) { EXPECT_EQ(AbiVersion(), "1.51328"); }
+TEST(RegionAbi, VersionString) { EXPECT_EQ(AbiVersion(), "2.53376"); }
 
 }  // namespace
 }  // namespace tessera::shm

@@ -10,7 +10,7 @@ namespace tessera::shm {
 namespace {
 
 TEST(ShmLayout, IsPinned) {
-  EXPECT_EQ(kLayoutVersion, 1u);
+  EXPECT_EQ(kLayoutVersion, 2u);
   EXPECT_EQ(kMagic, 0x5245534553534554ULL);
   EXPECT_EQ(offsetof(Header, magic), 0u);
   EXPECT_EQ(offsetof(Header, layout_version), 8u);
@@ -36,7 +36,23 @@ TEST(ShmLayout, IsPinned) {
   EXPECT_EQ(offsetof(Region, lock), 64u);
   EXPECT_EQ(offsetof(Region, devices), 128u);
   EXPECT_EQ(offsetof(Region, slots), 128u + 16u * 128u);
-  EXPECT_EQ(sizeof(Region), 128u + 16u * 128u + 256u * 192u);
+  EXPECT_EQ(offsetof(Compute, busy_ns), 0u);
+  EXPECT_EQ(offsetof(Compute, throttled_ns), 8u);
+  EXPECT_EQ(offsetof(Compute, priority_held_ns), 16u);
+  EXPECT_EQ(offsetof(Compute, launches), 24u);
+  EXPECT_EQ(offsetof(Compute, launches_held), 32u);
+  EXPECT_EQ(offsetof(Compute, priority_holds), 40u);
+  EXPECT_EQ(offsetof(Compute, active_ns), 48u);
+  EXPECT_EQ(offsetof(Compute, waiting_ns), 56u);
+  EXPECT_EQ(offsetof(Compute, arbiter_beat_ns), 64u);
+  EXPECT_EQ(offsetof(Compute, gate), 72u);
+  EXPECT_EQ(offsetof(Compute, depth_us), 76u);
+  EXPECT_EQ(static_cast<std::uint32_t>(Gate::kFree), 0u);
+  EXPECT_EQ(static_cast<std::uint32_t>(Gate::kOpen), 1u);
+  EXPECT_EQ(static_cast<std::uint32_t>(Gate::kHeldShare), 2u);
+  EXPECT_EQ(static_cast<std::uint32_t>(Gate::kHeldPriority), 3u);
+  EXPECT_EQ(offsetof(Region, compute), 128u + 16u * 128u + 256u * 192u);
+  EXPECT_EQ(sizeof(Region), 128u + 16u * 128u + 256u * 192u + 16u * 128u);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "doctor/worker.h"
+#include "governor/mps.h"
 #include "tessera/quantity.h"
 
 extern char** environ;
@@ -205,18 +206,6 @@ class Tenant {
   std::vector<std::string> lines_;
 };
 
-std::string FindInPath(const std::string& program) {
-  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0 ? program : "";
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
 // The environment every tenant starts from: ours, without anything that would steer the GPU,
 // the preload or MPS, then the GPU under test.
 std::vector<std::string> BaseEnvironment(const std::string& gpu) {
@@ -310,7 +299,7 @@ class Doctor {
       }
     } cleanup{dir_, o_.keep, progress_};
     TESSERA_RETURN_IF_ERROR(Identify());
-    mps_control_ = FindInPath(o_.mps_control);
+    mps_control_ = governor::FindInPath(o_.mps_control);
     for (SharingMode mode : o_.modes) {
       if (mode == SharingMode::kMps && mps_control_.empty()) {
         report_.unavailable.push_back("mps: " + o_.mps_control + " not found");
@@ -584,7 +573,7 @@ class Doctor {
     if (!total) return Add(Property::kQuotaHonesty, Outcome::kNotMeasured, "tenant: " + (*q)->Why());
     std::string smi = "nvidia-smi not found";
     std::optional<std::uint64_t> smi_total;
-    if (const std::string path = FindInPath(o_.nvidia_smi); !path.empty()) {
+    if (const std::string path = governor::FindInPath(o_.nvidia_smi); !path.empty()) {
       Tenant::Spec spec = SpecFor({}, {}, {path, "--query-gpu=memory.total", "--format=csv,noheader,nounits",
                                           "--id=" + uuid_});
       auto s = Tenant::Start(spec);

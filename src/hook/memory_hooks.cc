@@ -314,6 +314,7 @@ template <>
 CUresult Intercept<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
   EnsureInitialized();
   TESSERA_REAL_OR_RETURN(real, cuStreamDestroy_v2);
+  GovernorStreamDestroyed(stream);
   return Uncharged(KeyOf(stream), Table::kStreams, [&] { return real(stream); });
 }
 

@@ -8,6 +8,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "hook/hook_table.h"
 #include "tessera/limits.h"
@@ -160,6 +162,7 @@ void OnForkChild() {
   ResetOrdinalMap(s);
   s.slot = shm::kNoSlot;
   if (s.machinery_ok) ClaimSlot(s);
+  ResetGovernorAfterFork();
 }
 
 void Configure(State& s) {
@@ -382,6 +385,31 @@ void InitializeSlow() {
     while (!g_initialized.load(std::memory_order_acquire)) sched_yield();
   }
   t_initializing = false;
+}
+
+std::uint64_t NowNs() { return MonotonicNs(); }
+
+shm::Region* GovernedRegion() {
+  const State& s = S();
+  if (s.mode != Mode::kLimitsFile || s.region == nullptr || s.slot == shm::kNoSlot) return nullptr;
+  const std::uint32_t n = std::min(s.region->header.device_count, shm::kMaxDevices);
+  for (std::uint32_t d = 0; d < n; ++d) {
+    if (s.region->compute[d].gate.load(std::memory_order_relaxed) != static_cast<std::uint32_t>(shm::Gate::kFree)) {
+      return s.region;
+    }
+  }
+  return nullptr;
+}
+
+void CountMachineryError(const char* what) {
+  State& s = S();
+  if (s.region != nullptr) s.region->header.machinery_errors.fetch_add(1, std::memory_order_relaxed);
+  static std::mutex mu;
+  static std::vector<const char*>* logged = new std::vector<const char*>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(logged->begin(), logged->end(), what) != logged->end()) return;
+  logged->push_back(what);
+  TESSERA_LOG(kWarn, kHook, "compute governor: %s (fail-open; logged once)", what);
 }
 
 DeviceQuota QuotaForDevice(CUdevice dev) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "hook/cuda_api.h"
+#include "tessera/shm_layout.h"
 #include "tessera/status.h"
 
 namespace tessera::hook {
@@ -73,6 +74,20 @@ bool IsContainerProcess(unsigned int pid);
 // The real dlsym (glibc's), for resolving the driver libraries.
 using DlsymFn = void* (*)(void*, const char*);
 DlsymFn RealDlsym();
+
+// CLOCK_MONOTONIC in nanoseconds (the clock of the region's compute stamps).
+std::uint64_t NowNs();
+
+// The container's region when its launches are governed on some device (a gate other than
+// kFree; launch_hooks.cc's fast path tests this), else nullptr.
+shm::Region* GovernedRegion();
+// Counts one of tessera's own failures in the region (fail-open events) and logs it once per
+// `what` (a string literal).
+void CountMachineryError(const char* what);
+// launch_hooks.cc: the governor's per-process state starts afresh in a fork child; a stream
+// about to be destroyed has its open work fenced.
+void ResetGovernorAfterFork();
+void GovernorStreamDestroyed(CUstream stream);
 
 // Trims this process's memory pools and returns their freed reserve (pool_hooks.cc); true if
 // some charge went down. Called before an allocation is refused.

@@ -454,6 +454,57 @@ CUresult Behave<CudaHook::cuLaunchKernel>(CUfunction f, unsigned int, unsigned i
 }
 template <>
 CUresult Behave<CudaHook::cuCtxSynchronize>() { return g_sticky.load(); }
+// Events: kernels run synchronously at launch, so an event completes when it is recorded; it
+// keeps that moment (CLOCK_MONOTONIC) for cuEventElapsedTime, which the compute governor's
+// fences use to measure busy time.
+struct FakeEvent {
+  std::atomic<std::int64_t> at_ns{-1};
+};
+std::int64_t FakeNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+template <>
+CUresult Behave<CudaHook::cuEventCreate>(CUevent* event, unsigned int) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *event = reinterpret_cast<CUevent>(new FakeEvent());
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuEventDestroy_v2>(CUevent event) {
+  delete reinterpret_cast<FakeEvent*>(event);
+  return CUDA_SUCCESS;
+}
+CUresult FakeRecord(CUevent event) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  reinterpret_cast<FakeEvent*>(event)->at_ns.store(FakeNowNs());
+  return g_sticky.load();
+}
+template <>
+CUresult Behave<CudaHook::cuEventRecord>(CUevent event, CUstream) { return FakeRecord(event); }
+template <>
+CUresult Behave<CudaHook::cuEventRecord_ptsz>(CUevent event, CUstream) { return FakeRecord(event); }
+template <>
+CUresult Behave<CudaHook::cuEventQuery>(CUevent event) {
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return g_sticky.load();
+}
+CUresult FakeElapsed(float* ms, CUevent start, CUevent end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const std::int64_t a = reinterpret_cast<FakeEvent*>(start)->at_ns.load();
+  const std::int64_t b = reinterpret_cast<FakeEvent*>(end)->at_ns.load();
+  if (a < 0 || b < 0) return CUDA_ERROR_INVALID_HANDLE;
+  *ms = static_cast<float>(static_cast<double>(b - a) / 1e6);
+  return CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuEventElapsedTime>(float* ms, CUevent start, CUevent end) {
+  return FakeElapsed(ms, start, end);
+}
+template <>
+CUresult Behave<CudaHook::cuEventElapsedTime_v2>(float* ms, CUevent start, CUevent end) {
+  return FakeElapsed(ms, start, end);
+}
 
 // Graphs: memory-alloc nodes take physical memory when the graph is instantiated.
 struct FakeNode {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 #include <cstdlib>
@@ -396,6 +397,31 @@ int Run(const Api& api, int argc, char** argv) {
     for (auto a : arrays) destroy(a);
     CUarray again = nullptr;
     std::printf("array_after_destroy=%d\n", create(&again, &desc));
+    return 0;
+  }
+  if (scenario == "spin") {  // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while
+    // The fake driver sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US.
+    using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
+    using Sync = CUresult (*)(void);
+    void* driver = dlopen("libcuda.so.1", RTLD_NOW);
+    const auto get_function = reinterpret_cast<GetFunction>(dlsym(driver, "cuModuleGetFunction"));
+    const auto sync = reinterpret_cast<Sync>(dlsym(driver, "cuCtxSynchronize"));
+    CUfunction spin = nullptr;
+    if (get_function == nullptr || sync == nullptr || get_function(&spin, nullptr, "tessera_spin") != CUDA_SUCCESS) {
+      std::printf("error=no tessera_spin\n");
+      return 1;
+    }
+    const double seconds = std::atof(argv[1]);
+    std::uint64_t param = std::strtoull(argv[2], nullptr, 10) * 1000 * 20;
+    void* params[] = {&param};
+    const auto start = std::chrono::steady_clock::now();
+    long kernels = 0;
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+      if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) break;
+      if (++kernels % 8 == 0) sync();
+    }
+    sync();
+    std::printf("kernels=%ld\n", kernels);
     return 0;
   }
   if (scenario == "streams") {  // streams: create (both entry points) until refused or 256,

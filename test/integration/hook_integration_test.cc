@@ -636,6 +636,55 @@ TEST_F(TesseraRunTest, RejectsBadInput) {
   EXPECT_NE(missing.text.find("cannot run"), std::string::npos) << missing.text;
 }
 
+// The compute governor through the real launch path (the fake driver's "tessera_spin" kernels
+// sleep, so they take time like GPU work): the numbers are `tessera run`'s closing line, read
+// from the container's region.
+unsigned long long MsAfter(const std::string& text, const std::string& label) {
+  const std::size_t at = text.rfind(label);
+  return at == std::string::npos ? ~0ULL : std::stoull(text.substr(at + label.size()));
+}
+
+TEST_F(TesseraRunTest, AloneWithoutAShareLaunchesRunUngoverned) {
+  testutil::TempDir arbiter;
+  const Output out = Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+                          TESSERA_HOOK_CLIENT, "dlopen", "spin", "0.5", "500"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_GT(out.Num("kernels"), 0u) << out.text;
+  EXPECT_NE(out.text.find(", 0 governed launch(es)"), std::string::npos) << out.text;
+}
+
+TEST_F(TesseraRunTest, AHardShareHoldsLaunchesAndMeasuresBusyTime) {
+  testutil::TempDir arbiter;
+  const Output out = Run({"--gpu-cores", "20", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+                          TESSERA_HOOK_CLIENT, "dlopen", "spin", "1.5", "500"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_NE(out.text.find("compute 20 % hard"), std::string::npos) << out.text;
+  EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;
+  EXPECT_GT(MsAfter(out.text, "throttled "), 0u) << out.text;       // the share ran out and launches waited
+  EXPECT_EQ(MsAfter(out.text, "held for priority "), 0u) << out.text;
+  EXPECT_GT(out.Num("kernels"), 0u);
+}
+
+TEST_F(TesseraRunTest, LatencyCriticalWorkHoldsBestEffortOnTheSameGpu) {
+  testutil::TempDir arbiter;
+  const std::vector<std::string> common = {"--context-bytes", "0", "--arbiter-dir", arbiter.path()};
+  std::vector<std::string> be = {TESSERA_CLI, "run", "--priority", "best-effort"};
+  be.insert(be.end(), common.begin(), common.end());
+  for (const char* a : {"--", TESSERA_HOOK_CLIENT, "dlopen", "spin", "3", "500"}) be.push_back(a);
+  Process batch(be, {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                     "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
+                     "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0", "PATH=/usr/bin:/bin"});
+  std::vector<std::string> lc = {"--priority", "latency-critical"};
+  lc.insert(lc.end(), common.begin(), common.end());
+  for (const char* a : {"--", TESSERA_HOOK_CLIENT, "dlopen", "spin", "1.5", "500"}) lc.push_back(a);
+  const Output realtime = Run(lc);
+  const Output best_effort = batch.Wait();
+  EXPECT_EQ(realtime.exit_code, 0) << realtime.text;
+  EXPECT_EQ(best_effort.exit_code, 0) << best_effort.text;
+  EXPECT_EQ(MsAfter(realtime.text, "held for priority "), 0u) << realtime.text;
+  EXPECT_GT(MsAfter(best_effort.text, "held for priority "), 0u) << best_effort.text;
+}
+
 // Drift against the fake NVML: a tenant fills its cap, zeroes its (writable) region and allocates
 // past the cap. The region now says 0; NVML's per-process figure says the truth, and
 // `tessera drift` (the node agent's check) reports the container over its cap; a process outside

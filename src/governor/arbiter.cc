@@ -1,0 +1,169 @@
+#include "governor/arbiter.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace tessera::governor {
+namespace {
+
+// Priority classes are listed highest first (model.h), so a smaller value outranks.
+bool Outranks(PriorityClass a, PriorityClass b) {
+  return static_cast<int>(a) < static_cast<int>(b);
+}
+
+bool Recent(std::uint64_t stamp_ns, std::uint64_t now_ns, std::uint64_t window_ns) {
+  return stamp_ns != 0 && stamp_ns + window_ns >= now_ns;
+}
+
+bool HasShare(const Tenant& t) { return t.cores_percent > 0 && t.cores_percent < 100; }
+
+}  // namespace
+
+Arbiter::Entry* Arbiter::Find(int id) {
+  for (Entry& e : entries_) {
+    if (e.id == id) return &e;
+  }
+  return nullptr;
+}
+
+const Arbiter::Entry* Arbiter::Find(int id) const {
+  return const_cast<Arbiter*>(this)->Find(id);
+}
+
+bool Arbiter::Has(int id) const { return Find(id) != nullptr; }
+
+double Arbiter::Weight(const Entry& e) const {
+  const std::uint32_t percent =
+      e.tenant.cores_percent > 0 ? e.tenant.cores_percent : options_.default_weight_percent;
+  return std::max<std::uint32_t>(percent, 1) / 100.0;
+}
+
+void Arbiter::Join(int id, const Tenant& tenant) {
+  if (Entry* e = Find(id)) {
+    e->tenant = tenant;
+    return;
+  }
+  Entry e;
+  e.id = id;
+  e.tenant = tenant;
+  e.tokens_ns = tenant.cores_percent / 100.0 * static_cast<double>(options_.burst_ns);
+  // A newcomer starts at the lowest virtual time of those present: it gets no credit for the
+  // past, and owes nothing either.
+  double v = std::numeric_limits<double>::max();
+  for (const Entry& other : entries_) v = std::min(v, other.vtime);
+  e.vtime = entries_.empty() ? 0 : v;
+  entries_.push_back(e);
+}
+
+void Arbiter::Leave(int id) {
+  std::erase_if(entries_, [id](const Entry& e) { return e.id == id; });
+  if (turn_ == id) turn_ = -1;
+}
+
+void Arbiter::Observe(int id, const Observation& observation) {
+  if (Entry* e = Find(id)) e->seen = observation;
+}
+
+Verdict Arbiter::VerdictFor(int id) const {
+  const Entry* e = Find(id);
+  return e == nullptr ? Verdict{} : e->verdict;
+}
+
+void Arbiter::Decide(std::uint64_t now_ns) {
+  const double dt = last_now_ns_ == 0 || now_ns < last_now_ns_
+                        ? 0.0
+                        : static_cast<double>(now_ns - last_now_ns_);
+  last_now_ns_ = now_ns;
+
+  // 1. Charge the GPU time measured since the last decision; refill the buckets.
+  for (Entry& e : entries_) {
+    const std::uint64_t busy = e.seen.busy_ns;
+    const double charged = busy >= e.counted_busy_ns ? static_cast<double>(busy - e.counted_busy_ns) : 0.0;
+    e.counted_busy_ns = busy;  // a counter that went backwards (a new region) re-syncs
+    if (HasShare(e.tenant)) {
+      const double share = e.tenant.cores_percent / 100.0;
+      e.tokens_ns = std::min(e.tokens_ns + share * dt, share * static_cast<double>(options_.burst_ns));
+      e.tokens_ns -= charged;
+    }
+    e.vtime += charged / Weight(e);
+  }
+
+  // 2. Who wants the GPU: launched, has work in flight or waits at the gate, recently. A
+  // container waiting only for its own spent hard share does not hold back lower classes.
+  bool any_share_cap = false, lc_present = false, lc_wanting = false, normal_wanting = false;
+  for (Entry& e : entries_) {
+    const bool wanting = Recent(std::max(e.seen.active_ns, e.seen.waiting_ns), now_ns, options_.idle_after_ns);
+    if (wanting && !e.wanting) {  // back from idle: no banked credit
+      double others = std::numeric_limits<double>::max();
+      for (const Entry& o : entries_) {
+        if (&o != &e && o.wanting) others = std::min(others, o.vtime);
+      }
+      if (others != std::numeric_limits<double>::max()) e.vtime = std::max(e.vtime, others);
+    }
+    e.wanting = wanting;
+    const bool spent = HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard && e.tokens_ns <= 0;
+    const PriorityClass p = e.tenant.priority;
+    lc_present |= p == PriorityClass::kLatencyCritical;
+    lc_wanting |= wanting && !spent && p == PriorityClass::kLatencyCritical;
+    normal_wanting |= wanting && !spent && p == PriorityClass::kNormal;
+    any_share_cap |= HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard;
+  }
+  governing_ = entries_.size() > 1 || any_share_cap;
+  if (!governing_) {
+    for (Entry& e : entries_) e.verdict = Verdict{shm::Gate::kFree, 0};
+    turn_ = -1;
+    return;
+  }
+
+  // 3. Eligibility: priority first, then the hard shares (a best-effort share is hard while
+  // normal work wants the GPU: best-effort never borrows from it).
+  std::vector<Entry*> candidates;
+  for (Entry& e : entries_) {
+    const PriorityClass p = e.tenant.priority;
+    const bool capped = HasShare(e.tenant) && (e.tenant.compute == ComputeMode::kHard ||
+                                               (p == PriorityClass::kBestEffort && normal_wanting));
+    shm::Gate gate = shm::Gate::kOpen;
+    if (lc_wanting && Outranks(PriorityClass::kLatencyCritical, p)) {
+      gate = shm::Gate::kHeldPriority;
+    } else if (p == PriorityClass::kBestEffort && normal_wanting && !HasShare(e.tenant)) {
+      gate = shm::Gate::kHeldPriority;
+    } else if (capped && e.tokens_ns <= 0) {
+      gate = shm::Gate::kHeldShare;
+    } else if (e.wanting && !e.tenant.spatial) {
+      candidates.push_back(&e);
+    }
+    const bool shallow = lc_present && p != PriorityClass::kLatencyCritical;
+    e.verdict = Verdict{gate, shallow ? options_.shallow_depth_us : options_.depth_us};
+  }
+
+  // 4. Turns: one eligible container at a time when several want the GPU.
+  if (candidates.size() <= 1) {
+    turn_ = candidates.empty() ? -1 : candidates.front()->id;
+    return;  // the one candidate, and every idle eligible container, stay open
+  }
+  Entry* holder = nullptr;
+  Entry* lowest = nullptr;
+  for (Entry* e : candidates) {
+    if (e->id == turn_) holder = e;
+    if (lowest == nullptr || e->vtime < lowest->vtime) lowest = e;
+  }
+  Entry* next = lowest;
+  if (holder != nullptr) {
+    double others_min = std::numeric_limits<double>::max();
+    for (Entry* e : candidates) {
+      if (e != holder) others_min = std::min(others_min, e->vtime);
+    }
+    if (holder->vtime - others_min < static_cast<double>(options_.quantum_ns)) next = holder;
+  }
+  turn_ = next->id;
+  // Everyone else waits for the turn, except an idle latency-critical container: its next
+  // launch must not wait for a decision (the following one holds the others instead).
+  for (Entry& e : entries_) {
+    const bool idle_lc = e.tenant.priority == PriorityClass::kLatencyCritical && !e.wanting;
+    if (&e != next && e.verdict.gate == shm::Gate::kOpen && !idle_lc && !e.tenant.spatial) {
+      e.verdict.gate = shm::Gate::kHeldShare;
+    }
+  }
+}
+
+}  // namespace tessera::governor

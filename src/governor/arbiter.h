@@ -1,0 +1,101 @@
+// The arbiter of one GPU: decides, every tick, which containers may launch work on it.
+// Pure logic over numbers (no clock, no shared memory, no threads): ArbiterHost feeds it the
+// containers' counters from their shared regions and writes the verdicts back; the tests feed
+// it a simulated GPU. docs/design/0017-compute-governor.md explains the policy:
+//
+//   1. Priority: while a latency-critical container is active (work in flight or launched in
+//      the last `idle_after_ns`), every lower class is held. While a normal container is active,
+//      best-effort containers get their share and no more (they never borrow from normal work);
+//      a best-effort container without a share waits.
+//   2. Hard shares: a token bucket per container, filled at its share of wall time and drained
+//      by the GPU time its work measured; empty bucket -> held.
+//   3. Turns: when two or more eligible containers want the GPU, exactly one holds it at a time
+//      (concurrent contexts would each measure the time they were sliced out as busy). The turn
+//      goes to the lowest virtual time (busy / weight), and passes once the holder leads the
+//      next one by `quantum_ns` of virtual time; a container returning from idle starts at the
+//      others' virtual time, so idle time is never banked (work-conserving lending).
+//      MPS clients (spatial) share the SMs instead and take no part in turns.
+//   4. Depth: how much work each container may keep in flight; shallow for classes below a
+//      latency-critical container on the GPU, so that its arrival waits for little.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/model.h"
+#include "tessera/shm_layout.h"
+
+namespace tessera::governor {
+
+struct ArbiterOptions {
+  std::uint64_t idle_after_ns = 1'000'000;      // no launch and nothing in flight for this long
+  std::uint64_t quantum_ns = 10'000'000;        // virtual time a turn may lead by
+  std::uint64_t burst_ns = 50'000'000;          // a hard share's bucket: share x this window
+  std::uint32_t depth_us = 2000;                // in-flight work of a governed container
+  std::uint32_t shallow_depth_us = 500;         // ... below a latency-critical one on the GPU
+  std::uint32_t default_weight_percent = 10;    // turn weight of a container without a share
+};
+
+// What the node knows of a container on this GPU (from its read-only limits file).
+struct Tenant {
+  std::uint32_t cores_percent = 0;  // 0: no share (weight default_weight_percent, no cap)
+  ComputeMode compute = ComputeMode::kHard;
+  PriorityClass priority = PriorityClass::kNormal;
+  bool spatial = false;  // an MPS client: runs beside the others, takes no part in turns
+};
+
+// What the container's processes reported (its region's Compute counters).
+struct Observation {
+  std::uint64_t busy_ns = 0;     // cumulative
+  std::uint64_t active_ns = 0;   // latest launch or in-flight moment
+  std::uint64_t waiting_ns = 0;  // latest moment a launch waited
+};
+
+struct Verdict {
+  shm::Gate gate = shm::Gate::kFree;
+  std::uint32_t depth_us = 0;
+};
+
+class Arbiter {
+ public:
+  explicit Arbiter(ArbiterOptions options = {}) : options_(options) {}
+
+  // A container arrives on the GPU / leaves it. Ids are the caller's (stable while joined).
+  void Join(int id, const Tenant& tenant);
+  void Leave(int id);
+  bool Has(int id) const;
+  std::size_t size() const { return entries_.size(); }
+
+  // One decision at `now_ns` from each joined container's latest observation (containers not
+  // observed since the last decision keep their previous numbers).
+  void Observe(int id, const Observation& observation);
+  void Decide(std::uint64_t now_ns);
+  Verdict VerdictFor(int id) const;
+
+  // Whether any container needs governing: false when one container without a hard share is
+  // alone on the GPU (its launches then run free, with no fences at all).
+  bool Governing() const { return governing_; }
+
+ private:
+  struct Entry {
+    int id = 0;
+    Tenant tenant;
+    Observation seen;
+    std::uint64_t counted_busy_ns = 0;  // busy already charged
+    double tokens_ns = 0;               // hard share's bucket
+    double vtime = 0;                   // busy / weight
+    bool wanting = false;               // wanted the GPU at the previous decision
+    Verdict verdict;
+  };
+  Entry* Find(int id);
+  const Entry* Find(int id) const;
+  double Weight(const Entry& e) const;
+
+  ArbiterOptions options_;
+  std::vector<Entry> entries_;
+  std::uint64_t last_now_ns_ = 0;
+  int turn_ = -1;  // id holding the turn, -1 none
+  bool governing_ = false;
+};
+
+}  // namespace tessera::governor

@@ -1,0 +1,247 @@
+#include "governor/arbiter_host.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/log.h"
+
+namespace tessera::governor {
+namespace {
+
+std::uint64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+constexpr std::string_view kMemberPrefix = "member-";
+constexpr std::uint64_t kScanEveryNs = 100'000'000;
+
+}  // namespace
+
+std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path) {
+  std::vector<Member> out;
+  for (const DeviceLimits& d : limits.devices) {
+    out.push_back(Member{region_path + "#" + d.uuid, region_path, d.uuid,
+                         Tenant{d.cores_percent, limits.compute, limits.priority,
+                                limits.mode == SharingMode::kMps}});
+  }
+  return out;
+}
+
+ArbiterHost::~ArbiterHost() {
+  Stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, j] : joined_) Release(*j);
+}
+
+void ArbiterHost::Release(Joined& j) {
+  if (j.mapping && j.device >= 0) {
+    shm::Compute& c = j.mapping.region()->compute[j.device];
+    c.gate.store(static_cast<std::uint32_t>(shm::Gate::kFree), std::memory_order_release);
+    c.arbiter_beat_ns.store(0, std::memory_order_relaxed);
+  }
+  if (auto it = arbiters_.find(j.member.uuid); it != arbiters_.end()) it->second.Leave(j.id);
+}
+
+Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, const Member*> wanted;
+  for (const Member& m : members) wanted[m.key] = &m;
+  for (auto it = joined_.begin(); it != joined_.end();) {
+    if (wanted.count(it->first) == 0) {
+      Release(*it->second);
+      it = joined_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::string failures;
+  for (const auto& [key, m] : wanted) {
+    if (auto it = joined_.find(key); it != joined_.end()) {
+      it->second->member.tenant = m->tenant;
+      arbiters_.try_emplace(m->uuid, options_.arbiter).first->second.Join(it->second->id, m->tenant);
+      continue;
+    }
+    auto mapping = shm::Mapping::Attach(m->region_path);
+    int device = mapping.ok() ? shm::FindDevice(*mapping->region(), m->uuid) : -1;
+    if (!mapping.ok() || device < 0) {
+      failures += (failures.empty() ? "" : "; ") + m->region_path + ": " +
+                  (mapping.ok() ? "no device " + m->uuid : mapping.status().message());
+      continue;
+    }
+    auto j = std::make_unique<Joined>();
+    j->member = *m;
+    j->mapping = std::move(mapping).value();
+    j->device = device;
+    j->id = next_id_++;
+    arbiters_.try_emplace(m->uuid, options_.arbiter).first->second.Join(j->id, m->tenant);
+    joined_[key] = std::move(j);
+  }
+  std::erase_if(arbiters_, [](const auto& entry) { return entry.second.size() == 0; });
+  if (!failures.empty()) return UnavailableError("compute arbiter: cannot govern " + failures);
+  return Status::Ok();
+}
+
+void ArbiterHost::Tick(std::uint64_t now_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, j] : joined_) {
+    const shm::Compute& c = j->mapping.region()->compute[j->device];
+    arbiters_.at(j->member.uuid)
+        .Observe(j->id, Observation{c.busy_ns.load(std::memory_order_relaxed), c.active_ns.load(std::memory_order_relaxed),
+                                    c.waiting_ns.load(std::memory_order_relaxed)});
+  }
+  for (auto& [uuid, arbiter] : arbiters_) arbiter.Decide(now_ns);
+  for (auto& [key, j] : joined_) {
+    const Verdict v = arbiters_.at(j->member.uuid).VerdictFor(j->id);
+    shm::Compute& c = j->mapping.region()->compute[j->device];
+    c.depth_us.store(v.depth_us, std::memory_order_relaxed);
+    c.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
+    c.gate.store(static_cast<std::uint32_t>(v.gate), std::memory_order_release);
+  }
+}
+
+Verdict ArbiterHost::VerdictFor(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = joined_.find(key);
+  if (it == joined_.end()) return Verdict{};
+  return arbiters_.at(it->second->member.uuid).VerdictFor(it->second->id);
+}
+
+void ArbiterHost::Start() {
+  if (thread_.joinable()) return;
+  stop_ = false;
+  thread_ = std::thread([this] {
+    const timespec tick{0, static_cast<long>(options_.tick_ns)};
+    while (!stop_.load(std::memory_order_relaxed)) {
+      Tick(MonotonicNs());
+      nanosleep(&tick, nullptr);
+    }
+  });
+}
+
+void ArbiterHost::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string DefaultLocalArbiterDir() {
+  return (std::filesystem::temp_directory_path() / "tessera-gpu").string();
+}
+
+StatusOr<std::unique_ptr<LocalArbiter>> LocalArbiter::Register(const std::string& dir, const std::string& limits_path,
+                                                               const std::string& region_path,
+                                                               const std::vector<std::string>& uuids) {
+  std::unique_ptr<LocalArbiter> a(new LocalArbiter());
+  a->dir_ = dir;
+  a->uuids_ = uuids;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  chmod(dir.c_str(), 01777);  // best effort: the first user's umask must not lock others out
+  for (const std::string& uuid : uuids) {
+    const std::string gpu_dir = dir + "/" + uuid;
+    std::filesystem::create_directories(gpu_dir, ec);
+    chmod(gpu_dir.c_str(), 01777);
+    const std::string file = gpu_dir + "/" + std::string(kMemberPrefix) + std::to_string(getpid());
+    std::ofstream out(file);
+    out << "limits " << limits_path << "\nregion " << region_path << "\n";
+    if (!out) return UnavailableError("compute arbiter: cannot register in " + gpu_dir);
+    a->files_.push_back(file);
+    a->lock_fds_.push_back(-1);
+  }
+  a->thread_ = std::thread([p = a.get()] { p->Run(); });
+  return a;
+}
+
+LocalArbiter::~LocalArbiter() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  std::error_code ec;
+  for (const std::string& f : files_) std::filesystem::remove(f, ec);
+  host_.Stop();
+  for (int fd : lock_fds_) {
+    if (fd >= 0) close(fd);  // releases the flock: another `tessera run` takes over
+  }
+}
+
+std::vector<Member> LocalArbiter::ScanMembers() {
+  std::vector<Member> members;
+  for (std::size_t g = 0; g < uuids_.size(); ++g) {
+    if (lock_fds_[g] < 0) continue;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_ + "/" + uuids_[g], ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(kMemberPrefix, 0) != 0) continue;
+      const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
+      if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {  // its `tessera run` is gone
+        std::filesystem::remove(entry.path(), ec);
+        continue;
+      }
+      std::istringstream text(Slurp(entry.path().string()));
+      std::string word, limits_path, region_path;
+      while (text >> word) {
+        if (word == "limits") text >> limits_path;
+        if (word == "region") text >> region_path;
+      }
+      auto limits = ParseLimitsFile(Slurp(limits_path));
+      if (!limits.ok()) continue;  // being written, or gone: the next scan sees it
+      for (Member& m : MembersOf(*limits, region_path)) {
+        if (m.uuid == uuids_[g]) members.push_back(std::move(m));
+      }
+    }
+  }
+  return members;
+}
+
+void LocalArbiter::Run() {
+  std::uint64_t last_scan = 0;
+  while (!stop_.load()) {
+    const std::uint64_t now = MonotonicNs();
+    if (now - last_scan >= kScanEveryNs) {
+      last_scan = now;
+      bool hosting = false;
+      for (std::size_t g = 0; g < uuids_.size(); ++g) {
+        if (lock_fds_[g] < 0) {
+          const std::string lock_path = dir_ + "/" + uuids_[g] + "/arbiter.lock";
+          const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+          if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            fchmod(fd, 0666);
+            lock_fds_[g] = fd;
+            TESSERA_LOG(kInfo, kGovernor, "hosting the compute arbiter of %s", uuids_[g].c_str());
+          } else if (fd >= 0) {
+            close(fd);
+          }
+        }
+        hosting |= lock_fds_[g] >= 0;
+      }
+      if (hosting) {
+        if (Status s = host_.SetMembers(ScanMembers()); !s.ok()) {
+          TESSERA_LOG(kDebug, kGovernor, "%s", s.message().c_str());
+        }
+        host_.Start();
+      }
+    }
+    const timespec nap{0, 20'000'000};
+    nanosleep(&nap, nullptr);
+  }
+}
+
+}  // namespace tessera::governor

@@ -1,0 +1,106 @@
+// The node side of the compute governor: one Arbiter per GPU, fed every tick from the shared
+// regions of the containers on it, its verdicts written back into those regions (Compute::gate,
+// depth_us, arbiter_beat_ns). tessera-node hosts one for its GPUs; `tessera run` hosts one
+// through LocalArbiter, which lets every `tessera run` of a machine share it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "governor/arbiter.h"
+#include "tessera/limits.h"
+#include "tessera/region.h"
+#include "tessera/status.h"
+
+namespace tessera::governor {
+
+// One container on one GPU. The tenant comes from the container's read-only limits file,
+// never from its region (which the tenant can write).
+struct Member {
+  std::string key;          // stable while the container lives (e.g. its region path + GPU)
+  std::string region_path;
+  std::string uuid;         // the GPU
+  Tenant tenant;
+};
+
+// The members a limits file describes (one per device line), for the region at `region_path`.
+std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path);
+
+struct ArbiterHostOptions {
+  std::uint64_t tick_ns = 200'000;
+  ArbiterOptions arbiter;
+};
+
+class ArbiterHost {
+ public:
+  explicit ArbiterHost(ArbiterHostOptions options = {}) : options_(options) {}
+  ~ArbiterHost();  // stops the thread; every member's gate goes back to kFree
+  ArbiterHost(const ArbiterHost&) = delete;
+  ArbiterHost& operator=(const ArbiterHost&) = delete;
+
+  // Replaces the member list: newcomers are attached (a region that cannot be attached is
+  // skipped and named in the returned error; the others still apply), leavers are released.
+  Status SetMembers(const std::vector<Member>& members);
+  // One decision for every GPU at `now_ns` (CLOCK_MONOTONIC; the thread calls it every tick).
+  void Tick(std::uint64_t now_ns);
+  void Start();
+  void Stop();
+
+  // For `tessera top` and tests: a member's latest verdict.
+  Verdict VerdictFor(const std::string& key) const;
+
+ private:
+  struct Joined {
+    Member member;
+    shm::Mapping mapping;
+    int device = -1;  // index in the region
+    int id = 0;       // in its GPU's arbiter
+  };
+  void Release(Joined& j);
+
+  ArbiterHostOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Joined>> joined_;  // by key
+  std::map<std::string, Arbiter> arbiters_;                // by GPU UUID
+  int next_id_ = 1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// `tessera run`'s side: the containers of one machine register in a folder per GPU
+// (<dir>/<uuid>/member-<pid>, naming their limits file and region); whichever `tessera run`
+// holds <dir>/<uuid>/arbiter.lock hosts the arbiter for everyone, and another takes over
+// when it exits.
+class LocalArbiter {
+ public:
+  // `dir`: the machine-wide folder (DefaultLocalArbiterDir()).
+  static StatusOr<std::unique_ptr<LocalArbiter>> Register(const std::string& dir, const std::string& limits_path,
+                                                          const std::string& region_path,
+                                                          const std::vector<std::string>& uuids);
+  ~LocalArbiter();  // unregisters; stops hosting
+
+ private:
+  LocalArbiter() = default;
+  void Run();
+  std::vector<Member> ScanMembers();
+
+  std::string dir_;
+  std::vector<std::string> uuids_;
+  std::vector<std::string> files_;  // our member files
+  std::vector<int> lock_fds_;       // per GPU, -1 until we host it
+  ArbiterHost host_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// <temp>/tessera-gpu: shared by every user of the machine (mode 1777), so that containers of
+// different users still meet one arbiter per GPU.
+std::string DefaultLocalArbiterDir();
+
+}  // namespace tessera::governor

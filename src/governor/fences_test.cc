@@ -1,0 +1,106 @@
+#include "governor/fences.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+
+namespace tessera::governor {
+namespace {
+
+// One stream of a simulated GPU: work runs in order; an event completes when the work queued
+// before it has, at that moment of the simulated clock.
+class OneStreamGpu final : public EventApi {
+ public:
+  std::uint64_t now = 0;
+  void Launch(std::uint64_t ns) { busy_until_ = std::max(busy_until_, now) + ns; }
+  void* Create() override {
+    events_.push_back(std::make_unique<std::uint64_t>(kNever));
+    return events_.back().get();
+  }
+  void Destroy(void*) override {}
+  bool Record(void* event, void*) override {
+    *static_cast<std::uint64_t*>(event) = std::max(busy_until_, now);
+    ++records;
+    return true;
+  }
+  State Query(void* event) override {
+    const std::uint64_t at = *static_cast<std::uint64_t*>(event);
+    return at == kNever ? State::kError : at <= now ? State::kDone : State::kPending;
+  }
+  bool ElapsedNs(void* from, void* to, std::uint64_t* ns) override {
+    *ns = *static_cast<std::uint64_t*>(to) - *static_cast<std::uint64_t*>(from);
+    return true;
+  }
+  int records = 0;
+
+ private:
+  static constexpr std::uint64_t kNever = ~0ULL;
+  std::uint64_t busy_until_ = 0;
+  std::deque<std::unique_ptr<std::uint64_t>> events_;
+};
+
+void* const kStream = reinterpret_cast<void*>(0x10);
+
+void LaunchOn(FenceTracker& t, OneStreamGpu& gpu, std::uint64_t ns) {
+  ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now));
+  gpu.Launch(ns);
+  t.AfterLaunch(kStream, gpu.now);
+}
+
+TEST(FenceTracker, MeasuresBusyTimeNotIdleTime) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu);
+  // Two bursts of 50 us kernels with a long idle gap between them, synchronized each time.
+  std::uint64_t busy = 0;
+  int records_before = 0;
+  for (int burst = 0; burst < 2; ++burst) {
+    records_before = gpu.records;
+    for (int i = 0; i < 40; ++i) LaunchOn(t, gpu, 50'000);
+    t.FenceAll(gpu.now);
+    gpu.now += 10'000'000;  // everything has finished, then the GPU sat idle
+    busy += t.Poll();
+  }
+  EXPECT_EQ(busy, 2 * 40 * 50'000u);
+  EXPECT_FALSE(t.HasWork());
+  // Sparse once the estimate is learned: a start event, then a fence per quantum (200 us = 4
+  // kernels), not one per launch.
+  EXPECT_LE(gpu.records - records_before, 1 + 10);
+}
+
+TEST(FenceTracker, InFlightEstimateFollowsTheWorkAndItsAge) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu);
+  LaunchOn(t, gpu, 100'000'000);  // a 100 ms kernel
+  EXPECT_TRUE(t.Learning());      // no completion yet: one segment at a time
+  gpu.now += 30'000'000;
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 30'000'000u);  // at least as old as it is
+  gpu.now += 80'000'000;
+  EXPECT_EQ(t.Poll(), 100'000'000u);
+  EXPECT_FALSE(t.Learning());
+  LaunchOn(t, gpu, 100'000'000);
+  LaunchOn(t, gpu, 100'000'000);
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 199'000'000u);
+}
+
+TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000});  // never fences on its own
+  LaunchOn(t, gpu, 10'000);  // learn the stream's 10 us per launch
+  t.FenceAll(gpu.now);
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 10'000u);
+  LaunchOn(t, gpu, 10'000);
+  gpu.now += 5'000'000;
+  t.FenceIdle(gpu.now, 1'000'000, [](void*) { return false; });
+  EXPECT_FALSE(t.HasFenced());
+  t.FenceIdle(gpu.now, 1'000'000, [](void*) { return true; });
+  EXPECT_TRUE(t.HasFenced());
+  // Fenced late, after an idle gap: the gap is not counted.
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 10'000u);
+}
+
+}  // namespace
+}  // namespace tessera::governor

@@ -1,0 +1,209 @@
+#include "governor/mps.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace tessera::governor {
+namespace {
+
+// Holds an exclusive flock on a file for its scope.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666)) {
+    if (fd_ >= 0) {
+      fchmod(fd_, 0666);
+      while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
+constexpr std::string_view kClientPrefix = "client-";
+
+// Live clients (pid, uid) registered in `dir`; files of ended processes are removed.
+std::vector<std::pair<pid_t, uid_t>> LiveClients(const std::string& dir) {
+  std::vector<std::pair<pid_t, uid_t>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kClientPrefix, 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kClientPrefix.size()));
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) {
+      std::filesystem::remove(entry.path(), ec);
+      continue;
+    }
+    std::ifstream in(entry.path());
+    long uid = -1;
+    in >> uid;
+    if (uid >= 0) out.emplace_back(pid, static_cast<uid_t>(uid));
+  }
+  return out;
+}
+
+// Runs `control` with `env`, feeding `input` on stdin; its exit status, or -1.
+int RunControl(const std::string& control, const std::vector<std::string>& env, const std::string& input,
+               const std::vector<std::string>& args) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return -1;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipefd[0], 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  std::vector<std::string> argv_storage{control};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage = env;
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, control.c_str(), &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipefd[0]);
+  if (spawned != 0) {
+    close(pipefd[1]);
+    return -1;
+  }
+  if (!input.empty() && write(pipefd[1], input.data(), input.size()) < 0) {
+    // the daemon reads nothing: its exit status says the rest
+  }
+  close(pipefd[1]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::vector<std::string> DaemonEnvironment(const std::string& uuid, const std::string& pipe_dir,
+                                           const std::string& log_dir) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.rfind("CUDA_", 0) == 0 || v.rfind("LD_PRELOAD=", 0) == 0) continue;
+    env.emplace_back(v);
+  }
+  env.push_back("CUDA_VISIBLE_DEVICES=" + uuid);
+  env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir);
+  env.push_back("CUDA_MPS_LOG_DIRECTORY=" + log_dir);
+  return env;
+}
+
+}  // namespace
+
+std::string FindInPath(const std::string& program) {
+  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0 ? program : "";
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
+                                              std::uint64_t memory_bytes, std::uint32_t cores_percent,
+                                              PriorityClass priority) {
+  std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir, "CUDA_MPS_LOG_DIRECTORY=" + log_dir};
+  // The client sees one device (CUDA_VISIBLE_DEVICES is the daemon's): index 0, in whole MiB.
+  if (memory_bytes != 0) {
+    env.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" + std::to_string(memory_bytes >> 20) + "M");
+  }
+  if (cores_percent != 0 && cores_percent < 100) {
+    env.push_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + std::to_string(cores_percent));
+  }
+  // MPS has two client priorities: 0 normal, 1 below normal.
+  env.push_back(std::string("CUDA_MPS_CLIENT_PRIORITY=") + (priority == PriorityClass::kBestEffort ? "1" : "0"));
+  return env;
+}
+
+Status CheckMpsUser(uid_t uid, const std::vector<uid_t>& live_uids) {
+  for (uid_t other : live_uids) {
+    if (other != uid) {
+      return FailedPreconditionError("mode mps: this GPU's MPS clients run as user " + std::to_string(other) +
+                                     ", this one as user " + std::to_string(uid) +
+                                     "; co-tenants of one MPS GPU must share a user ID (tessera.dev/mps-user)");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<LocalMps>> LocalMps::Join(const std::string& dir, const std::string& uuid,
+                                                   const std::string& control_name) {
+  const std::string control = FindInPath(control_name);
+  if (control.empty()) return NotFoundError("mode mps: " + control_name + " not found in PATH");
+  std::unique_ptr<LocalMps> m(new LocalMps());
+  m->dir_ = dir;
+  m->uuid_ = uuid;
+  m->control_ = control;
+  const uid_t uid = getuid();
+  // A daemon per user: its pipes belong to that user.
+  m->pipe_dir_ = dir + "/uid-" + std::to_string(uid) + "/pipe";
+  m->log_dir_ = dir + "/uid-" + std::to_string(uid) + "/log";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  chmod(dir.c_str(), 01777);
+  FileLock lock(dir + "/mps.lock");
+  if (!lock.ok()) return UnavailableError("mode mps: cannot lock " + dir + "/mps.lock");
+  std::vector<uid_t> uids;
+  for (const auto& [pid, other] : LiveClients(dir)) uids.push_back(other);
+  TESSERA_RETURN_IF_ERROR(CheckMpsUser(uid, uids));
+  std::filesystem::create_directories(m->pipe_dir_, ec);
+  std::filesystem::create_directories(m->log_dir_, ec);
+  const auto env = DaemonEnvironment(uuid, m->pipe_dir_, m->log_dir_);
+  if (!std::filesystem::exists(m->pipe_dir_ + "/control", ec) || uids.empty()) {
+    // No client of ours is live: (re)start the daemon. `-d` daemonizes; a leftover daemon of
+    // ours (a `tessera run` that was killed) is asked to quit first.
+    RunControl(control, env, "quit\n", {});
+    std::filesystem::remove(m->pipe_dir_ + "/control", ec);
+    if (RunControl(control, env, "", {"-d"}) != 0) {
+      return UnavailableError("mode mps: " + control + " -d failed (see " + m->log_dir_ + "/control.log)");
+    }
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!std::filesystem::exists(m->pipe_dir_ + "/control", ec)) {
+      if (std::chrono::steady_clock::now() > end) {
+        return UnavailableError("mode mps: the MPS control daemon did not start (see " + m->log_dir_ + "/control.log)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    m->started_ = true;
+  }
+  m->client_file_ = dir + "/" + std::string(kClientPrefix) + std::to_string(getpid());
+  std::ofstream(m->client_file_) << uid << "\n";
+  return m;
+}
+
+LocalMps::~LocalMps() {
+  FileLock lock(dir_ + "/mps.lock");
+  std::error_code ec;
+  std::filesystem::remove(client_file_, ec);
+  if (LiveClients(dir_).empty()) RunControl(control_, DaemonEnvironment(uuid_, pipe_dir_, log_dir_), "quit\n", {});
+}
+
+}  // namespace tessera::governor

@@ -1,0 +1,59 @@
+// The MPS backend (ADR 0017): one MPS control daemon per GPU, started and supervised by
+// tessera's node side in user space (the GPU's compute mode and settings are never changed).
+// A container in mode `mps` gets the daemon's pipe folder and its allocation as MPS client
+// environment: pinned device memory, active thread percentage and client priority. That
+// environment is the tenant's to edit, so the preload library stays the authority on memory
+// and keeps virtualizing totals (MPS reports the physical total).
+//
+// The MPS control daemon serves one user ID at a time (a second user's clients wait until the
+// first user's are done), so co-tenants of one MPS GPU must share a UID: placement and admission
+// enforce it (tessera.dev/mps-user); the node side refuses a client of another UID.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/model.h"
+#include "tessera/status.h"
+
+namespace tessera::governor {
+
+// `program` if it is a path, else the first executable of that name in PATH; "" if none.
+std::string FindInPath(const std::string& program);
+
+// The client environment for a container's allocation on the daemon at `pipe_dir`/`log_dir`.
+// `memory_bytes` 0: no pinned limit; `cores_percent` 0 or 100: no thread limit.
+std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
+                                              std::uint64_t memory_bytes, std::uint32_t cores_percent,
+                                              PriorityClass priority);
+
+// Whether a client running as `uid` may join a GPU whose live MPS clients run as `live_uids`:
+// FailedPrecondition naming both user IDs when they differ.
+Status CheckMpsUser(uid_t uid, const std::vector<uid_t>& live_uids);
+
+// The MPS daemon of one GPU on this machine, shared by every `tessera run --mode mps` there:
+// the first one starts it, the last one out quits it. Registration lives in `dir` (one folder
+// per GPU, beside the local compute arbiter's), serialized by a lock file.
+class LocalMps {
+ public:
+  // `control`: the nvidia-cuda-mps-control binary (a path, or a name looked up in PATH).
+  static StatusOr<std::unique_ptr<LocalMps>> Join(const std::string& dir, const std::string& uuid,
+                                                 const std::string& control);
+  ~LocalMps();
+  LocalMps(const LocalMps&) = delete;
+  LocalMps& operator=(const LocalMps&) = delete;
+
+  const std::string& pipe_dir() const { return pipe_dir_; }
+  const std::string& log_dir() const { return log_dir_; }
+  bool started_daemon() const { return started_; }
+
+ private:
+  LocalMps() = default;
+  std::string dir_, uuid_, control_, pipe_dir_, log_dir_, client_file_;
+  bool started_ = false;
+};
+
+}  // namespace tessera::governor

@@ -1,0 +1,319 @@
+// The compute governor's half in the container (ADR 0017): every launch path (kernels, Ex,
+// cooperative, graphs; the runtime reaches the same entry points through cuGetProcAddress)
+// goes through Governed(). While the container's gate is kFree — no arbiter, or nothing to
+// govern — that is one relaxed load per device and the real call. Otherwise a launch
+//   1. waits while the arbiter holds the gate (counting throttled / priority-held time),
+//   2. waits while the work this process has in flight exceeds the arbiter's depth,
+//   3. is fenced with events (governor::FenceTracker) so that a watcher thread can add the GPU
+//      time it really took to the region's busy_ns, and stamp the container active while work
+//      is in flight.
+// Launches into a stream being captured are not launches (they become graph nodes) and pass.
+// Any failure of this machinery lets the launch through and is counted (fail-open).
+#include <time.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "governor/fences.h"
+#include "hook/intercept.h"
+
+namespace tessera::hook {
+namespace {
+
+constexpr std::uint64_t kDefaultDepthNs = 2'000'000;
+constexpr std::uint64_t kStaleArbiterNs = 200'000'000;  // the arbiter's beat is this old: fail-open
+constexpr std::uint64_t kGatePollNs = 50'000;
+constexpr std::uint64_t kWatchPollNs = 100'000;
+constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no launch for this long
+
+class CudaEvents final : public governor::EventApi {
+ public:
+  void* Create() override {
+    CUevent e = nullptr;
+    const auto create = Real<CudaHook::cuEventCreate>();
+    return create != nullptr && create(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? e : nullptr;
+  }
+  void Destroy(void* event) override {
+    if (const auto destroy = Real<CudaHook::cuEventDestroy_v2>()) destroy(static_cast<CUevent>(event));
+  }
+  bool Record(void* event, void* stream) override {
+    const auto record = Real<CudaHook::cuEventRecord>();
+    return record != nullptr && record(static_cast<CUevent>(event), static_cast<CUstream>(stream)) == CUDA_SUCCESS;
+  }
+  State Query(void* event) override {
+    const auto query = Real<CudaHook::cuEventQuery>();
+    if (query == nullptr) return State::kError;
+    const CUresult r = query(static_cast<CUevent>(event));
+    return r == CUDA_SUCCESS ? State::kDone : r == CUDA_ERROR_NOT_READY ? State::kPending : State::kError;
+  }
+  bool ElapsedNs(void* from, void* to, std::uint64_t* ns) override {
+    auto elapsed = Real<CudaHook::cuEventElapsedTime>();
+    if (elapsed == nullptr) elapsed = Real<CudaHook::cuEventElapsedTime_v2>();
+    float ms = 0;
+    if (elapsed == nullptr || elapsed(&ms, static_cast<CUevent>(from), static_cast<CUevent>(to)) != CUDA_SUCCESS) {
+      return false;
+    }
+    *ns = ms > 0 ? static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6) : 0;
+    return true;
+  }
+};
+
+struct DeviceGovernor {
+  explicit DeviceGovernor(governor::EventApi* api) : tracker(api) {}
+  governor::FenceTracker tracker;
+  CUcontext context = nullptr;  // the watcher makes it current to query this device's events
+};
+
+// Per-process state. Leaked on purpose (hooks may run while the process exits); a fork child
+// starts a fresh one (the parent's watcher thread does not exist there).
+struct Governor {
+  std::mutex mu;
+  std::condition_variable completed;  // the watcher polled: depth waiters re-check
+  std::condition_variable work;       // a launch added work: the watcher wakes
+  CudaEvents events;
+  DeviceGovernor* devices[shm::kMaxDevices] = {};
+  bool watcher_started = false;
+  std::uint64_t errors_counted = 0;
+};
+Governor* g_governor = new Governor();
+
+void SleepNs(std::uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+  nanosleep(&ts, nullptr);
+}
+
+shm::Gate GateOf(const shm::Compute& c) {
+  return static_cast<shm::Gate>(c.gate.load(std::memory_order_acquire));
+}
+
+bool Stale(const shm::Compute& c, std::uint64_t now) {
+  const std::uint64_t beat = c.arbiter_beat_ns.load(std::memory_order_relaxed);
+  return beat == 0 || now > beat + kStaleArbiterNs;
+}
+
+bool Capturing(CUstream stream, bool per_thread) {
+  const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>() : Real<CudaHook::cuStreamIsCapturing>();
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (is_capturing == nullptr || is_capturing(stream, &status) != CUDA_SUCCESS) return false;
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+// The stream a fence must be recorded on: a per-thread launch on the default stream means the
+// calling thread's stream, which the legacy cuEventRecord names CU_STREAM_PER_THREAD.
+void* StreamKey(CUstream stream, bool per_thread) {
+  return per_thread && stream == nullptr ? static_cast<void*>(CU_STREAM_PER_THREAD) : static_cast<void*>(stream);
+}
+
+// Adds the watcher's findings to the region and counts the tracker's new failures.
+void Publish(Governor& g, DeviceGovernor& d, shm::Compute& c, std::uint64_t busy, std::uint64_t now) {
+  if (busy != 0) c.busy_ns.fetch_add(busy, std::memory_order_relaxed);
+  if (d.tracker.HasFenced()) c.active_ns.store(now, std::memory_order_relaxed);
+  if (d.tracker.errors() > g.errors_counted) {
+    g.errors_counted = d.tracker.errors();
+    CountMachineryError("a fence event could not be recorded or timed; that work went unmeasured");
+  }
+}
+
+// Whether the watcher thread may record a fence on an application stream: not on a per-thread
+// default stream (that name means the watcher's own), not into a capture.
+bool MayRecordFromWatcher(void* stream) {
+  return stream != static_cast<void*>(CU_STREAM_PER_THREAD) && !Capturing(static_cast<CUstream>(stream), false);
+}
+
+void WatcherMain(Governor* g, shm::Region* region) {
+  // Capture-safe: this thread's queries must not invalidate another thread's stream capture.
+  if (const auto exchange = Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    exchange(&mode);
+  }
+  const auto set_current = Real<CudaHook::cuCtxSetCurrent>();
+  std::unique_lock<std::mutex> lock(g->mu);
+  for (;;) {
+    bool any = false;
+    for (std::uint32_t i = 0; i < shm::kMaxDevices; ++i) {
+      DeviceGovernor* d = g->devices[i];
+      if (d == nullptr || !d->tracker.HasWork()) continue;
+      any = true;
+      if (set_current != nullptr && d->context != nullptr) set_current(d->context);
+      const std::uint64_t now = NowNs();
+      // Work launched and then left without a synchronize: fence it so that it is measured
+      // and the container does not look busy for ever.
+      d->tracker.FenceIdle(now, kIdleFenceNs, MayRecordFromWatcher);
+      Publish(*g, *d, region->compute[i], d->tracker.Poll(), now);
+    }
+    g->completed.notify_all();
+    if (!any) {
+      g->work.wait_for(lock, std::chrono::milliseconds(20));
+    } else {
+      lock.unlock();
+      SleepNs(kWatchPollNs);
+      lock.lock();
+    }
+  }
+}
+
+// Waits while the arbiter holds the gate; false if the launch should not be governed after all
+// (the arbiter went away).
+bool WaitAtGate(shm::Compute& c) {
+  shm::Gate gate = GateOf(c);
+  if (gate == shm::Gate::kOpen || gate == shm::Gate::kFree) return gate == shm::Gate::kOpen;
+  std::uint64_t now = NowNs();
+  bool counted_share = false, counted_priority = false;
+  while (gate == shm::Gate::kHeldShare || gate == shm::Gate::kHeldPriority) {
+    if (Stale(c, now)) {
+      CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
+      return false;
+    }
+    const bool priority = gate == shm::Gate::kHeldPriority;
+    bool& counted = priority ? counted_priority : counted_share;
+    if (!counted) {
+      (priority ? c.priority_holds : c.launches_held).fetch_add(1, std::memory_order_relaxed);
+      counted = true;
+    }
+    c.waiting_ns.store(now, std::memory_order_relaxed);
+    SleepNs(kGatePollNs);
+    const std::uint64_t later = NowNs();
+    (priority ? c.priority_held_ns : c.throttled_ns).fetch_add(later - now, std::memory_order_relaxed);
+    now = later;
+    gate = GateOf(c);
+  }
+  return gate == shm::Gate::kOpen;
+}
+
+DeviceGovernor& DeviceFor(Governor& g, int index) {
+  DeviceGovernor*& d = g.devices[index];
+  if (d == nullptr) d = new DeviceGovernor(&g.events);
+  if (d->context == nullptr) {
+    if (const auto get = Real<CudaHook::cuCtxGetCurrent>()) get(&d->context);
+  }
+  return *d;
+}
+
+template <typename Launch>
+CUresult Governed(CUstream stream, bool per_thread, Launch launch) {
+  EnsureInitialized();
+  shm::Region* region = GovernedRegion();
+  if (region == nullptr) return launch();
+  CUdevice dev = 0;
+  DeviceQuota quota;
+  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return launch();
+  shm::Compute& c = region->compute[quota.region_device];
+  if (GateOf(c) == shm::Gate::kFree || Capturing(stream, per_thread)) return launch();
+  if (Stale(c, NowNs())) {
+    CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
+    return launch();
+  }
+  if (!WaitAtGate(c)) return launch();
+
+  Governor& g = *g_governor;
+  std::unique_lock<std::mutex> lock(g.mu);
+  DeviceGovernor& d = DeviceFor(g, quota.region_device);
+  const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
+  const std::uint64_t depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
+  std::uint64_t now = NowNs();
+  while (d.tracker.OverDepth(depth_ns, now)) {
+    d.tracker.FenceAll(now);
+    g.work.notify_one();
+    g.completed.wait_for(lock, std::chrono::milliseconds(1));
+    now = NowNs();
+  }
+  void* key = StreamKey(stream, per_thread);
+  const bool measured = d.tracker.BeforeLaunch(key, now);
+  const CUresult r = launch();
+  now = NowNs();
+  if (measured) {
+    if (r == CUDA_SUCCESS) {
+      d.tracker.AfterLaunch(key, now);
+    } else {
+      d.tracker.Fence(key, now);  // nothing was launched: the start event is dropped
+    }
+  } else {
+    CountMachineryError("a fence event could not be recorded; that work went unmeasured");
+  }
+  c.launches.fetch_add(1, std::memory_order_relaxed);
+  c.active_ns.store(now, std::memory_order_relaxed);
+  if (!g.watcher_started) {
+    g.watcher_started = true;
+    std::thread(WatcherMain, &g, region).detach();
+  }
+  g.work.notify_one();
+  return r;
+}
+
+// Before something waits on GPU work: fence what is open, so that the work up to the wait is
+// measured to its end and nothing after it counts.
+void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
+  if (GovernedRegion() == nullptr) return;
+  Governor& g = *g_governor;
+  std::lock_guard<std::mutex> lock(g.mu);
+  const std::uint64_t now = NowNs();
+  for (DeviceGovernor* d : g.devices) {
+    if (d == nullptr) continue;
+    if (all) {
+      d->tracker.FenceAll(now);
+    } else {
+      d->tracker.Fence(StreamKey(stream, per_thread), now);
+    }
+  }
+  g.work.notify_one();
+}
+
+}  // namespace
+
+void ResetGovernorAfterFork() { g_governor = new Governor(); }
+
+void GovernorStreamDestroyed(CUstream stream) {
+  if (GovernedRegion() == nullptr) return;
+  FenceBeforeWait(stream, false, false);
+}
+
+#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)       \
+  template <>                                                                  \
+  CUresult Intercept<CudaHook::hook> params {                                  \
+    const auto real = Real<CudaHook::hook>();                                  \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                          \
+    return Governed(stream, per_thread, [&] { return real args; });            \
+  }
+#define TESSERA_KERNEL_PARAMS                                                                    \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+   unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params, void** extra)
+#define TESSERA_COOPERATIVE_PARAMS                                                               \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+   unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params)
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernel, false, stream, TESSERA_KERNEL_PARAMS,
+                        (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra))
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernel_ptsz, true, stream, TESSERA_KERNEL_PARAMS,
+                        (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra))
+TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel, false, stream, TESSERA_COOPERATIVE_PARAMS,
+                        (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params))
+TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel_ptsz, true, stream, TESSERA_COOPERATIVE_PARAMS,
+                        (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params))
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx, false, (config != nullptr ? config->hStream : nullptr),
+                        (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
+                        (config, f, params, extra))
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx_ptsz, true, (config != nullptr ? config->hStream : nullptr),
+                        (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
+                        (config, f, params, extra))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch, false, stream, (CUgraphExec exec, CUstream stream), (exec, stream))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, (CUgraphExec exec, CUstream stream), (exec, stream))
+#undef TESSERA_GOVERNED_LAUNCH
+#undef TESSERA_KERNEL_PARAMS
+#undef TESSERA_COOPERATIVE_PARAMS
+
+#define TESSERA_FENCED_WAIT(hook, stream, per_thread, all, params, args) \
+  template <>                                                           \
+  CUresult Intercept<CudaHook::hook> params {                           \
+    EnsureInitialized();                                                \
+    const auto real = Real<CudaHook::hook>();                           \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                   \
+    FenceBeforeWait(stream, per_thread, all);                           \
+    return real args;                                                   \
+  }
+TESSERA_FENCED_WAIT(cuStreamSynchronize, stream, false, false, (CUstream stream), (stream))
+TESSERA_FENCED_WAIT(cuStreamSynchronize_ptsz, stream, true, false, (CUstream stream), (stream))
+TESSERA_FENCED_WAIT(cuCtxSynchronize, nullptr, false, true, (void), ())
+TESSERA_FENCED_WAIT(cuEventSynchronize, nullptr, false, true, (CUevent event), (event))
+#undef TESSERA_FENCED_WAIT
+
+}  // namespace tessera::hook

@@ -1,0 +1,301 @@
+"""Priority under sharing (part c): a latency-critical (LC) PyTorch inference service beside a
+best-effort (BE) training loop, natively and under tessera (time-sliced and MPS).
+
+  priority_bench.py lc resnet50|transformer [--seconds S] [--interval-ms MS]
+      batch-1 fp16 inference; each request runs the model and synchronizes. After 50 warm-up
+      requests, requests arrive on a fixed schedule: every --interval-ms, or, when it is not
+      given, every 4 solo steps (the median of 100 unpaced requests), so that the LC keeps the GPU
+      about 25 % busy alone. Latency = completion - scheduled arrival (a late start counts).
+      Prints one JSON line: p50/p99/mean latency, service time, busy fraction, window (Unix s).
+  priority_bench.py be [--seconds S]
+      bf16 MLP training (4 Linear 8192x8192, batch 4096, forward+backward+SGD); prints
+      {"t","dt","steps","steps_per_s"} every second (steps counted when their event completes);
+      stops on SIGTERM.
+  priority_bench.py drive BUILD OUT
+      BE solo once; per model: LC solo, then LC beside BE natively, under tessera time-sliced
+      (--priority latency-critical / best-effort) and under tessera MPS (--mode mps). BE starts
+      first and runs ~3 s before the LC starts; BE's rate is averaged over the LC's window.
+      Prints a table per model and writes OUT/priority.json.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from torch import nn
+
+SELF = [sys.executable, os.path.abspath(__file__)]
+LC_SECONDS = 15
+
+
+class Bottleneck(nn.Module):
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.body = nn.Sequential(*conv_bn(cin, width, 1), nn.ReLU(inplace=True),
+                                  *conv_bn(width, width, 3, stride), nn.ReLU(inplace=True),
+                                  *conv_bn(width, cout, 1))
+        self.skip = (nn.Sequential(*conv_bn(cin, cout, 1, stride))
+                     if stride != 1 or cin != cout else nn.Identity())
+
+    def forward(self, x):
+        return torch.relu(self.body(x) + self.skip(x))
+
+
+def conv_bn(cin, cout, k, stride=1):
+    return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout)]
+
+
+def resnet50():
+    layers = [*conv_bn(3, 64, 7, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
+    model = nn.Sequential(*layers).to("cuda", torch.half, memory_format=torch.channels_last)
+    x = torch.randn(1, 3, 224, 224, device="cuda", dtype=torch.half)
+    return model.eval(), x.to(memory_format=torch.channels_last)
+
+
+def transformer():
+    layer = nn.TransformerEncoderLayer(512, 8, 2048, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, 6, enable_nested_tensor=False).to("cuda", torch.half)
+    return model.eval(), torch.randn(1, 128, 512, device="cuda", dtype=torch.half)
+
+
+def lc(model_name, seconds, interval_ms):
+    model, x = {"resnet50": resnet50, "transformer": transformer}[model_name]()
+
+    def request():
+        model(x)
+        torch.cuda.synchronize()
+
+    with torch.inference_mode():
+        for _ in range(50):
+            request()
+        report = {"model": model_name}
+        if interval_ms is None:
+            steps = []
+            for _ in range(100):
+                t = time.perf_counter()
+                request()
+                steps.append(time.perf_counter() - t)
+            report["step_ms"] = statistics.median(steps) * 1e3
+            interval_ms = report["step_ms"] / 0.25
+        interval = interval_ms / 1e3
+        latency, service = [], []
+        wall0, t0 = time.time(), time.perf_counter()
+        while True:
+            arrival = t0 + len(latency) * interval
+            now = time.perf_counter()
+            if arrival > t0 + seconds or now > t0 + seconds:
+                break
+            if now < arrival:
+                time.sleep(arrival - now)
+            begin = time.perf_counter()
+            request()
+            done = time.perf_counter()
+            latency.append(done - arrival)
+            service.append(done - begin)
+        elapsed = time.perf_counter() - t0
+    lat_q = statistics.quantiles(latency, n=100, method="inclusive")
+    service_q = statistics.quantiles(service, n=100, method="inclusive")
+    report.update(interval_ms=interval_ms, requests=len(latency), p50_ms=lat_q[49] * 1e3,
+                  p99_ms=lat_q[98] * 1e3, mean_ms=statistics.fmean(latency) * 1e3,
+                  service_p50_ms=service_q[49] * 1e3, service_p99_ms=service_q[98] * 1e3,
+                  busy=sum(service) / elapsed, start=wall0, end=wall0 + elapsed)
+    print(json.dumps(report))
+
+
+def be(seconds):
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    layers = []
+    for _ in range(4):
+        layers += [nn.Linear(8192, 8192, bias=False), nn.ReLU()]
+    model = nn.Sequential(*layers).to("cuda", torch.bfloat16)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)
+    pending, done, last_done = [], 0, 0
+    last_t = time.time()
+    end = last_t + seconds
+    while not stop and time.time() < end:
+        model(x).float().square().mean().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        pending.append(torch.cuda.Event())
+        pending[-1].record()
+        if len(pending) > 2:  # two steps queued ahead; a step counts when its event completes
+            pending.pop(0).synchronize()
+            done += 1
+        now = time.time()
+        if now - last_t >= 1.0:
+            print(json.dumps({"t": now, "dt": now - last_t, "steps": done - last_done,
+                              "steps_per_s": (done - last_done) / (now - last_t)}), flush=True)
+            last_t, last_done = now, done
+
+
+def json_lines(text):
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def run_lc(prefix, model, interval_ms=None):
+    cmd = prefix + SELF + ["lc", model, "--seconds", str(LC_SECONDS)]
+    if interval_ms is not None:
+        cmd += ["--interval-ms", f"{interval_ms:.4f}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # tessera run and the LC under it
+        out, err = proc.communicate()
+    found = [l for l in json_lines(out) if "p99_ms" in l]
+    if proc.returncode != 0 or not found:
+        return {"error": f"exit {proc.returncode}: {err.strip()[-400:]}"}
+    return dict(found[-1], tessera=[l for l in err.splitlines() if l.startswith("tessera run")])
+
+
+def start_be(prefix, log):
+    """Starts BE with its stdout in `log`; returns once it reports steps (or has failed)."""
+    with open(log, "w") as f, open(log + ".err", "w") as e:
+        proc = subprocess.Popen(prefix + SELF + ["be", "--seconds", "600"], stdout=f, stderr=e,
+                                start_new_session=True)
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline and not be_lines(log):
+        time.sleep(0.2)
+    return proc
+
+
+def stop_be(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def be_lines(log):
+    with open(log) as f:
+        return [l for l in json_lines(f.read()) if "steps" in l]
+
+
+def be_rate(lines, start, end):
+    """Steps per second over the BE lines whose second lies inside [start, end]."""
+    inside = [l for l in lines if l["t"] - l["dt"] >= start and l["t"] <= end]
+    return sum(l["steps"] for l in inside) / sum(l["dt"] for l in inside) if inside else None
+
+
+def shared(out, tag, model, interval_ms, lc_prefix, be_prefix):
+    log = os.path.join(out, f"be-{tag}.jsonl")
+    proc = start_be(be_prefix, log)
+    try:
+        time.sleep(2)
+        res = run_lc(lc_prefix, model, interval_ms)
+    finally:
+        stop_be(proc)
+    if "error" not in res:
+        res["be_steps_per_s"] = be_rate(be_lines(log), res["start"], res["end"])
+    return res
+
+
+def fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+
+def table(model, rows, be_solo):
+    solo = rows["LC solo"]
+    print(f"\n{model}: solo step {fmt(solo.get('step_ms'))} ms, one request every "
+          f"{fmt(solo.get('interval_ms'))} ms, solo busy {fmt(solo.get('busy'))}")
+    print(f"{'scenario':20} {'LC p50':>8} {'LC p99':>8} {'p99/solo':>9} {'BE steps/s':>11} "
+          f"{'BE/solo':>8}")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"{name:20} error")
+            continue
+        both = "p99_ms" in r and "p99_ms" in solo
+        r["p99_ratio"] = r["p99_ms"] / solo["p99_ms"] if both else None
+        be_s = r.get("be_steps_per_s")
+        r["be_ratio"] = be_s / be_solo if be_s is not None and be_solo else None
+        be_cell = "error" if be_s is None and name != "LC solo" else fmt(be_s, ".1f")
+        print(f"{name:20} {fmt(r.get('p50_ms')):>8} {fmt(r.get('p99_ms')):>8} "
+              f"{fmt(r['p99_ratio']):>9} {be_cell:>11} {fmt(r['be_ratio']):>8}")
+
+    def verdict(name, key, goal, better):
+        v = rows[name].get(key)
+        return "error" if v is None else f"{v:.2f} ({'met' if better(v, goal) else 'NOT met'})"
+
+    lower, higher = (lambda v, g: v <= g), (lambda v, g: v >= g)
+    print(f"goals: MPS p99 <= 1.3x solo: {verdict('tessera MPS', 'p99_ratio', 1.3, lower)}; "
+          f"time-sliced p99 <= 2x solo: {verdict('tessera time-sliced', 'p99_ratio', 2, lower)}; "
+          f"BE >= 0.5 of solo: time-sliced "
+          f"{verdict('tessera time-sliced', 'be_ratio', 0.5, higher)}, "
+          f"MPS {verdict('tessera MPS', 'be_ratio', 0.5, higher)}")
+
+
+def drive(build, out):
+    sys.stdout.reconfigure(line_buffering=True)
+    run = [os.path.join(build, "cmd/tessera/tessera"), "run"]
+    lc_t = run + ["--priority", "latency-critical", "--gpu-memory", "16Gi"]
+    be_t = run + ["--priority", "best-effort", "--gpu-memory", "32Gi"]
+    scenarios = (("native sharing", [], []),
+                 ("tessera time-sliced", lc_t + ["--"], be_t + ["--"]),
+                 ("tessera MPS", lc_t + ["--mode", "mps", "--"], be_t + ["--mode", "mps", "--"]))
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "models": {}}
+    log = os.path.join(out, "be-solo.jsonl")
+    proc = start_be([], log)
+    time.sleep(13)
+    stop_be(proc)
+    lines = be_lines(log)
+    be_solo = be_rate(lines, lines[0]["t"] + 2, float("inf")) if lines else None
+    results["be_solo"] = {"steps_per_s": be_solo, "lines": lines}
+    for model in ("resnet50", "transformer"):
+        rows = {"LC solo": run_lc([], model), "BE solo": {"be_steps_per_s": be_solo}}
+        for i, (name, lc_prefix, be_prefix) in enumerate(scenarios):
+            rows[name] = (shared(out, f"{model}-{i}", model, rows["LC solo"]["interval_ms"],
+                                 lc_prefix, be_prefix)
+                          if "error" not in rows["LC solo"] else {"error": "no LC solo"})
+        table(model, rows, be_solo)
+        results["models"][model] = rows
+        with open(os.path.join(out, "priority.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    p_lc = sub.add_parser("lc")
+    p_lc.add_argument("model", choices=("resnet50", "transformer"))
+    p_lc.add_argument("--seconds", type=float, default=LC_SECONDS)
+    p_lc.add_argument("--interval-ms", type=float)
+    p_be = sub.add_parser("be")
+    p_be.add_argument("--seconds", type=float, default=60)
+    p_drive = sub.add_parser("drive")
+    p_drive.add_argument("build")
+    p_drive.add_argument("out")
+    a = p.parse_args()
+    if a.cmd == "lc":
+        lc(a.model, a.seconds, a.interval_ms)
+    elif a.cmd == "be":
+        be(a.seconds)
+    else:
+        drive(a.build, a.out)
+
+
+main()
