@@ -81,9 +81,11 @@ void Arbiter::Decide(std::uint64_t now_ns) {
     const double charged = busy >= e.counted_busy_ns ? static_cast<double>(busy - e.counted_busy_ns) : 0.0;
     e.counted_busy_ns = busy;  // a counter that went backwards (a new region) re-syncs
     if (HasShare(e.tenant)) {
+      // Idle credit is capped (a burst at most); while the container wants the GPU nothing is
+      // clipped, since a long kernel's time is charged only when it completes.
       const double share = e.tenant.cores_percent / 100.0;
-      e.tokens_ns = std::min(e.tokens_ns + share * dt, share * static_cast<double>(options_.burst_ns));
-      e.tokens_ns -= charged;
+      e.tokens_ns += share * dt - charged;
+      if (!e.wanting) e.tokens_ns = std::min(e.tokens_ns, share * static_cast<double>(options_.burst_ns));
     }
     e.vtime += charged / Weight(e);
   }
@@ -137,25 +139,42 @@ void Arbiter::Decide(std::uint64_t now_ns) {
   }
 
   // 4. Turns: one eligible container at a time when several want the GPU.
-  if (candidates.size() <= 1) {
-    turn_ = candidates.empty() ? -1 : candidates.front()->id;
-    return;  // the one candidate, and every idle eligible container, stay open
+  if (candidates.empty()) {
+    turn_ = -1;
+    return;  // every eligible container stays open
   }
-  Entry* holder = nullptr;
-  Entry* lowest = nullptr;
-  for (Entry* e : candidates) {
-    if (e->id == turn_) holder = e;
-    if (lowest == nullptr || e->vtime < lowest->vtime) lowest = e;
-  }
-  Entry* next = lowest;
-  if (holder != nullptr) {
-    double others_min = std::numeric_limits<double>::max();
+  Entry* next = candidates.front();
+  if (candidates.size() > 1) {
+    Entry* holder = nullptr;
     for (Entry* e : candidates) {
-      if (e != holder) others_min = std::min(others_min, e->vtime);
+      if (e->id == turn_) holder = e;
+      if (e->vtime < next->vtime) next = e;
     }
-    if (holder->vtime - others_min < static_cast<double>(options_.quantum_ns)) next = holder;
+    if (holder != nullptr) {
+      double others_min = std::numeric_limits<double>::max();
+      for (Entry* e : candidates) {
+        if (e != holder) others_min = std::min(others_min, e->vtime);
+      }
+      if (holder->vtime - others_min < static_cast<double>(options_.quantum_ns)) next = holder;
+    }
   }
-  turn_ = next->id;
+  if (next->id != turn_) {
+    if (turn_ >= 0) draining_ = turn_;
+    turn_ = next->id;
+  }
+  // Latency-critical work does not wait for the drain: its latency matters more than an exact
+  // charge for the overlap.
+  if (next->tenant.priority == PriorityClass::kLatencyCritical) draining_ = -1;
+  // The new holder waits while the previous one's work in flight drains.
+  const Entry* previous = draining_ >= 0 ? Find(draining_) : nullptr;
+  if (previous != nullptr && Recent(previous->seen.active_ns, now_ns, options_.handoff_drain_ns)) {
+    next->verdict.gate = shm::Gate::kHeldShare;
+    if (candidates.size() == 1) return;
+    next = nullptr;
+  } else {
+    draining_ = -1;
+    if (candidates.size() == 1) return;  // the one candidate, and every idle eligible one, stay open
+  }
   // Everyone else waits for the turn, except an idle latency-critical container: its next
   // launch must not wait for a decision (the following one holds the others instead).
   for (Entry& e : entries_) {

@@ -13,7 +13,9 @@
 //      (concurrent contexts would each measure the time they were sliced out as busy). The turn
 //      goes to the lowest virtual time (busy / weight), and passes once the holder leads the
 //      next one by `quantum_ns` of virtual time; a container returning from idle starts at the
-//      others' virtual time, so idle time is never banked (work-conserving lending).
+//      others' virtual time, so idle time is never banked (work-conserving lending). The next
+//      holder's gate opens only once the previous holder's work in flight has drained (its
+//      activity stamp is `handoff_drain_ns` old): overlapping work would be charged to both.
 //      MPS clients (spatial) share the SMs instead and take no part in turns.
 //   4. Depth: how much work each container may keep in flight; shallow for classes below a
 //      latency-critical container on the GPU, so that its arrival waits for little.
@@ -34,6 +36,7 @@ struct ArbiterOptions {
   std::uint32_t depth_us = 2000;                // in-flight work of a governed container
   std::uint32_t shallow_depth_us = 500;         // ... below a latency-critical one on the GPU
   std::uint32_t default_weight_percent = 10;    // turn weight of a container without a share
+  std::uint64_t handoff_drain_ns = 250'000;     // a turn passes once the last holder's work drained
 };
 
 // What the node knows of a container on this GPU (from its read-only limits file).
@@ -94,7 +97,8 @@ class Arbiter {
   ArbiterOptions options_;
   std::vector<Entry> entries_;
   std::uint64_t last_now_ns_ = 0;
-  int turn_ = -1;  // id holding the turn, -1 none
+  int turn_ = -1;      // id holding the turn, -1 none
+  int draining_ = -1;  // the previous holder, while its work in flight drains
   bool governing_ = false;
 };
 

@@ -204,20 +204,29 @@ CUresult Governed(CUstream stream, bool per_thread, Launch launch) {
     CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
     return launch();
   }
-  if (!WaitAtGate(c)) return launch();
-
+  // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
+  // the share ran out, a higher class arrived): then wait at it again.
   Governor& g = *g_governor;
-  std::unique_lock<std::mutex> lock(g.mu);
-  DeviceGovernor& d = DeviceFor(g, quota.region_device);
-  const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
-  const std::uint64_t depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
-  std::uint64_t now = NowNs();
-  while (d.tracker.OverDepth(depth_ns, now)) {
-    d.tracker.FenceAll(now);
-    g.work.notify_one();
-    g.completed.wait_for(lock, std::chrono::milliseconds(1));
-    now = NowNs();
+  std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
+  for (;;) {
+    if (!WaitAtGate(c)) return launch();
+    lock.lock();
+    DeviceGovernor& waiting = DeviceFor(g, quota.region_device);
+    const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
+    const std::uint64_t depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
+    std::uint64_t now = NowNs();
+    while (waiting.tracker.OverDepth(depth_ns, now)) {
+      waiting.tracker.FenceAll(now);
+      g.work.notify_one();
+      g.completed.wait_for(lock, std::chrono::milliseconds(1));
+      now = NowNs();
+    }
+    const shm::Gate gate = GateOf(c);
+    if (gate == shm::Gate::kOpen || gate == shm::Gate::kFree) break;
+    lock.unlock();
   }
+  DeviceGovernor& d = DeviceFor(g, quota.region_device);
+  std::uint64_t now = NowNs();
   void* key = StreamKey(stream, per_thread);
   const bool measured = d.tracker.BeforeLaunch(key, now);
   const CUresult r = launch();
