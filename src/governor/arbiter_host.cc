@@ -101,7 +101,7 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
   return Status::Ok();
 }
 
-void ArbiterHost::Tick(std::uint64_t now_ns) {
+bool ArbiterHost::Tick(std::uint64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, j] : joined_) {
     const shm::Compute& c = j->mapping.region()->compute[j->device];
@@ -109,7 +109,11 @@ void ArbiterHost::Tick(std::uint64_t now_ns) {
         .Observe(j->id, Observation{c.busy_ns.load(std::memory_order_relaxed), c.active_ns.load(std::memory_order_relaxed),
                                     c.waiting_ns.load(std::memory_order_relaxed)});
   }
-  for (auto& [uuid, arbiter] : arbiters_) arbiter.Decide(now_ns);
+  bool governing = false;
+  for (auto& [uuid, arbiter] : arbiters_) {
+    arbiter.Decide(now_ns);
+    governing |= arbiter.Governing();
+  }
   for (auto& [key, j] : joined_) {
     const Verdict v = arbiters_.at(j->member.uuid).VerdictFor(j->id);
     shm::Compute& c = j->mapping.region()->compute[j->device];
@@ -117,6 +121,7 @@ void ArbiterHost::Tick(std::uint64_t now_ns) {
     c.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
     c.gate.store(static_cast<std::uint32_t>(v.gate), std::memory_order_release);
   }
+  return governing;
 }
 
 Verdict ArbiterHost::VerdictFor(const std::string& key) const {
@@ -130,10 +135,10 @@ void ArbiterHost::Start() {
   if (thread_.joinable()) return;
   stop_ = false;
   thread_ = std::thread([this] {
-    const timespec tick{0, static_cast<long>(options_.tick_ns)};
     while (!stop_.load(std::memory_order_relaxed)) {
-      Tick(MonotonicNs());
-      nanosleep(&tick, nullptr);
+      const std::uint64_t ns = Tick(MonotonicNs()) ? options_.tick_ns : options_.idle_tick_ns;
+      const timespec nap{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+      nanosleep(&nap, nullptr);
     }
   });
 }

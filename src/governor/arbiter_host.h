@@ -33,7 +33,8 @@ struct Member {
 std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path);
 
 struct ArbiterHostOptions {
-  std::uint64_t tick_ns = 200'000;
+  std::uint64_t tick_ns = 200'000;        // while some container on a GPU is governed
+  std::uint64_t idle_tick_ns = 10'000'000;  // while every launch runs free (no thread wakes 5,000 times a second for nothing)
   ArbiterOptions arbiter;
 };
 
@@ -48,7 +49,8 @@ class ArbiterHost {
   // skipped and named in the returned error; the others still apply), leavers are released.
   Status SetMembers(const std::vector<Member>& members);
   // One decision for every GPU at `now_ns` (CLOCK_MONOTONIC; the thread calls it every tick).
-  void Tick(std::uint64_t now_ns);
+  // Returns whether any GPU's arbiter is governing.
+  bool Tick(std::uint64_t now_ns);
   void Start();
   void Stop();
 

@@ -27,7 +27,7 @@ PARTS = os.environ.get("PARTS", "a b d").split()
 REPEATS = int(os.environ.get("REPEATS", "24"))
 CPUS = sorted(os.sched_getaffinity(0))
 PIN = {int(os.environ.get("PIN_CPU", CPUS[min(3, len(CPUS) - 1)]))}  # one core: less noise
-KINDS = ("gemm", "tiny", "long", "graph")
+KINDS = tuple(os.environ.get("KINDS", "gemm tiny long graph").split())
 sys.stdout.reconfigure(line_buffering=True)
 results = {"date": time.strftime("%Y-%m-%d %H:%M"), "solo": {}, "accuracy": [], "splits": [],
            "overhead": None}

@@ -4,8 +4,8 @@ best-effort (BE) training loop, natively and under tessera (time-sliced and MPS)
   priority_bench.py lc resnet50|transformer [--seconds S] [--interval-ms MS]
       batch-1 fp16 inference; each request runs the model and synchronizes. After 50 warm-up
       requests, requests arrive on a fixed schedule: every --interval-ms, or, when it is not
-      given, every 4 solo steps (the median of 100 unpaced requests), so that the LC keeps the GPU
-      about 25 % busy alone. Latency = completion - scheduled arrival (a late start counts).
+      given, every 1/LC_DUTY solo steps (the median of 100 unpaced requests; LC_DUTY defaults to
+      0.25), so that the LC keeps the GPU about that busy alone. MODELS picks the models. Latency = completion - scheduled arrival (a late start counts).
       Prints one JSON line: p50/p99/mean latency, service time, busy fraction, window (Unix s).
   priority_bench.py be [--seconds S]
       bf16 MLP training (4 Linear 8192x8192, batch 4096, forward+backward+SGD); prints
@@ -88,7 +88,7 @@ def lc(model_name, seconds, interval_ms):
                 request()
                 steps.append(time.perf_counter() - t)
             report["step_ms"] = statistics.median(steps) * 1e3
-            interval_ms = report["step_ms"] / 0.25
+            interval_ms = report["step_ms"] / float(os.environ.get("LC_DUTY", "0.25"))
         interval = interval_ms / 1e3
         latency, service = [], []
         wall0, t0 = time.time(), time.perf_counter()
@@ -265,7 +265,7 @@ def drive(build, out):
     lines = be_lines(log)
     be_solo = be_rate(lines, lines[0]["t"] + 2, float("inf")) if lines else None
     results["be_solo"] = {"steps_per_s": be_solo, "lines": lines}
-    for model in ("resnet50", "transformer"):
+    for model in os.environ.get("MODELS", "resnet50 transformer").split():
         rows = {"LC solo": run_lc([], model), "BE solo": {"be_steps_per_s": be_solo}}
         for i, (name, lc_prefix, be_prefix) in enumerate(scenarios):
             rows[name] = (shared(out, f"{model}-{i}", model, rows["LC solo"]["interval_ms"],
