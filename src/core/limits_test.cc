@@ -11,12 +11,13 @@ namespace {
 TEST(LimitsFile, ParsesAndRoundTrips) {
   auto l = ParseLimitsFile(
       "# comment\nversion 1\npod 6b1f ml/train-0 train\nenforcement fail-closed\n"
-      "priority latency-critical\nmode shared\n"
+      "priority latency-critical\nmode shared\ncompute work-conserving\n"
       "device GPU-aaaa memory=8589934592 cores=50 context=536870912 stream=573440\n"
       "device GPU-bbbb memory=1024\n");
   ASSERT_OK(l);
   EXPECT_TRUE(l->fail_closed);
   EXPECT_EQ(l->priority, PriorityClass::kLatencyCritical);
+  EXPECT_EQ(l->compute, ComputeMode::kWorkConserving);
   ASSERT_EQ(l->devices.size(), 2u);
   EXPECT_EQ(l->devices[0].memory_bytes, 8 * kGiB);
   EXPECT_EQ(l->devices[0].cores_percent, 50u);
@@ -44,6 +45,8 @@ TEST(LimitsFile, RejectsBadFilesNamingTheLine) {
       {"version 1\nenforcement strict\n", "enforcement must be fail-open or fail-closed"},
       {"version 1\npriority urgent\n", "\"urgent\" is not a priority class"},
       {"version 1\nmode timeslice\n", "\"timeslice\" is not a sharing mode"},
+      {"version 1\ncompute soft\n", "line 2: \"soft\" is not a compute mode; accepted: hard, work-conserving"},
+      {"version 1\ncompute\n", "line 2: compute needs one of: hard, work-conserving"},
       {"version 1\ndevice GPU-\xc3\xa9 memory=1\n", "non-ASCII"},
       {"version 1\ndevice GPU-a memory=99999999999999999999\n", "is not a byte count"},
   };
