@@ -22,6 +22,7 @@
 #include "agent/nvml.h"
 #include "agent/publisher.h"
 #include "agent/slot_binder.h"
+#include "governor/arbiter_host.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/paths.h"
@@ -185,10 +186,17 @@ class PluginSide {
     TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
     side->cleanup_ = std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
                                       std::stop_token stop) { s->CleanUp(stop, every); });
+    // The GPUs' compute arbiters (ADR 0017): the containers bound to slots, from their limits
+    // files, re-read every 200 ms; the arbiter thread decides every 200 us while any launch is
+    // governed.
+    side->arbiter_.Start();
+    side->members_ = std::jthread([s = side.get()](std::stop_token stop) { s->FollowMembers(stop); });
     return side;
   }
 
   ~PluginSide() {
+    members_ = {};
+    arbiter_.Stop();
     cleanup_ = {};
     if (plugin_) plugin_->Stop();
   }
@@ -277,6 +285,20 @@ class PluginSide {
       CheckDrift();
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, every, [] { return false; });
+    }
+  }
+
+  void FollowMembers(std::stop_token stop) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    while (!stop.stop_requested()) {
+      std::vector<governor::Member> members;
+      for (const WatchedContainer& c : Watched()) {
+        for (governor::Member& m : governor::MembersOf(c.limits, c.region_path)) members.push_back(std::move(m));
+      }
+      if (Status s = arbiter_.SetMembers(members); !s.ok()) TESSERA_LOG(kDebug, kAgent, "%s", s.message().c_str());
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
     }
   }
 
@@ -390,7 +412,9 @@ class PluginSide {
   struct {
     std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
   } counters_;  // for the metrics endpoint (issue 11)
-  std::jthread cleanup_;  // last: stopped first
+  governor::ArbiterHost arbiter_;
+  std::jthread cleanup_;
+  std::jthread members_;  // last: stopped first
 };
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "agent/device_plugin.h"
 #include "k8s/paths.h"
 #include "tessera/limits.h"
+#include "tessera/region.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::agent {
@@ -182,7 +183,7 @@ class DevicePluginE2E : public ::testing::Test {
   }
   static std::string Phase(const json& pod) { return pod["status"].value("phase", ""); }
 
-  Status CreatePod(const std::string& name, const std::string& memory) {
+  Status CreatePod(const std::string& name, const std::string& memory, const std::string& cores = "") {
     json pod = {{"apiVersion", "v1"},
                 {"kind", "Pod"},
                 {"metadata", {{"name", name}, {"namespace", kNs}}},
@@ -192,6 +193,7 @@ class DevicePluginE2E : public ::testing::Test {
                    {{{"name", "main"},
                      {"image", "registry.invalid/gpu-workload:1"},
                      {"resources", {{"limits", {{"tessera.dev/gpu-memory", memory}, {"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
+    if (!cores.empty()) pod["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-cores"] = cores;
     return api().Create(k8s::PodsPath(kNs), pod).status();
   }
 
@@ -271,6 +273,31 @@ TEST_F(DevicePluginE2E, FiftyPodsBoundAtOnceEachGetsItsOwnDecision) {
   }
   EXPECT_EQ(slots.size(), static_cast<std::size_t>(kPods)) << "two containers share a slot";
   EXPECT_EQ(hosts.size(), static_cast<std::size_t>(kPods));
+}
+
+// The agent hosts the GPUs' compute arbiters: a container bound with a hard compute share is
+// governed (its region's gate leaves kFree and the arbiter's heartbeat advances), and its
+// region's counters are what the arbiter reads.
+TEST_F(DevicePluginE2E, TheAgentsArbiterGovernsAContainerWithAComputeShare) {
+  ASSERT_OK(CreatePod("shared", "1Gi", "30"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("shared")).ok(); }, 90s)) << env->agent->LogTail(30);
+  const json result = Result("shared");
+  std::string etc;
+  for (const json& m : result["mounts"]) {
+    if (m["containerPath"] == "/etc/tessera") etc = m["hostPath"];
+  }
+  auto limits = MountedLimits(result);
+  ASSERT_OK(limits);
+  ASSERT_EQ(limits->devices.size(), 1u);
+  EXPECT_EQ(limits->devices[0].cores_percent, 30u);
+  auto region = shm::Mapping::Attach(etc + "/../run/region");
+  ASSERT_OK(region);
+  const shm::Compute& c = region->region()->compute[0];
+  ASSERT_TRUE(WaitFor([&] { return c.gate.load() != static_cast<std::uint32_t>(shm::Gate::kFree); }, 30s))
+      << env->agent->LogTail(30);
+  const std::uint64_t beat = c.arbiter_beat_ns.load();
+  EXPECT_TRUE(WaitFor([&] { return c.arbiter_beat_ns.load() > beat; }, 10s));
+  EXPECT_EQ(c.gate.load(), static_cast<std::uint32_t>(shm::Gate::kOpen));  // nothing spent its share
 }
 
 TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningContainer) {
