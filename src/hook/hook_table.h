@@ -24,7 +24,7 @@ enum class CudaHook : std::uint16_t {
 inline constexpr std::size_t kCudaHookCount = static_cast<std::size_t>(CudaHook::kCount);
 
 enum class Variant : std::uint8_t { kLegacyStream, kPerThreadStream };
-enum class Policy : std::uint8_t { kPassThrough, kEnforce };
+enum class Policy : std::uint8_t { kPassThrough, kEnforce, kGovern };
 
 struct CudaHookRow {
   std::string_view symbol;

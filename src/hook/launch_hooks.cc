@@ -191,10 +191,8 @@ DeviceGovernor& DeviceFor(Governor& g, int index) {
 }
 
 template <typename Launch>
-CUresult Governed(CUstream stream, bool per_thread, Launch launch) {
-  EnsureInitialized();
-  shm::Region* region = GovernedRegion();
-  if (region == nullptr) return launch();
+__attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream, bool per_thread,
+                                            const Launch& launch) {
   CUdevice dev = 0;
   DeviceQuota quota;
   if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return launch();
@@ -277,12 +275,13 @@ void GovernorStreamDestroyed(CUstream stream) {
   FenceBeforeWait(stream, false, false);
 }
 
-#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)       \
-  template <>                                                                  \
-  CUresult Intercept<CudaHook::hook> params {                                  \
-    const auto real = Real<CudaHook::hook>();                                  \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                          \
-    return Governed(stream, per_thread, [&] { return real args; });            \
+// The governed path of each launch (the fast path is inline in intercept.h).
+#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)        \
+  CUresult Governed_##hook params {                                             \
+    const auto real = Real<CudaHook::hook>();                                   \
+    shm::Region* region = GovernedRegion();                                     \
+    if (region == nullptr) return real args;                                    \
+    return Governed(region, stream, per_thread, [&] { return real args; });     \
   }
 #define TESSERA_KERNEL_PARAMS                                                                    \
   (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \

@@ -148,6 +148,15 @@ void ClaimSlot(State& s) {
   s.slot = *slot;
 }
 
+// Compute governance applies to node-written limits (the arbiter is the node's), in a process
+// that holds a slot.
+void PublishComputeRegion(const State& s) {
+  const bool applies = s.mode == Mode::kLimitsFile && s.region != nullptr && s.slot != shm::kNoSlot;
+  g_compute_devices = 0;  // never a count without its region
+  g_compute_region = applies ? s.region : nullptr;
+  g_compute_devices = applies ? std::min(s.region->header.device_count, shm::kMaxDevices) : 0;
+}
+
 void OnForkChild() {
   State& s = S();
   // The child has its own CUDA state (none) and needs its own slot. Never lock anything here:
@@ -162,6 +171,7 @@ void OnForkChild() {
   ResetOrdinalMap(s);
   s.slot = shm::kNoSlot;
   if (s.machinery_ok) ClaimSlot(s);
+  PublishComputeRegion(s);
   ResetGovernorAfterFork();
 }
 
@@ -207,6 +217,7 @@ void Configure(State& s) {
     }
     s.region = mapping->release();
     ClaimSlot(s);
+    PublishComputeRegion(s);
     return;
   }
   auto hami = ParseHamiEnvironment(environ);
@@ -389,17 +400,8 @@ void InitializeSlow() {
 
 std::uint64_t NowNs() { return MonotonicNs(); }
 
-shm::Region* GovernedRegion() {
-  const State& s = S();
-  if (s.mode != Mode::kLimitsFile || s.region == nullptr || s.slot == shm::kNoSlot) return nullptr;
-  const std::uint32_t n = std::min(s.region->header.device_count, shm::kMaxDevices);
-  for (std::uint32_t d = 0; d < n; ++d) {
-    if (s.region->compute[d].gate.load(std::memory_order_relaxed) != static_cast<std::uint32_t>(shm::Gate::kFree)) {
-      return s.region;
-    }
-  }
-  return nullptr;
-}
+shm::Region* g_compute_region = nullptr;
+std::uint32_t g_compute_devices = 0;
 
 void CountMachineryError(const char* what) {
   State& s = S();
@@ -561,6 +563,8 @@ bool TakeAllocation(CUdeviceptr ptr, int* region_device, std::uint64_t* bytes, T
 }
 
 void ResetForTest() {
+  g_compute_region = nullptr;
+  g_compute_devices = 0;
   State& s = S();
   std::lock_guard<std::mutex> lock(*s.alloc_mu);
   s.allocations->clear();

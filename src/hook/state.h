@@ -79,8 +79,15 @@ DlsymFn RealDlsym();
 std::uint64_t NowNs();
 
 // The container's region when its launches are governed on some device (a gate other than
-// kFree; launch_hooks.cc's fast path tests this), else nullptr.
-shm::Region* GovernedRegion();
+// kFree), else nullptr: the launch path's fast test, a few instructions (hook_cost_test).
+extern shm::Region* g_compute_region;    // set once a node-written limits file's region applies
+extern std::uint32_t g_compute_devices;  // 0 while no such region applies
+inline shm::Region* GovernedRegion() {
+  for (std::uint32_t d = 0; d < g_compute_devices; ++d) {
+    if (g_compute_region->compute[d].gate.load(std::memory_order_relaxed) != 0) return g_compute_region;
+  }
+  return nullptr;
+}
 // Counts one of tessera's own failures in the region (fail-open events) and logs it once per
 // `what` (a string literal).
 void CountMachineryError(const char* what);

@@ -63,7 +63,9 @@ TEST_F(HookCostTest, LaunchPassThroughStaysCheap) {
   RecordProperty("launch_hooked_instructions", std::to_string(hooked));
   std::printf("cuLaunchKernel: %.1f instructions native, %.1f through the hook (+%.1f)\n", native,
               hooked, hooked - native);
-  EXPECT_LE(hooked - native, 45.0);  // measured +37 (gcc 12, -O2)
+  // measured +45 (gcc 12, -O2): +37 passing through, +8 for the compute governor's "is anything
+  // governed?" test (one load and a branch per device: the H200 A/B run shows no cost beyond noise).
+  EXPECT_LE(hooked - native, 55.0);
 }
 
 TEST_F(HookCostTest, AccountedAllocationStaysCheap) {
