@@ -171,6 +171,8 @@ class PluginSide {
       TESSERA_LOG(kWarn, kAgent, "no decision keys (--decision-keys): every container will be refused a GPU");
     }
     b.keys = std::move(*keys);
+    side->mps_ = std::make_unique<governor::NodeMps>(side->state_dir_ + "/mps", "nvidia-cuda-mps-control");
+    b.mps = side->mps_.get();
     side->policy_ = b.policy;
     std::error_code ec;
     std::filesystem::create_directories(b.state_dir + "/slots", ec);
@@ -293,10 +295,15 @@ class PluginSide {
     std::condition_variable_any cv;
     while (!stop.stop_requested()) {
       std::vector<governor::Member> members;
+      std::vector<std::string> mps_gpus;
       for (const WatchedContainer& c : Watched()) {
         for (governor::Member& m : governor::MembersOf(c.limits, c.region_path)) members.push_back(std::move(m));
+        if (c.limits.mode == SharingMode::kMps) {
+          for (const DeviceLimits& d : c.limits.devices) mps_gpus.push_back(d.uuid);
+        }
       }
       if (Status s = arbiter_.SetMembers(members); !s.ok()) TESSERA_LOG(kDebug, kAgent, "%s", s.message().c_str());
+      mps_->Retain(mps_gpus);  // the daemons of GPUs without MPS containers are quit
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
     }
@@ -413,6 +420,7 @@ class PluginSide {
     std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
   } counters_;  // for the metrics endpoint (issue 11)
   governor::ArbiterHost arbiter_;
+  std::unique_ptr<governor::NodeMps> mps_;
   std::jthread cleanup_;
   std::jthread members_;  // last: stopped first
 };

@@ -1,5 +1,7 @@
 #include "agent/slot_binder.h"
 
+#include <charconv>
+
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -125,7 +127,7 @@ StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOw
   return LimitsFor(*decision, owner.container, Gpus(), options_.policy);
 }
 
-Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits) {
+Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod) {
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   TESSERA_RETURN_IF_ERROR(Allocate(slot));
   const auto gpus = Gpus();
@@ -137,10 +139,32 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits) {
   }
   // The region first (a fresh one for a new container), then the limits file that makes the
   // slot usable, then the CDI spec the runtime reads at container creation.
+  // Mode mps: the GPU's MPS daemon (started if needed) for the pod's user, its pipe folder
+  // mounted and the client environment of this allocation (ADR 0017).
+  std::vector<Mount> mps_mounts;
+  std::vector<std::string> mps_env;
+  if (limits.mode == SharingMode::kMps) {
+    if (options_.mps == nullptr) return FailedPreconditionError("mode mps: this node runs no MPS daemons");
+    if (limits.devices.size() != 1) return FailedPreconditionError("mode mps: one GPU per container");
+    const std::string user = AnnotationOf(pod, names::kAnnotationMpsUser);
+    unsigned long uid = 0;
+    const auto [end, ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
+    if (user.empty() || ec != std::errc() || end != user.data() + user.size()) {
+      return FailedPreconditionError("mode mps: annotation " + std::string(names::kAnnotationMpsUser) +
+                                     " must name the numeric user ID the GPU processes run as");
+    }
+    auto endpoint = options_.mps->Ensure(limits.devices[0].uuid, static_cast<uid_t>(uid));
+    if (!endpoint.ok()) return endpoint.status();
+    mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false},
+                  {std::string(kMpsLogInContainer), endpoint->log_dir, false}};
+    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), std::string(kMpsLogInContainer),
+                                             limits.devices[0].memory_bytes, limits.devices[0].cores_percent,
+                                             limits.priority);
+  }
   auto region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
-  return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minor, options_.driver_files), 0644);
+  return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minor, options_.driver_files, mps_mounts, mps_env), 0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {
@@ -161,7 +185,7 @@ Status SlotBinder::Prepare(std::string_view slot) {
   Status written = [&]() -> Status {
     auto limits = VerifiedLimits(*pod, o);
     if (!limits.ok()) return limits.status();
-    return WriteSlot(slot, *limits);
+    return WriteSlot(slot, *limits, *pod);
   }();
   if (!written.ok()) {
     const std::string message = "container " + o.container + " gets no GPU: " + written.message();

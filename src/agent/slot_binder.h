@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "agent/slots.h"
+#include "governor/mps.h"
 #include "extender/decision.h"
 #include "k8s/watch.h"
 #include "policy/policy.h"
@@ -71,6 +72,8 @@ struct BinderOptions {
   std::string ld_so_preload;  // the host file naming it (written at start)
   std::vector<std::string> driver_files;  // host driver libraries the CDI spec mounts
   policy::Policy policy;
+  // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.
+  governor::NodeMps* mps = nullptr;
   // Decision public keys by keyId (0002 §4).
   std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>> keys;
 };
@@ -99,7 +102,7 @@ class SlotBinder {
 
  private:
   StatusOr<Limits> VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner);
-  Status WriteSlot(std::string_view slot, const Limits& limits);
+  Status WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod);
   std::map<std::string, BinderGpu, std::less<>> Gpus();
 
   const BinderOptions options_;

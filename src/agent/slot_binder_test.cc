@@ -74,6 +74,8 @@ class SlotBinderTest : public ::testing::Test {
     o.policy = policy::DefaultPolicy();
     o.keys["k1"] = std::make_shared<extender::Verifier>(std::move(*verifier));
     std::filesystem::create_directories(o.cdi_dir);
+    mps_ = std::make_unique<governor::NodeMps>(dir_.path() + "/state/mps", "no-such-mps-control");
+    o.mps = mps_.get();
     binder_ = std::make_unique<SlotBinder>(o, &owners_, &pods_);
     binder_->SetGpus({{kGpu, BinderGpu{3, true, true, "", 512ULL << 20, 573440}}});
   }
@@ -122,6 +124,7 @@ class SlotBinderTest : public ::testing::Test {
   }
 
   testutil::TempDir dir_;
+  std::unique_ptr<governor::NodeMps> mps_;
   std::unique_ptr<extender::Signer> signer_;
   TableOwners owners_;
   TablePods pods_;
@@ -155,6 +158,34 @@ TEST_F(SlotBinderTest, AVerifiedDecisionBecomesTheSlotsLimitsRegionAndCdiSpec) {
   EXPECT_NE(spec.find("\"path\":\"/dev/nvidia3\""), std::string::npos);
   EXPECT_NE(spec.find("/usr/lib/libcuda.so.1"), std::string::npos);
   EXPECT_TRUE(pods_.warnings.empty());
+}
+
+// Mode mps needs the pod's user ID and the node's MPS daemon; without either the container gets
+// no GPU and a reason (the daemon itself runs only where nvidia-cuda-mps-control exists: the
+// GPU host's test/gpu/mps_users.sh and mps_namespaces.sh).
+TEST_F(SlotBinderTest, MpsNeedsTheUserAndTheNodesMpsDaemon) {
+  extender::Decision d = DecisionFor("mps-a");
+  d.tier = TrustTier::kTeam;  // the default policy allows mps for teams only
+  d.containers[0].mode = SharingMode::kMps;
+  AddPod("slot-0003", d);
+  ExpectRefused("slot-0003", "annotation tessera.dev/mps-user must name the numeric user ID");
+  d = DecisionFor("mps-b");
+  d.tier = TrustTier::kTeam;
+  d.containers[0].mode = SharingMode::kMps;
+  AddPod("slot-0004", d);
+  pods_.pods["ml/mps-b"]["metadata"]["annotations"][std::string(names::kAnnotationMpsUser)] = "1000";
+  ExpectRefused("slot-0004", "mode mps: no-such-mps-control not found on this node");
+}
+
+TEST(Slots, AnMpsContainersCdiDeviceCarriesThePipeFolderAndTheClientEnvironment) {
+  const std::string spec =
+      CdiSpec("slot-0002", 1, {}, {{std::string(kMpsPipeInContainer), "/var/lib/tessera/mps/GPU-a/pipe", false}},
+              {"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
+  EXPECT_NE(spec.find("\"env\":[\"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe\",\"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\"]"),
+            std::string::npos) << spec;
+  EXPECT_NE(spec.find("\"hostPath\":\"/var/lib/tessera/mps/GPU-a/pipe\",\"containerPath\":\"/run/tessera-mps/pipe\",\"options\":[\"rw\""),
+            std::string::npos) << spec;
+  EXPECT_EQ(CdiSpec("slot-0002", 1, {}).find("\"env\""), std::string::npos);  // shared mode: none
 }
 
 TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {

@@ -67,7 +67,8 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
   return a;
 }
 
-std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files) {
+std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files,
+                    const std::vector<Mount>& extra_mounts, const std::vector<std::string>& extra_env) {
   std::string out;
   {
     ObjectWriter spec(out);
@@ -84,6 +85,19 @@ std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std:
         ObjectWriter node(o);
         node.Str("path", path);
       });
+      if (!extra_env.empty()) {
+        AppendJsonArray(edits.Field("env"), extra_env, [](const std::string& e, std::string& o) { AppendJsonString(o, e); });
+      }
+      if (!extra_mounts.empty()) {
+        AppendJsonArray(edits.Field("mounts"), extra_mounts, [](const Mount& m, std::string& o) {
+          ObjectWriter mount(o);
+          mount.Str("hostPath", m.host_path);
+          mount.Str("containerPath", m.container_path);
+          AppendJsonArray(mount.Field("options"),
+                          std::vector<std::string>{m.read_only ? "ro" : "rw", "nosuid", "nodev", "bind"},
+                          [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
+        });
+      }
     }
     devices += ']';
     ObjectWriter common(spec.Field("containerEdits"));

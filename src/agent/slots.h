@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/names.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
@@ -55,7 +56,14 @@ inline constexpr std::string_view kCdiKind = "tessera.dev/gpu";
 // A CDI spec (JSON, cdiVersion 0.6.0) with one device named `slot`: the decided GPU's device
 // node `/dev/nvidia<minor>`, the control nodes every CUDA process needs, and the driver's
 // libraries (`driver_files`, bind-mounted read-only at the same paths).
-std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files);
+// `extra_mounts` and `extra_env` ("KEY=VALUE") go to the device's edits (an MPS container's pipe
+// folder and client environment).
+std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files,
+                    const std::vector<Mount>& extra_mounts = {}, const std::vector<std::string>& extra_env = {});
+
+// Where an MPS container finds the node's MPS daemon (its pipe and log folders, mounted).
+inline constexpr std::string_view kMpsPipeInContainer = names::kPathMpsPipe;
+inline constexpr std::string_view kMpsLogInContainer = names::kPathMpsLog;
 
 // Writes `content` to `path` atomically (a temporary file in the same folder, then rename), with
 // `mode`. Never leaves a half-written file at `path`.

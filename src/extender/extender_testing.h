@@ -18,6 +18,7 @@ struct PodSpec {
   std::int32_t priority = 0;
   std::string node;  // spec.nodeName
   std::string phase = "Pending";
+  bool host_pid = false;  // spec.hostPID (mode mps needs it)
 };
 
 inline nlohmann::json MakePod(const PodSpec& s) {
@@ -34,6 +35,7 @@ inline nlohmann::json MakePod(const PodSpec& s) {
       {"status", {{"phase", s.phase}}}};
   if (!s.annotations.empty()) pod["metadata"]["annotations"] = s.annotations;
   if (!s.node.empty()) pod["spec"]["nodeName"] = s.node;
+  if (s.host_pid) pod["spec"]["hostPID"] = true;
   return pod;
 }
 

@@ -248,6 +248,13 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
       return InvalidArgumentError(where + ": annotation " + std::string(names::kAnnotationMpsUser) +
                                   ": mode mps needs the numeric user ID the GPU processes run as");
     }
+    // Measured on the H200 (test/gpu/mps_namespaces.sh): an MPS client in its own PID namespace
+    // cannot reach the node's MPS daemon (CUDA error 304); its own IPC namespace is fine.
+    const json* host_pid = Find(*spec, "hostPID");
+    if (host_pid == nullptr || !host_pid->is_boolean() || !host_pid->get<bool>()) {
+      return InvalidArgumentError(where + ": mode mps needs spec.hostPID: true (MPS clients share the node's "
+                                          "MPS daemon's PID namespace); use mode shared otherwise");
+    }
     q.uid = uid;
   }
   return ask;

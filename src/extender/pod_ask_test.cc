@@ -68,6 +68,7 @@ TEST(PodAsk, PriorityAndModeAnnotations) {
   s.annotations["tessera.dev/priority"] = "latency-critical";
   s.annotations["tessera.dev/mode"] = "mps";
   s.annotations["tessera.dev/mps-user"] = "1000";
+  s.host_pid = true;
   s.priority = 1000;
   auto a = Ask(s);
   ASSERT_OK(a);
@@ -75,6 +76,17 @@ TEST(PodAsk, PriorityAndModeAnnotations) {
   EXPECT_EQ(a->request.mode, SharingMode::kMps);
   EXPECT_EQ(a->request.uid, 1000U);
   EXPECT_EQ(a->k8s_priority, 1000);
+}
+
+TEST(PodAsk, MpsNeedsTheHostPidNamespace) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-memory"] = "1Gi";
+  s.annotations["tessera.dev/mode"] = "mps";
+  s.annotations["tessera.dev/mps-user"] = "1000";
+  auto a = Ask(s);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("mode mps needs spec.hostPID: true"), std::string::npos)
+      << a.status().message();
 }
 
 TEST(PodAsk, TierComesFromThePolicyNotFromThePod) {

@@ -4,10 +4,13 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -114,6 +117,43 @@ std::vector<std::string> DaemonEnvironment(const std::string& uuid, const std::s
   return env;
 }
 
+// Whether a control daemon answers on `pipe_dir`: its `control` socket accepts a connection (the
+// file alone may be left over from a daemon that died). Should `control` not be a socket, its
+// existence is all there is to go by.
+bool DaemonAnswers(const std::string& pipe_dir) {
+  const std::string path = pipe_dir + "/control";
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return false;
+  if (!S_ISSOCK(st.st_mode)) return true;
+  sockaddr_un address{};
+  if (path.size() >= sizeof(address.sun_path)) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return ok;
+}
+
+// Starts the control daemon (`-d` daemonizes) and waits up to 5 s for it to answer.
+Status StartDaemon(const std::string& control, const std::vector<std::string>& env, const std::string& pipe_dir,
+                   const std::string& log_dir) {
+  std::error_code ec;
+  std::filesystem::remove(pipe_dir + "/control", ec);
+  if (RunControl(control, env, "", {"-d"}) != 0) {
+    return UnavailableError("mode mps: " + control + " -d failed (see " + log_dir + "/control.log)");
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!DaemonAnswers(pipe_dir)) {
+    if (std::chrono::steady_clock::now() > end) {
+      return UnavailableError("mode mps: the MPS control daemon did not start (see " + log_dir + "/control.log)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string FindInPath(const std::string& program) {
@@ -178,26 +218,61 @@ StatusOr<std::unique_ptr<LocalMps>> LocalMps::Join(const std::string& dir, const
   std::filesystem::create_directories(m->pipe_dir_, ec);
   std::filesystem::create_directories(m->log_dir_, ec);
   const auto env = DaemonEnvironment(uuid, m->pipe_dir_, m->log_dir_);
-  if (!std::filesystem::exists(m->pipe_dir_ + "/control", ec) || uids.empty()) {
-    // No client of ours is live: (re)start the daemon. `-d` daemonizes; a leftover daemon of
-    // ours (a `tessera run` that was killed) is asked to quit first.
+  if (uids.empty() || !DaemonAnswers(m->pipe_dir_)) {
+    // No client of ours is live: (re)start the daemon; a leftover daemon of ours (a `tessera run`
+    // that was killed) is asked to quit first.
     RunControl(control, env, "quit\n", {});
-    std::filesystem::remove(m->pipe_dir_ + "/control", ec);
-    if (RunControl(control, env, "", {"-d"}) != 0) {
-      return UnavailableError("mode mps: " + control + " -d failed (see " + m->log_dir_ + "/control.log)");
-    }
-    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!std::filesystem::exists(m->pipe_dir_ + "/control", ec)) {
-      if (std::chrono::steady_clock::now() > end) {
-        return UnavailableError("mode mps: the MPS control daemon did not start (see " + m->log_dir_ + "/control.log)");
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    TESSERA_RETURN_IF_ERROR(StartDaemon(control, env, m->pipe_dir_, m->log_dir_));
     m->started_ = true;
   }
   m->client_file_ = dir + "/" + std::string(kClientPrefix) + std::to_string(getpid());
   std::ofstream(m->client_file_) << uid << "\n";
   return m;
+}
+
+StatusOr<NodeMps::Endpoint> NodeMps::Ensure(const std::string& uuid, uid_t uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string control = FindInPath(control_);
+  if (control.empty()) return NotFoundError("mode mps: " + control_ + " not found on this node");
+  const std::string gpu_dir = dir_ + "/" + uuid;
+  Endpoint e{gpu_dir + "/pipe", gpu_dir + "/log"};
+  // The user of the GPU's MPS containers is kept beside the daemon, so that a restarted agent
+  // still knows it (the daemon and its containers outlive the agent).
+  const bool running = DaemonAnswers(e.pipe_dir);
+  if (running) {
+    std::ifstream in(gpu_dir + "/user");
+    long user = -1;
+    if (in >> user && user >= 0) TESSERA_RETURN_IF_ERROR(CheckMpsUser(uid, {static_cast<uid_t>(user)}));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(e.pipe_dir, ec);
+  std::filesystem::create_directories(e.log_dir, ec);
+  chmod(e.pipe_dir.c_str(), 0755);  // clients of the container's user reach the pipes
+  if (!running) {
+    TESSERA_RETURN_IF_ERROR(StartDaemon(control, DaemonEnvironment(uuid, e.pipe_dir, e.log_dir), e.pipe_dir, e.log_dir));
+  }
+  std::ofstream(gpu_dir + "/user") << uid << "\n";
+  ensured_[uuid] = std::chrono::steady_clock::now();
+  return e;
+}
+
+void NodeMps::Retain(const std::vector<std::string>& in_use) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string control = FindInPath(control_);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string uuid = entry.path().filename().string();
+    if (std::find(in_use.begin(), in_use.end(), uuid) != in_use.end()) continue;
+    if (auto it = ensured_.find(uuid);
+        it != ensured_.end() && std::chrono::steady_clock::now() - it->second < std::chrono::minutes(1)) {
+      continue;
+    }
+    const std::string pipe = entry.path().string() + "/pipe";
+    if (!control.empty() && DaemonAnswers(pipe)) {
+      RunControl(control, DaemonEnvironment(uuid, pipe, entry.path().string() + "/log"), "quit\n", {});
+    }
+    std::filesystem::remove(entry.path().string() + "/user", ec);
+  }
 }
 
 LocalMps::~LocalMps() {

@@ -12,7 +12,10 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,34 @@ std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const
 // Whether a client running as `uid` may join a GPU whose live MPS clients run as `live_uids`:
 // FailedPrecondition naming both user IDs when they differ.
 Status CheckMpsUser(uid_t uid, const std::vector<uid_t>& live_uids);
+
+// The MPS control daemons of a node's GPUs, for containers (tessera-node): one per GPU under
+// <dir>/<uuid>/{pipe,log}, started on first use, started again if it is gone, quit once no MPS
+// container uses the GPU. The containers get the pipe folder mounted and the client environment;
+// they must share the node's PID namespace (spec.hostPID; measured: a client in its own PID
+// namespace cannot reach the daemon, its own IPC namespace is fine).
+class NodeMps {
+ public:
+  struct Endpoint {
+    std::string pipe_dir, log_dir;  // on the node
+  };
+  // The daemons outlive the agent (a restart must not end running containers).
+  NodeMps(std::string dir, std::string control) : dir_(std::move(dir)), control_(std::move(control)) {}
+  NodeMps(const NodeMps&) = delete;
+  NodeMps& operator=(const NodeMps&) = delete;
+
+  // The daemon of `uuid`, running, for a container of user `uid`: FailedPrecondition when the
+  // GPU's MPS containers run as another user; NotFound without the control program.
+  StatusOr<Endpoint> Ensure(const std::string& uuid, uid_t uid);
+  // The GPUs that still have MPS containers: the daemons of the others are quit (not one that
+  // Ensure started in the last minute: its container may not be recorded yet).
+  void Retain(const std::vector<std::string>& in_use);
+
+ private:
+  std::mutex mu_;
+  std::string dir_, control_;
+  std::map<std::string, std::chrono::steady_clock::time_point> ensured_;
+};
 
 // The MPS daemon of one GPU on this machine, shared by every `tessera run --mode mps` there:
 // the first one starts it, the last one out quits it. Registration lives in `dir` (one folder
