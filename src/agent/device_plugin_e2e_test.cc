@@ -316,14 +316,14 @@ TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningC
   }
   struct stat before {};
   ASSERT_EQ(stat((keep_dir + "/../run/region").c_str(), &before), 0);
-  // The agent restarts: the running container's files stay exactly as they were.
+  // The agent restarts: the running container's files stay as they were (the region is not
+  // re-created, the limits file not rewritten).
   env->agent->Stop(10s);
   ASSERT_OK(StartAgent());
   std::this_thread::sleep_for(3s);  // a few clean-up rounds of the new agent
   struct stat after {};
   ASSERT_EQ(stat((keep_dir + "/../run/region").c_str(), &after), 0);
-  EXPECT_EQ(after.st_ino, before.st_ino);
-  EXPECT_EQ(after.st_mtime, before.st_mtime);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // the same region (the GPU's arbiter writes its verdicts into it)
   EXPECT_EQ(Slurp(keep_dir + "/limits"), FormatLimitsFile(*keep_limits));
   // A released slot loses its files (and its CDI spec).
   k8s::DeleteOptions o;

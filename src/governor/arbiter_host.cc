@@ -25,6 +25,11 @@ std::uint64_t MonotonicNs() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
+std::uint64_t InodeOf(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
+}
+
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -66,8 +71,10 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, const Member*> wanted;
   for (const Member& m : members) wanted[m.key] = &m;
+  // A region file re-created under the same path (a slot reused, a container restarted) is a new
+  // region: the old mapping is let go and the new file attached.
   for (auto it = joined_.begin(); it != joined_.end();) {
-    if (wanted.count(it->first) == 0) {
+    if (wanted.count(it->first) == 0 || InodeOf(it->second->member.region_path) != it->second->inode) {
       Release(*it->second);
       it = joined_.erase(it);
     } else {
@@ -81,6 +88,7 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
       arbiters_.try_emplace(m->uuid, options_.arbiter).first->second.Join(it->second->id, m->tenant);
       continue;
     }
+    const std::uint64_t inode = InodeOf(m->region_path);
     auto mapping = shm::Mapping::Attach(m->region_path);
     int device = mapping.ok() ? shm::FindDevice(*mapping->region(), m->uuid) : -1;
     if (!mapping.ok() || device < 0) {
@@ -91,6 +99,7 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
     auto j = std::make_unique<Joined>();
     j->member = *m;
     j->mapping = std::move(mapping).value();
+    j->inode = inode;
     j->device = device;
     j->id = next_id_++;
     arbiters_.try_emplace(m->uuid, options_.arbiter).first->second.Join(j->id, m->tenant);

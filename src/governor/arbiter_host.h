@@ -61,6 +61,7 @@ class ArbiterHost {
   struct Joined {
     Member member;
     shm::Mapping mapping;
+    std::uint64_t inode = 0;  // of the region file attached: a re-created region is attached anew
     int device = -1;  // index in the region
     int id = 0;       // in its GPU's arbiter
   };
