@@ -415,7 +415,8 @@ CUresult Behave<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
 }
 // Kernels, for `tessera doctor`'s workers: a function is its name; launching "tessera_fault"
 // makes the context's error sticky (CUDA_ERROR_ILLEGAL_ADDRESS from then on, as a real fault
-// does), "tessera_spin" takes a little time. Every other function, and a null one, just succeeds.
+// does), "tessera_spin" takes a little time, "tessera_burn" 200 us. Every other function, and a
+// null one, just succeeds.
 std::atomic<CUresult> g_sticky{CUDA_SUCCESS};
 std::mutex g_functions_mu;
 std::unordered_map<std::string, std::string*> g_functions;  // name -> the CUfunction value
@@ -440,6 +441,7 @@ CUresult FakeLaunch(CUfunction f, void** params) {
   }
   if (name == nullptr) return CUDA_SUCCESS;
   if (*name == "tessera_fault") g_sticky.store(CUDA_ERROR_ILLEGAL_ADDRESS);
+  if (*name == "tessera_burn") std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
   if (*name == "tessera_spin" && params != nullptr && params[0] != nullptr) {
     const auto ns = *static_cast<std::uint64_t*>(params[0]);
     std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::uint64_t>(ns / 20, 10'000'000)));

@@ -794,7 +794,11 @@ TEST_F(DoctorTest, MeasuresEveryModeAndJudgesTheTiers) {
   // The cap is what a tenant is told under tessera; natively there is no cap to report.
   EXPECT_EQ((*FindingOf(report, "quota-honesty", "shared"))["holds"], "yes");
   EXPECT_EQ((*FindingOf(report, "quota-honesty", "native"))["holds"], "not-applicable");
-  EXPECT_EQ((*FindingOf(report, "compute-share", "shared"))["holds"], "no");
+  // The share is tessera's arbiter's: the capped burn does well under its solo rate (the fake's
+  // 200 us kernels; how close to 30 % is for the GPU host's report, not for CI's clock).
+  const auto share = FindingOf(report, "compute-share", "shared");
+  ASSERT_NE((*share)["holds"], "not-measured") << share->dump();
+  EXPECT_LT((*share)["values"]["deliveredPercent"].get<double>(), 80.0) << share->dump();
   // Regulated never shares; the other tiers' verdicts follow from the findings.
   bool regulated = false;
   for (const auto& v : report["verdicts"]) {
