@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from jsonl import json_lines  # beside this script
+
 BUILD, OUT = sys.argv[1], sys.argv[2]
 TESSERA = os.path.join(BUILD, "cmd/tessera/tessera")
 WORKLOAD = os.path.join(OUT, "compute_workload")
@@ -43,16 +45,6 @@ def start(kind, seconds, prefix=(), window=3):
         cmd += ["--calibration", solo(kind)["calibration"]]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-
-
-def json_lines(text):
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
 
 
 def finish(proc, timeout):

@@ -29,6 +29,8 @@ import time
 import torch
 from torch import nn
 
+from jsonl import json_lines  # beside this script
+
 SELF = [sys.executable, os.path.abspath(__file__)]
 LC_SECONDS = 15
 
@@ -140,16 +142,6 @@ def be(seconds):
             print(json.dumps({"t": now, "dt": now - last_t, "steps": done - last_done,
                               "steps_per_s": (done - last_done) / (now - last_t)}), flush=True)
             last_t, last_done = now, done
-
-
-def json_lines(text):
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            yield obj
 
 
 def run_lc(prefix, model, interval_ms=None):
