@@ -211,7 +211,7 @@ struct DevicePlugin::Server {
 };
 
 DevicePlugin::DevicePlugin(Options options, SlotBinder* binder)
-    : options_(std::move(options)), binder_(binder), service_(std::make_unique<Service>(binder, &stopping_)) {}
+    : options_(std::move(options)), service_(std::make_unique<Service>(binder, &stopping_)) {}
 
 DevicePlugin::~DevicePlugin() { Stop(); }
 

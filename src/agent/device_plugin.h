@@ -68,7 +68,6 @@ class DevicePlugin {
   void Supervise(std::chrono::milliseconds check_every);
 
   const Options options_;
-  SlotBinder* const binder_;
   std::unique_ptr<Service> service_;
   struct Server;
   std::unique_ptr<Server> server_;
