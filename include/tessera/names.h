@@ -83,8 +83,6 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "in the container: the preload library, mounted read-only")                          \
   X(kPathMpsPipe, "/run/tessera-mps/pipe",                                             \
     "in an MPS container: the node's MPS daemon's pipe folder (node: <state>/mps/<gpu>/pipe)") \
-  X(kPathMpsLog, "/run/tessera-mps/log",                                               \
-    "in an MPS container: the MPS daemon's log folder (node: <state>/mps/<gpu>/log)")   \
   X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")
 
 // Reasons of the Kubernetes Events tessera-node posts.

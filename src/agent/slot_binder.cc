@@ -155,11 +155,11 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
     }
     auto endpoint = options_.mps->Ensure(limits.devices[0].uuid, static_cast<uid_t>(uid));
     if (!endpoint.ok()) return endpoint.status();
-    mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false},
-                  {std::string(kMpsLogInContainer), endpoint->log_dir, false}};
-    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), std::string(kMpsLogInContainer),
-                                             limits.devices[0].memory_bytes, limits.devices[0].cores_percent,
-                                             limits.priority);
+    // The pipe folder only: the daemon (root, host namespaces) writes its logs elsewhere, out
+    // of the tenant's reach.
+    mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false}};
+    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), "", limits.devices[0].memory_bytes,
+                                             limits.devices[0].cores_percent, limits.priority);
   }
   auto region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");

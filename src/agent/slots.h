@@ -61,9 +61,8 @@ inline constexpr std::string_view kCdiKind = "tessera.dev/gpu";
 std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files,
                     const std::vector<Mount>& extra_mounts = {}, const std::vector<std::string>& extra_env = {});
 
-// Where an MPS container finds the node's MPS daemon (its pipe and log folders, mounted).
+// Where an MPS container finds the node's MPS daemon (its pipe folder, mounted).
 inline constexpr std::string_view kMpsPipeInContainer = names::kPathMpsPipe;
-inline constexpr std::string_view kMpsLogInContainer = names::kPathMpsLog;
 
 // Writes `content` to `path` atomically (a temporary file in the same folder, then rename), with
 // `mode`. Never leaves a half-written file at `path`.

@@ -182,6 +182,9 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   // The node agent's part: a private folder with the limits file (read-only) and the region.
   std::string dir = (std::filesystem::temp_directory_path() / "tessera-run-XXXXXX").string();
   if (mkdtemp(dir.data()) == nullptr) return UnavailableError("cannot create a temporary folder");
+  // Another user's `tessera run` may host this GPU's arbiter: it must reach our limits file
+  // (0444) and region (0666) by name, though it cannot list the folder.
+  chmod(dir.c_str(), 0711);
   // Removes the folder on every way out, unless --keep.
   struct Cleanup {
     const std::string& dir;

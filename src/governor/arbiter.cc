@@ -84,8 +84,12 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       // Idle credit is capped (a burst at most); while the container wants the GPU nothing is
       // clipped, since a long kernel's time is charged only when it completes.
       const double share = e.tenant.cores_percent / 100.0;
+      const double burst = share * static_cast<double>(options_.burst_ns);
       e.tokens_ns += share * dt - charged;
-      if (!e.wanting) e.tokens_ns = std::min(e.tokens_ns, share * static_cast<double>(options_.burst_ns));
+      if (!e.wanting) e.tokens_ns = std::min(e.tokens_ns, burst);
+      // A work-conserving share borrows without debt: what it used beyond its share while
+      // capacity was idle is not paid back later (its bucket bites only while it is capped).
+      if (e.tenant.compute == ComputeMode::kWorkConserving) e.tokens_ns = std::max(e.tokens_ns, -burst);
     }
     e.vtime += charged / Weight(e);
   }
@@ -141,6 +145,7 @@ void Arbiter::Decide(std::uint64_t now_ns) {
   // 4. Turns: one eligible container at a time when several want the GPU.
   if (candidates.empty()) {
     turn_ = -1;
+    draining_ = -1;
     return;  // every eligible container stays open
   }
   Entry* next = candidates.front();
@@ -155,19 +160,30 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       for (Entry* e : candidates) {
         if (e != holder) others_min = std::min(others_min, e->vtime);
       }
-      if (holder->vtime - others_min < static_cast<double>(options_.quantum_ns)) next = holder;
+      if (holder->vtime - others_min < static_cast<double>(options_.quantum_ns) &&
+          now_ns - turn_since_ns_ < options_.max_turn_ns) {
+        next = holder;
+      } else if (next == holder) {  // its wall time is up: the lowest of the others
+        next = nullptr;
+        for (Entry* e : candidates) {
+          if (e != holder && (next == nullptr || e->vtime < next->vtime)) next = e;
+        }
+      }
     }
   }
   if (next->id != turn_) {
     if (turn_ >= 0) draining_ = turn_;
     turn_ = next->id;
+    turn_since_ns_ = now_ns;
   }
+  if (draining_ == next->id) draining_ = -1;
   // Latency-critical work does not wait for the drain: its latency matters more than an exact
   // charge for the overlap.
   if (next->tenant.priority == PriorityClass::kLatencyCritical) draining_ = -1;
   // The new holder waits while the previous one's work in flight drains.
   const Entry* previous = draining_ >= 0 ? Find(draining_) : nullptr;
-  if (previous != nullptr && Recent(previous->seen.active_ns, now_ns, options_.handoff_drain_ns)) {
+  if (previous != nullptr && Recent(previous->seen.active_ns, now_ns, options_.handoff_drain_ns) &&
+      now_ns - turn_since_ns_ < options_.max_drain_ns) {
     next->verdict.gate = shm::Gate::kHeldShare;
     if (candidates.size() == 1) return;
     next = nullptr;

@@ -12,7 +12,9 @@
 //   3. Turns: when two or more eligible containers want the GPU, exactly one holds it at a time
 //      (concurrent contexts would each measure the time they were sliced out as busy). The turn
 //      goes to the lowest virtual time (busy / weight), and passes once the holder leads the
-//      next one by `quantum_ns` of virtual time; a container returning from idle starts at the
+//      next one by `quantum_ns` of virtual time, or after `max_turn_ns` of wall time (a holder
+//      whose measured time stops growing — a fault, a kernel that never ends — cannot keep it);
+//      a container returning from idle starts at the
 //      others' virtual time, so idle time is never banked (work-conserving lending). The next
 //      holder's gate opens only once the previous holder's work in flight has drained (its
 //      activity stamp is `handoff_drain_ns` old): overlapping work would be charged to both.
@@ -37,6 +39,8 @@ struct ArbiterOptions {
   std::uint32_t shallow_depth_us = 500;         // ... below a latency-critical one on the GPU
   std::uint32_t default_weight_percent = 10;    // turn weight of a container without a share
   std::uint64_t handoff_drain_ns = 250'000;     // a turn passes once the last holder's work drained
+  std::uint64_t max_turn_ns = 50'000'000;       // wall time a turn lasts at most while others wait
+  std::uint64_t max_drain_ns = 5'000'000;       // the hand-off waits at most this long for a drain
 };
 
 // What the node knows of a container on this GPU (from its read-only limits file).
@@ -98,6 +102,7 @@ class Arbiter {
   std::vector<Entry> entries_;
   std::uint64_t last_now_ns_ = 0;
   int turn_ = -1;      // id holding the turn, -1 none
+  std::uint64_t turn_since_ns_ = 0;  // when the current turn began (and the drain with it)
   int draining_ = -1;  // the previous holder, while its work in flight drains
   bool governing_ = false;
 };

@@ -62,5 +62,49 @@ TEST(Arbiter, LatencyCriticalWorkHoldsLowerClasses) {
   EXPECT_EQ(open, 1);  // the two others take turns
 }
 
+// A turn holder whose measured time stops growing (a fault, a kernel that never ends) keeps
+// wanting the GPU; the others still get it once the turn's wall time is up.
+TEST(Arbiter, ATurnHolderWhoseTimeStopsGrowingLosesTheTurn) {
+  Arbiter a;
+  a.Join(1, Share(50, ComputeMode::kWorkConserving));
+  a.Join(2, Share(50, ComputeMode::kWorkConserving));
+  int held_ticks = 0;
+  for (std::uint64_t now = kMs; now <= 200 * kMs; now += kMs / 5) {
+    a.Observe(1, {0, now, 0});  // wants the GPU, never measures a nanosecond of work
+    a.Observe(2, {0, 0, now});  // waits at its gate
+    a.Decide(now);
+    held_ticks += a.VerdictFor(2).gate != shm::Gate::kOpen;
+  }
+  EXPECT_LT(held_ticks, 1000);  // 1,000 ticks = the whole 200 ms
+  EXPECT_EQ(a.VerdictFor(2).gate == shm::Gate::kOpen || a.VerdictFor(1).gate == shm::Gate::kOpen, true);
+}
+
+// A best-effort work-conserving share that borrowed alone is not starved for it afterwards.
+TEST(Arbiter, BorrowingLeavesNoDebt) {
+  Arbiter a;
+  a.Join(1, Share(30, ComputeMode::kWorkConserving, PriorityClass::kBestEffort));
+  std::uint64_t busy = 0, now = 0;
+  for (int i = 0; i < 10'000; ++i) {  // 10 s alone at 100 %
+    now += kMs;
+    busy += kMs;
+    a.Observe(1, {busy, now, 0});
+    a.Decide(now);
+  }
+  a.Join(2, Share(0));  // normal work arrives: best-effort now gets its 30 %, no more
+  int open = 0;
+  std::uint64_t normal_busy = 0;
+  for (int i = 0; i < 1000; ++i) {  // the next second: whoever is open runs
+    now += kMs;
+    if (a.VerdictFor(1).gate == shm::Gate::kOpen) busy += kMs;
+    if (a.VerdictFor(2).gate == shm::Gate::kOpen) normal_busy += kMs;
+    a.Observe(1, {busy, now, now});
+    a.Observe(2, {normal_busy, now, 0});
+    a.Decide(now);
+    open += a.VerdictFor(1).gate == shm::Gate::kOpen;
+  }
+  EXPECT_GT(open, 200);  // about its share (30 %), not zero while a 7 s "debt" is repaid
+  EXPECT_LT(open, 400);
+}
+
 }  // namespace
 }  // namespace tessera::governor

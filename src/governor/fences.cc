@@ -23,7 +23,7 @@ FenceTracker::Stream& FenceTracker::StreamFor(void* handle) {
 }
 
 int FenceTracker::NewEvent() {
-  if (!free_events_.empty()) {
+  if (!free_events_.empty()) {  // (discarded events never return to this list)
     const int e = free_events_.back();
     free_events_.pop_back();
     events_[static_cast<std::size_t>(e)].refs = 1;
@@ -37,7 +37,16 @@ int FenceTracker::NewEvent() {
 
 void FenceTracker::Unref(int e) {
   if (e < 0) return;
-  if (--events_[static_cast<std::size_t>(e)].refs == 0) free_events_.push_back(e);
+  Event& ev = events_[static_cast<std::size_t>(e)];
+  if (--ev.refs == 0 && ev.handle != nullptr) free_events_.push_back(e);
+}
+
+void FenceTracker::Discard(int e) {
+  if (e < 0) return;
+  Event& ev = events_[static_cast<std::size_t>(e)];
+  if (ev.handle != nullptr) api_->Destroy(ev.handle);
+  ev.handle = nullptr;
+  ev.refs = 0;
 }
 
 double FenceTracker::Estimate(const Stream& s) const {
@@ -60,7 +69,7 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns) {
   }
   const int start = NewEvent();
   if (start < 0 || !api_->Record(events_[static_cast<std::size_t>(start)].handle, stream)) {
-    Unref(start);
+    Discard(start);
     ++errors_;
     return false;
   }
@@ -88,7 +97,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns, bool late) {
   }
   const int end = NewEvent();
   if (end < 0 || !api_->Record(events_[static_cast<std::size_t>(end)].handle, s.handle)) {
-    Unref(end);
+    Discard(end);
     Unref(s.open_begin);
     ++errors_;
   } else {
@@ -98,17 +107,35 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns, bool late) {
   s.open_launches = 0;
 }
 
-void FenceTracker::Fence(void* stream, std::uint64_t now_ns) {
+void FenceTracker::Drop(Stream& s) {
+  Unref(s.open_begin);
+  s.open_begin = -1;
+  s.open_launches = 0;
+}
+
+void FenceTracker::Fence(void* stream, std::uint64_t now_ns, MayRecord may_record) {
   for (Stream& s : streams_) {
-    if (s.handle == stream) return Close(s, now_ns);
+    if (s.handle != stream || s.open_begin < 0) continue;
+    if (may_record(s.handle)) {
+      Close(s, now_ns);
+    } else {
+      Drop(s);
+    }
   }
 }
 
-void FenceTracker::FenceAll(std::uint64_t now_ns) {
-  for (Stream& s : streams_) Close(s, now_ns);
+void FenceTracker::FenceAll(std::uint64_t now_ns, MayRecord may_record) {
+  for (Stream& s : streams_) {
+    if (s.open_begin < 0) continue;
+    if (may_record(s.handle)) {
+      Close(s, now_ns);
+    } else {
+      Drop(s);
+    }
+  }
 }
 
-void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, bool (*may_record)(void* stream)) {
+void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record) {
   for (Stream& s : streams_) {
     if (s.open_launches > 0 && s.last_launch_ns + idle_ns < now_ns && may_record(s.handle)) Close(s, now_ns, true);
   }

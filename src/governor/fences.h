@@ -52,15 +52,17 @@ class FenceTracker {
   // recorded (the launch then goes unmeasured; the caller counts a machinery error).
   bool BeforeLaunch(void* stream, std::uint64_t now_ns);
   void AfterLaunch(void* stream, std::uint64_t now_ns);
-  // Closes the open segment of one stream / of every stream (before something waits on them).
-  void Fence(void* stream, std::uint64_t now_ns);
-  void FenceAll(std::uint64_t now_ns);
+  // Closes the open segment of one stream / of every stream (before something waits on them),
+  // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
+  // segment is dropped unmeasured.
+  using MayRecord = bool (*)(void* stream);
+  static bool AlwaysRecord(void*) { return true; }
+  void Fence(void* stream, std::uint64_t now_ns, MayRecord may_record = AlwaysRecord);
+  void FenceAll(std::uint64_t now_ns, MayRecord may_record = AlwaysRecord);
   // Fences the open segments whose latest launch is older than `idle_ns` (work launched and then
   // left without a synchronize), on the streams `may_record` allows. Such a late fence may sit
   // after idle time, so its segment counts no more than its launches at the stream's estimate.
-  void FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, bool (*may_record)(void* stream));
-  // The stream is being destroyed: its open segment is fenced, its pending ones still count.
-  void StreamDestroyed(void* stream, std::uint64_t now_ns) { Fence(stream, now_ns); }
+  void FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record);
 
   // Takes completed segments: returns the GPU time they measured.
   std::uint64_t Poll();
@@ -102,7 +104,10 @@ class FenceTracker {
   int NewEvent();
   void Ref(int e) { ++events_[static_cast<std::size_t>(e)].refs; }
   void Unref(int e);
+  // An event whose record failed (a destroyed stream or context): destroyed, never reused.
+  void Discard(int e);
   void Close(Stream& s, std::uint64_t now_ns, bool late = false);
+  void Drop(Stream& s);
   double Estimate(const Stream& s) const;
 
   EventApi* api_;

@@ -102,5 +102,20 @@ TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
   EXPECT_EQ(t.Poll(), 10'000u);
 }
 
+// An open segment on a stream that may not be recorded into (a capture began) is dropped, not
+// fenced: nothing of ours goes into the application's graph.
+TEST(FenceTracker, WorkOnAStreamThatMayNotBeRecordedIntoIsDropped) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000});
+  LaunchOn(t, gpu, 10'000);  // learn the estimate (the first launch is fenced at once)
+  gpu.now += 1'000'000;
+  t.Poll();
+  LaunchOn(t, gpu, 10'000);  // open, not fenced
+  const int records = gpu.records;
+  t.FenceAll(gpu.now, [](void*) { return false; });
+  EXPECT_EQ(gpu.records, records);
+  EXPECT_FALSE(t.HasWork());
+}
+
 }  // namespace
 }  // namespace tessera::governor

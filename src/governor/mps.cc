@@ -171,7 +171,8 @@ std::string FindInPath(const std::string& program) {
 std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
                                               std::uint64_t memory_bytes, std::uint32_t cores_percent,
                                               PriorityClass priority) {
-  std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir, "CUDA_MPS_LOG_DIRECTORY=" + log_dir};
+  std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir};
+  if (!log_dir.empty()) env.push_back("CUDA_MPS_LOG_DIRECTORY=" + log_dir);
   // The client sees one device (CUDA_VISIBLE_DEVICES is the daemon's): index 0, in whole MiB.
   if (memory_bytes != 0) {
     env.push_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=" + std::to_string(memory_bytes >> 20) + "M");

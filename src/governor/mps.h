@@ -27,7 +27,8 @@ namespace tessera::governor {
 // `program` if it is a path, else the first executable of that name in PATH; "" if none.
 std::string FindInPath(const std::string& program);
 
-// The client environment for a container's allocation on the daemon at `pipe_dir`/`log_dir`.
+// The client environment for a container's allocation on the daemon at `pipe_dir`/`log_dir`
+// (`log_dir` "": none; a node's containers do not get the daemon's logs).
 // `memory_bytes` 0: no pinned limit; `cores_percent` 0 or 100: no thread limit.
 std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
                                               std::uint64_t memory_bytes, std::uint32_t cores_percent,

@@ -11,9 +11,11 @@
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <time.h>
 
+#include <pthread.h>
+
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
-#include <thread>
 
 #include "governor/fences.h"
 #include "hook/intercept.h"
@@ -26,6 +28,7 @@ constexpr std::uint64_t kStaleArbiterNs = 200'000'000;  // the arbiter's beat is
 constexpr std::uint64_t kGatePollNs = 50'000;
 constexpr std::uint64_t kWatchPollNs = 100'000;
 constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no launch for this long
+constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;
 
 class CudaEvents final : public governor::EventApi {
  public:
@@ -63,6 +66,7 @@ struct DeviceGovernor {
   explicit DeviceGovernor(governor::EventApi* api) : tracker(api) {}
   governor::FenceTracker tracker;
   CUcontext context = nullptr;  // the watcher makes it current to query this device's events
+  std::uint64_t errors_counted = 0;
 };
 
 // Per-process state. Leaked on purpose (hooks may run while the process exits); a fork child
@@ -73,8 +77,8 @@ struct Governor {
   std::condition_variable work;       // a launch added work: the watcher wakes
   CudaEvents events;
   DeviceGovernor* devices[shm::kMaxDevices] = {};
-  bool watcher_started = false;
-  std::uint64_t errors_counted = 0;
+  std::atomic<bool> watcher_started{false};  // read unlocked by FenceBeforeWait
+  bool disabled = false;  // no watcher thread could be started: launches run ungoverned
 };
 Governor* g_governor = new Governor();
 
@@ -92,12 +96,38 @@ bool Stale(const shm::Compute& c, std::uint64_t now) {
   return beat == 0 || now > beat + kStaleArbiterNs;
 }
 
+// Whether `stream` is being captured into a graph. When the driver cannot say — e.g.
+// CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream of the context is
+// captured — it counts as captured: nothing of ours may go into it.
 bool Capturing(CUstream stream, bool per_thread) {
   const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>() : Real<CudaHook::cuStreamIsCapturing>();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (is_capturing == nullptr || is_capturing(stream, &status) != CUDA_SUCCESS) return false;
+  if (is_capturing == nullptr) return false;
+  if (is_capturing(stream, &status) != CUDA_SUCCESS) return true;
   return status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
+
+// Whether a fence may be recorded on `stream` by the calling thread (CU_STREAM_PER_THREAD names
+// the caller's own per-thread stream).
+bool MayRecordFromCaller(void* stream) { return !Capturing(static_cast<CUstream>(stream), false); }
+
+// The calling thread's stream-capture mode is relaxed for the scope, so that our event queries
+// and records never invalidate a capture another thread runs in global mode.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() : exchange_(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) {
+    if (exchange_ != nullptr && exchange_(&mode_) != CUDA_SUCCESS) exchange_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (exchange_ != nullptr) exchange_(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  decltype(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) exchange_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
 
 // The stream a fence must be recorded on: a per-thread launch on the default stream means the
 // calling thread's stream, which the legacy cuEventRecord names CU_STREAM_PER_THREAD.
@@ -106,11 +136,11 @@ void* StreamKey(CUstream stream, bool per_thread) {
 }
 
 // Adds the watcher's findings to the region and counts the tracker's new failures.
-void Publish(Governor& g, DeviceGovernor& d, shm::Compute& c, std::uint64_t busy, std::uint64_t now) {
+void Publish(DeviceGovernor& d, shm::Compute& c, std::uint64_t busy, std::uint64_t now) {
   if (busy != 0) c.busy_ns.fetch_add(busy, std::memory_order_relaxed);
   if (d.tracker.HasFenced()) c.active_ns.store(now, std::memory_order_relaxed);
-  if (d.tracker.errors() > g.errors_counted) {
-    g.errors_counted = d.tracker.errors();
+  if (d.tracker.errors() > d.errors_counted) {
+    d.errors_counted = d.tracker.errors();
     CountMachineryError("a fence event could not be recorded or timed; that work went unmeasured");
   }
 }
@@ -121,7 +151,34 @@ bool MayRecordFromWatcher(void* stream) {
   return stream != static_cast<void*>(CU_STREAM_PER_THREAD) && !Capturing(static_cast<CUstream>(stream), false);
 }
 
-void WatcherMain(Governor* g, shm::Region* region) {
+void* WatcherMain(Governor* g, shm::Region* region);
+
+// The watcher thread, detached; false if it cannot be created (e.g. the pod's pids limit): the
+// caller then lets launches run ungoverned rather than fail or crash.
+bool StartWatcher(Governor& g, shm::Region* region) {
+  struct Args {
+    Governor* g;
+    shm::Region* region;
+  };
+  auto* args = new Args{&g, region};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int rc = pthread_create(
+      &thread, &attr,
+      [](void* p) -> void* {
+        const Args a = *static_cast<Args*>(p);
+        delete static_cast<Args*>(p);
+        return WatcherMain(a.g, a.region);
+      },
+      args);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) delete args;
+  return rc == 0;
+}
+
+void* WatcherMain(Governor* g, shm::Region* region) {
   // Capture-safe: this thread's queries must not invalidate another thread's stream capture.
   if (const auto exchange = Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -140,7 +197,7 @@ void WatcherMain(Governor* g, shm::Region* region) {
       // Work launched and then left without a synchronize: fence it so that it is measured
       // and the container does not look busy for ever.
       d->tracker.FenceIdle(now, kIdleFenceNs, MayRecordFromWatcher);
-      Publish(*g, *d, region->compute[i], d->tracker.Poll(), now);
+      Publish(*d, region->compute[i], d->tracker.Poll(), now);
     }
     g->completed.notify_all();
     if (!any) {
@@ -193,18 +250,21 @@ DeviceGovernor& DeviceFor(Governor& g, int index) {
 template <typename Launch>
 __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream, bool per_thread,
                                             const Launch& launch) {
+  Governor& g = *g_governor;
   CUdevice dev = 0;
   DeviceQuota quota;
-  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return launch();
+  if (g.disabled || QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return launch();
   shm::Compute& c = region->compute[quota.region_device];
   if (GateOf(c) == shm::Gate::kFree || Capturing(stream, per_thread)) return launch();
   if (Stale(c, NowNs())) {
     CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
     return launch();
   }
+  const RelaxedCapture relaxed;
   // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
-  // the share ran out, a higher class arrived): then wait at it again.
-  Governor& g = *g_governor;
+  // the share ran out, a higher class arrived): then wait at it again. The depth wait is
+  // bounded: work that never completes (a kernel waiting for a later launch, a persistent
+  // kernel) must not hang the application's next launch.
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
   for (;;) {
     if (!WaitAtGate(c)) return launch();
@@ -213,8 +273,13 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
     const std::uint64_t depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
     std::uint64_t now = NowNs();
+    const std::uint64_t give_up = now + kMaxDepthWaitNs;
     while (waiting.tracker.OverDepth(depth_ns, now)) {
-      waiting.tracker.FenceAll(now);
+      if (now > give_up) {
+        CountMachineryError("work in flight did not complete within 20 ms; a launch went past the depth");
+        break;
+      }
+      waiting.tracker.FenceAll(now, MayRecordFromCaller);
       g.work.notify_one();
       g.completed.wait_for(lock, std::chrono::milliseconds(1));
       now = NowNs();
@@ -222,6 +287,15 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     const shm::Gate gate = GateOf(c);
     if (gate == shm::Gate::kOpen || gate == shm::Gate::kFree) break;
     lock.unlock();
+  }
+  if (!g.watcher_started.load()) {
+    g.watcher_started.store(true);
+    if (!StartWatcher(g, region)) {
+      g.disabled = true;
+      CountMachineryError("no watcher thread could be started; launches run ungoverned");
+      lock.unlock();
+      return launch();
+    }
   }
   DeviceGovernor& d = DeviceFor(g, quota.region_device);
   std::uint64_t now = NowNs();
@@ -238,11 +312,9 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   } else {
     CountMachineryError("a fence event could not be recorded; that work went unmeasured");
   }
-  c.launches.fetch_add(1, std::memory_order_relaxed);
-  c.active_ns.store(now, std::memory_order_relaxed);
-  if (!g.watcher_started) {
-    g.watcher_started = true;
-    std::thread(WatcherMain, &g, region).detach();
+  if (r == CUDA_SUCCESS) {  // a failing launch (a sticky fault) is no demand for the GPU
+    c.launches.fetch_add(1, std::memory_order_relaxed);
+    c.active_ns.store(now, std::memory_order_relaxed);
   }
   g.work.notify_one();
   return r;
@@ -250,17 +322,28 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
 
 // Before something waits on GPU work: fence what is open, so that the work up to the wait is
 // measured to its end and nothing after it counts.
+// A context-wide wait (cuCtxSynchronize, cuEventSynchronize) fences the current device's
+// streams only: an event of another device's context cannot be recorded from this one.
 void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
-  if (GovernedRegion() == nullptr) return;
   Governor& g = *g_governor;
+  if (!g.watcher_started.load()) return;  // nothing was ever governed in this process
+  const RelaxedCapture relaxed;
+  int current = -1;
+  if (all) {
+    CUdevice dev = 0;
+    DeviceQuota quota;
+    if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return;
+    current = quota.region_device;
+  }
   std::lock_guard<std::mutex> lock(g.mu);
   const std::uint64_t now = NowNs();
-  for (DeviceGovernor* d : g.devices) {
-    if (d == nullptr) continue;
+  for (int i = 0; i < static_cast<int>(shm::kMaxDevices); ++i) {
+    DeviceGovernor* d = g.devices[i];
+    if (d == nullptr || (all && i != current)) continue;
     if (all) {
-      d->tracker.FenceAll(now);
+      d->tracker.FenceAll(now, MayRecordFromCaller);
     } else {
-      d->tracker.Fence(StreamKey(stream, per_thread), now);
+      d->tracker.Fence(StreamKey(stream, per_thread), now, MayRecordFromCaller);
     }
   }
   g.work.notify_one();
@@ -270,10 +353,7 @@ void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
 
 void ResetGovernorAfterFork() { g_governor = new Governor(); }
 
-void GovernorStreamDestroyed(CUstream stream) {
-  if (GovernedRegion() == nullptr) return;
-  FenceBeforeWait(stream, false, false);
-}
+void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, false); }
 
 // The governed path of each launch (the fast path is inline in intercept.h).
 #define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)        \
