@@ -19,6 +19,7 @@ struct PodSpec {
   std::string node;  // spec.nodeName
   std::string phase = "Pending";
   bool host_pid = false;  // spec.hostPID (mode mps needs it)
+  std::int64_t run_as_user = -1;  // spec.securityContext.runAsUser; -1: unset
 };
 
 inline nlohmann::json MakePod(const PodSpec& s) {
@@ -36,6 +37,7 @@ inline nlohmann::json MakePod(const PodSpec& s) {
   if (!s.annotations.empty()) pod["metadata"]["annotations"] = s.annotations;
   if (!s.node.empty()) pod["spec"]["nodeName"] = s.node;
   if (s.host_pid) pod["spec"]["hostPID"] = true;
+  if (s.run_as_user >= 0) pod["spec"]["securityContext"]["runAsUser"] = s.run_as_user;
   return pod;
 }
 

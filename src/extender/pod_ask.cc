@@ -255,6 +255,29 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
       return InvalidArgumentError(where + ": mode mps needs spec.hostPID: true (MPS clients share the node's "
                                           "MPS daemon's PID namespace); use mode shared otherwise");
     }
+    // The user the GPU container really runs as must be the one co-tenants are placed by: a
+    // client of another UID would wait at the daemon for the others to finish.
+    std::optional<std::int64_t> run_as;
+    const auto run_as_user = [](const json* holder) -> std::optional<std::int64_t> {
+      const json* sc = holder != nullptr ? Find(*holder, "securityContext") : nullptr;
+      const json* u = sc != nullptr ? Find(*sc, "runAsUser") : nullptr;
+      if (u == nullptr || !u->is_number_integer()) return std::nullopt;
+      return u->get<std::int64_t>();
+    };
+    run_as = run_as_user(spec);
+    if (const json* containers = Find(*spec, "containers"); containers != nullptr && containers->is_array()) {
+      for (const json& c : *containers) {
+        if (StringAt(c, "name") == ask.container) {
+          if (auto u = run_as_user(&c)) run_as = u;
+        }
+      }
+    }
+    if (!run_as || *run_as != static_cast<std::int64_t>(uid)) {
+      return InvalidArgumentError(
+          where + ": mode mps needs securityContext.runAsUser (pod or container " + ask.container + ") equal to " +
+          std::string(names::kAnnotationMpsUser) + " " + *user +
+          (run_as ? " (it is " + std::to_string(*run_as) + ")" : " (none is set)"));
+    }
     q.uid = uid;
   }
   return ask;

@@ -69,6 +69,7 @@ TEST(PodAsk, PriorityAndModeAnnotations) {
   s.annotations["tessera.dev/mode"] = "mps";
   s.annotations["tessera.dev/mps-user"] = "1000";
   s.host_pid = true;
+  s.run_as_user = 1000;
   s.priority = 1000;
   auto a = Ask(s);
   ASSERT_OK(a);
@@ -83,10 +84,30 @@ TEST(PodAsk, MpsNeedsTheHostPidNamespace) {
   s.limits["tessera.dev/gpu-memory"] = "1Gi";
   s.annotations["tessera.dev/mode"] = "mps";
   s.annotations["tessera.dev/mps-user"] = "1000";
+  s.run_as_user = 1000;
   auto a = Ask(s);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("mode mps needs spec.hostPID: true"), std::string::npos)
       << a.status().message();
+}
+
+TEST(PodAsk, MpsNeedsTheContainerToRunAsTheNamedUser) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-memory"] = "1Gi";
+  s.annotations["tessera.dev/mode"] = "mps";
+  s.annotations["tessera.dev/mps-user"] = "1000";
+  s.host_pid = true;
+  auto unset = Ask(s);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_NE(unset.status().message().find("needs securityContext.runAsUser (pod or container main) equal to "
+                                          "tessera.dev/mps-user 1000 (none is set)"),
+            std::string::npos) << unset.status().message();
+  s.run_as_user = 0;
+  auto other = Ask(s);
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("(it is 0)"), std::string::npos) << other.status().message();
+  s.run_as_user = 1000;
+  EXPECT_TRUE(Ask(s).ok());
 }
 
 TEST(PodAsk, TierComesFromThePolicyNotFromThePod) {
