@@ -191,6 +191,15 @@ std::uint64_t FenceTracker::InFlightEstimateNs(std::uint64_t now_ns) const {
   return static_cast<std::uint64_t>(total);
 }
 
+std::uint64_t FenceTracker::LongestPendingEstimateNs() const {
+  double longest = 0;
+  for (const Stream& s : streams_) {
+    if (s.per_launch_ns <= 0) continue;
+    for (const Segment& seg : s.fenced) longest = std::max(longest, seg.launches * s.per_launch_ns);
+  }
+  return static_cast<std::uint64_t>(longest);
+}
+
 bool FenceTracker::Learning() const {
   return std::any_of(streams_.begin(), streams_.end(),
                      [](const Stream& s) { return s.per_launch_ns <= 0 && !s.fenced.empty(); });

@@ -74,6 +74,9 @@ class FenceTracker {
   bool OverDepth(std::uint64_t depth_ns, std::uint64_t now_ns) const {
     return HasFenced() && (Learning() || InFlightEstimateNs(now_ns) >= depth_ns);
   }
+  // The longest a fenced segment now pending is expected to take (its launches at its stream's
+  // estimate; 0 while no estimate is known): how long a wait for it is still normal.
+  std::uint64_t LongestPendingEstimateNs() const;
   // Whether a stream still waits for its first completion and already has a fenced segment.
   bool Learning() const;
   bool HasFenced() const;
