@@ -37,6 +37,9 @@ int main(int argc, char** argv) {
                  "another device plugin's GPU resource; GPUs it handed out are not managed (repeatable)")
       ->capture_default_str();
   app.add_option("--policy", o.policy_file, "the policy file (tiers' enforcement); default: built-in");
+  app.add_option("--metrics-listen", o.metrics_listen,
+                 "HOST:PORT of GET /metrics (Prometheus) and /healthz; empty: not served")
+      ->capture_default_str();
   app.add_option("--cleanup-interval-s", o.cleanup_interval_s,
                  "remove released slots' files this often (seconds)")
       ->check(CLI::Range(1, 3600))

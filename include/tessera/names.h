@@ -85,7 +85,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "in an MPS container: the node's MPS daemon's pipe folder (node: <state>/mps/<gpu>/pipe)") \
   X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")
 
-// Reasons of the Kubernetes Events tessera-node posts.
+// Reasons of the Kubernetes Events tessera-node and tessera-scheduler post.
 #define TESSERA_EVENT_REASONS(X)                                                                  \
   X(kEventDecisionRejected, "TesseraDecisionRejected",                                         \
     "a container got no GPU: its decision is missing, malformed, unverifiable or not for it")  \
@@ -94,7 +94,96 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEventUnattributedProcess, "TesseraUnattributedProcess",                                   \
     "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)") \
   X(kEventGpuUnhealthy, "TesseraGpuUnhealthy",                                                 \
-    "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")
+    "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")  \
+  X(kEventGpuMemoryDenied, "TesseraGpuMemoryDenied",                                          \
+    "the preload library refused a container's allocations at its memory cap (once per rise)") \
+  X(kEventMemoryDrift, "TesseraMemoryDrift",                                                   \
+    "NVML shows a container holding more than the preload library accounted (once per episode)") \
+  X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                           \
+    "tessera-scheduler's validating webhook refused a pod; the message names the rule and field")
+
+// Prometheus metric families (docs/protocol.md §metrics). Row: X(constant, "name", "type",
+// "labels", "help"). Label sets, compatible with dcgm-exporter's where they overlap so both join:
+//   node:      Hostname
+//   gpu:       Hostname, gpu (index), UUID, device (nvidia<minor>), modelName
+//   container: the gpu labels + namespace, pod, container
+#define TESSERA_METRICS(X)                                                                        \
+  X(kMetricNodeInfo, "tessera_node_info", "gauge", "node",                                       \
+    "1, with the agent's version in label version")                                               \
+  X(kMetricGpuMemoryTotal, "tessera_gpu_memory_total_bytes", "gauge", "gpu",                     \
+    "the GPU's memory (NVML)")                                                                    \
+  X(kMetricGpuMemoryAllocated, "tessera_gpu_memory_allocated_bytes", "gauge", "gpu",             \
+    "sum of the memory caps of the containers on the GPU")                                        \
+  X(kMetricGpuComputeAllocated, "tessera_gpu_compute_allocated_ratio", "gauge", "gpu",           \
+    "sum of the compute shares of the containers on the GPU (1 = the whole GPU)")                 \
+  X(kMetricGpuContainers, "tessera_gpu_containers", "gauge", "gpu", "containers on the GPU")    \
+  X(kMetricGpuHealthy, "tessera_gpu_healthy", "gauge", "gpu", "1 healthy, 0 XID/ECC unhealthy") \
+  X(kMetricContainerInfo, "tessera_container_gpu_info", "gauge", "container",                    \
+    "1, with labels priority, mode and compute (hard or work-conserving)")                       \
+  X(kMetricContainerMemoryLimit, "tessera_container_gpu_memory_limit_bytes", "gauge", "container", \
+    "the memory cap (from the node-written limits file)")                                         \
+  X(kMetricContainerMemoryUsed, "tessera_container_gpu_memory_used_bytes", "gauge", "container", \
+    "memory the preload library accounted (region)")                                             \
+  X(kMetricContainerMemoryPeak, "tessera_container_gpu_memory_peak_bytes", "gauge", "container", \
+    "highest accounted memory since the container started (region)")                             \
+  X(kMetricContainerMemoryNvml, "tessera_container_gpu_memory_nvml_bytes", "gauge", "container", \
+    "memory NVML says the container's processes hold (the driver's truth)")                      \
+  X(kMetricContainerMemoryDrift, "tessera_container_gpu_memory_drift_bytes", "gauge", "container", \
+    "NVML minus accounted: memory the preload library did not see (or a rewritten region)")      \
+  X(kMetricContainerOomDenials, "tessera_container_gpu_oom_denials_total", "counter", "container", \
+    "allocations refused at the cap")                                                             \
+  X(kMetricContainerShareTarget, "tessera_container_gpu_compute_share_target_ratio", "gauge",    \
+    "container", "the compute share asked (gpu-cores / 100); absent without one")                \
+  X(kMetricContainerShareDelivered, "tessera_container_gpu_compute_share_delivered_ratio",       \
+    "gauge", "container", "GPU time of its work per wall second over the agent's last window")  \
+  X(kMetricContainerBusy, "tessera_container_gpu_busy_seconds_total", "counter", "container",    \
+    "GPU time of its governed work, measured by event fences")                                    \
+  X(kMetricContainerThrottled, "tessera_container_gpu_throttled_seconds_total", "counter",       \
+    "container", "time its launches waited for its share or a turn")                             \
+  X(kMetricContainerPriorityHeld, "tessera_container_gpu_priority_held_seconds_total", "counter", \
+    "container", "time its launches waited for a higher priority class")                         \
+  X(kMetricContainerPriorityHolds, "tessera_container_gpu_priority_holds_total", "counter",      \
+    "container", "launches that waited for a higher priority class")                             \
+  X(kMetricContainerLaunches, "tessera_container_gpu_launches_total", "counter", "container",    \
+    "governed launches (kernels, graphs)")                                                        \
+  X(kMetricNodeOverCap, "tessera_node_drift_over_cap_total", "counter", "node",                  \
+    "episodes of a container above its memory cap by NVML")                                       \
+  X(kMetricNodeUnattributed, "tessera_node_unattributed_processes_total", "counter", "node",    \
+    "processes found on a tessera GPU that belong to no tessera container")                       \
+  X(kMetricNodeDriftKills, "tessera_node_drift_kills_total", "counter", "node",                  \
+    "containers whose GPU processes were killed for drift (tier onDrift: kill)")                 \
+  X(kMetricNodeDriftEvictions, "tessera_node_drift_evictions_total", "counter", "node",          \
+    "pods evicted for drift (tier onDrift: evict)")                                               \
+  X(kMetricNodeEventsDropped, "tessera_node_events_dropped_total", "counter", "node",            \
+    "Kubernetes Events not posted (API errors)")                                                  \
+  X(kMetricSchedulerDecisions, "tessera_scheduler_decisions_total", "counter", "scheduler",      \
+    "signed decisions bound")                                                                     \
+  X(kMetricSchedulerFilters, "tessera_scheduler_filters_total", "counter", "scheduler",          \
+    "Filter calls")                                                                               \
+  X(kMetricSchedulerFilterErrors, "tessera_scheduler_filter_errors_total", "counter", "scheduler", \
+    "Filter calls answered with an error")                                                        \
+  X(kMetricSchedulerUnschedulable, "tessera_scheduler_unschedulable_total", "counter", "scheduler", \
+    "Filter calls that found no node")                                                            \
+  X(kMetricSchedulerBindFailures, "tessera_scheduler_bind_failures_total", "counter", "scheduler", \
+    "Bind calls that failed (the reservation is rolled back)")                                    \
+  X(kMetricSchedulerPreemptions, "tessera_scheduler_preemptions_total", "counter", "scheduler",  \
+    "Preempt calls")                                                                              \
+  X(kMetricSchedulerReservations, "tessera_scheduler_reservations", "gauge", "scheduler",        \
+    "GPU reservations not yet bound")                                                             \
+  X(kMetricSchedulerBoundPods, "tessera_scheduler_bound_pods", "gauge", "scheduler",             \
+    "pods holding GPUs")                                                                          \
+  X(kMetricSchedulerNodes, "tessera_scheduler_nodes", "gauge", "scheduler",                      \
+    "nodes with a usable GPU inventory")                                                          \
+  X(kMetricSchedulerRequestSeconds, "tessera_scheduler_request_seconds", "histogram", "scheduler", \
+    "time answering kube-scheduler, per verb (label verb)")                                       \
+  X(kMetricSchedulerInFlightMax, "tessera_scheduler_requests_max_in_flight", "gauge", "scheduler", \
+    "most concurrent requests seen, per verb (label verb)")                                       \
+  X(kMetricAdmissionReviews, "tessera_admission_reviews_total", "counter", "scheduler",          \
+    "admission reviews answered, per webhook (label webhook: mutate, validate)")                 \
+  X(kMetricAdmissionDenials, "tessera_admission_denials_total", "counter", "scheduler",          \
+    "admission denials, per rule (label rule)")                                                   \
+  X(kMetricAdmissionEventsDropped, "tessera_admission_events_dropped_total", "counter", "scheduler", \
+    "denial Events not posted (queue full or API errors)")
 
 #define TESSERA_NAMES_DECLARE(constant, value, description) \
   inline constexpr std::string_view constant = value;
@@ -105,6 +194,23 @@ TESSERA_ENV_VARS(TESSERA_NAMES_DECLARE)
 TESSERA_PATHS(TESSERA_NAMES_DECLARE)
 TESSERA_EVENT_REASONS(TESSERA_NAMES_DECLARE)
 #undef TESSERA_NAMES_DECLARE
+#define TESSERA_METRICS_DECLARE(constant, value, type, labels, help) \
+  inline constexpr std::string_view constant = value;
+TESSERA_METRICS(TESSERA_METRICS_DECLARE)
+#undef TESSERA_METRICS_DECLARE
+
+// A metric family's row, for the exposition writers.
+struct MetricInfo {
+  std::string_view name;
+  std::string_view type;    // gauge, counter, histogram
+  std::string_view labels;  // node, gpu, container, scheduler
+  std::string_view help;
+};
+inline constexpr MetricInfo kAllMetrics[] = {
+#define TESSERA_METRICS_INFO(c, v, t, l, d) {v, t, l, d},
+    TESSERA_METRICS(TESSERA_METRICS_INFO)
+#undef TESSERA_METRICS_INFO
+};
 
 // Every name above with its description, for `tessera names` and the documentation test.
 struct NameInfo {
@@ -120,18 +226,21 @@ inline constexpr NameInfo kAllNames[] = {
 #define TESSERA_NAMES_INFO_ENV(c, v, d) {"env", v, d},
 #define TESSERA_NAMES_INFO_PATH(c, v, d) {"path", v, d},
 #define TESSERA_NAMES_INFO_EVENT(c, v, d) {"event", v, d},
+#define TESSERA_NAMES_INFO_METRIC(c, v, t, l, d) {"metric", v, d},
     TESSERA_RESOURCE_NAMES(TESSERA_NAMES_INFO_RESOURCE)
     TESSERA_ANNOTATIONS(TESSERA_NAMES_INFO_ANNOTATION)
     TESSERA_LABELS(TESSERA_NAMES_INFO_LABEL)
     TESSERA_ENV_VARS(TESSERA_NAMES_INFO_ENV)
     TESSERA_PATHS(TESSERA_NAMES_INFO_PATH)
     TESSERA_EVENT_REASONS(TESSERA_NAMES_INFO_EVENT)
+    TESSERA_METRICS(TESSERA_NAMES_INFO_METRIC)
 #undef TESSERA_NAMES_INFO_RESOURCE
 #undef TESSERA_NAMES_INFO_ANNOTATION
 #undef TESSERA_NAMES_INFO_LABEL
 #undef TESSERA_NAMES_INFO_ENV
 #undef TESSERA_NAMES_INFO_PATH
 #undef TESSERA_NAMES_INFO_EVENT
+#undef TESSERA_NAMES_INFO_METRIC
 };
 
 }  // namespace tessera::names

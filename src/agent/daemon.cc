@@ -19,12 +19,15 @@
 #include "agent/drift.h"
 #include "agent/local_gpu.h"
 #include "agent/node_agent.h"
+#include "agent/node_metrics.h"
 #include "agent/nvml.h"
 #include "agent/publisher.h"
 #include "agent/slot_binder.h"
 #include "governor/arbiter_host.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "k8s/events.h"
+#include "k8s/listen.h"
 #include "k8s/paths.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
@@ -61,21 +64,22 @@ std::string Or(const std::string& value, std::string_view fallback) {
 // Pods through the API server; Events posted as tessera-node on this node.
 class ApiPods : public PodApi {
  public:
-  ApiPods(k8s::Client& client, std::string node) : client_(client), node_(std::move(node)) {}
+  ApiPods(k8s::Client& client, std::string node)
+      : client_(client), node_(node), events_(client, "tessera-node", std::move(node)) {}
   StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
     return client_.Get(k8s::PodPath(ns, name));
   }
   void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
     const auto& meta = pod["metadata"];
-    Warn({{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"namespace", meta.value("namespace", "")},
-          {"name", meta.value("name", "")},
-          {"uid", meta.value("uid", "")}},
-         reason, message);
+    events_.Warn({{"apiVersion", "v1"},
+                  {"kind", "Pod"},
+                  {"namespace", meta.value("namespace", "")},
+                  {"name", meta.value("name", "")},
+                  {"uid", meta.value("uid", "")}},
+                 reason, message);
   }
   void WarnNode(std::string_view reason, std::string_view message) {
-    Warn({{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}, reason, message);
+    events_.Warn({{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}, reason, message);
   }
   // The pod named by a limits file's "namespace/name".
   StatusOr<k8s::Json> GetPodOf(const Limits& limits) {
@@ -83,31 +87,12 @@ class ApiPods : public PodApi {
     if (slash == std::string::npos) return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
     return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
   }
-
- private:
-  // A Warning Event about `involved` (a Pod in its namespace, a Node in "default").
-  void Warn(const k8s::Json& involved, std::string_view reason, std::string_view message) {
-    const std::string ns = involved.value("namespace", "default"), name = involved.value("name", "");
-    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
-    const k8s::Json event = {{"apiVersion", "v1"},
-                             {"kind", "Event"},
-                             {"metadata", {{"generateName", name + ".tessera-"}, {"namespace", ns}}},
-                             {"involvedObject", involved},
-                             {"reason", std::string(reason)},
-                             {"message", std::string(message)},
-                             {"type", "Warning"},
-                             {"source", {{"component", "tessera-node"}, {"host", node_}}},
-                             {"firstTimestamp", now},
-                             {"lastTimestamp", now},
-                             {"count", 1}};
-    if (auto r = client_.Create(k8s::EventsPath(ns), event); !r.ok()) {
-      TESSERA_LOG(kWarn, kAgent, "posting an Event on %s: %s", name.c_str(), r.status().ToString().c_str());
-    }
-  }
+  std::uint64_t dropped() const { return events_.dropped(); }
 
  private:
   k8s::Client& client_;
   const std::string node_;
+  k8s::EventRecorder events_;  // Events go out from its thread: the drift pass never waits on the API
 };
 
 // keyId -> Verifier from every <keyId>.pem in `dir`.
@@ -147,8 +132,9 @@ std::vector<std::string> DriverFiles(const std::string& dir) {
 class PluginSide {
  public:
   static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client,
-                                                     GpuSource& gpus) {
+                                                     GpuSource& gpus, NodeMetrics* metrics) {
     auto side = std::unique_ptr<PluginSide>(new PluginSide(client, gpus));
+    side->metrics_ = metrics;
     side->state_dir_ = Or(o.state_dir, names::kPathHostState);
     side->node_ = o.node_name;
     BinderOptions b;
@@ -284,7 +270,7 @@ class PluginSide {
       } else if (*removed > 0) {
         TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
       }
-      CheckDrift();
+      Sample(CheckDrift());
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, every, [] { return false; });
     }
@@ -310,25 +296,14 @@ class PluginSide {
   }
 
   // The containers whose slots hold a limits file.
-  std::vector<WatchedContainer> Watched() {
-    std::vector<WatchedContainer> out;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(state_dir_ + "/slots", ec)) {
-      const std::string slot = entry.path().filename().string();
-      const SlotPaths p = PathsOf(state_dir_, "", slot);
-      std::ifstream in(p.limits);
-      if (!in) continue;
-      std::stringstream text;
-      text << in.rdbuf();
-      auto limits = ParseLimitsFile(text.str());
-      if (limits.ok()) out.push_back({slot, std::move(*limits), p.region});
-    }
-    return out;
-  }
+  std::vector<WatchedContainer> Watched() { return observe::StateDirContainers(state_dir_); }
+
 
   // NVML against regions and decisions; acts on containers above their cap per the tier's
   // onDrift, once per episode (an Event when a container crosses its cap, not every check).
-  void CheckDrift() {
+  // Returns NVML's bytes per container (observe::ContainerRow::Key()) for the metrics.
+  std::map<std::string, std::uint64_t> CheckDrift() {
+    std::map<std::string, std::uint64_t> nvml_by_key;
     std::vector<std::string> managed;
     {
       std::lock_guard<std::mutex> lock(managed_mu_);
@@ -339,18 +314,25 @@ class PluginSide {
       auto list = gpus_.Processes(uuid);
       if (!list.ok()) {
         TESSERA_LOG(kDebug, kAgent, "drift: %s", list.status().ToString().c_str());
-        return;
+        return nvml_by_key;
       }
       processes[uuid] = std::move(*list);
     }
     DriftReport report = agent::CheckDrift(Watched(), processes, ProcCgroupOf);
     // The agent's own probe processes (context measurement) are not tenants.
     std::erase_if(report.unattributed, [](const UnattributedProcess& u) { return ParentOf(u.process.pid) == getpid(); });
-    std::set<std::string> over_now, unattributed_now;
+    std::set<std::string> over_now, unattributed_now, drifting_now;
     for (const ContainerDrift& c : report.containers) {
+      nvml_by_key[c.pod + "/" + c.container + "/" + c.uuid] = c.nvml_bytes;
       if (c.drift_bytes() != 0) {
         TESSERA_LOG(kDebug, kAgent, "drift %s %s: NVML %llu, region %llu", c.pod.c_str(), c.container.c_str(),
                     static_cast<unsigned long long>(c.nvml_bytes), static_cast<unsigned long long>(c.region_bytes));
+      }
+      // Drift worth a person's attention: above 256 MiB and 5% of the cap, once per episode.
+      if (c.drift_bytes() > static_cast<std::int64_t>(std::max<std::uint64_t>(256ULL << 20, c.cap_bytes / 20))) {
+        const std::string key = c.id + "/" + c.uuid;
+        drifting_now.insert(key);
+        if (drifting_.count(key) == 0) ReportDrift(c);
       }
       if (!c.over_cap()) continue;
       const std::string key = c.id + "/" + c.uuid;
@@ -371,6 +353,46 @@ class PluginSide {
     }
     over_cap_ = std::move(over_now);
     unattributed_ = std::move(unattributed_now);
+    drifting_ = std::move(drifting_now);
+    return nvml_by_key;
+  }
+
+  void ReportDrift(const ContainerDrift& c) {
+    const std::size_t slash = c.pod.find('/');
+    auto pod = pods_->GetPod(c.pod.substr(0, slash), c.pod.substr(slash + 1));
+    if (!pod.ok()) return;
+    pods_->WarnPod(*pod, names::kEventMemoryDrift,
+                   "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " + c.uuid +
+                       " (NVML) but its region accounts " + FormatBytesHuman(c.region_bytes) +
+                       ": memory the preload library did not see (module code, implicit driver growth, a process "
+                       "bypassing it, or a rewritten region); its cap is " + FormatBytesHuman(c.cap_bytes));
+  }
+
+  // The metrics' sample, and an Event for each container whose allocations were refused at its
+  // cap since the last sample (not for denials from before this agent started).
+  void Sample(const std::map<std::string, std::uint64_t>& nvml_by_key) {
+    if (metrics_ == nullptr) return;
+    const auto rows = metrics_->Sample(nvml_by_key, static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()));
+    std::map<std::string, std::uint64_t> denials;
+    for (const observe::ContainerRow& row : rows) {
+      if (!row.region_readable) continue;
+      denials[row.Key()] = row.oom_denials;
+      auto seen = denials_.find(row.Key());
+      const std::uint64_t before = seen != denials_.end() ? seen->second : (sampled_once_ ? 0 : row.oom_denials);
+      if (row.oom_denials <= before) continue;
+      auto pod = pods_->GetPod(row.ns, row.pod);
+      if (!pod.ok()) continue;
+      pods_->WarnPod(*pod, names::kEventGpuMemoryDenied,
+                     "container " + row.container + ": " + std::to_string(row.oom_denials - before) +
+                         " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " + row.uuid +
+                         " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " + FormatBytesHuman(row.peak_bytes) +
+                         "); the application saw out-of-memory");
+    }
+    denials_ = std::move(denials);
+    sampled_once_ = true;
+    metrics_->SetCounts({counters_.over_cap, counters_.unattributed, counters_.kills, counters_.evictions,
+                         pods_->dropped()});
   }
 
   void ActOnOverCap(const ContainerDrift& c) {
@@ -416,6 +438,10 @@ class PluginSide {
   std::vector<std::string> managed_;
   std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
   std::set<std::string> told_unhealthy_;           // GPUs whose containers were told
+  std::set<std::string> drifting_;                 // drift episodes already reported
+  std::map<std::string, std::uint64_t> denials_;   // allocation denials seen, by container key
+  bool sampled_once_ = false;
+  NodeMetrics* metrics_ = nullptr;
   struct {
     std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
   } counters_;  // for the metrics endpoint (issue 11)
@@ -466,8 +492,26 @@ int RunNode(const NodeOptions& options) {
   }
   std::unique_ptr<PluginSide> plugin;
   const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
-  if (std::filesystem::is_directory(plugin_dir)) {
-    auto started = PluginSide::Start(options, **client, **source);
+  const bool plugin_served = std::filesystem::is_directory(plugin_dir);
+  NodeMetrics metrics(options.node_name, TESSERA_VERSION,
+                      plugin_served ? Or(options.state_dir, names::kPathHostState) : "");
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (!options.metrics_listen.empty()) {
+    // A malformed address is an error; one that cannot be bound (the port taken) is not: the
+    // device plugin and enforcement matter more than the metrics, and they still run.
+    if (auto form = k8s::ParseListenAddress(options.metrics_listen); !form.ok()) {
+      return Fail(form.status().WithContext("--metrics-listen"));
+    }
+    auto served = MetricsServer::Start(options.metrics_listen, &metrics);
+    if (served.ok()) {
+      metrics_server = std::move(*served);
+      TESSERA_LOG(kInfo, kAgent, "metrics on %s (port %d)", options.metrics_listen.c_str(), metrics_server->port());
+    } else {
+      TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics", served.status().message().c_str());
+    }
+  }
+  if (plugin_served) {
+    auto started = PluginSide::Start(options, **client, **source, &metrics);
     if (!started.ok()) return Fail(started.status());
     plugin = std::move(*started);
     publisher.LeaveToKubelet(std::string(names::kResourceGpuSlot));
@@ -493,6 +537,7 @@ int RunNode(const NodeOptions& options) {
       loop, **source,
       [&](const Inventory& inventory) -> Status {
         if (plugin) plugin->Update(inventory);
+        metrics.SetInventory(inventory);
         StatusOr<PublishResult> r = publisher.Publish(inventory);
         if (!r.ok()) return r.status();
         if (r->patched_metadata || r->patched_status) {

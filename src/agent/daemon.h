@@ -25,6 +25,8 @@ struct NodeOptions {
   std::string driver_lib_dir = "/usr/lib/x86_64-linux-gnu";  // libcuda/libnvidia-ml for CDI
   std::string policy_file;            // default: the built-in policy
   int cleanup_interval_s = 5;
+  // GET /metrics (Prometheus) and /healthz; empty: not served.
+  std::string metrics_listen = "0.0.0.0:9479";
   // Resources of other device plugins whose devices are GPUs (UUIDs, or UUID::replica as NVIDIA's
   // time-slicing names them): a GPU one of them handed out is reported as not managed.
   std::vector<std::string> foreign_gpu_resources = {"nvidia.com/gpu"};

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "e2e/testcluster.h"
@@ -25,6 +26,8 @@
 #include "k8s/config.h"
 #include "agent/device_plugin.h"
 #include "k8s/paths.h"
+#include "observe/observe.h"
+#include "tessera/prometheus.h"
 #include "tessera/limits.h"
 #include "tessera/region.h"
 #include "testutil/status_matchers.h"
@@ -53,6 +56,7 @@ struct Env {
   std::unique_ptr<e2e::ChildProcess> agent;
   std::unique_ptr<k8s::Client> api;
   int port = 0;
+  int metrics_port = 0;  // tessera-node's /metrics
   int kubelet_starts = 0, agent_starts = 0;
   std::string dir(const std::string& sub) const { return folder->path() + "/" + sub; }
 };
@@ -78,7 +82,8 @@ Status StartAgent() {
             "--interval-s", "1", "--cleanup-interval-s", "1",
             "--device-plugin-dir", env->dir("plugins"), "--pod-resources-socket", env->dir("pod-resources.sock"),
             "--state-dir", env->dir("state"), "--cdi-dir", env->dir("cdi"), "--decision-keys", env->dir("keys"),
-            "--hook-library", TESSERA_HOOK_LIBRARY, "--driver-lib-dir", TESSERA_FAKE_DIR, "--log-level", "info"};
+            "--hook-library", TESSERA_HOOK_LIBRARY, "--driver-lib-dir", TESSERA_FAKE_DIR, "--log-level", "info",
+            "--metrics-listen", "127.0.0.1:" + std::to_string(env->metrics_port)};
   o.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR},
            {"TESSERA_FAKE_GPUS", "2"},
            {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16ULL << 30)},
@@ -109,6 +114,7 @@ class DevicePluginE2E : public ::testing::Test {
     std::ofstream(env->dir("signing.pem")) << *pem;
     std::ofstream(env->dir("keys/e2e.pem")) << extender::Signer::FromPem(*pem)->PublicKeyPem();
     env->port = extender::e2etest::FreePort();
+    env->metrics_port = extender::e2etest::FreePort();
     auto cp = extender::e2etest::StartControlPlane(env->folder->path(), env->port);
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
@@ -298,6 +304,91 @@ TEST_F(DevicePluginE2E, TheAgentsArbiterGovernsAContainerWithAComputeShare) {
   const std::uint64_t beat = c.arbiter_beat_ns.load();
   EXPECT_TRUE(WaitFor([&] { return c.arbiter_beat_ns.load() > beat; }, 10s));
   EXPECT_EQ(c.gate.load(), static_cast<std::uint32_t>(shm::Gate::kOpen));  // nothing spent its share
+}
+
+// /metrics carries what each container's region says (used, peak, denials, compute counters)
+// against its node-written cap and share, with dcgm-exporter's labels; allocations refused at the
+// cap become an Event on the pod.
+TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
+  ASSERT_OK(CreatePod("metered", "2Gi", "40"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("metered")).ok(); }, 90s)) << env->agent->LogTail(30);
+  const json result = Result("metered");
+  std::string etc;
+  for (const json& m : result["mounts"]) {
+    if (m["containerPath"] == "/etc/tessera") etc = m["hostPath"];
+  }
+  auto limits = MountedLimits(result);
+  ASSERT_OK(limits);
+  const std::string uuid = limits->devices.at(0).uuid;
+  auto region = shm::Mapping::Attach(etc + "/../run/region");
+  ASSERT_OK(region);
+  // What the preload library would write for a process holding 1.5 GiB, refused twice.
+  shm::Region& r = *region->region();
+  auto slot = shm::ClaimSlot(r, 4242, 1);
+  ASSERT_OK(slot);
+  ASSERT_OK(shm::Reserve(r, *slot, 0, 1536 * kMiB, 2048 * kMiB));
+  EXPECT_FALSE(shm::Reserve(r, *slot, 0, 1024 * kMiB, 2048 * kMiB).ok());
+  EXPECT_FALSE(shm::Reserve(r, *slot, 0, 600 * kMiB, 2048 * kMiB).ok());
+  r.compute[0].busy_ns += 2'000'000'000;
+  r.compute[0].priority_holds += 3;
+
+  std::vector<prom::Sample> samples;
+  auto scrape = [&] {
+    httplib::Client c("127.0.0.1", env->metrics_port);
+    auto res = c.Get("/metrics");
+    if (!res || res->status != 200) return false;
+    auto parsed = prom::ParseExposition(res->body);
+    if (!parsed.ok()) return false;
+    samples = std::move(*parsed);
+    return true;
+  };
+  auto value = [&](const std::string& name) -> double {
+    for (const prom::Sample& x : samples) {
+      if (x.name == name && x.labels.count("pod") && x.labels.at("pod") == "metered") return x.value;
+    }
+    return -1;
+  };
+  ASSERT_TRUE(WaitFor([&] { return scrape() && value("tessera_container_gpu_oom_denials_total") == 2; }, 30s))
+      << env->agent->LogTail(30);
+  EXPECT_EQ(value("tessera_container_gpu_memory_limit_bytes"), 2048.0 * kMiB);
+  EXPECT_EQ(value("tessera_container_gpu_memory_used_bytes"), 1536.0 * kMiB);
+  EXPECT_EQ(value("tessera_container_gpu_memory_peak_bytes"), 1536.0 * kMiB);
+  EXPECT_EQ(value("tessera_container_gpu_compute_share_target_ratio"), 0.4);
+  EXPECT_GE(value("tessera_container_gpu_busy_seconds_total"), 2.0);
+  EXPECT_EQ(value("tessera_container_gpu_priority_holds_total"), 3);
+  for (const prom::Sample& x : samples) {
+    if (x.name != "tessera_container_gpu_memory_used_bytes" || x.labels.at("pod") != "metered") continue;
+    EXPECT_EQ(x.labels.at("namespace"), kNs);
+    EXPECT_EQ(x.labels.at("container"), "main");
+    EXPECT_EQ(x.labels.at("UUID"), uuid);
+    EXPECT_EQ(x.labels.at("Hostname"), kNode);
+    EXPECT_EQ(x.labels.at("device").rfind("nvidia", 0), 0u);
+    EXPECT_FALSE(x.labels.at("modelName").empty());
+  }
+  // The snapshot `tessera top --from` reads is the same.
+  httplib::Client c("127.0.0.1", env->metrics_port);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  auto snapshot = observe::SnapshotFromExposition(res->body);
+  ASSERT_OK(snapshot);
+  EXPECT_EQ(snapshot->node, kNode);
+  EXPECT_EQ(snapshot->gpus.size(), 2u);
+  EXPECT_NE(observe::RenderTop(*snapshot).find(std::string(kNs) + "/metered"), std::string::npos);
+  // The denials are told on the pod, once.
+  ASSERT_TRUE(WaitFor([&] {
+    for (const std::string& e : EventReasons("metered")) {
+      if (e.rfind("TesseraGpuMemoryDenied: container main: 2 allocation(s) refused at its cap of 2.00 GiB", 0) == 0) return true;
+    }
+    return false;
+  }, 30s)) << ::testing::PrintToString(EventReasons("metered"));
+  EXPECT_FALSE(shm::Reserve(r, *slot, 0, 1024 * kMiB, 2048 * kMiB).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    for (const std::string& e : EventReasons("metered")) {
+      if (e.rfind("TesseraGpuMemoryDenied: container main: 1 allocation(s)", 0) == 0) return true;
+    }
+    return false;
+  }, 30s)) << ::testing::PrintToString(EventReasons("metered"));
+  shm::ReleaseSlot(r, *slot);
 }
 
 TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningContainer) {

@@ -16,17 +16,14 @@
 #include <vector>
 
 #include "agent/nvml.h"
+#include "observe/observe.h"
 #include "tessera/limits.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
 
 // One container the node prepared: its limits file and region.
-struct WatchedContainer {
-  std::string id;  // the slot (or folder) it lives in
-  Limits limits;
-  std::string region_path;
-};
+using WatchedContainer = observe::ContainerSource;
 
 struct ContainerDrift {
   std::string id;

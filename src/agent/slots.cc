@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "observe/observe.h"
 #include "tessera/json_writer.h"
 #include "tessera/names.h"
 
@@ -37,10 +38,10 @@ StatusOr<int> ParseSlotId(std::string_view id) {
 SlotPaths PathsOf(const std::string& state_dir, const std::string& cdi_dir, std::string_view slot) {
   SlotPaths p;
   p.dir = state_dir + "/slots/" + std::string(slot);
-  p.etc_dir = p.dir + "/etc";
-  p.limits = p.etc_dir + "/limits";
-  p.run_dir = p.dir + "/run";
-  p.region = p.run_dir + "/region";
+  p.limits = p.dir + "/" + std::string(observe::kSlotLimitsFile);
+  p.region = p.dir + "/" + std::string(observe::kSlotRegionFile);
+  p.etc_dir = p.limits.substr(0, p.limits.rfind('/'));
+  p.run_dir = p.region.substr(0, p.region.rfind('/'));
   p.cdi_spec = cdi_dir + "/tessera.dev-gpu-" + std::string(slot) + ".json";
   return p;
 }

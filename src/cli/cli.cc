@@ -35,6 +35,7 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.add_subcommand("inventory",
                      "Print this machine's GPU inventory as tessera-node publishes it (NVML)");
   app.add_subcommand("drift", "Compare NVML with containers' regions and caps (tessera drift DIR...)");
+  app.add_subcommand("top", "Live view per GPU and container: memory vs cap, compute share, holds, denials");
   app.add_subcommand("doctor", "Measure what each sharing mode really isolates on this node's GPU");
   app.add_subcommand("sim", "Replay a GPU trace through placement policies (tessera sim --help)");
   try {

@@ -11,6 +11,7 @@
 
 #include "cli/doctor_cmd.h"
 #include "cli/run_cmd.h"
+#include "cli/top_cmd.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
@@ -116,6 +117,7 @@ int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std:
   }
   if (args[0] == "inventory") return InventoryCommand({args.begin() + 1, args.end()}, out, err);
   if (args[0] == "drift") return DriftCommand(rest, out, err);
+  if (args[0] == "top") return TopCommand(rest, out, err);
   if (args[0] == "names") {
     for (const auto& n : names::kAllNames) out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
     return 0;

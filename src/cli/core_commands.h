@@ -1,5 +1,5 @@
 // The subcommands that need nothing but the core (they build on the GPU test host too):
-// run, version, names, inventory, doctor, drift.
+// run, version, names, inventory, doctor, drift, top.
 #pragma once
 
 #include <ostream>

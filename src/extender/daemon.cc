@@ -14,11 +14,14 @@
 #include "extender/ledger.h"
 #include "extender/server.h"
 #include "k8s/client.h"
+#include "k8s/events.h"
 #include "k8s/leader.h"
 #include "k8s/paths.h"
 #include "k8s/reflector.h"
 #include "policy/policy.h"
 #include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/prometheus.h"
 #include "webhook/server.h"
 #include "webhook/webhook.h"
 
@@ -142,7 +145,7 @@ int Fail(const Status& status) {
 int RunScheduler(const SchedulerOptions& options) {
   // Configuration first: nothing starts unless all of it is right.
   auto listen = ParseListenAddress(options.listen);
-  if (!listen.ok()) return Fail(listen.status());
+  if (!listen.ok()) return Fail(listen.status().WithContext("--listen"));
   auto kind = placement::ParsePolicyKind(options.placement);
   if (!kind.ok()) return Fail(kind.status().WithContext("--placement"));
   if (*kind == placement::PolicyKind::kRandom || *kind == placement::PolicyKind::kFgd) {
@@ -230,7 +233,35 @@ int RunScheduler(const SchedulerOptions& options) {
   view.priority_class_value = [&priority_classes](const std::string& name) {
     return priority_classes.Value(name);
   };
+  // Each refused pod gets a Warning Event (kubectl describe / get events show why), at most one
+  // per pod and rule a minute: a controller retrying a refused pod does not flood the API.
+  k8s::EventRecorder events(**client, "tessera-scheduler", "");
+  std::mutex denied_mu;
+  std::map<std::string, std::chrono::steady_clock::time_point> denied_recently;
+  webhook_options.on_denial = [&](const webhook::Denial& d) {
+    if (d.dry_run || d.namespace_name.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(denied_mu);
+      std::erase_if(denied_recently, [&](const auto& e) { return now - e.second > std::chrono::minutes(1); });
+      const std::string key = d.namespace_name + "/" + d.name + "/" + std::to_string(static_cast<int>(d.rule));
+      if (!denied_recently.emplace(key, now).second) return;
+    }
+    events.Warn({{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", d.namespace_name}, {"name", d.name}},
+                names::kEventAdmissionDenied,
+                "rule " + std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) + ": " + d.message);
+  };
   webhook::Admission admission(&policy, webhook_options, view, &quotas);
+  server.AddMetrics([&admission, &events](prom::Exposition& out) {
+    out.Add(names::kMetricAdmissionReviews, {{"webhook", "mutate"}}, static_cast<double>(admission.mutate_reviews()));
+    out.Add(names::kMetricAdmissionReviews, {{"webhook", "validate"}},
+            static_cast<double>(admission.validate_reviews()));
+    for (std::size_t i = 0; i < webhook::kDenialRules; ++i) {
+      out.Add(names::kMetricAdmissionDenials, {{"rule", std::string(webhook::kDenialRuleNames[i])}},
+              static_cast<double>(admission.denials(static_cast<webhook::DenialRule>(i))));
+    }
+    out.Add(names::kMetricAdmissionEventsDropped, {}, static_cast<double>(events.dropped()));
+  });
   std::unique_ptr<webhook::WebhookServer> webhooks;
   int webhook_port = 0;
   if (certs) {

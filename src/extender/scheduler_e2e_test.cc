@@ -23,6 +23,8 @@
 #include "k8s/client.h"
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"
+#include "tessera/prometheus.h"
+#include "webhook/webhook.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::extender {
@@ -619,6 +621,34 @@ TEST_F(SchedulerE2E, QuotaDeniesWithTheNumbers) {
             std::string::npos)
       << second.status().message();
   ASSERT_OK(Create(Pod("quota", "third", {{"tessera.dev/gpu-memory", "2Gi"}})));
+  // The refused pod gets an Event naming the rule, and /metrics counts the denial by rule.
+  std::string told;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& e : Events("quota", "second")) {
+          if (e.rfind("TesseraAdmissionDenied", 0) == 0) told = e;
+        }
+        return !told.empty();
+      },
+      30s));
+  EXPECT_NE(told.find("rule quota: "), std::string::npos) << told;
+  EXPECT_NE(told.find("quotas.quota.gpuMemory 8Gi exceeded"), std::string::npos) << told;
+  httplib::Client c("127.0.0.1", env->port);
+  auto res = c.Get("/metrics");
+  ASSERT_TRUE(res);
+  auto samples = prom::ParseExposition(res->body);
+  ASSERT_OK(samples);
+  std::map<std::string, double> denials;
+  double decisions = -1, filter_count = -1;
+  for (const prom::Sample& x : *samples) {
+    if (x.name == "tessera_admission_denials_total") denials[x.labels.at("rule")] = x.value;
+    if (x.name == "tessera_scheduler_decisions_total") decisions = x.value;
+    if (x.name == "tessera_scheduler_request_seconds_count" && x.labels.at("verb") == "filter") filter_count = x.value;
+  }
+  EXPECT_GE(denials["quota"], 1);
+  EXPECT_EQ(denials.size(), webhook::kDenialRules);  // every rule is exported, zero or not
+  EXPECT_GE(decisions, 1);
+  EXPECT_GE(filter_count, 2);
 }
 
 TEST_F(SchedulerE2E, BadInputIsRejectedWithItsMessage) {

@@ -8,6 +8,8 @@
 #include <map>
 
 #include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/prometheus.h"
 
 namespace tessera::extender {
 
@@ -17,8 +19,7 @@ namespace {
 
 // Time spent answering each verb (for /metrics: the extender's share of scheduling latency).
 struct VerbStats {
-  std::atomic<std::uint64_t> count{0};
-  std::atomic<std::uint64_t> micros{0};
+  prom::Histogram seconds;
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> max_in_flight{0};
 };
@@ -30,6 +31,7 @@ struct Server::Impl {
   Ledger* ledger;
   httplib::Server http;
   std::map<std::string, VerbStats> verbs;  // filled before serving, then only read
+  std::vector<std::function<void(prom::Exposition&)>> more_metrics;  // AddMetrics, before serving
 };
 
 namespace {
@@ -45,6 +47,7 @@ void Verb(httplib::Server& http, VerbStats* stats, const char* path,
     while (now_in_flight > seen && !stats->max_in_flight.compare_exchange_weak(seen, now_in_flight)) {
     }
     if (!serving()) {
+      --stats->in_flight;
       res.status = 503;
       res.set_content(json{{"Error", "tessera-scheduler: not the leader (or not synced)"}}.dump(),
                       "application/json");
@@ -60,11 +63,8 @@ void Verb(httplib::Server& http, VerbStats* stats, const char* path,
     }
     res.set_content(verb(args).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
-    stats->count += 1;
     --stats->in_flight;
-    stats->micros += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                    std::chrono::steady_clock::now() - start)
-                                                    .count());
+    stats->seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   });
 }
 
@@ -141,41 +141,32 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
     }
     res.set_content(json{{"gpus", gpus}}.dump(), "application/json");
   });
-  http.Get("/metrics", [extender, ledger, &verbs](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [extender, ledger, impl = impl_.get()](const httplib::Request&, httplib::Response& res) {
+    namespace n = names;
     const ExtenderCounters& c = extender->counters();
-    std::string out;
-    auto counter = [&out](const char* name, const char* help, std::uint64_t v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" +
-             name + " " + std::to_string(v) + "\n";
-    };
-    auto gauge = [&out](const char* name, const char* help, std::uint64_t v) {
-      out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " gauge\n" + name +
-             " " + std::to_string(v) + "\n";
-    };
-    counter("tessera_scheduler_filters_total", "Filter calls.", c.filters);
-    counter("tessera_scheduler_filter_errors_total", "Filter calls answered with an error.",
-            c.filter_errors);
-    counter("tessera_scheduler_unschedulable_total", "Filter calls that found no node.",
-            c.unschedulable);
-    counter("tessera_scheduler_binds_total", "Bind calls.", c.binds);
-    counter("tessera_scheduler_bind_failures_total", "Bind calls that failed.", c.bind_failures);
-    counter("tessera_scheduler_preemptions_total", "Preempt calls.", c.preemptions);
-    gauge("tessera_scheduler_reservations", "GPU reservations not yet bound.",
-          ledger->reservations());
-    gauge("tessera_scheduler_bound_pods", "Pods holding GPUs.", ledger->bound());
-    gauge("tessera_scheduler_nodes", "Nodes with a usable GPU inventory.", ledger->nodes());
-    out += "# HELP tessera_scheduler_request_seconds Time answering kube-scheduler, per verb.\n"
-           "# TYPE tessera_scheduler_request_seconds summary\n";
-    for (const auto& [verb, stats] : verbs) {
-      out += "tessera_scheduler_request_seconds_sum{verb=\"" + verb + "\"} " +
-             std::to_string(static_cast<double>(stats.micros.load()) / 1e6) + "\n";
-      out += "tessera_scheduler_request_seconds_count{verb=\"" + verb + "\"} " +
-             std::to_string(stats.count.load()) + "\n";
-      out += "tessera_scheduler_requests_max_in_flight{verb=\"" + verb + "\"} " +
-             std::to_string(stats.max_in_flight.load()) + "\n";
+    prom::Exposition out;
+    const auto count = [](std::uint64_t v) { return static_cast<double>(v); };
+    out.Add(n::kMetricSchedulerFilters, {}, count(c.filters));
+    out.Add(n::kMetricSchedulerFilterErrors, {}, count(c.filter_errors));
+    out.Add(n::kMetricSchedulerUnschedulable, {}, count(c.unschedulable));
+    const std::uint64_t binds = c.binds, failures = c.bind_failures;
+    out.Add(n::kMetricSchedulerDecisions, {}, count(binds >= failures ? binds - failures : 0));
+    out.Add(n::kMetricSchedulerBindFailures, {}, count(failures));
+    out.Add(n::kMetricSchedulerPreemptions, {}, count(c.preemptions));
+    out.Add(n::kMetricSchedulerReservations, {}, count(ledger->reservations()));
+    out.Add(n::kMetricSchedulerBoundPods, {}, count(ledger->bound()));
+    out.Add(n::kMetricSchedulerNodes, {}, count(ledger->nodes()));
+    for (const auto& [verb, stats] : impl->verbs) {
+      out.Add(n::kMetricSchedulerRequestSeconds, {{"verb", verb}}, stats.seconds);
+      out.Add(n::kMetricSchedulerInFlightMax, {{"verb", verb}}, count(stats.max_in_flight.load()));
     }
-    res.set_content(out, "text/plain; version=0.0.4");
+    for (const auto& more : impl->more_metrics) more(out);
+    res.set_content(out.Text(), "text/plain; version=0.0.4");
   });
+}
+
+void Server::AddMetrics(std::function<void(prom::Exposition&)> more) {
+  impl_->more_metrics.push_back(std::move(more));
 }
 
 Server::~Server() { Stop(); }
@@ -192,22 +183,5 @@ StatusOr<int> Server::Bind(const std::string& host, int port) {
 void Server::Run() { impl_->http.listen_after_bind(); }
 
 void Server::Stop() { impl_->http.stop(); }
-
-StatusOr<std::pair<std::string, int>> ParseListenAddress(const std::string& text) {
-  const std::size_t colon = text.rfind(':');
-  const auto bad = [&text] {
-    return InvalidArgumentError("--listen " + text + ": expected HOST:PORT, e.g. 0.0.0.0:8888");
-  };
-  if (colon == std::string::npos || colon + 1 == text.size()) return bad();
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  int port = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data() + colon + 1, end, port);
-  if (ec != std::errc() || ptr != end || port < 0 || port > 65535 || host.empty()) return bad();
-  return std::make_pair(host, port);
-}
 
 }  // namespace tessera::extender

@@ -7,11 +7,14 @@
 //   GET  /metrics                              Prometheus text
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "extender/extender.h"
 #include "extender/ledger.h"
+#include "k8s/listen.h"
+#include "tessera/prometheus.h"
 #include "tessera/status.h"
 
 namespace tessera::extender {
@@ -25,13 +28,14 @@ class Server {
   // Serves until Stop(); call after Bind.
   void Run();
   void Stop();
+  // More families for GET /metrics (the admission webhooks'); call before Run.
+  void AddMetrics(std::function<void(prom::Exposition&)> more);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// "host:port" -> (host, port). Port 0-65535.
-StatusOr<std::pair<std::string, int>> ParseListenAddress(const std::string& text);
+using k8s::ParseListenAddress;
 
 }  // namespace tessera::extender

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "tessera/log.h"
@@ -157,6 +158,33 @@ void ArbiterHost::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::pair<std::string, std::string> ReadRegistration(const std::string& member_file) {
+  std::istringstream text(Slurp(member_file));
+  std::string word, limits_path, region_path;
+  while (text >> word) {
+    if (word == "limits") text >> limits_path;
+    if (word == "region") text >> region_path;
+  }
+  return {limits_path, region_path};
+}
+
+std::vector<std::pair<std::string, std::string>> LocalRegistrations(const std::string& dir) {
+  std::set<std::pair<std::string, std::string>> found;
+  std::error_code ec;
+  for (const auto& gpu : std::filesystem::directory_iterator(dir, ec)) {
+    std::error_code inner;
+    for (const auto& entry : std::filesystem::directory_iterator(gpu.path(), inner)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(kMemberPrefix, 0) != 0) continue;
+      const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
+      if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) continue;
+      auto registration = ReadRegistration(entry.path().string());
+      if (!registration.first.empty() && !registration.second.empty()) found.insert(std::move(registration));
+    }
+  }
+  return {found.begin(), found.end()};
+}
+
 std::string DefaultLocalArbiterDir() {
   return (std::filesystem::temp_directory_path() / "tessera-gpu").string();
 }
@@ -209,12 +237,7 @@ std::vector<Member> LocalArbiter::ScanMembers() {
         std::filesystem::remove(entry.path(), ec);
         continue;
       }
-      std::istringstream text(Slurp(entry.path().string()));
-      std::string word, limits_path, region_path;
-      while (text >> word) {
-        if (word == "limits") text >> limits_path;
-        if (word == "region") text >> region_path;
-      }
+      const auto [limits_path, region_path] = ReadRegistration(entry.path().string());
       auto limits = ParseLimitsFile(Slurp(limits_path));
       if (!limits.ok()) continue;  // being written, or gone: the next scan sees it
       for (Member& m : MembersOf(*limits, region_path)) {

@@ -102,6 +102,12 @@ class LocalArbiter {
   std::thread thread_;
 };
 
+// A registration file's (limits file, region) paths; empty where it names none.
+std::pair<std::string, std::string> ReadRegistration(const std::string& member_file);
+// The (limits file, region) of every live `tessera run` registered under `dir`, over all GPUs,
+// each once (a run on two GPUs registers under both): for `tessera top`.
+std::vector<std::pair<std::string, std::string>> LocalRegistrations(const std::string& dir);
+
 // <temp>/tessera-gpu: shared by every user of the machine (mode 1777), so that containers of
 // different users still meet one arbiter per GPU.
 std::string DefaultLocalArbiterDir();

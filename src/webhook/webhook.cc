@@ -138,9 +138,16 @@ json Admission::MutationsFor(const json& pod) const {
   return json::diff(pod, out);
 }
 
+json Admission::Deny(DenialRule rule, const AdmissionRequest& r, int code, const std::string& message) {
+  ++denials_[static_cast<std::size_t>(rule)];
+  if (options_.on_denial) options_.on_denial({rule, r.namespace_name, r.name, message, r.dry_run});
+  return DenyResponse(r.uid, code, message);
+}
+
 json Admission::Mutate(const json& review) {
+  ++mutate_reviews_;
   auto r = ParseAdmissionReview(review);
-  if (!r.ok()) return DenyResponse("", kBadRequest, r.status().message());
+  if (!r.ok()) return Deny(DenialRule::kReview, {}, kBadRequest, r.status().message());
   if (r->resource != "pods" || !r->sub_resource.empty() || r->operation != "CREATE") {
     return AllowResponse(r->uid);
   }
@@ -148,8 +155,9 @@ json Admission::Mutate(const json& review) {
 }
 
 json Admission::Validate(const json& review) {
+  ++validate_reviews_;
   auto r = ParseAdmissionReview(review);
-  if (!r.ok()) return DenyResponse("", kBadRequest, r.status().message());
+  if (!r.ok()) return Deny(DenialRule::kReview, {}, kBadRequest, r.status().message());
   if (r->resource == "pods" && r->sub_resource.empty()) {
     if (r->operation == "CREATE") return ValidatePodCreate(*r);
     if (r->operation == "UPDATE") return ValidatePodUpdate(*r);
@@ -163,25 +171,25 @@ json Admission::Validate(const json& review) {
 json Admission::ValidatePodCreate(const AdmissionRequest& r) {
   const std::string pod = "pod " + PodName(r);
   if (HasDecision(r.object) && !IsScheduler(r)) {
-    return DenyResponse(r.uid, kForbidden,
+    return Deny(DenialRule::kForgedDecision, r, kForbidden,
                         pod + ": metadata.annotations[" + std::string(names::kAnnotationDecision) +
                             "]: only the tessera scheduler writes decisions (user " + r.username +
                             " is not it); create the pod without it");
   }
   auto ask = extender::ParsePodAsk(r.object, *policy_);
-  if (!ask.ok()) return DenyResponse(r.uid, kBadRequest, ask.status().message());
+  if (!ask.ok()) return Deny(DenialRule::kAsk, r, kBadRequest, ask.status().message());
   if (!ask->wants_gpu()) return AllowResponse(r.uid);
   const json* spec = Find(r.object, "spec");
   if (const json* node = spec != nullptr ? Find(*spec, "nodeName") : nullptr;
       node != nullptr && node->is_string() && !node->get<std::string>().empty() && !IsScheduler(r)) {
-    return DenyResponse(r.uid, kForbidden,
+    return Deny(DenialRule::kNodeName, r, kForbidden,
                         pod + ": spec.nodeName: a pod asking for tessera GPUs is placed by the "
                               "tessera scheduler; remove spec.nodeName");
   }
   const std::uint64_t largest = view_.largest_gpu_memory ? view_.largest_gpu_memory() : 0;
   const placement::Request& q = ask->request;
   if (largest != 0 && q.gpu_memory_bytes > largest) {
-    return DenyResponse(r.uid, kBadRequest,
+    return Deny(DenialRule::kTooLarge, r, kBadRequest,
                         pod + ": container " + ask->container + ": resources.limits[" +
                             std::string(names::kResourceGpuMemory) + "]: " +
                             FormatBytesHuman(q.gpu_memory_bytes) +
@@ -195,8 +203,8 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
     const std::string have = pc != nullptr && pc->is_string() ? pc->get<std::string>() : "";
     if (have != want) {
       const bool exists = view_.priority_class_value && view_.priority_class_value(want);
-      return DenyResponse(
-          r.uid, kForbidden,
+      return Deny(
+          DenialRule::kPriorityClass, r, kForbidden,
           pod + ": spec.priorityClassName: " + std::string(names::kAnnotationPriority) + " " +
               explicit_priority + " maps to PriorityClass " + want +
               " (policy priorityClasses." + explicit_priority + ")" +
@@ -206,7 +214,7 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
   }
   if (quotas_ != nullptr) {
     const Status st = quotas_->Admit(r.namespace_name, r.name, *ask, largest, !r.dry_run);
-    if (!st.ok()) return DenyResponse(r.uid, kForbidden, pod + ": " + st.message());
+    if (!st.ok()) return Deny(DenialRule::kQuota, r, kForbidden, pod + ": " + st.message());
   }
   return AllowResponse(r.uid);
 }
@@ -220,7 +228,7 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
                                names::kAnnotationKaiGpuFraction}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
         Annotation(r.object, key) != Annotation(r.old_object, key)) {
-      return DenyResponse(r.uid, kForbidden,
+      return Deny(DenialRule::kFrozenAsk, r, kForbidden,
                           "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
                               "]: part of the pod's GPU ask, fixed when the pod is created; "
                               "delete and recreate the pod to change it");
@@ -230,7 +238,7 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
   for (std::string_view key : {names::kAnnotationDecision, names::kAnnotationDecisionSignature}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
         Annotation(r.object, key) != Annotation(r.old_object, key)) {
-      return DenyResponse(r.uid, kForbidden,
+      return Deny(DenialRule::kForgedDecision, r, kForbidden,
                           "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
                               "]: only the tessera scheduler may set, change or remove it (user " +
                               r.username + " is not it)");
@@ -241,7 +249,7 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
 
 json Admission::ValidateBinding(const AdmissionRequest& r) {
   if (IsScheduler(r) || !HasDecision(r.object)) return AllowResponse(r.uid);
-  return DenyResponse(r.uid, kForbidden,
+  return Deny(DenialRule::kBinding, r, kForbidden,
                       "pod " + PodName(r) + ": binding metadata.annotations[" +
                           std::string(names::kAnnotationDecision) +
                           "]: only the tessera scheduler binds with a decision (user " +

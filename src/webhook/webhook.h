@@ -16,10 +16,13 @@
 //   - per-namespace quotas (quota.h).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +33,38 @@
 
 namespace tessera::webhook {
 
+// Why a pod was refused (the `rule` label of tessera_admission_denials_total; docs/protocol.md).
+#define TESSERA_ADMISSION_RULES(X)                                                            \
+  X(kReview, "review", "the body is not an AdmissionReview")                                  \
+  X(kForgedDecision, "forged-decision", "a decision written by someone else than the scheduler") \
+  X(kAsk, "ask", "the pod's GPU ask: quantities, ranges, KAI conflicts, tier modes, MPS user") \
+  X(kNodeName, "node-name", "a GPU pod with spec.nodeName")                                  \
+  X(kTooLarge, "too-large", "more memory than any GPU in the cluster has")                   \
+  X(kPriorityClass, "priority-class", "priorityClassName does not match the tessera priority") \
+  X(kQuota, "quota", "the namespace's quota")                                                 \
+  X(kFrozenAsk, "frozen-ask", "an update changing the ask's annotations")                     \
+  X(kBinding, "binding", "a Binding carrying a decision, not from the scheduler")
+
+enum class DenialRule : int {
+#define TESSERA_RULE_ENUM(e, name, help) e,
+  TESSERA_ADMISSION_RULES(TESSERA_RULE_ENUM)
+#undef TESSERA_RULE_ENUM
+};
+inline constexpr std::string_view kDenialRuleNames[] = {
+#define TESSERA_RULE_NAME(e, name, help) name,
+    TESSERA_ADMISSION_RULES(TESSERA_RULE_NAME)
+#undef TESSERA_RULE_NAME
+};
+inline constexpr std::size_t kDenialRules = std::size(kDenialRuleNames);
+
+// A refused pod, for the Event the scheduler posts about it.
+struct Denial {
+  DenialRule rule;
+  std::string namespace_name, name;  // may be empty (generateName, or no review at all)
+  std::string message;
+  bool dry_run = false;
+};
+
 struct WebhookOptions {
   // Users that may write decisions (the scheduler's service account, e.g.
   // "system:serviceaccount:tessera-system:tessera-scheduler").
@@ -38,6 +73,8 @@ struct WebhookOptions {
   std::string scheduler_name = "default-scheduler";
   // Pods addressed to these schedulers are taken over (the seeds' KAI manifests).
   std::vector<std::string> adopt_scheduler_names = {"kai-scheduler"};
+  // Called for every denial (from the serving thread: must not block).
+  std::function<void(const Denial&)> on_denial;
 };
 
 // What the webhooks need to know of the cluster (from the scheduler's own watches).
@@ -60,16 +97,24 @@ class Admission {
   // The JSON Patch Mutate would apply to a pod (empty array: nothing to change).
   nlohmann::json MutationsFor(const nlohmann::json& pod) const;
 
+  // For /metrics: reviews answered per webhook, denials per rule.
+  std::uint64_t mutate_reviews() const { return mutate_reviews_.load(); }
+  std::uint64_t validate_reviews() const { return validate_reviews_.load(); }
+  std::uint64_t denials(DenialRule rule) const { return denials_[static_cast<std::size_t>(rule)].load(); }
+
  private:
   nlohmann::json ValidatePodCreate(const AdmissionRequest& r);
   nlohmann::json ValidatePodUpdate(const AdmissionRequest& r);
   nlohmann::json ValidateBinding(const AdmissionRequest& r);
   bool IsScheduler(const AdmissionRequest& r) const;
+  nlohmann::json Deny(DenialRule rule, const AdmissionRequest& r, int code, const std::string& message);
 
   const policy::Policy* policy_;
   WebhookOptions options_;
   ClusterView view_;
   QuotaBook* quotas_;
+  std::atomic<std::uint64_t> mutate_reviews_{0}, validate_reviews_{0};
+  std::array<std::atomic<std::uint64_t>, kDenialRules> denials_{};
 };
 
 }  // namespace tessera::webhook

@@ -1,0 +1,184 @@
+#include "cli/top_cmd.h"
+
+#include <csignal>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "agent/drift.h"
+#include "agent/nvml.h"
+#include "governor/arbiter_host.h"
+#include "observe/observe.h"
+#include "tessera/names.h"
+
+namespace tessera::cli {
+namespace {
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void OnTopInterrupt(int) { g_interrupted = 1; }
+
+struct TopOptions {
+  std::string state_dir = std::string(names::kPathHostState);
+  std::string local_dir = governor::DefaultLocalArbiterDir();
+  std::string from;  // "": local
+  bool once = false;
+  int interval_s = 2;
+  int columns = 100;
+  std::string nvml_library = "libnvidia-ml.so.1";
+};
+
+constexpr const char* kUsage =
+    "usage: tessera top [--once] [--interval-s N (1-3600)] [--columns N (60-400)]\n"
+    "                   [--state-dir DIR] [--local-dir DIR] [--nvml-library LIB] [--from FILE|-]\n";
+
+StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
+  TopOptions o;
+  auto number = [](const std::string& flag, const std::string& text, int low, int high) -> StatusOr<int> {
+    int v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < low || v > high) {
+      return InvalidArgumentError(flag + " " + text + ": expected an integer from " + std::to_string(low) + " to " +
+                                  std::to_string(high));
+    }
+    return v;
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    if (flag == "--once") {
+      o.once = true;
+      continue;
+    }
+    if (i + 1 >= args.size()) return InvalidArgumentError(flag + ": unknown flag, or its value is missing");
+    const std::string& value = args[++i];
+    if (flag == "--interval-s") {
+      auto v = number(flag, value, 1, 3600);
+      if (!v.ok()) return v.status();
+      o.interval_s = *v;
+    } else if (flag == "--columns") {
+      auto v = number(flag, value, 60, 400);
+      if (!v.ok()) return v.status();
+      o.columns = *v;
+    } else if (flag == "--state-dir") {
+      o.state_dir = value;
+    } else if (flag == "--local-dir") {
+      o.local_dir = value;
+    } else if (flag == "--nvml-library") {
+      o.nvml_library = value;
+    } else if (flag == "--from") {
+      o.from = value;
+    } else {
+      return InvalidArgumentError(flag + ": unknown flag");
+    }
+  }
+  return o;
+}
+
+// This machine: NVML's GPUs (when it loads), the node's slots and the live `tessera run`s, with
+// NVML's per-container figure (the drift check's attribution).
+class LocalSource {
+ public:
+  explicit LocalSource(const TopOptions& o) : o_(o) {
+    auto nvml = agent::NvmlGpuSource::Open(o.nvml_library);
+    if (nvml.ok()) nvml_ = std::move(*nvml);
+  }
+
+  observe::Snapshot Read() {
+    observe::Snapshot s;
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) s.node = host;
+    std::vector<observe::ContainerSource> sources = observe::StateDirContainers(o_.state_dir);
+    for (observe::ContainerSource& c : observe::LocalRunContainers(o_.local_dir)) sources.push_back(std::move(c));
+    s.containers = observe::ReadContainers(sources);
+    if (nvml_) {
+      if (auto facts = nvml_->Discover(); facts.ok()) {
+        for (const agent::GpuFacts& f : *facts) s.gpus.push_back({f.index, f.uuid, f.model, f.memory_bytes, true});
+      }
+      std::map<std::string, std::vector<agent::GpuProcess>> processes;
+      std::set<std::string> uuids;
+      for (const observe::ContainerRow& row : s.containers) uuids.insert(row.uuid);
+      for (const std::string& uuid : uuids) {
+        if (auto list = nvml_->Processes(uuid); list.ok()) processes[uuid] = std::move(*list);
+      }
+      const agent::DriftReport report = agent::CheckDrift(sources, processes, agent::ProcCgroupOf);
+      for (observe::ContainerRow& row : s.containers) {
+        for (const agent::ContainerDrift& d : report.containers) {
+          if (processes.count(row.uuid) && d.pod == row.ns + "/" + row.pod && d.container == row.container &&
+              d.uuid == row.uuid) {
+            row.nvml_bytes = d.nvml_bytes;
+          }
+        }
+      }
+    }
+    meter_.Update(s.containers, static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()));
+    return s;
+  }
+
+ private:
+  const TopOptions& o_;
+  std::unique_ptr<agent::NvmlGpuSource> nvml_;
+  observe::ShareMeter meter_;
+};
+
+StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
+  std::stringstream text;
+  if (from == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(from);
+    if (!in) return NotFoundError("--from " + from + ": cannot read (a file of tessera-node /metrics text, or -)");
+    text << in.rdbuf();
+  }
+  auto s = observe::SnapshotFromExposition(text.str());
+  if (!s.ok()) return s.status().WithContext("--from " + from);
+  return s;
+}
+
+}  // namespace
+
+int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, const TopHooks& hooks) {
+  auto options = ParseTopOptions(args);
+  if (!options.ok()) {
+    err << "tessera top: " << options.status().message() << "\n" << kUsage;
+    return 2;
+  }
+  const TopOptions& o = *options;
+  // A pipe is read once; a file or this machine are redrawn until Ctrl-C (or once).
+  const bool once = o.once || o.from == "-";
+  auto stop = hooks.stop ? hooks.stop : [] { return g_interrupted != 0; };
+  auto sleep = hooks.sleep ? hooks.sleep : [](int s) {
+    for (int i = 0; i < s * 10 && g_interrupted == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  };
+  if (!hooks.stop) std::signal(SIGINT, OnTopInterrupt);
+  std::unique_ptr<LocalSource> local;
+  if (o.from.empty()) {
+    local = std::make_unique<LocalSource>(o);
+    if (once) {
+      local->Read();  // delivered shares need two readings a second apart
+      sleep(1);
+    }
+  }
+  const bool live = !once && isatty(STDOUT_FILENO) && &out == &std::cout;
+  while (true) {
+    StatusOr<observe::Snapshot> s = local ? StatusOr<observe::Snapshot>(local->Read()) : ReadFrom(o.from);
+    if (!s.ok()) {
+      err << "tessera top: " << s.status().message() << "\n";
+      return 2;
+    }
+    if (live) out << "\x1b[H\x1b[2J";
+    out << observe::RenderTop(*s, o.columns);
+    out.flush();
+    if (once) return 0;
+    sleep(o.interval_s);
+    if (stop()) return 0;
+  }
+}
+
+}  // namespace tessera::cli
