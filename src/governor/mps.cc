@@ -117,9 +117,14 @@ std::vector<std::string> DaemonEnvironment(const std::string& uuid, const std::s
   return env;
 }
 
+}  // namespace
+
 // Whether a control daemon answers on `pipe_dir`: its `control` socket accepts a connection (the
 // file alone may be left over from a daemon that died). Should `control` not be a socket, its
-// existence is all there is to go by.
+// existence is all there is to go by. The daemon listens on a SOCK_SEQPACKET socket (measured on
+// the H200, driver 580.159.04, MPS 13000: a SOCK_STREAM connect fails with EPROTOTYPE); a connect
+// of the wrong type fails with EPROTOTYPE, so each connection-oriented type is tried, and a
+// leftover file that no socket is bound to refuses them all (ECONNREFUSED).
 bool DaemonAnswers(const std::string& pipe_dir) {
   const std::string path = pipe_dir + "/control";
   struct stat st {};
@@ -129,12 +134,20 @@ bool DaemonAnswers(const std::string& pipe_dir) {
   if (path.size() >= sizeof(address.sun_path)) return false;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0;
-  close(fd);
-  return ok;
+  for (const int type : {SOCK_SEQPACKET, SOCK_STREAM}) {
+    const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+    const int error = errno;
+    close(fd);
+    if (rc == 0) return true;
+    if (error != EPROTOTYPE) return false;
+  }
+  // A socket of another type (datagram) is bound there: a live daemon.
+  return true;
 }
+
+namespace {
 
 // Starts the control daemon (`-d` daemonizes) and waits up to 5 s for it to answer.
 Status StartDaemon(const std::string& control, const std::vector<std::string>& env, const std::string& pipe_dir,

@@ -24,6 +24,10 @@
 
 namespace tessera::governor {
 
+// Whether an MPS control daemon answers on `pipe_dir`: a process listens on its `control` socket
+// (a leftover socket file of a daemon that died does not count).
+bool DaemonAnswers(const std::string& pipe_dir);
+
 // `program` if it is a path, else the first executable of that name in PATH; "" if none.
 std::string FindInPath(const std::string& program);
 

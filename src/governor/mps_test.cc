@@ -1,8 +1,15 @@
 #include "governor/mps.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 namespace tessera::governor {
 namespace {
@@ -40,6 +47,43 @@ TEST(Mps, AMissingControlProgramIsNamed) {
   auto joined = LocalMps::Join("/nonexistent-tessera-dir", "GPU-x", "no-such-mps-control-program");
   ASSERT_FALSE(joined.ok());
   EXPECT_NE(joined.status().message().find("no-such-mps-control-program not found"), std::string::npos);
+}
+
+// A socket of `type` bound at `path`, listening unless it is a datagram socket; its fd.
+int BoundSocket(const std::string& path, int type) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  const int fd = socket(AF_UNIX, type, 0);
+  if (fd < 0) return -1;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
+      (type != SOCK_DGRAM && listen(fd, 4) != 0)) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The daemon's `control` socket is a SOCK_SEQPACKET one (on the H200, driver 580, a SOCK_STREAM
+// connect failed with EPROTOTYPE and every `tessera run --mode mps` timed out): a listener of any
+// type answers, a leftover socket file does not.
+TEST(Mps, TheDaemonAnswersOnAControlSocketOfAnyType) {
+  char tmpl[] = "/tmp/tessera-mps-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string control = dir + "/control";
+  EXPECT_FALSE(DaemonAnswers(dir));  // nothing there
+  for (const int type : {SOCK_SEQPACKET, SOCK_STREAM, SOCK_DGRAM}) {
+    const int fd = BoundSocket(control, type);
+    ASSERT_GE(fd, 0) << type;
+    EXPECT_TRUE(DaemonAnswers(dir)) << "socket type " << type;
+    close(fd);
+    EXPECT_FALSE(DaemonAnswers(dir)) << "leftover file of socket type " << type;  // the daemon died
+    std::filesystem::remove(control);
+  }
+  std::ofstream(control) << "";
+  EXPECT_TRUE(DaemonAnswers(dir));  // not a socket: its existence is all there is to go by
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
