@@ -37,6 +37,10 @@ int main(int argc, char** argv) {
                  "another device plugin's GPU resource; GPUs it handed out are not managed (repeatable)")
       ->capture_default_str();
   app.add_option("--policy", o.policy_file, "the policy file (tiers' enforcement); default: built-in");
+  app.add_flag("--uninstall", o.uninstall,
+               "remove what tessera put on this node (state folder, CDI specs, sockets, the installed preload "
+               "library, the Node's tessera.dev/ annotations, labels and resources) and exit");
+  app.add_flag("--force", o.force, "with --uninstall: even while containers still run on tessera GPUs");
   app.add_option("--metrics-listen", o.metrics_listen,
                  "HOST:PORT of GET /metrics (Prometheus) and /healthz; empty: not served")
       ->capture_default_str();

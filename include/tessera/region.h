@@ -49,10 +49,20 @@ class Mapping {
   // Maps an existing region; refuses a wrong magic, layout version or size (DataLoss), and a
   // region whose creator never finished (Unavailable).
   static StatusOr<Mapping> Attach(const std::string& path);
+  // The node side's reader (agent, `tessera top`): also a region of an earlier layout (from
+  // kOldestReadableLayout on), created by the previous library in a container that still runs
+  // it. Fields past that layout's size do not exist: check has_compute() before compute[].
+  static StatusOr<Mapping> AttachForReading(const std::string& path);
+
+  std::uint32_t layout_version() const { return layout_; }
+  bool has_compute() const { return layout_ >= 2; }
 
  private:
-  explicit Mapping(Region* region) : region_(region) {}
+  Mapping(Region* region, std::uint32_t layout, std::uint64_t bytes) : region_(region), layout_(layout), bytes_(bytes) {}
+  static StatusOr<Mapping> AttachLayouts(const std::string& path, std::uint32_t oldest);
   Region* region_ = nullptr;
+  std::uint32_t layout_ = kLayoutVersion;
+  std::uint64_t bytes_ = 0;
 };
 
 // Checks a mapped region's header (also used by the fuzz target on raw bytes).

@@ -101,6 +101,14 @@ struct Region {
   Compute compute[kMaxDevices];           // layout version 2
 };
 
+// The bytes of a region of layout `version` as its library created it: every layout extends the
+// one before at the end (version 1 is version 2 without compute[]), so node-side readers can read
+// the regions of containers still running the previous library. 0: not a layout we know.
+inline constexpr std::uint32_t kOldestReadableLayout = 1;
+constexpr std::uint64_t RegionBytesOfLayout(std::uint32_t version) {
+  return version == 2 ? sizeof(Region) : version == 1 ? offsetof(Region, compute) : 0;
+}
+
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<std::uint64_t>) == 8);

@@ -23,6 +23,7 @@
 #include "agent/nvml.h"
 #include "agent/publisher.h"
 #include "agent/slot_binder.h"
+#include "agent/uninstall.h"
 #include "governor/arbiter_host.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
@@ -451,9 +452,31 @@ class PluginSide {
   std::jthread members_;  // last: stopped first
 };
 
+// --uninstall: the host's files first (refused while containers run), then the Node object.
+int Uninstall(const NodeOptions& options) {
+  if (options.node_name.empty()) return Fail(InvalidArgumentError("--node-name: required with --uninstall"));
+  StatusOr<k8s::Config> config = k8s::ResolveConfig(options.kubeconfig);
+  if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
+  config->user_agent = "tessera-node/" TESSERA_VERSION;
+  StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*config);
+  if (!client.ok()) return Fail(client.status());
+  UninstallPaths paths{Or(options.state_dir, names::kPathHostState), Or(options.cdi_dir, names::kPathCdiSpecDir),
+                       Or(options.device_plugin_dir, names::kPathDevicePluginDir),
+                       Or(options.hook_library, names::kPathHookLibrary)};
+  auto files = RemoveNodeFiles(paths, options.force);
+  if (!files.ok()) return Fail(files.status());
+  auto node = UnpublishNode(**client, options.node_name);
+  if (!node.ok()) return Fail(node.status());
+  for (const std::string& f : *files) std::cout << "removed " << f << "\n";
+  for (const std::string& n : *node) std::cout << "removed node " << options.node_name << " " << n << "\n";
+  std::cout << "tessera-node: node " << options.node_name << " uninstalled\n";
+  return 0;
+}
+
 }  // namespace
 
 int RunNode(const NodeOptions& options) {
+  if (options.uninstall) return Uninstall(options);
   StatusOr<ManagedSpec> managed = ParseManagedSpec(options.gpus);
   if (!managed.ok()) return Fail(managed.status());
   if (!options.print_inventory && options.node_name.empty()) {

@@ -25,6 +25,10 @@ struct NodeOptions {
   std::string driver_lib_dir = "/usr/lib/x86_64-linux-gnu";  // libcuda/libnvidia-ml for CDI
   std::string policy_file;            // default: the built-in policy
   int cleanup_interval_s = 5;
+  // Remove everything tessera put on this node (files, Node annotations/labels/resources) and
+  // exit; refused while containers still run on tessera GPUs unless `force`.
+  bool uninstall = false;
+  bool force = false;
   // GET /metrics (Prometheus) and /healthz; empty: not served.
   std::string metrics_listen = "0.0.0.0:9479";
   // Resources of other device plugins whose devices are GPUs (UUIDs, or UUID::replica as NVIDIA's

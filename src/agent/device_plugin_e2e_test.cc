@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
@@ -30,6 +31,7 @@
 #include "tessera/prometheus.h"
 #include "tessera/limits.h"
 #include "tessera/region.h"
+#include "testutil/old_region.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::agent {
@@ -234,6 +236,28 @@ class DevicePluginE2E : public ::testing::Test {
     return d->containers.at(0);
   }
 
+  // tessera-node's /metrics, parsed (empty when it does not answer).
+  static std::vector<prom::Sample> Scrape() {
+    httplib::Client c("127.0.0.1", env->metrics_port);
+    auto res = c.Get("/metrics");
+    if (!res || res->status != 200) return {};
+    auto parsed = prom::ParseExposition(res->body);
+    return parsed.ok() ? std::move(*parsed) : std::vector<prom::Sample>{};
+  }
+  static double PodMetric(const std::vector<prom::Sample>& samples, const std::string& name, const std::string& pod) {
+    for (const prom::Sample& x : samples) {
+      if (x.name == name && x.labels.count("pod") && x.labels.at("pod") == pod) return x.value;
+    }
+    return -1;
+  }
+  // The host folder of a pod's container (<state>/slots/<slot>) from kubelet's record.
+  static std::string SlotDir(const std::string& pod) {
+    for (const json& m : Result(pod).value("mounts", json::array())) {
+      if (m.value("containerPath", "") == "/etc/tessera") return std::filesystem::path(m.value("hostPath", "")).parent_path();
+    }
+    return "";
+  }
+
   std::vector<std::string> EventReasons(const std::string& pod) {
     std::vector<std::string> reasons;
     auto list = api().List(k8s::EventsPath(kNs));
@@ -333,22 +357,11 @@ TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
   r.compute[0].priority_holds += 3;
 
   std::vector<prom::Sample> samples;
-  auto scrape = [&] {
-    httplib::Client c("127.0.0.1", env->metrics_port);
-    auto res = c.Get("/metrics");
-    if (!res || res->status != 200) return false;
-    auto parsed = prom::ParseExposition(res->body);
-    if (!parsed.ok()) return false;
-    samples = std::move(*parsed);
-    return true;
-  };
-  auto value = [&](const std::string& name) -> double {
-    for (const prom::Sample& x : samples) {
-      if (x.name == name && x.labels.count("pod") && x.labels.at("pod") == "metered") return x.value;
-    }
-    return -1;
-  };
-  ASSERT_TRUE(WaitFor([&] { return scrape() && value("tessera_container_gpu_oom_denials_total") == 2; }, 30s))
+  auto value = [&](const std::string& name) { return PodMetric(samples, name, "metered"); };
+  ASSERT_TRUE(WaitFor([&] {
+    samples = Scrape();
+    return value("tessera_container_gpu_oom_denials_total") == 2;
+  }, 30s))
       << env->agent->LogTail(30);
   EXPECT_EQ(value("tessera_container_gpu_memory_limit_bytes"), 2048.0 * kMiB);
   EXPECT_EQ(value("tessera_container_gpu_memory_used_bytes"), 1536.0 * kMiB);
@@ -511,6 +524,107 @@ TEST_F(DevicePluginE2E, AnUnhealthyGpuLosesItsSlotsAndItsPodsAreTold) {
   ASSERT_OK(CreatePod("after-xid", "1Gi"));
   ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("after-xid")).ok(); }, 60s));
   EXPECT_NE(MountedLimits(Result("after-xid"))->devices.at(0).uuid, uuid);
+}
+
+// An upgrade: the new agent finds a container still running the previous library (its region
+// in layout 1, without compute counters). It leaves the container's files as they are, still
+// accounts it (metrics, drift) and serves new containers.
+TEST_F(DevicePluginE2E, AnUpgradedAgentServesContainersOfThePreviousLibrary) {
+  ASSERT_OK(CreatePod("old-library", "2Gi"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("old-library")).ok(); }, 60s)) << env->agent->LogTail(20);
+  const std::string dir = SlotDir("old-library");
+  const std::string region_path = dir + "/run/region", limits_text = Slurp(dir + "/etc/limits");
+  // The container's process (its slot's robust mutex stays locked by this thread, so the
+  // mapping lives until the slot is released at the end).
+  auto region = shm::Mapping::Attach(region_path);
+  ASSERT_OK(region);
+  auto slot = shm::ClaimSlot(*region->region(), 31337, 1);
+  ASSERT_OK(slot);
+  ASSERT_OK(shm::Reserve(*region->region(), *slot, 0, 1536 * kMiB, 2048 * kMiB));
+  env->agent->Stop(10s);
+  ASSERT_TRUE(testutil::DowngradeRegionToLayout1(region_path));  // what the previous library made
+  struct stat before {};
+  ASSERT_EQ(stat(region_path.c_str(), &before), 0);
+  ASSERT_OK(StartAgent());
+  std::vector<prom::Sample> samples;
+  EXPECT_TRUE(WaitFor([&] {
+    samples = Scrape();
+    return PodMetric(samples, "tessera_container_gpu_memory_used_bytes", "old-library") == 1536.0 * kMiB;
+  }, 60s)) << env->agent->LogTail(30);
+  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_memory_limit_bytes", "old-library"), 2048.0 * kMiB);
+  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_busy_seconds_total", "old-library"), -1);  // layout 1 has none
+  struct stat after {};
+  ASSERT_EQ(stat(region_path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_size, before.st_size);  // not re-created in the new layout under the old library
+  EXPECT_EQ(Slurp(dir + "/etc/limits"), limits_text);
+  ASSERT_OK(CreatePod("new-library", "1Gi"));
+  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("new-library")).ok(); }, 60s)) << env->agent->LogTail(30);
+  EXPECT_EQ(shm::Mapping::Attach(SlotDir("new-library") + "/run/region")->layout_version(), shm::kLayoutVersion);
+  shm::ReleaseSlot(*region->region(), *slot);  // the container's process exits (slots are in layout 1 too)
+}
+
+// Uninstall: refused while a container runs on a tessera GPU; then nothing of tessera is left on
+// the node: no state files, CDI specs, plugin sockets or installed library, and no tessera.dev/
+// annotation, label or resource on the Node. (Last: it takes the node's tessera away; the agent
+// is started again at the end.)
+TEST_F(DevicePluginE2E, UninstallLeavesNothingBehind) {
+  ASSERT_OK(CreatePod("still-running", "1Gi"));
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("still-running")).ok(); }, 60s));
+  auto region = shm::Mapping::Attach(SlotDir("still-running") + "/run/region");
+  ASSERT_OK(region);
+  auto slot = shm::ClaimSlot(*region->region(), 4343, 1);
+  ASSERT_OK(slot);
+  env->agent->Stop(10s);
+  const std::string installed = env->dir("host-lib/tessera/libtessera-cuda.so");
+  std::filesystem::create_directories(env->dir("host-lib/tessera"));
+  std::filesystem::copy_file(TESSERA_HOOK_LIBRARY, installed);
+  auto uninstall = [&](bool force) {
+    e2e::ChildOptions o;
+    o.argv = {TESSERA_NODE_BINARY, "--uninstall", "--node-name", kNode, "--kubeconfig", env->cluster->kubeconfig(),
+              "--state-dir", env->dir("state"), "--cdi-dir", env->dir("cdi"), "--device-plugin-dir", env->dir("plugins"),
+              "--hook-library", installed};
+    if (force) o.argv.push_back("--force");
+    o.log_path = env->dir(std::string("uninstall") + (force ? "-force" : "") + ".log");
+    auto child = e2e::ChildProcess::Spawn(std::move(o));
+    if (!child.ok()) return -1;
+    const std::optional<int> status = (*child)->Wait(60s);  // a wait status
+    return status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -2;
+  };
+  EXPECT_EQ(uninstall(false), 1);
+  EXPECT_NE(Slurp(env->dir("uninstall.log")).find("containers still run on tessera GPUs"), std::string::npos)
+      << Slurp(env->dir("uninstall.log"));
+  EXPECT_TRUE(std::filesystem::exists(env->dir("state/slots")));  // nothing half-done
+  shm::ReleaseSlot(*region->region(), *slot);
+  region = shm::Mapping();
+  ASSERT_EQ(uninstall(false), 0) << Slurp(env->dir("uninstall.log"));
+  EXPECT_FALSE(std::filesystem::exists(env->dir("state")));
+  EXPECT_FALSE(std::filesystem::exists(env->dir("host-lib/tessera")));
+  for (const char* folder : {"cdi", "plugins"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(env->dir(folder))) {
+      EXPECT_EQ(entry.path().filename().string().find("tessera"), std::string::npos) << entry.path();
+    }
+  }
+  auto node = api().Get(k8s::NodePath(kNode));
+  ASSERT_OK(node);
+  for (const char* field : {"annotations", "labels"}) {
+    const json map = (*node)["metadata"].value(field, json::object());
+    for (const auto& [key, value] : map.items()) {
+      EXPECT_NE(key.rfind("tessera.dev/", 0), 0u) << field << " " << key;
+    }
+  }
+  for (const char* field : {"capacity", "allocatable"}) {
+    const json resources = (*node)["status"].value(field, json::object());
+    for (const auto& [key, value] : resources.items()) {
+      // kubelet itself keeps reporting a resource its device plugin once registered until it
+      // restarts (docs/design/0019): only that one may remain.
+      if (key != "tessera.dev/gpu-slot") {
+        EXPECT_NE(key.rfind("tessera.dev/", 0), 0u) << field << " " << key;
+      }
+    }
+  }
+  std::filesystem::create_directories(env->dir("state"));
+  ASSERT_OK(StartAgent());
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ struct RegionView {
 
 RegionView ReadRegion(const std::string& path) {
   RegionView view;
-  auto m = shm::Mapping::Attach(path);
+  auto m = shm::Mapping::AttachForReading(path);  // the previous library's layout too
   if (!m.ok()) return view;
   const shm::Region& r = *m->region();
   for (const auto& slot : r.slots) {

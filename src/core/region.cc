@@ -88,30 +88,40 @@ bool TryTakeDeadSlot(Region& region, std::uint32_t s) {
 
 }  // namespace
 
-Mapping::Mapping(Mapping&& other) noexcept : region_(other.region_) { other.region_ = nullptr; }
+Mapping::Mapping(Mapping&& other) noexcept : region_(other.region_), layout_(other.layout_), bytes_(other.bytes_) {
+  other.region_ = nullptr;
+}
 Mapping& Mapping::operator=(Mapping&& other) noexcept {
   if (this != &other) {
-    if (region_ != nullptr) munmap(region_, kRegionBytes);
+    if (region_ != nullptr) munmap(region_, bytes_);
     region_ = other.region_;
+    layout_ = other.layout_;
+    bytes_ = other.bytes_;
     other.region_ = nullptr;
   }
   return *this;
 }
 Mapping::~Mapping() {
-  if (region_ != nullptr) munmap(region_, kRegionBytes);
+  if (region_ != nullptr) munmap(region_, bytes_);
 }
 
-Status ValidateHeader(const Header& header, std::uint64_t file_bytes) {
+namespace {
+
+// A header of a layout from `oldest` to kLayoutVersion, its sizes those of that layout.
+Status ValidateLayouts(const Header& header, std::uint64_t file_bytes, std::uint32_t oldest) {
   if (file_bytes < sizeof(Header)) {
     return DataLossError("region is " + std::to_string(file_bytes) + " bytes, smaller than its header");
   }
   if (header.magic != kMagic) return DataLossError("region has a wrong magic number");
-  if (header.layout_version != kLayoutVersion) {
+  if (header.layout_version < oldest || header.layout_version > kLayoutVersion) {
     return DataLossError("region layout version " + std::to_string(header.layout_version) +
-                         ", this library reads version " + std::to_string(kLayoutVersion));
+                         ", this library reads version " +
+                         (oldest == kLayoutVersion ? std::to_string(kLayoutVersion)
+                                                   : std::to_string(oldest) + " to " + std::to_string(kLayoutVersion)));
   }
-  if (header.header_bytes != sizeof(Header) || header.region_bytes != kRegionBytes ||
-      file_bytes != kRegionBytes || header.max_devices != kMaxDevices ||
+  const std::uint64_t bytes = RegionBytesOfLayout(header.layout_version);
+  if (header.header_bytes != sizeof(Header) || header.region_bytes != bytes ||
+      file_bytes != bytes || header.max_devices != kMaxDevices ||
       header.max_slots != kMaxSlots) {
     return DataLossError("region size " + std::to_string(file_bytes) + " does not match ABI " +
                          AbiVersion());
@@ -120,6 +130,12 @@ Status ValidateHeader(const Header& header, std::uint64_t file_bytes) {
     return DataLossError("region lists " + std::to_string(header.device_count) + " devices");
   }
   return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateHeader(const Header& header, std::uint64_t file_bytes) {
+  return ValidateLayouts(header, file_bytes, kLayoutVersion);
 }
 
 namespace {
@@ -144,8 +160,8 @@ void Initialize(Region& region, const std::vector<DeviceLimit>& devices) {
   region.header.ready.store(1, std::memory_order_release);
 }
 
-StatusOr<Region*> MapRegion(int fd, const std::string& path) {
-  void* addr = mmap(nullptr, kRegionBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+StatusOr<Region*> MapRegion(int fd, const std::string& path, std::uint64_t bytes = kRegionBytes) {
+  void* addr = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (addr == MAP_FAILED) return UnavailableError(Errno("cannot map region", path));
   return static_cast<Region*>(addr);
 }
@@ -191,7 +207,7 @@ StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<Dev
     unlink(tmp.c_str());
     return s;
   }
-  return Mapping(*region);
+  return Mapping(*region, kLayoutVersion, kRegionBytes);
 }
 
 StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
@@ -214,7 +230,13 @@ StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
   return UnavailableError(Errno("cannot publish region", path));
 }
 
-StatusOr<Mapping> Mapping::Attach(const std::string& path) {
+StatusOr<Mapping> Mapping::Attach(const std::string& path) { return AttachLayouts(path, kLayoutVersion); }
+
+StatusOr<Mapping> Mapping::AttachForReading(const std::string& path) {
+  return AttachLayouts(path, kOldestReadableLayout);
+}
+
+StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t oldest) {
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return NotFoundError(Errno("no region", path));
@@ -226,16 +248,21 @@ StatusOr<Mapping> Mapping::Attach(const std::string& path) {
     close(fd);
     return s;
   }
+  // The size says the layout (every layout extends the previous one); the header must agree.
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
-  if (file_bytes != kRegionBytes) {
+  std::uint32_t layout = 0;
+  for (std::uint32_t v = oldest; v <= kLayoutVersion; ++v) {
+    if (RegionBytesOfLayout(v) == file_bytes) layout = v;
+  }
+  if (layout == 0) {
     close(fd);
     return DataLossError("region " + path + " is " + std::to_string(file_bytes) +
                          " bytes; ABI " + AbiVersion() + " needs " + std::to_string(kRegionBytes));
   }
-  auto region = MapRegion(fd, path);
+  auto region = MapRegion(fd, path, file_bytes);
   close(fd);
   if (!region.ok()) return region.status();
-  Mapping mapping(*region);
+  Mapping mapping(*region, layout, file_bytes);
   // A concurrent creator (CreateOrAttach) may still be initializing: wait a bounded while.
   for (int i = 0; i < 10000 && mapping.region()->header.ready.load(std::memory_order_acquire) == 0;
        ++i) {
@@ -244,8 +271,13 @@ StatusOr<Mapping> Mapping::Attach(const std::string& path) {
   if (mapping.region()->header.ready.load(std::memory_order_acquire) == 0) {
     return UnavailableError("region " + path + " was never initialized by its creator");
   }
-  const Status valid = ValidateHeader(mapping.region()->header, file_bytes);
+  const Status valid = ValidateLayouts(mapping.region()->header, file_bytes, oldest);
   if (!valid.ok()) return valid.WithContext("region " + path);
+  if (mapping.region()->header.layout_version != layout) {
+    return DataLossError("region " + path + ": header says layout " +
+                         std::to_string(mapping.region()->header.layout_version) + ", its size layout " +
+                         std::to_string(layout));
+  }
   return mapping;
 }
 

@@ -15,6 +15,7 @@
 
 #include "tessera/quantity.h"
 #include "testutil/status_matchers.h"
+#include "testutil/old_region.h"
 #include "testutil/temp_dir.h"
 
 namespace tessera::shm {
@@ -91,6 +92,33 @@ TEST_F(RegionTest, AttachRefusesForeignFiles) {
 
   auto missing = Mapping::Attach(dir_.path() + "/none");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+// Upgrades: the node side reads the region of a container still running the previous library
+// (layout 1: no compute[]); the library itself only attaches its own layout.
+TEST_F(RegionTest, NodeSideReadsThePreviousLayout) {
+  auto slot = ClaimSlot(region(), 7, 1);
+  ASSERT_OK(slot);
+  ASSERT_OK(Reserve(region(), *slot, 0, 3 * kGiB, 4 * kGiB));
+  EXPECT_EQ(Mapping::AttachForReading(path_)->layout_version(), 2u);
+  EXPECT_TRUE(Mapping::AttachForReading(path_)->has_compute());
+  mapping_ = Mapping();
+  ASSERT_TRUE(testutil::DowngradeRegionToLayout1(path_));
+
+  auto old = Mapping::AttachForReading(path_);
+  ASSERT_OK(old);
+  EXPECT_EQ(old->layout_version(), 1u);
+  EXPECT_FALSE(old->has_compute());
+  EXPECT_EQ(UsedBytes(*old->region(), 0), 3 * kGiB);
+  EXPECT_EQ(old->region()->devices[1].limit_bytes, 1 * kGiB);
+  auto strict = Mapping::Attach(path_);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_EQ(strict.status().code(), StatusCode::kDataLoss);
+  // A header that disagrees with the size is refused by both.
+  old->region()->header.layout_version = 2;
+  auto lying = Mapping::AttachForReading(path_);
+  ASSERT_FALSE(lying.ok());
+  EXPECT_EQ(lying.status().code(), StatusCode::kDataLoss) << lying.status().ToString();
 }
 
 TEST_F(RegionTest, CreateOrAttachKeepsTheFirstCreatorsLimits) {

@@ -80,6 +80,7 @@ std::string RenderExposition(const Snapshot& s) {
     out.Add(n::kMetricContainerMemoryUsed, labels, static_cast<double>(c.used_bytes));
     out.Add(n::kMetricContainerMemoryPeak, labels, static_cast<double>(c.peak_bytes));
     out.Add(n::kMetricContainerOomDenials, labels, static_cast<double>(c.oom_denials));
+    if (!c.compute_readable) continue;
     if (c.delivered) out.Add(n::kMetricContainerShareDelivered, labels, *c.delivered);
     out.Add(n::kMetricContainerBusy, labels, Seconds(c.busy_ns));
     out.Add(n::kMetricContainerThrottled, labels, Seconds(c.throttled_ns));
@@ -161,6 +162,7 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
       row_of(x).delivered = x.value;
     } else if (m == n::kMetricContainerBusy) {
       row_of(x).busy_ns = Count(x.value * 1e9);
+      row_of(x).compute_readable = true;
     } else if (m == n::kMetricContainerThrottled) {
       row_of(x).throttled_ns = Count(x.value * 1e9);
     } else if (m == n::kMetricContainerPriorityHeld) {

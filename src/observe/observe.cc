@@ -51,7 +51,8 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
   std::vector<ContainerRow> rows;
   for (const ContainerSource& source : sources) {
     const Limits& l = source.limits;
-    auto mapping = shm::Mapping::Attach(source.region_path);
+    // A container still running the previous library has a region of the previous layout.
+    auto mapping = shm::Mapping::AttachForReading(source.region_path);
     const std::size_t slash = l.pod.find('/');
     for (const DeviceLimits& d : l.devices) {
       ContainerRow row;
@@ -68,11 +69,16 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
       if (device >= 0) {
         const shm::Region& r = *mapping->region();
         const shm::Device& dev = r.devices[device];
-        const shm::Compute& c = r.compute[device];
         row.region_readable = true;
         row.used_bytes = shm::UsedBytes(r, device);
         row.peak_bytes = dev.peak_bytes.load(std::memory_order_relaxed);
         row.oom_denials = dev.oom_rejections.load(std::memory_order_relaxed);
+        if (!mapping->has_compute()) {
+          rows.push_back(std::move(row));
+          continue;
+        }
+        const shm::Compute& c = r.compute[device];
+        row.compute_readable = true;
         row.busy_ns = c.busy_ns.load(std::memory_order_relaxed);
         row.throttled_ns = c.throttled_ns.load(std::memory_order_relaxed);
         row.priority_held_ns = c.priority_held_ns.load(std::memory_order_relaxed);

@@ -40,6 +40,7 @@ struct ContainerRow {
   std::uint64_t limit_bytes = 0;
   std::uint32_t cores_percent = 0;  // 0: no compute share
   bool region_readable = false;     // false: the counters below are unknown (0)
+  bool compute_readable = false;    // false: a region of layout 1 (the previous library): no compute counters
   std::uint64_t used_bytes = 0, peak_bytes = 0, oom_denials = 0;
   std::uint64_t busy_ns = 0, throttled_ns = 0, priority_held_ns = 0, priority_holds = 0, launches = 0;
   shm::Gate gate = shm::Gate::kFree;

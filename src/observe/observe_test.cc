@@ -11,6 +11,7 @@
 #include "tessera/names.h"
 #include "tessera/prometheus.h"
 #include "tessera/region.h"
+#include "testutil/old_region.h"
 #include "testutil/temp_dir.h"
 
 namespace tessera::observe {
@@ -162,6 +163,25 @@ TEST_F(NodeState, AContainerWithoutARegionIsShownWithUnknownUsage) {
   const std::string text = RenderExposition({"n", "v", {}, rows, {}});
   EXPECT_NE(text.find("tessera_container_gpu_memory_limit_bytes"), std::string::npos);
   EXPECT_EQ(text.find("tessera_container_gpu_memory_used_bytes"), std::string::npos);
+}
+
+TEST_F(NodeState, AContainerOnThePreviousLibraryIsReadWithoutComputeCounters) {
+  mapping_ = shm::Mapping();
+  ASSERT_TRUE(testutil::DowngradeRegionToLayout1(slot_ + "/run/region"));
+  auto rows = ReadContainers(StateDirContainers(dir_.path()));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0].region_readable);
+  EXPECT_EQ(rows[0].used_bytes, 5 * kGiB);
+  EXPECT_EQ(rows[0].oom_denials, 1u);
+  EXPECT_FALSE(rows[0].compute_readable);  // layout 1 has no compute counters
+  EXPECT_EQ(rows[0].gate, shm::Gate::kFree);
+  const std::string text = RenderExposition({"n", "v", {}, rows, {}});
+  EXPECT_NE(text.find("tessera_container_gpu_memory_used_bytes"), std::string::npos);
+  EXPECT_EQ(text.find("tessera_container_gpu_busy_seconds_total"), std::string::npos);
+  auto back = SnapshotFromExposition(text);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->containers[0].compute_readable);
+  EXPECT_NE(RenderTop(*back).find("      ? "), std::string::npos) << RenderTop(*back);
 }
 
 TEST_F(NodeState, MetricsCarryTheKnownUsageWithDcgmLabels) {

@@ -123,9 +123,9 @@ std::string RenderTop(const Snapshot& s, int columns) {
                     c->region_readable ? Bytes(c->used_bytes).c_str() : "?",
                     c->region_readable ? Bytes(c->peak_bytes).c_str() : "?",
                     c->nvml_bytes ? Bytes(*c->nvml_bytes).c_str() : "-", share.c_str(),
-                    c->delivered ? Percent(*c->delivered).c_str() : "-", c->region_readable ? held : "?",
+                    c->delivered ? Percent(*c->delivered).c_str() : "-", c->compute_readable ? held : "?",
                     static_cast<unsigned long long>(c->oom_denials),
-                    c->region_readable ? std::string(GateName(c->gate)).c_str() : "?");
+                    c->compute_readable ? std::string(GateName(c->gate)).c_str() : "?");
       out += line;
     }
   }
