@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
-# The main job: builds tessera and runs the most complete thing it does today —
-#   1. `tessera sim`: the ATC'23 FGD trace experiment (Alibaba GPU trace, 1,213 nodes, default
-#      pod list) through the six published placement policies (their curves reproduced exactly)
-#      and tessera's online policy, 10 seeds each, with a plot of allocation vs arrival;
-#   2. `tessera advise` on the example policy file: the seeds' trust-tier decision framework.
+# The main job: builds tessera and runs, on this machine, what it does:
+#   1. `tessera demo`: a real control plane (etcd, kube-apiserver, kube-scheduler from their
+#      upstream Go modules) with three simulated GPU nodes, tessera-scheduler (extender and
+#      admission webhooks) and one tessera-node per node as local processes; the seeds' scenarios
+#      replayed, with placements per GPU, ledgers, denials and their reasons, the policy in force,
+#      and where enforcement would act on a GPU (docs/demo.md);
+#   2. `tessera sim`: the ATC'23 FGD trace experiment (Alibaba GPU trace, 1,213 nodes) through
+#      the six published placement policies (their curves reproduced exactly) and tessera's online
+#      policy, 10 seeds each, with a plot;
+#   3. `tessera advise` on the example policy file: the seeds' trust-tier decision framework.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/install-deps.sh
+test/e2e/harness/build.sh build/e2e
 cmake --preset release >/dev/null
-cmake --build build/release -j "$(nproc)" --target tessera
+cmake --build build/release -j "$(nproc)" --target tessera tessera-scheduler tessera-node tessera_fake_nvml
 tessera=build/release/cmd/tessera/tessera
+
+"$tessera" demo --testcluster build/e2e/tessera-testcluster \
+  --scheduler-binary build/release/cmd/tessera-scheduler/tessera-scheduler \
+  --node-binary build/release/cmd/tessera-node/tessera-node \
+  --fake-nvml-dir build/release/test/fakes/lib
 
 printf '\n##### tessera sim: default trace, all policies x seeds 42..51\n'
 "$tessera" sim --trace test/data/alibaba-gpu-v2023 --pods default --policy all --seeds 42..51 \

@@ -7,6 +7,7 @@
 
 #include "cli/advise_cmd.h"
 #include "cli/core_commands.h"
+#include "cli/demo_cmd.h"
 #include "cli/explain_cmd.h"
 #include "policy/policy.h"
 #include "sim/sim_command.h"
@@ -28,6 +29,7 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   int exit_code = 0;
   AddAdviseCommand(app, out, err, &exit_code);
   AddExplainCommand(app, out, err, &exit_code);
+  AddDemoCommand(app, out, err, &exit_code);
 
   app.add_subcommand("run", "Run a command under a GPU memory cap on a local GPU");
   app.add_subcommand("version", "Print the version and the shared-region ABI");

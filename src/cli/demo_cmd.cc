@@ -1,0 +1,87 @@
+#include "cli/demo_cmd.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "demo/demo.h"
+#include "tessera/quantity.h"
+
+namespace tessera::cli {
+namespace {
+
+struct DemoFlags {
+  demo::DemoOptions options;
+  std::string only;
+  bool json = false;
+};
+
+// The folder of the running tessera binary ("" if /proc does not say).
+std::string ExecutableDir() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string() : exe.parent_path().string();
+}
+
+int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
+  demo::DemoOptions& o = f.options;
+  if (!f.only.empty()) {
+    std::size_t start = 0;
+    while (start <= f.only.size()) {
+      std::size_t comma = f.only.find(',', start);
+      if (comma == std::string::npos) comma = f.only.size();
+      const std::string id = f.only.substr(start, comma - start);
+      if (id.empty()) {
+        err << "tessera demo: --only: an empty entry in \"" << QuoteForMessage(f.only)
+            << "\"; accepted: scenario ids, comma-separated (" << demo::ScenarioIds() << ")\n";
+        return 2;
+      }
+      o.only.push_back(id);
+      start = comma + 1;
+    }
+  }
+  demo::FillDefaults(o, ExecutableDir());
+  demo::DemoResult result;
+  const Status status = demo::RunDemo(o, f.json ? nullptr : &out, err, &result);
+  if (status.code() == StatusCode::kInvalidArgument) {
+    err << "tessera demo: " << status.message() << "\n";
+    return 2;
+  }
+  if (f.json && (status.ok() || result.completed)) out << demo::ResultToJson(result) << "\n";
+  if (status.code() == StatusCode::kAborted) return 130;  // Ctrl-C, as a shell reports it
+  if (!status.ok()) return 1;
+  if (result.unexpected() > 0) {
+    err << "tessera demo: " << result.unexpected()
+        << " pod(s) did not end as the story says (marked (!) above)\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddDemoCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code) {
+  auto flags = std::make_shared<DemoFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "Replay the seeds' GPU-sharing scenarios on a local control plane with simulated "
+              "GPU nodes, and show placements, ledgers, denials and enforcement (docs/demo.md)");
+  cmd->add_option("--testcluster", flags->options.testcluster,
+                  "tessera-testcluster (test/e2e/harness/build.sh; default $TESSERA_TESTCLUSTER, "
+                  "else found from this binary)");
+  cmd->add_option("--scheduler-binary", flags->options.scheduler,
+                  "tessera-scheduler (default: found from this binary)");
+  cmd->add_option("--node-binary", flags->options.node, "tessera-node (default: found from this binary)");
+  cmd->add_option("--fake-nvml-dir", flags->options.fake_nvml_dir,
+                  "folder of the fake libnvidia-ml.so.1 (default: found from this binary)");
+  cmd->add_option("--only", flags->only, "scenarios to run, comma-separated: " + demo::ScenarioIds());
+  cmd->add_flag("--json", flags->json, "print a machine-readable summary instead of the story");
+  cmd->add_flag("--keep", flags->options.keep,
+                "keep the temporary folder (process logs, cluster state) and say where");
+  cmd->callback([flags, &out, &err, exit_code] { *exit_code = RunDemoCommand(*flags, out, err); });
+}
+
+}  // namespace tessera::cli

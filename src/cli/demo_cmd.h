@@ -1,0 +1,11 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <ostream>
+
+namespace tessera::cli {
+
+// Adds `tessera demo` (docs/demo.md); the callback's exit code is stored in *exit_code.
+void AddDemoCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code);
+
+}  // namespace tessera::cli
