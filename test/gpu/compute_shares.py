@@ -29,6 +29,13 @@ PARTS = os.environ.get("PARTS", "a b d").split()
 REPEATS = int(os.environ.get("REPEATS", "24"))
 CPUS = sorted(os.sched_getaffinity(0))
 PIN = {int(os.environ.get("PIN_CPU", CPUS[min(3, len(CPUS) - 1)]))}  # one core: less noise
+# (d) pins the workload process only (PIN_SCOPE=child, default): `tessera run` itself, whose
+# thread hosts the machine's arbiter, runs where the OS puts it, as tessera-node's arbiter does
+# beside a container. PIN_SCOPE=all pins `tessera run` too (its threads then share the core).
+PIN_SCOPE = os.environ.get("PIN_SCOPE", "child")
+PINNED = [sys.executable, "-c",
+          "import os,sys; os.sched_setaffinity(0, {%s}); os.execv(sys.argv[1], sys.argv[1:])"
+          % ",".join(map(str, PIN))]
 KINDS = tuple(os.environ.get("KINDS", "gemm tiny long graph").split())
 sys.stdout.reconfigure(line_buffering=True)
 results = {"date": time.strftime("%Y-%m-%d %H:%M"), "solo": {}, "accuracy": [], "splits": [],
@@ -175,21 +182,22 @@ def reclaim():
 
 def overhead():
     """Interleaved A/B of `compute_workload launch`: native vs a memory-only tessera run."""
-    cmds = {"native": [WORKLOAD, "launch"],
-            "tessera": tessera("--gpu-memory", "16Gi") + [WORKLOAD, "launch"]}
+    child = PINNED + [WORKLOAD, "launch"] if PIN_SCOPE == "child" else [WORKLOAD, "launch"]
+    cmds = {"native": child, "tessera": tessera("--gpu-memory", "16Gi") + child}
+    pin_all = (lambda: os.sched_setaffinity(0, PIN)) if PIN_SCOPE != "child" else None
     got = {"native": [], "tessera": []}
     for i in range(REPEATS):
         for name in (("native", "tessera") if i % 2 == 0 else ("tessera", "native")):
             try:
                 out = subprocess.run(cmds[name], capture_output=True, text=True, timeout=120,
-                                     preexec_fn=lambda: os.sched_setaffinity(0, PIN)).stdout
+                                     preexec_fn=pin_all).stdout
                 got[name].append([l["ns_per_launch"] for l in json_lines(out)
                                   if "ns_per_launch" in l][0])
             except (subprocess.SubprocessError, OSError, IndexError):
                 got[name].append(None)
     pairs = [(n, t) for n, t in zip(got["native"], got["tessera"])
              if n is not None and t is not None]
-    row = {"native": got["native"], "tessera": got["tessera"], "pairs": len(pairs)}
+    row = {"native": got["native"], "tessera": got["tessera"], "pairs": len(pairs), "pin_scope": PIN_SCOPE}
     if pairs:
         diffs = [t - n for n, t in pairs]
         boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
@@ -199,7 +207,7 @@ def overhead():
         row["diff_pct"] = 100 * row["diff_median"] / native
         row["ci95_pct"] = [100 * c / native for c in row["ci95"]]
     results["overhead"] = row
-    print("\n(d) overhead, no compute cap: empty-kernel launch, ns/launch (pinned to one CPU)")
+    print(f"\n(d) overhead, no compute cap: empty-kernel launch, ns/launch (pinned to one CPU: {PIN_SCOPE})")
     print(f"{'native':>8} {'tessera':>8} {'diff':>7} {'95% CI':>17} {'% of native':>12} "
           f"{'pairs':>5}")
     if not pairs:
