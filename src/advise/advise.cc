@@ -339,8 +339,9 @@ Advice Advise(const Request& request) {
       "user-space interception stops accidents and greedy neighbours, not a determined attacker; "
       "tiers facing one need MIG or dedicated GPUs");
   advice.notes.push_back(
-      "this release enforces GPU memory caps (libtessera-cuda, `tessera run`); compute shares, "
-      "the MPS backend, the node agent's reconciliation and MIG placement are not built yet");
+      "this release enforces GPU memory caps and compute shares and priority classes (measured "
+      "GPU time, an arbiter per GPU), runs MPS daemons for mode mps, and checks NVML against every "
+      "container (drift); MIG placement is not built yet");
   return advice;
 }
 
