@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
                "remove what tessera put on this node (state folder, CDI specs, sockets, the installed preload "
                "library, the Node's tessera.dev/ annotations, labels and resources) and exit");
   app.add_flag("--force", o.force, "with --uninstall: even while containers still run on tessera GPUs");
+  app.add_flag("--hold", o.hold, "with --uninstall: then wait for SIGTERM (the chart's uninstall DaemonSet)");
   app.add_option("--metrics-listen", o.metrics_listen,
                  "HOST:PORT of GET /metrics (Prometheus) and /healthz; empty: not served")
       ->capture_default_str();

@@ -470,6 +470,16 @@ int Uninstall(const NodeOptions& options) {
   for (const std::string& f : *files) std::cout << "removed " << f << "\n";
   for (const std::string& n : *node) std::cout << "removed node " << options.node_name << " " << n << "\n";
   std::cout << "tessera-node: node " << options.node_name << " uninstalled\n";
+  std::cout.flush();
+  if (options.hold) {
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    int signal = 0;
+    sigwait(&stop, &signal);
+  }
   return 0;
 }
 

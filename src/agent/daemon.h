@@ -29,6 +29,7 @@ struct NodeOptions {
   // exit; refused while containers still run on tessera GPUs unless `force`.
   bool uninstall = false;
   bool force = false;
+  bool hold = false;  // after --uninstall, wait for SIGTERM (a DaemonSet's container must not exit)
   // GET /metrics (Prometheus) and /healthz; empty: not served.
   std::string metrics_listen = "0.0.0.0:9479";
   // Resources of other device plugins whose devices are GPUs (UUIDs, or UUID::replica as NVIDIA's

@@ -55,6 +55,15 @@ StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& p, bool
   // it finds, none being in use.
   if (fs::is_directory(p.state_dir + "/mps", ec)) governor::NodeMps(p.state_dir + "/mps", "nvidia-cuda-mps-control").Retain({});
   for (const char* part : {"slots", "mps", "ld.so.preload"}) Remove(fs::path(p.state_dir) / part, removed);
+  // The installed library, and its folder when that is left empty and is tessera's (named
+  // tessera, or inside the state folder).
+  if (!p.hook_library.empty()) {
+    Remove(p.hook_library, removed);
+    const fs::path folder = fs::path(p.hook_library).parent_path();
+    const std::string state = fs::path(p.state_dir).lexically_normal().string() + "/";
+    const bool ours = folder.filename() == "tessera" || folder.lexically_normal().string().rfind(state, 0) == 0;
+    if (ours && fs::is_directory(folder, ec) && fs::is_empty(folder, ec)) Remove(folder, removed);
+  }
   if (fs::is_directory(p.state_dir, ec) && fs::is_empty(p.state_dir, ec)) Remove(p.state_dir, removed);
   for (const auto& entry : fs::directory_iterator(p.cdi_dir, ec)) {
     const std::string name = entry.path().filename().string();
@@ -63,13 +72,6 @@ StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& p, bool
   for (const auto& entry : fs::directory_iterator(p.device_plugin_dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind("tessera-gpu", 0) == 0 && entry.path().extension() == ".sock") Remove(entry.path(), removed);
-  }
-  if (!p.hook_library.empty()) {
-    Remove(p.hook_library, removed);
-    const fs::path folder = fs::path(p.hook_library).parent_path();
-    if (folder.filename() == "tessera" && fs::is_directory(folder, ec) && fs::is_empty(folder, ec)) {
-      Remove(folder, removed);
-    }
   }
   return removed;
 }
