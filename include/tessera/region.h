@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,25 @@ class Mapping {
   Region* region_ = nullptr;
   std::uint32_t layout_ = kLayoutVersion;
   std::uint64_t bytes_ = 0;
+};
+
+// A private copy of a region, read with pread: for node-side readers that only look (metrics,
+// drift, `tessera top`, uninstall). A tenant can truncate its region file at any moment, which
+// turns a read of a shared mapping into SIGBUS; a copy cannot. Layouts from
+// kOldestReadableLayout on; fields past the copy's layout are zero (check has_compute()).
+class RegionCopy {
+ public:
+  static StatusOr<RegionCopy> Read(const std::string& path);
+  const Region& region() const { return *storage_; }
+  std::uint32_t layout_version() const { return layout_; }
+  bool has_compute() const { return layout_ >= 2; }
+
+ private:
+  struct Free {
+    void operator()(Region* r) const;
+  };
+  std::unique_ptr<Region, Free> storage_;
+  std::uint32_t layout_ = 0;
 };
 
 // Checks a mapped region's header (also used by the fuzz target on raw bytes).

@@ -313,9 +313,9 @@ class PluginSide {
     std::map<std::string, std::vector<GpuProcess>> processes;
     for (const std::string& uuid : managed) {
       auto list = gpus_.Processes(uuid);
-      if (!list.ok()) {
+      if (!list.ok()) {  // this GPU's figures are unknown this pass; the others still count
         TESSERA_LOG(kDebug, kAgent, "drift: %s", list.status().ToString().c_str());
-        return nvml_by_key;
+        continue;
       }
       processes[uuid] = std::move(*list);
     }
@@ -324,7 +324,8 @@ class PluginSide {
     std::erase_if(report.unattributed, [](const UnattributedProcess& u) { return ParentOf(u.process.pid) == getpid(); });
     std::set<std::string> over_now, unattributed_now, drifting_now;
     for (const ContainerDrift& c : report.containers) {
-      nvml_by_key[c.pod + "/" + c.container + "/" + c.uuid] = c.nvml_bytes;
+      if (processes.count(c.uuid) == 0) continue;  // NVML did not answer for its GPU
+      nvml_by_key[c.id + "/" + c.pod + "/" + c.container + "/" + c.uuid] = c.nvml_bytes;
       if (c.drift_bytes() != 0) {
         TESSERA_LOG(kDebug, kAgent, "drift %s %s: NVML %llu, region %llu", c.pod.c_str(), c.container.c_str(),
                     static_cast<unsigned long long>(c.nvml_bytes), static_cast<unsigned long long>(c.region_bytes));
@@ -360,9 +361,10 @@ class PluginSide {
 
   void ReportDrift(const ContainerDrift& c) {
     const std::size_t slash = c.pod.find('/');
-    auto pod = pods_->GetPod(c.pod.substr(0, slash), c.pod.substr(slash + 1));
-    if (!pod.ok()) return;
-    pods_->WarnPod(*pod, names::kEventMemoryDrift,
+    if (slash == std::string::npos) return;
+    const k8s::Json pod = {
+        {"metadata", {{"namespace", c.pod.substr(0, slash)}, {"name", c.pod.substr(slash + 1)}, {"uid", c.pod_uid}}}};
+    pods_->WarnPod(pod, names::kEventMemoryDrift,
                    "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " + c.uuid +
                        " (NVML) but its region accounts " + FormatBytesHuman(c.region_bytes) +
                        ": memory the preload library did not see (module code, implicit driver growth, a process "
@@ -375,20 +377,26 @@ class PluginSide {
     if (metrics_ == nullptr) return;
     const auto rows = metrics_->Sample(nvml_by_key, static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()));
-    std::map<std::string, std::uint64_t> denials;
+    // At most one Event per container a minute (a job retrying allocations would post one every
+    // pass); the count is of everything refused since the last Event. The Pod is named from the
+    // limits file: no API read on this thread.
+    const auto now = std::chrono::steady_clock::now();
+    std::map<std::string, Told> denials;
     for (const observe::ContainerRow& row : rows) {
       if (!row.region_readable) continue;
-      denials[row.Key()] = row.oom_denials;
       auto seen = denials_.find(row.Key());
-      const std::uint64_t before = seen != denials_.end() ? seen->second : (sampled_once_ ? 0 : row.oom_denials);
-      if (row.oom_denials <= before) continue;
-      auto pod = pods_->GetPod(row.ns, row.pod);
-      if (!pod.ok()) continue;
-      pods_->WarnPod(*pod, names::kEventGpuMemoryDenied,
-                     "container " + row.container + ": " + std::to_string(row.oom_denials - before) +
-                         " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " + row.uuid +
-                         " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " + FormatBytesHuman(row.peak_bytes) +
-                         "); the application saw out-of-memory");
+      Told told = seen != denials_.end() ? seen->second : Told{sampled_once_ ? 0 : row.oom_denials, {}};
+      if (row.oom_denials > told.count && (told.at == std::chrono::steady_clock::time_point{} ||
+                                           now - told.at >= std::chrono::minutes(1))) {
+        const k8s::Json pod = {{"metadata", {{"namespace", row.ns}, {"name", row.pod}, {"uid", row.pod_uid}}}};
+        pods_->WarnPod(pod, names::kEventGpuMemoryDenied,
+                       "container " + row.container + ": " + std::to_string(row.oom_denials - told.count) +
+                           " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " +
+                           row.uuid + " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " +
+                           FormatBytesHuman(row.peak_bytes) + "); the application saw out-of-memory");
+        told = {row.oom_denials, now};
+      }
+      denials[row.Key()] = told;
     }
     denials_ = std::move(denials);
     sampled_once_ = true;
@@ -440,7 +448,11 @@ class PluginSide {
   std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
   std::set<std::string> told_unhealthy_;           // GPUs whose containers were told
   std::set<std::string> drifting_;                 // drift episodes already reported
-  std::map<std::string, std::uint64_t> denials_;   // allocation denials seen, by container key
+  struct Told {
+    std::uint64_t count = 0;                      // denials already told (or there at start)
+    std::chrono::steady_clock::time_point at{};   // when the last Event went out
+  };
+  std::map<std::string, Told> denials_;            // by container key
   bool sampled_once_ = false;
   NodeMetrics* metrics_ = nullptr;
   struct {
@@ -463,7 +475,19 @@ int Uninstall(const NodeOptions& options) {
   UninstallPaths paths{Or(options.state_dir, names::kPathHostState), Or(options.cdi_dir, names::kPathCdiSpecDir),
                        Or(options.device_plugin_dir, names::kPathDevicePluginDir),
                        Or(options.hook_library, names::kPathHookLibrary)};
-  auto files = RemoveNodeFiles(paths, options.force);
+  // The slots kubelet still holds for pods (when kubelet runs here): their containers may start
+  // processes at any time, even with none running now.
+  std::set<std::string> held;
+  const std::string socket = Or(options.pod_resources_socket, names::kPathPodResourcesSocket);
+  if (!options.force && std::filesystem::exists(socket)) {
+    auto slots = PodResourcesClient(socket).HeldDevices(names::kResourceGpuSlot);
+    if (!slots.ok()) {
+      return Fail(FailedPreconditionError("cannot ask kubelet which GPU slots pods hold (" + slots.status().message() +
+                                          "); retry, or pass --force"));
+    }
+    held = std::move(*slots);
+  }
+  auto files = RemoveNodeFiles(paths, options.force, held);
   if (!files.ok()) return Fail(files.status());
   auto node = UnpublishNode(**client, options.node_name);
   if (!node.ok()) return Fail(node.status());
@@ -523,9 +547,9 @@ int RunNode(const NodeOptions& options) {
     TESSERA_LOG(kWarn, kAgent, "node %s: %s", options.node_name.c_str(),
                 g.status().ToString().c_str());
   }
-  std::unique_ptr<PluginSide> plugin;
   const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
   const bool plugin_served = std::filesystem::is_directory(plugin_dir);
+  // Declared before the plugin side and the server: both use it until they are gone.
   NodeMetrics metrics(options.node_name, TESSERA_VERSION,
                       plugin_served ? Or(options.state_dir, names::kPathHostState) : "");
   std::unique_ptr<MetricsServer> metrics_server;
@@ -543,6 +567,7 @@ int RunNode(const NodeOptions& options) {
       TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics", served.status().message().c_str());
     }
   }
+  std::unique_ptr<PluginSide> plugin;
   if (plugin_served) {
     auto started = PluginSide::Start(options, **client, **source, &metrics);
     if (!started.ok()) return Fail(started.status());

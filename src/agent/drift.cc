@@ -1,6 +1,7 @@
 #include "agent/drift.h"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -26,14 +27,14 @@ struct RegionView {
 
 RegionView ReadRegion(const std::string& path) {
   RegionView view;
-  auto m = shm::Mapping::AttachForReading(path);  // the previous library's layout too
+  auto m = shm::RegionCopy::Read(path);  // a private copy (truncation-safe); the previous layout too
   if (!m.ok()) return view;
-  const shm::Region& r = *m->region();
+  const shm::Region& r = m->region();
   for (const auto& slot : r.slots) {
     if (slot.state.load() == 1 && slot.pid > 0) view.pids.insert(static_cast<unsigned int>(slot.pid));
   }
   for (std::uint32_t d = 0; d < std::min<std::uint32_t>(r.header.device_count, shm::kMaxDevices); ++d) {
-    const std::string uuid(r.devices[d].uuid);
+    const std::string uuid(r.devices[d].uuid, strnlen(r.devices[d].uuid, shm::kUuidBytes));
     view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
   }
   return view;

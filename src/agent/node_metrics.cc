@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <thread>
 
 #include "k8s/listen.h"
@@ -76,6 +77,9 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
   server->port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
   if (server->port_ < 0) return UnavailableError(listen + ": cannot listen (in use, or not an address of this host)");
   server->impl_->thread = std::thread([&http] { http.listen_after_bind(); });
+  // stop() does nothing until the server runs: wait for it, so that a destructor right after
+  // Start() cannot wait for ever.
+  while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return server;
 }
 

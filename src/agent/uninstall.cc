@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "governor/mps.h"
 #include "k8s/paths.h"
@@ -25,23 +26,36 @@ void Remove(const fs::path& path, std::vector<std::string>& removed) {
 
 }  // namespace
 
-std::vector<std::string> ContainersInUse(const std::string& state_dir) {
+std::vector<std::string> ContainersInUse(const std::string& state_dir, const std::set<std::string>& held_slots) {
   std::vector<std::string> in_use;
   for (const observe::ContainerSource& c : observe::StateDirContainers(state_dir)) {
-    auto m = shm::Mapping::AttachForReading(c.region_path);
-    if (!m.ok()) continue;
-    shm::Region& r = *m->region();
-    shm::ReclaimDeadSlots(r);  // a process that died without releasing its slot runs nothing
+    if (held_slots.count(c.id) != 0) {
+      in_use.push_back(c.id + " (" + c.limits.pod + "; kubelet still holds its slot)");
+      continue;
+    }
+    // A private copy, no locks taken: the region is the tenant's to write (garbage included).
+    auto copy = shm::RegionCopy::Read(c.region_path);
+    if (!copy.ok()) {
+      if (copy.status().code() == StatusCode::kNotFound) continue;  // never started a GPU process
+      in_use.push_back(c.id + " (" + c.limits.pod + "; its region cannot be read: " + copy.status().message() + ")");
+      continue;
+    }
+    const shm::Region& r = copy->region();
     const bool live = std::any_of(std::begin(r.slots), std::end(r.slots),
-                                  [](const shm::Slot& s) { return s.state.load() == 1; });
-    if (live) in_use.push_back(c.id + " (" + c.limits.pod + ")");
+                                  [](const shm::Slot& s) { return s.state.load(std::memory_order_relaxed) == 1; });
+    if (live) in_use.push_back(c.id + " (" + c.limits.pod + "; a process holds a slot of its region)");
   }
   return in_use;
 }
 
-StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& p, bool force) {
+StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& p, bool force,
+                                                   const std::set<std::string>& held_slots) {
+  const std::string state = fs::path(p.state_dir).lexically_normal().string();
+  if (p.state_dir.empty() || state == "/") {
+    return InvalidArgumentError("--state-dir " + p.state_dir + ": tessera's own folder is needed, not the root");
+  }
   if (!force) {
-    const std::vector<std::string> in_use = ContainersInUse(p.state_dir);
+    const std::vector<std::string> in_use = ContainersInUse(p.state_dir, held_slots);
     if (!in_use.empty()) {
       std::string list;
       for (const std::string& c : in_use) list += (list.empty() ? "" : ", ") + c;
@@ -55,13 +69,14 @@ StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& p, bool
   // it finds, none being in use.
   if (fs::is_directory(p.state_dir + "/mps", ec)) governor::NodeMps(p.state_dir + "/mps", "nvidia-cuda-mps-control").Retain({});
   for (const char* part : {"slots", "mps", "ld.so.preload"}) Remove(fs::path(p.state_dir) / part, removed);
-  // The installed library, and its folder when that is left empty and is tessera's (named
-  // tessera, or inside the state folder).
-  if (!p.hook_library.empty()) {
-    Remove(p.hook_library, removed);
+  // The installed library (only a file or a link: a folder named by mistake is left alone), and
+  // its folder when that is left empty and is tessera's (named tessera, or inside the state folder).
+  const auto library = fs::symlink_status(p.hook_library, ec);
+  if (!p.hook_library.empty() && (fs::is_regular_file(library) || fs::is_symlink(library))) {
+    if (fs::remove(p.hook_library, ec)) removed.push_back(p.hook_library);
     const fs::path folder = fs::path(p.hook_library).parent_path();
-    const std::string state = fs::path(p.state_dir).lexically_normal().string() + "/";
-    const bool ours = folder.filename() == "tessera" || folder.lexically_normal().string().rfind(state, 0) == 0;
+    const bool ours =
+        folder.filename() == "tessera" || folder.lexically_normal().string().rfind(state + "/", 0) == 0;
     if (ours && fs::is_directory(folder, ec) && fs::is_empty(folder, ec)) Remove(folder, removed);
   }
   if (fs::is_directory(p.state_dir, ec) && fs::is_empty(p.state_dir, ec)) Remove(p.state_dir, removed);

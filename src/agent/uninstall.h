@@ -6,6 +6,7 @@
 // are its limits and accounting), unless forced.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,12 +22,15 @@ struct UninstallPaths {
   std::string hook_library;       // the installed copy; its folder too when left empty
 };
 
-// The slots whose region has a live process (an active slot): "slot-0003 (ml/train-0)".
-std::vector<std::string> ContainersInUse(const std::string& state_dir);
+// The containers still there: a slot kubelet holds (`held_slots`, from PodResources), a region
+// with an active slot, or a region that cannot be read (counted as in use: fail closed).
+std::vector<std::string> ContainersInUse(const std::string& state_dir, const std::set<std::string>& held_slots);
 
 // Removes tessera's files from the host; returns what it removed. FailedPrecondition (naming
 // the containers) while ContainersInUse is not empty and !force: nothing is removed then.
-StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& paths, bool force);
+// InvalidArgument for a state folder that is the root.
+StatusOr<std::vector<std::string>> RemoveNodeFiles(const UninstallPaths& paths, bool force,
+                                                   const std::set<std::string>& held_slots);
 
 // Removes every tessera.dev/ annotation and label of the Node (merge patch) and every
 // tessera.dev/ resource of its status (capacity, allocatable). Returns what it removed.

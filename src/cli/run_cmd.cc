@@ -197,7 +197,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   const std::string limits_path = dir + "/limits";
   const std::string region_path = dir + "/region";
   Limits limits;
-  limits.pod = "local/tessera-run";
+  limits.pod = "local/tessera-run-" + std::to_string(getpid());  // one name per run (metrics, top)
   limits.container = "main";
   limits.pod_uid = "local";
   limits.fail_closed = o.fail_closed;

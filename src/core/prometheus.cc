@@ -1,5 +1,6 @@
 #include "tessera/prometheus.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -95,7 +96,9 @@ void Exposition::Add(std::string_view name, const Labels& labels, const Histogra
     out += base + "_bucket" + LabelText(labels, "le", FormatValue(Histogram::kBounds[i])) + " " +
            std::to_string(cumulative) + "\n";
   }
-  const std::uint64_t count = h.Count();
+  // Buckets and count are read one after the other while observations go on: +Inf and _count
+  // are never below the last finite bucket.
+  const std::uint64_t count = std::max(h.Count(), cumulative);
   out += base + "_bucket" + LabelText(labels, "le", "+Inf") + " " + std::to_string(count) + "\n";
   out += base + "_sum" + LabelText(labels) + " " + FormatValue(h.Sum()) + "\n";
   out += base + "_count" + LabelText(labels) + " " + std::to_string(count) + "\n";

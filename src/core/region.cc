@@ -236,12 +236,60 @@ StatusOr<Mapping> Mapping::AttachForReading(const std::string& path) {
   return AttachLayouts(path, kOldestReadableLayout);
 }
 
-StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t oldest) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
+namespace {
+
+// Opens a region file read-write only if it is a regular file: a tenant can replace its region
+// with a device node (mknod) or a FIFO, and merely opening some devices acts (a watchdog arms).
+// The path is resolved once without opening the object (O_PATH), checked, then reopened through
+// that descriptor; where /proc is not mounted, a checked lstat precedes the open instead.
+StatusOr<int> OpenRegularFile(const std::string& path, int flags) {
+  const int probe = open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (probe < 0) {
     if (errno == ENOENT) return NotFoundError(Errno("no region", path));
     return UnavailableError(Errno("cannot open region", path));
   }
+  struct stat st {};
+  if (fstat(probe, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(probe);
+    return DataLossError("region " + path + " is not a regular file");
+  }
+  int fd = open(("/proc/self/fd/" + std::to_string(probe)).c_str(), flags | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {  // no /proc
+    struct stat again {};
+    fd = lstat(path.c_str(), &again) == 0 && S_ISREG(again.st_mode) && again.st_ino == st.st_ino
+             ? open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+             : -1;
+  }
+  close(probe);
+  if (fd < 0) return UnavailableError(Errno("cannot open region", path));
+  struct stat opened {};
+  if (fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode) || opened.st_ino != st.st_ino) {
+    close(fd);
+    return DataLossError("region " + path + " changed while it was opened");
+  }
+  return fd;
+}
+
+// The layout a region file's size says (every layout extends the previous one), 0 if none.
+std::uint32_t LayoutOfSize(std::uint64_t file_bytes, std::uint32_t oldest) {
+  std::uint32_t layout = 0;
+  for (std::uint32_t v = oldest; v <= kLayoutVersion; ++v) {
+    if (RegionBytesOfLayout(v) == file_bytes) layout = v;
+  }
+  return layout;
+}
+
+Status WrongSize(const std::string& path, std::uint64_t file_bytes) {
+  return DataLossError("region " + path + " is " + std::to_string(file_bytes) + " bytes; ABI " + AbiVersion() +
+                       " needs " + std::to_string(kRegionBytes));
+}
+
+}  // namespace
+
+StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t oldest) {
+  auto opened = OpenRegularFile(path, O_RDWR);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const Status s = UnavailableError(Errno("cannot stat region", path));
@@ -250,14 +298,10 @@ StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t 
   }
   // The size says the layout (every layout extends the previous one); the header must agree.
   const auto file_bytes = static_cast<std::uint64_t>(st.st_size);
-  std::uint32_t layout = 0;
-  for (std::uint32_t v = oldest; v <= kLayoutVersion; ++v) {
-    if (RegionBytesOfLayout(v) == file_bytes) layout = v;
-  }
+  const std::uint32_t layout = LayoutOfSize(file_bytes, oldest);
   if (layout == 0) {
     close(fd);
-    return DataLossError("region " + path + " is " + std::to_string(file_bytes) +
-                         " bytes; ABI " + AbiVersion() + " needs " + std::to_string(kRegionBytes));
+    return WrongSize(path, file_bytes);
   }
   auto region = MapRegion(fd, path, file_bytes);
   close(fd);
@@ -279,6 +323,49 @@ StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t 
                          std::to_string(layout));
   }
   return mapping;
+}
+
+StatusOr<RegionCopy> RegionCopy::Read(const std::string& path) {
+  auto opened = OpenRegularFile(path, O_RDONLY);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
+  struct stat st {};
+  const bool stat_ok = fstat(fd, &st) == 0;
+  const auto file_bytes = static_cast<std::uint64_t>(stat_ok ? st.st_size : 0);
+  const std::uint32_t layout = LayoutOfSize(file_bytes, kOldestReadableLayout);
+  if (layout == 0) {
+    close(fd);
+    return WrongSize(path, file_bytes);
+  }
+  RegionCopy copy;
+  copy.storage_.reset(static_cast<Region*>(::operator new(sizeof(Region), std::align_val_t{alignof(Region)})));
+  std::memset(static_cast<void*>(copy.storage_.get()), 0, sizeof(Region));
+  auto* bytes = reinterpret_cast<char*>(copy.storage_.get());
+  std::uint64_t done = 0;
+  while (done < file_bytes) {
+    const ssize_t n = pread(fd, bytes + done, file_bytes - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // truncated under us: what was read is checked below
+    done += static_cast<std::uint64_t>(n);
+  }
+  close(fd);
+  if (done != file_bytes) return DataLossError("region " + path + " shrank while it was read");
+  const Header& h = copy.storage_->header;
+  if (h.ready.load(std::memory_order_relaxed) == 0) {
+    return UnavailableError("region " + path + " was never initialized by its creator");
+  }
+  const Status valid = ValidateLayouts(h, file_bytes, kOldestReadableLayout);
+  if (!valid.ok()) return valid.WithContext("region " + path);
+  if (h.layout_version != layout) {
+    return DataLossError("region " + path + ": header says layout " + std::to_string(h.layout_version) +
+                         ", its size layout " + std::to_string(layout));
+  }
+  copy.layout_ = layout;
+  return copy;
+}
+
+void RegionCopy::Free::operator()(Region* r) const {
+  ::operator delete(static_cast<void*>(r), std::align_val_t{alignof(Region)});
 }
 
 StatusOr<std::uint32_t> ClaimSlot(Region& region, std::int32_t pid, std::uint64_t start_time) {

@@ -239,7 +239,7 @@ int RunScheduler(const SchedulerOptions& options) {
   std::mutex denied_mu;
   std::map<std::string, std::chrono::steady_clock::time_point> denied_recently;
   webhook_options.on_denial = [&](const webhook::Denial& d) {
-    if (d.dry_run || d.namespace_name.empty()) return;
+    if (d.dry_run || d.namespace_name.empty() || d.name.empty()) return;  // generateName: no object to name
     const auto now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(denied_mu);

@@ -148,6 +148,7 @@ json Extender::Bind(const json& args) {
     }
   }
   ledger_->FinishBind(uid, true);
+  ++counters_.decisions;
   return json{{"Error", ""}};
 }
 

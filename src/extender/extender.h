@@ -42,6 +42,7 @@ struct ExtenderCounters {
   std::atomic<std::uint64_t> unschedulable{0};
   std::atomic<std::uint64_t> binds{0};
   std::atomic<std::uint64_t> bind_failures{0};
+  std::atomic<std::uint64_t> decisions{0};  // binds that wrote a signed decision
   std::atomic<std::uint64_t> preemptions{0};
 };
 

@@ -149,9 +149,8 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
     out.Add(n::kMetricSchedulerFilters, {}, count(c.filters));
     out.Add(n::kMetricSchedulerFilterErrors, {}, count(c.filter_errors));
     out.Add(n::kMetricSchedulerUnschedulable, {}, count(c.unschedulable));
-    const std::uint64_t binds = c.binds, failures = c.bind_failures;
-    out.Add(n::kMetricSchedulerDecisions, {}, count(binds >= failures ? binds - failures : 0));
-    out.Add(n::kMetricSchedulerBindFailures, {}, count(failures));
+    out.Add(n::kMetricSchedulerDecisions, {}, count(c.decisions));
+    out.Add(n::kMetricSchedulerBindFailures, {}, count(c.bind_failures));
     out.Add(n::kMetricSchedulerPreemptions, {}, count(c.preemptions));
     out.Add(n::kMetricSchedulerReservations, {}, count(ledger->reservations()));
     out.Add(n::kMetricSchedulerBoundPods, {}, count(ledger->bound()));

@@ -49,6 +49,7 @@ EventRecorder::~EventRecorder() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stop_deadline_ = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   }
   cv_.notify_all();
   thread_.join();
@@ -87,6 +88,11 @@ void EventRecorder::Run() {
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stopping, nothing left
+    if (stop_ && std::chrono::steady_clock::now() > stop_deadline_) {  // a shutdown does not wait on the API
+      dropped_ += queue_.size();
+      queue_.clear();
+      break;
+    }
     Json event = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;

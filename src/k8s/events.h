@@ -3,6 +3,7 @@
 // API. The queue is bounded; what does not fit, or fails to post, is counted as dropped.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -19,7 +20,7 @@ class EventRecorder {
  public:
   // `component`: source.component (tessera-node, tessera-scheduler); `host`: source.host.
   EventRecorder(Client& client, std::string component, std::string host, std::size_t queue_limit = 256);
-  ~EventRecorder();  // posts what is queued (best effort, bounded by the client's timeouts), then stops
+  ~EventRecorder();  // posts what is queued for up to 3 s (plus one post in flight), drops the rest
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;
 
@@ -40,6 +41,7 @@ class EventRecorder {
   std::condition_variable cv_, idle_;
   std::deque<Json> queue_;
   bool busy_ = false, stop_ = false;
+  std::chrono::steady_clock::time_point stop_deadline_{};  // what is queued after it is dropped
   std::uint64_t posted_ = 0, dropped_ = 0;
   std::thread thread_;
 };

@@ -11,11 +11,16 @@
 namespace tessera::observe {
 namespace {
 
+// A limits file's text: only a regular file, at most 64 KiB (a registration in the machine-wide
+// folder may name anything: a FIFO would block, /dev/zero would never end).
 std::string Slurp(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > (64u << 10)) return "";
   std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text(64u << 10, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return text;
 }
 
 std::optional<ContainerSource> Source(std::string id, const std::string& limits_path, std::string region_path) {
@@ -51,11 +56,14 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
   std::vector<ContainerRow> rows;
   for (const ContainerSource& source : sources) {
     const Limits& l = source.limits;
-    // A container still running the previous library has a region of the previous layout.
-    auto mapping = shm::Mapping::AttachForReading(source.region_path);
+    // A private copy (a tenant may truncate its region at any time: a shared mapping would
+    // SIGBUS); of the previous layout too, for a container still running the previous library.
+    auto mapping = shm::RegionCopy::Read(source.region_path);
     const std::size_t slash = l.pod.find('/');
     for (const DeviceLimits& d : l.devices) {
       ContainerRow row;
+      row.id = source.id;
+      row.pod_uid = l.pod_uid;
       row.ns = slash == std::string::npos ? "" : l.pod.substr(0, slash);
       row.pod = slash == std::string::npos ? l.pod : l.pod.substr(slash + 1);
       row.container = l.container;
@@ -65,9 +73,9 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
       row.compute = l.compute;
       row.limit_bytes = d.memory_bytes;
       row.cores_percent = d.cores_percent;
-      const int device = mapping.ok() ? shm::FindDevice(*mapping->region(), d.uuid) : -1;
+      const int device = mapping.ok() ? shm::FindDevice(mapping->region(), d.uuid) : -1;
       if (device >= 0) {
-        const shm::Region& r = *mapping->region();
+        const shm::Region& r = mapping->region();
         const shm::Device& dev = r.devices[device];
         row.region_readable = true;
         row.used_bytes = shm::UsedBytes(r, device);
@@ -97,7 +105,7 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
 void ShareMeter::Update(std::vector<ContainerRow>& rows, std::uint64_t now_ns) {
   std::map<std::string, Seen> next;
   for (ContainerRow& row : rows) {
-    if (!row.region_readable) continue;
+    if (!row.compute_readable) continue;  // no compute counters (layout 1, or no region)
     const std::string key = row.Key();
     Seen seen;
     auto it = seen_.find(key);

@@ -32,7 +32,9 @@ struct GpuRow {
 
 // One container on one GPU.
 struct ContainerRow {
-  std::string ns, pod, container;  // `tessera run`: ns "", pod = the command's name
+  std::string id;                  // its source (slot, or limits file): unique on the node
+  std::string ns, pod, container;  // `tessera run`: ns "local", pod "tessera-run-<pid>"
+  std::string pod_uid;
   std::string uuid;
   PriorityClass priority = PriorityClass::kNormal;
   SharingMode mode = SharingMode::kShared;
@@ -47,7 +49,9 @@ struct ContainerRow {
   std::optional<std::uint64_t> nvml_bytes;  // only the node agent knows (NVML)
   std::optional<double> delivered;          // busy per wall second over the last window
 
-  std::string Key() const { return ns + "/" + pod + "/" + container + "/" + uuid; }
+  // Unique per container and GPU: a pod recreated under the same name while its old slot is
+  // still there is another container.
+  std::string Key() const { return id + "/" + ns + "/" + pod + "/" + container + "/" + uuid; }
   std::optional<std::int64_t> drift_bytes() const {
     if (!nvml_bytes) return std::nullopt;
     return static_cast<std::int64_t>(*nvml_bytes) - static_cast<std::int64_t>(used_bytes);

@@ -1,6 +1,8 @@
 #include "observe/observe.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -240,7 +242,7 @@ TEST_F(NodeState, TopReadsTheSameSnapshotBackFromMetrics) {
   EXPECT_EQ(back->gpus[0].memory_total, 141 * kGiB);
   ASSERT_EQ(back->containers.size(), 2u);
   const ContainerRow& a = back->containers[0];
-  EXPECT_EQ(a.Key(), s.containers[0].Key());
+  EXPECT_EQ(a.Key(), "/" + s.containers[0].ns + "/" + s.containers[0].pod + "/trainer/GPU-aaaa");  // no slot id
   EXPECT_EQ(a.used_bytes, s.containers[0].used_bytes);
   EXPECT_EQ(a.peak_bytes, s.containers[0].peak_bytes);
   EXPECT_EQ(a.cores_percent, 30u);
@@ -274,10 +276,36 @@ TEST_F(NodeState, TopShowsEachContainerWithinTheWidth) {
   EXPECT_NE(screen.find("8.0G"), std::string::npos) << screen;
 }
 
+TEST_F(NodeState, TopPrintsNoTerminalControlAndKeepsToNarrowWidths) {
+  Snapshot s;
+  s.node = "evil\x1b]0;pwned\x07";
+  s.gpus = {{0, "GPU-aaaa", "NVIDIA\x1b[2J H200", 141 * kGiB, true}};
+  s.containers = ReadContainers(StateDirContainers(dir_.path()));
+  s.containers[0].pod = "p\x1b[31m";
+  const std::string screen = RenderTop(s, 60);
+  EXPECT_EQ(screen.find('\x1b'), std::string::npos) << screen;
+  EXPECT_EQ(screen.find('\x07'), std::string::npos);
+  std::istringstream lines(screen);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 60u) << line;
+}
+
+TEST_F(NodeState, ATruncatedOrForeignRegionIsUnknownNeverACrash) {
+  const std::string region = slot_ + "/run/region";
+  ASSERT_EQ(truncate(region.c_str(), 4096), 0);  // the tenant truncates it under the agent
+  auto rows = ReadContainers(StateDirContainers(dir_.path()));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_FALSE(rows[0].region_readable);
+  mapping_ = shm::Mapping();
+  std::filesystem::remove(region);
+  ASSERT_EQ(mkfifo(region.c_str(), 0666), 0);  // or puts a FIFO there: not opened, not waited on
+  rows = ReadContainers(StateDirContainers(dir_.path()));
+  EXPECT_FALSE(rows[0].region_readable);
+}
+
 TEST(ShareMeter, DeliveredIsBusyPerWallSecondOverTheWindow) {
   ShareMeter meter(1'000'000'000);
   std::vector<ContainerRow> rows(1);
-  rows[0].region_readable = true;
+  rows[0].region_readable = rows[0].compute_readable = true;
   rows[0].busy_ns = 10'000'000'000;
   meter.Update(rows, 100'000'000'000);
   EXPECT_FALSE(rows[0].delivered.has_value());

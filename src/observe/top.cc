@@ -48,9 +48,32 @@ std::string Bar(double used, double total, int width) {
          std::string(static_cast<std::size_t>(width - filled), '.') + "]";
 }
 
+// Control characters out (names may come from another machine's metrics: no terminal escapes).
+std::string Printable(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
 std::string Fit(std::string text, std::size_t width) {
+  text = Printable(std::move(text));
   if (text.size() > width) text = text.substr(0, width - 1) + "~";
   return text;
+}
+
+// Every line cut at `columns`.
+std::string Clamp(const std::string& screen, int columns) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < screen.size()) {
+    std::size_t end = screen.find('\n', start);
+    if (end == std::string::npos) end = screen.size();
+    out += screen.substr(start, std::min<std::size_t>(end - start, static_cast<std::size_t>(columns)));
+    if (end < screen.size()) out += '\n';
+    start = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -58,8 +81,9 @@ std::string Fit(std::string text, std::size_t width) {
 std::string RenderTop(const Snapshot& s, int columns) {
   std::string out;
   char line[512];
-  std::snprintf(line, sizeof(line), "tessera top  node %s%s%s\n", s.node.empty() ? "(local)" : s.node.c_str(),
-                s.version.empty() ? "" : "  tessera ", s.version.c_str());
+  std::snprintf(line, sizeof(line), "tessera top  node %s%s%s\n",
+                s.node.empty() ? "(local)" : Printable(s.node).c_str(), s.version.empty() ? "" : "  tessera ",
+                Printable(s.version).c_str());
   out += line;
   if (s.counts) {
     std::snprintf(line, sizeof(line), "drift: %llu over-cap episode(s), %llu unattributed process(es), "
@@ -91,8 +115,8 @@ std::string RenderTop(const Snapshot& s, int columns) {
       ++count;
     }
     const std::string index = g.index >= 0 ? std::to_string(g.index) : "?";
-    std::snprintf(line, sizeof(line), "\nGPU %s  %s%s%s%s\n", index.c_str(), g.model.c_str(), g.model.empty() ? "" : "  ",
-                  g.uuid.c_str(), g.healthy ? "" : "  UNHEALTHY");
+    std::snprintf(line, sizeof(line), "\nGPU %s  %s%s%s%s\n", index.c_str(), Printable(g.model).c_str(),
+                  g.model.empty() ? "" : "  ", Printable(g.uuid).c_str(), g.healthy ? "" : "  UNHEALTHY");
     out += line;
     const double total = static_cast<double>(g.memory_total != 0 ? g.memory_total : allocated);
     std::snprintf(line, sizeof(line), "  memory %s used, %s capped of %s %s  compute %s reserved  %d container(s)\n",
@@ -134,7 +158,7 @@ std::string RenderTop(const Snapshot& s, int columns) {
          "\nSHARE: compute share (w: work-conserving). GOT: delivered over the last window."
          "\nHELD: time launches waited (share or priority). DENIED: allocations refused at the cap."
          "\nNVML: the driver's figure (node agent only). GATE: the arbiter's verdict now.\n";
-  return out;
+  return Clamp(out, columns);
 }
 
 }  // namespace tessera::observe
