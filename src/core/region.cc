@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -338,7 +340,11 @@ StatusOr<RegionCopy> RegionCopy::Read(const std::string& path) {
     return WrongSize(path, file_bytes);
   }
   RegionCopy copy;
-  copy.storage_.reset(static_cast<Region*>(::operator new(sizeof(Region), std::align_val_t{alignof(Region)})));
+  // malloc, not an aligned operator new: this file is in the preload library, whose C++ ABI
+  // floor (deployments/images/preload-abi-floor) an aligned new would raise.
+  static_assert(alignof(Region) <= alignof(std::max_align_t));
+  copy.storage_.reset(static_cast<Region*>(std::malloc(sizeof(Region))));
+  if (!copy.storage_) return UnavailableError("region " + path + ": out of memory for a copy");
   std::memset(static_cast<void*>(copy.storage_.get()), 0, sizeof(Region));
   auto* bytes = reinterpret_cast<char*>(copy.storage_.get());
   std::uint64_t done = 0;
@@ -364,9 +370,7 @@ StatusOr<RegionCopy> RegionCopy::Read(const std::string& path) {
   return copy;
 }
 
-void RegionCopy::Free::operator()(Region* r) const {
-  ::operator delete(static_cast<void*>(r), std::align_val_t{alignof(Region)});
-}
+void RegionCopy::Free::operator()(Region* r) const { std::free(r); }
 
 StatusOr<std::uint32_t> ClaimSlot(Region& region, std::int32_t pid, std::uint64_t start_time) {
   // Protocol: only the holder of a slot's owner mutex changes its state. A claimer takes the

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <thread>
 
+#include "tessera/exec_args.h"
+
 extern char** environ;
 
 namespace tessera::demo {
@@ -72,23 +74,7 @@ StatusOr<std::unique_ptr<Process>> Process::Spawn(SpawnOptions options) {
   if (options.name.empty()) options.name = fs::path(options.argv[0]).filename().string();
   // Everything the child needs is prepared before fork(): afterwards only async-signal-safe
   // calls until execve.
-  std::vector<std::string> args = options.argv;
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string key = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& [name, value] : options.env) replaced = replaced || name == key;
-    if (!replaced) env_strings.push_back(entry);
-  }
-  for (const auto& [name, value] : options.env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& entry : env_strings) envp.push_back(entry.data());
-  envp.push_back(nullptr);
-
+  ExecArgs exec(options.argv, options.env);
   const int log_fd = open(options.log_path.empty() ? "/dev/null" : options.log_path.c_str(),
                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) return UnavailableError(Errno("open " + options.log_path));
@@ -113,7 +99,7 @@ StatusOr<std::unique_ptr<Process>> Process::Spawn(SpawnOptions options) {
     dup2(log_fd, STDERR_FILENO);
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execve(argv[0], argv.data(), envp.data());
+    execve(exec.argv()[0], exec.argv(), exec.envp());
     const char message[] = "tessera demo: execve failed\n";
     (void)!write(STDERR_FILENO, message, sizeof(message) - 1);
     _exit(127);
@@ -226,3 +212,4 @@ bool IsExecutableFile(const std::string& path) {
 }
 
 }  // namespace tessera::demo
+

@@ -18,6 +18,8 @@
 
 extern char** environ;
 
+#include "tessera/exec_args.h"
+
 namespace tessera::e2e {
 namespace {
 
@@ -42,21 +44,7 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(ChildOptions options
   if (options.argv.empty()) return InvalidArgumentError("ChildProcess: empty argv");
   // Everything the child needs is prepared before fork(): after it, only async-signal-safe
   // calls until execve.
-  std::vector<char*> argv;
-  for (std::string& arg : options.argv) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry(*e);
-    const std::string name = entry.substr(0, entry.find('='));
-    bool replaced = false;
-    for (const auto& [key, value] : options.env) replaced = replaced || key == name;
-    if (!replaced) env_strings.push_back(entry);
-  }
-  for (const auto& [key, value] : options.env) env_strings.push_back(key + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& entry : env_strings) envp.push_back(entry.data());
-  envp.push_back(nullptr);
+  ExecArgs exec(options.argv, options.env);
 
   int log_fd = -1;
   if (!options.log_path.empty()) {
@@ -80,7 +68,7 @@ StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(ChildOptions options
     }
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execve(argv[0], argv.data(), envp.data());
+    execve(exec.argv()[0], exec.argv(), exec.envp());
     const char message[] = "ChildProcess: execve failed\n";
     (void)!write(STDERR_FILENO, message, sizeof(message) - 1);
     _exit(127);
