@@ -1,6 +1,7 @@
 #include "governor/arbiter_host.h"
 
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -41,6 +43,51 @@ std::string Slurp(const std::string& path) {
 constexpr std::string_view kMemberPrefix = "member-";
 constexpr std::uint64_t kScanEveryNs = 100'000'000;
 
+// A region is the tenant's file (mode 0666): the tenant can truncate it while the arbiter has it
+// mapped, and the next access past the new end raises SIGBUS. The arbiter's accesses run under a
+// guard: SIGBUS on this thread while guarded jumps back, and the member is let go. SIGBUS
+// anywhere else goes to the previous disposition, as before.
+thread_local sigjmp_buf* t_guard = nullptr;
+struct sigaction g_previous_sigbus {};
+std::once_flag g_sigbus_installed;
+
+extern "C" void OnRegionSigbus(int signal, siginfo_t* info, void* context) {
+  if (t_guard != nullptr) siglongjmp(*t_guard, 1);
+  // Not a guarded region access: what would have happened without us.
+  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
+    if (g_previous_sigbus.sa_sigaction != nullptr) return g_previous_sigbus.sa_sigaction(signal, info, context);
+  } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN &&
+             g_previous_sigbus.sa_handler != nullptr) {
+    return g_previous_sigbus.sa_handler(signal);
+  }
+  sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // the faulting access runs again and dies as it would have
+}
+
+void InstallSigbusGuard() {
+  std::call_once(g_sigbus_installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = OnRegionSigbus;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGBUS, &action, &g_previous_sigbus);
+  });
+}
+
+// Runs `access` — loads and stores of one region, nothing that allocates, locks or owns — and
+// returns false if the region's file was truncated under it.
+template <typename F>
+bool Guarded(F&& access) {
+  sigjmp_buf env;
+  if (sigsetjmp(env, 1) != 0) {
+    t_guard = nullptr;
+    return false;
+  }
+  t_guard = &env;
+  access();
+  t_guard = nullptr;
+  return true;
+}
+
 }  // namespace
 
 std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path) {
@@ -60,10 +107,12 @@ ArbiterHost::~ArbiterHost() {
 }
 
 void ArbiterHost::Release(Joined& j) {
-  if (j.mapping && j.device >= 0) {
+  if (j.mapping && j.device >= 0 && !j.broken) {
     shm::Compute& c = j.mapping.region()->compute[j.device];
-    c.gate.store(static_cast<std::uint32_t>(shm::Gate::kFree), std::memory_order_release);
-    c.arbiter_beat_ns.store(0, std::memory_order_relaxed);
+    Guarded([&c] {
+      c.gate.store(static_cast<std::uint32_t>(shm::Gate::kFree), std::memory_order_release);
+      c.arbiter_beat_ns.store(0, std::memory_order_relaxed);
+    });
   }
   if (auto it = arbiters_.find(j.member.uuid); it != arbiters_.end()) it->second.Leave(j.id);
 }
@@ -112,12 +161,28 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
 }
 
 bool ArbiterHost::Tick(std::uint64_t now_ns) {
+  InstallSigbusGuard();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [key, j] : joined_) {
     const shm::Compute& c = j->mapping.region()->compute[j->device];
-    arbiters_.at(j->member.uuid)
-        .Observe(j->id, Observation{c.busy_ns.load(std::memory_order_relaxed), c.active_ns.load(std::memory_order_relaxed),
-                                    c.waiting_ns.load(std::memory_order_relaxed)});
+    Observation o;
+    j->broken = j->broken || !Guarded([&c, &o] {
+      o = Observation{c.busy_ns.load(std::memory_order_relaxed), c.active_ns.load(std::memory_order_relaxed),
+                      c.waiting_ns.load(std::memory_order_relaxed)};
+    });
+    if (!j->broken) arbiters_.at(j->member.uuid).Observe(j->id, o);
+  }
+  // A truncated region's container leaves its GPU's arbiter (its file is attached again only
+  // once it is whole: SetMembers).
+  for (auto it = joined_.begin(); it != joined_.end();) {
+    if (!it->second->broken) {
+      ++it;
+      continue;
+    }
+    TESSERA_LOG(kWarn, kGovernor, "region %s was truncated under the arbiter; its container is no longer governed",
+                it->second->member.region_path.c_str());
+    Release(*it->second);
+    it = joined_.erase(it);
   }
   bool governing = false;
   for (auto& [uuid, arbiter] : arbiters_) {
@@ -127,9 +192,11 @@ bool ArbiterHost::Tick(std::uint64_t now_ns) {
   for (auto& [key, j] : joined_) {
     const Verdict v = arbiters_.at(j->member.uuid).VerdictFor(j->id);
     shm::Compute& c = j->mapping.region()->compute[j->device];
-    c.depth_us.store(v.depth_us, std::memory_order_relaxed);
-    c.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
-    c.gate.store(static_cast<std::uint32_t>(v.gate), std::memory_order_release);
+    j->broken = !Guarded([&c, &v, now_ns] {
+      c.depth_us.store(v.depth_us, std::memory_order_relaxed);
+      c.arbiter_beat_ns.store(now_ns, std::memory_order_relaxed);
+      c.gate.store(static_cast<std::uint32_t>(v.gate), std::memory_order_release);
+    });
   }
   return governing;
 }

@@ -64,6 +64,7 @@ class ArbiterHost {
     std::uint64_t inode = 0;  // of the region file attached: a re-created region is attached anew
     int device = -1;  // index in the region
     int id = 0;       // in its GPU's arbiter
+    bool broken = false;  // its file was truncated under the mapping (SIGBUS caught): let go
   };
   void Release(Joined& j);
 

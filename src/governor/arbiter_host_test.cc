@@ -1,6 +1,7 @@
 #include "governor/arbiter_host.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
@@ -33,6 +34,29 @@ TEST(ArbiterHost, WritesVerdictsIntoTheRegionsAndFollowsARecreatedRegion) {
   // It leaves: its gate goes back to free (ungoverned), never left held.
   ASSERT_OK(host.SetMembers({}));
   EXPECT_EQ(GateIn(*second), static_cast<std::uint32_t>(shm::Gate::kFree));
+}
+
+// The tenant truncates its region while the arbiter has it mapped: the access that would SIGBUS
+// is caught, that container is let go, the others on the GPU are still governed.
+TEST(ArbiterHost, ARegionTruncatedUnderTheArbiterIsLetGoNotACrash) {
+  testutil::TempDir dir;
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  auto ra = shm::Mapping::Create(a, {{kGpu, 1 << 30, 30}});
+  auto rb = shm::Mapping::Create(b, {{kGpu, 1 << 30, 30}});
+  ASSERT_OK(ra);
+  ASSERT_OK(rb);
+  ArbiterHost host;
+  const Tenant share{30, ComputeMode::kHard, PriorityClass::kNormal};
+  ASSERT_OK(host.SetMembers({{"a", a, kGpu, share}, {"b", b, kGpu, share}}));
+  host.Tick(1'000'000);
+  ra = shm::Mapping();
+  ASSERT_EQ(truncate(a.c_str(), 4096), 0);
+  host.Tick(2'000'000);  // would have died of SIGBUS
+  host.Tick(3'000'000);
+  EXPECT_EQ(host.VerdictFor("a").gate, shm::Gate::kFree);          // let go
+  EXPECT_EQ(rb->region()->compute[0].arbiter_beat_ns.load(), 3'000'000u);  // b still governed
+  EXPECT_EQ(GateIn(*rb), static_cast<std::uint32_t>(shm::Gate::kOpen));
+  EXPECT_FALSE(host.SetMembers({{"a", a, kGpu, share}, {"b", b, kGpu, share}}).ok());  // named, not attached
 }
 
 TEST(ArbiterHost, ARegionThatCannotBeAttachedIsNamedAndTheOthersStillApply) {
