@@ -1,6 +1,10 @@
 #include "tessera/exec_args.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <deque>
+#include <fstream>
 
 namespace tessera {
 
@@ -18,6 +22,26 @@ ExecArgs::ExecArgs(std::vector<std::string> argv, const std::vector<std::pair<st
   argv_.push_back(nullptr);
   for (std::string& entry : env_) envp_.push_back(entry.data());
   envp_.push_back(nullptr);
+}
+
+std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
+  return "wait status " + std::to_string(status);
+}
+
+std::string TailOfFile(const std::string& path, std::size_t lines) {
+  if (path.empty()) return {};
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  std::string line;
+  while (std::getline(in, line)) {
+    tail.push_back(line);
+    if (tail.size() > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const std::string& l : tail) out += l + "\n";
+  return out;
 }
 
 }  // namespace tessera

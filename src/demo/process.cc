@@ -10,7 +10,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -158,23 +157,10 @@ std::string Process::Describe() {
   if (Running()) return "running";
   const int s = status_.value_or(-1);
   if (s == -1) return "gone";
-  if (WIFEXITED(s)) return "exit code " + std::to_string(WEXITSTATUS(s));
-  if (WIFSIGNALED(s)) return "signal " + std::to_string(WTERMSIG(s));
-  return "wait status " + std::to_string(s);
+  return DescribeWaitStatus(s);
 }
 
-std::string Process::LogTail(std::size_t lines) const {
-  std::ifstream in(options_.log_path);
-  std::deque<std::string> tail;
-  std::string line;
-  while (std::getline(in, line)) {
-    tail.push_back(line);
-    if (tail.size() > lines) tail.pop_front();
-  }
-  std::string out;
-  for (const std::string& l : tail) out += l + "\n";
-  return out;
-}
+std::string Process::LogTail(std::size_t lines) const { return TailOfFile(options_.log_path, lines); }
 
 Status WaitForFile(Process& process, const std::string& file, milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -120,25 +119,7 @@ int ChildProcess::Stop(milliseconds grace) {
   return exit_status_.value_or(-1);
 }
 
-std::string ChildProcess::LogTail(std::size_t lines) const {
-  if (options_.log_path.empty()) return {};
-  std::ifstream in(options_.log_path);
-  std::deque<std::string> tail;
-  std::string line;
-  while (std::getline(in, line)) {
-    tail.push_back(line);
-    if (tail.size() > lines) tail.pop_front();
-  }
-  std::string out;
-  for (const std::string& l : tail) out += l + "\n";
-  return out;
-}
-
-std::string DescribeWaitStatus(int status) {
-  if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return "signal " + std::to_string(WTERMSIG(status));
-  return "wait status " + std::to_string(status);
-}
+std::string ChildProcess::LogTail(std::size_t lines) const { return TailOfFile(options_.log_path, lines); }
 
 StatusOr<std::unique_ptr<TempFolder>> TempFolder::Create(const std::string& prefix) {
   std::string pattern = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();

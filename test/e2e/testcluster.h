@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/exec_args.h"
 #include "tessera/status.h"
 
 namespace tessera::e2e {
@@ -60,8 +61,7 @@ class ChildProcess {
   std::optional<int> exit_status_;
 };
 
-// A human description of a waitpid status: "exit code 1", "signal 9".
-std::string DescribeWaitStatus(int status);
+using tessera::DescribeWaitStatus;  // "exit code 0", "signal 9" (tessera/exec_args.h)
 
 // A temporary folder that is removed on destruction unless Keep() was called or a GoogleTest
 // test has failed in this process (then its path is printed to stderr).
