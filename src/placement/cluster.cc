@@ -89,6 +89,10 @@ StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes) {
     if (!ids.empty() && std::all_of(ids.begin(), ids.end(), [&](auto m) { return m == ids[0]; })) {
       cluster.node_models_[i] = ids[0];
     }
+    const bool same_memory = !n.gpus.empty() && std::all_of(n.gpus.begin(), n.gpus.end(), [&](const Gpu& gpu) {
+      return gpu.memory_bytes == n.gpus[0].memory_bytes;
+    });
+    cluster.node_gpu_memory_.push_back(same_memory ? n.gpus[0].memory_bytes : 0);
     cluster.total_gpus_ += n.gpus.size();
     cluster.total_gpu_milli_ += static_cast<std::int64_t>(n.gpus.size()) * kMilliPerGpu;
   }
@@ -98,6 +102,7 @@ StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes) {
 
 void Cluster::Reset() {
   states_.assign(nodes_.size(), NodeState{});
+  versions_.assign(nodes_.size(), 0);
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     NodeState& s = states_[i];
     s.cpu_free = nodes_[i].cpu_milli;
@@ -122,6 +127,7 @@ void Cluster::RecomputeMilliFree(std::size_t node) {
     s.gpu_milli_free += s.free_milli[g];
   }
   s.version = ++next_version_;
+  versions_[node] = s.version;
 }
 
 Status Cluster::SetGpuHealth(std::size_t node, std::size_t gpu, bool healthy) {
@@ -181,16 +187,18 @@ bool Cluster::TenantCompatible(const TenantEntry& t, const ResolvedRequest& r) c
          ScopeAllows(q.co_tenancy, r.namespace_id, q.tier, t.namespace_id, t.tier);
 }
 
-std::uint64_t MemoryOn(const Gpu& gpu, const Request& q) {
+std::uint64_t MemoryOn(const Gpu& gpu, const Request& q) { return MemoryOn(gpu.memory_bytes, q); }
+
+std::uint64_t MemoryOn(std::uint64_t gpu_memory_bytes, const Request& q) {
   if (q.gpu_memory_bytes != 0) return q.gpu_memory_bytes;
   if (q.memory_ppm != 0) {
     constexpr std::uint64_t kMiB = 1ULL << 20;
-    const std::uint64_t bytes = gpu.memory_bytes / kPpmPerGpu * q.memory_ppm +
-                                gpu.memory_bytes % kPpmPerGpu * q.memory_ppm / kPpmPerGpu;
+    const std::uint64_t bytes = gpu_memory_bytes / kPpmPerGpu * q.memory_ppm +
+                                gpu_memory_bytes % kPpmPerGpu * q.memory_ppm / kPpmPerGpu;
     return bytes / kMiB * kMiB;
   }
   const auto milli = static_cast<std::uint64_t>(q.gpu_milli);
-  return gpu.memory_bytes / kMilliPerGpu * milli + gpu.memory_bytes % kMilliPerGpu * milli / kMilliPerGpu;
+  return gpu_memory_bytes / kMilliPerGpu * milli + gpu_memory_bytes % kMilliPerGpu * milli / kMilliPerGpu;
 }
 
 bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& r) const {
@@ -220,14 +228,38 @@ bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& 
 }
 
 GpuMask Cluster::UsableGpus(std::size_t node, const ResolvedRequest& r) const {
-  if (!r.request->is_gpu() || nodes_[node].cordoned) return 0;
-  const std::size_t n = nodes_[node].gpus.size();
+  const Request& q = *r.request;
+  const Node& nd = nodes_[node];
+  if (!q.is_gpu() || nd.cordoned) return 0;
+  const std::size_t n = nd.gpus.size();
   const NodeState& s = states_[node];
   GpuMask mask = 0;
-  // Fast path for the common case: unconstrained-by-tenancy, non-MIG requests.
+  if (!q.mig_profile.empty() || q.gpu_milli <= 0) {
+    for (std::size_t g = 0; g < n; ++g) {
+      if (GpuUsable(node, g, r)) mask |= 1ULL << g;
+    }
+    return mask;
+  }
+  // The common case, GpuUsable's non-MIG half inlined and kept to dense arrays: a GPU with the
+  // request's milli free is healthy, not cordoned and not in MIG mode (free_milli is 0
+  // otherwise); a node of one model is checked against the model set once, and on a node of one
+  // GPU size the memory the request takes is computed once.
+  const std::uint32_t model = node_models_[node];
+  const bool per_gpu_model = r.model_constrained && model == kMixedModel;
+  if (r.model_constrained && !per_gpu_model && ((r.model_mask >> model) & 1ULL) == 0) return 0;
+  const std::uint64_t uniform = node_gpu_memory_[node];
+  const std::uint64_t uniform_memory = uniform != 0 ? MemoryOn(uniform, q) : 0;
   for (std::size_t g = 0; g < n; ++g) {
-    if (s.free_milli[g] < r.request->gpu_milli && r.request->mig_profile.empty()) continue;
-    if (GpuUsable(node, g, r)) mask |= 1ULL << g;
+    if (s.free_milli[g] < q.gpu_milli) continue;
+    if (per_gpu_model && ((r.model_mask >> gpu_model_ids_[node][g]) & 1ULL) == 0) continue;
+    const GpuState& gs = s.gpus[g];
+    if (gs.memory_free < (uniform != 0 ? uniform_memory : MemoryOn(nd.gpus[g], q))) continue;
+    if (!gs.tenants.empty() && !(gs.open() && r.open)) {
+      bool compatible = true;
+      for (const TenantEntry& t : gs.tenants) compatible = compatible && TenantCompatible(t, r);
+      if (!compatible) continue;
+    }
+    mask |= 1ULL << g;
   }
   return mask;
 }

@@ -77,6 +77,7 @@ struct Request {
 // The memory one share of `request` takes on `gpu`: explicit bytes, else memory_ppm of the GPU
 // (rounded down to a MiB), else gpu_milli / 1000 of the GPU (the trace's convention).
 std::uint64_t MemoryOn(const Gpu& gpu, const Request& request);
+std::uint64_t MemoryOn(std::uint64_t gpu_memory_bytes, const Request& request);
 
 // Fills co_tenancy from the policy's rule for the request's tier.
 void ApplyTrustPolicy(const policy::Policy& policy, Request& request);
@@ -153,6 +154,8 @@ class Cluster {
   std::size_t size() const { return nodes_.size(); }
   const Node& node(std::size_t i) const { return nodes_[i]; }
   const NodeState& state(std::size_t i) const { return states_[i]; }
+  // state(i).version, from a dense array (a scan over every node's version stays in cache).
+  std::uint32_t version(std::size_t i) const { return versions_[i]; }
   std::uint32_t model_id(std::size_t node, std::size_t gpu) const {
     return gpu_model_ids_[node][gpu];
   }
@@ -202,8 +205,10 @@ class Cluster {
 
   std::vector<Node> nodes_;
   std::vector<NodeState> states_;
+  std::vector<std::uint32_t> versions_;  // states_[i].version
   std::vector<std::vector<std::uint32_t>> gpu_model_ids_;
   std::vector<std::uint32_t> node_models_;
+  std::vector<std::uint64_t> node_gpu_memory_;  // the size of every GPU of the node, or 0 if they differ
   std::vector<std::string> models_;
   std::map<std::string, std::uint32_t, std::less<>> namespaces_;
   std::int64_t total_gpu_milli_ = 0;

@@ -112,6 +112,53 @@ TEST(Cluster, AddAndRemoveAreExactInverses) {
   }
 }
 
+TEST(Cluster, UsableGpusAgreesWithWhatAddAccepts) {
+  // Property test of UsableGpus' fast path: for random one-GPU requests (milli, explicit memory,
+  // memory ppm, model sets, co-tenancy, MPS) on nodes of uniform and mixed GPU sizes and models,
+  // some GPUs unhealthy or cordoned, a GPU is usable iff Add accepts a share on it.
+  std::mt19937 gen(99);
+  Node mixed = MakeNode("mixed", 4, "T4");
+  mixed.gpus[1].memory_bytes = 32ULL << 30;
+  mixed.gpus[2].model = "V100";
+  Node sick = MakeNode("sick", 4, "V100");
+  sick.gpus[0].healthy = false;
+  auto cluster = Cluster::Create({MakeNode("uniform", 8, "T4"), mixed, sick, MakeNode("p100", 2, "P100")});
+  ASSERT_OK(cluster);
+  ASSERT_OK(cluster->SetGpuCordoned(2, 3, true));
+  auto pick = [&](int hi) { return std::uniform_int_distribution<int>(0, hi)(gen); };
+  int usable_seen = 0, unusable_seen = 0;
+  for (int i = 0; i < 3000; ++i) {
+    Request q = Fraction(pick(4) == 0 ? 1000 : 50 * (1 + pick(19)), pick(1) == 0 ? "x" : "y");
+    q.name = "p" + std::to_string(i);
+    q.cpu_milli = 0;
+    q.memory_bytes = 0;
+    if (pick(3) == 0) q.gpu_memory_bytes = static_cast<std::uint64_t>(1 + pick(20)) << 30;
+    if (pick(3) == 0) q.memory_ppm = static_cast<std::uint32_t>(pick(1'000'000));
+    if (pick(3) == 0) q.models = {pick(1) == 0 ? "V100" : "T4"};
+    if (pick(2) == 0) q.co_tenancy = policy::CoTenancy::kSameNamespace;
+    if (pick(5) == 0) {
+      q.mode = SharingMode::kMps;
+      q.uid = static_cast<std::uint32_t>(pick(1));
+    }
+    const ResolvedRequest r = cluster->Resolve(q);
+    const std::size_t node = static_cast<std::size_t>(pick(3));
+    const GpuMask usable = cluster->UsableGpus(node, r);
+    for (std::size_t g = 0; g < cluster->node(node).gpus.size(); ++g) {
+      const Allocation a{static_cast<std::uint32_t>(node), {cluster->ShareOn(node, g, r)}};
+      const bool added = cluster->Add(r, a).ok();
+      EXPECT_EQ(added, ((usable >> g) & 1ULL) != 0) << "request " << i << " node " << node << " GPU " << g;
+      (added ? usable_seen : unusable_seen)++;
+      // Keep about half of what fits, so that GPUs fill up and gain tenants.
+      if (added && pick(1) == 0) {
+        ASSERT_OK(cluster->Remove(r, a));
+      }
+    }
+    if (pick(200) == 0) cluster->Reset();
+  }
+  EXPECT_GT(usable_seen, 100);
+  EXPECT_GT(unusable_seen, 100);
+}
+
 TEST(Cluster, RemoveRefusesWhatIsNotOnTheLedger) {
   auto cluster = Cluster::Create({MakeNode("n0", 1)});
   ASSERT_OK(cluster);

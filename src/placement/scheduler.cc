@@ -12,6 +12,9 @@ Scheduler::Scheduler(Cluster* cluster, PlacementPolicy* policy, std::vector<std:
     std::iota(ranks_.begin(), ranks_.end(), 0U);
   }
   if (policy_->cacheable()) cache_.resize(cluster_->size() * kCacheWays);
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (cluster_->node(i).gpus.size() > kKeptUsableGpus) usable_kept_ = false;
+  }
 }
 
 std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory) {
@@ -90,21 +93,24 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
     std::size_t feasible = 0;
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = node_at(k);
-      CacheEntry& e = cache_[i * kCacheWays + way];
-      const std::uint32_t version = cluster_->state(i).version;
+      CacheEntry& e = cache_[way * n + i];
+      const std::uint32_t version = cluster_->version(i);
       GpuMask usable = 0;
       bool have_usable = false;
       if (e.shape != shape || e.version != version) {
         if (e.version != version) e.score_shape = 0xffffffffU;
         e.shape = shape;
         e.version = version;
-        e.feasible = cluster_->Feasible(i, r, &usable);
+        const bool ok = cluster_->Feasible(i, r, &usable);
+        e.feasible_usable = (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & ~kFeasibleBit);
         have_usable = true;
       }
-      if (!e.feasible) continue;
+      if ((e.feasible_usable & kFeasibleBit) == 0) continue;
       ++feasible;
       if (e.score_shape != score_shape || e.score_epoch != epoch) {
-        if (!have_usable) usable = cluster_->UsableGpus(i, r);
+        if (!have_usable) {
+          usable = usable_kept_ ? e.feasible_usable & ~kFeasibleBit : cluster_->UsableGpus(i, r);
+        }
         const Choice c = policy_->Score(*cluster_, i, r, usable);
         e.score_shape = score_shape;
         e.score_epoch = epoch;

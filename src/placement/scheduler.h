@@ -43,9 +43,13 @@ class Scheduler {
     // policy's epoch (low 32 bits) match.
     std::uint32_t score_epoch = 0;
     int score = 0;
-    bool feasible = false;
+    // Bit 31: the node is feasible for `shape`. Bits 0..30: its usable GPUs, kept when the node
+    // has at most 31 GPUs (a rescore then needs no second filter pass); else recomputed.
+    std::uint32_t feasible_usable = 0;
     GpuMask gpus = 0;
   };
+  static constexpr std::uint32_t kFeasibleBit = 1U << 31;
+  static constexpr std::size_t kKeptUsableGpus = 31;
   static constexpr std::size_t kCacheWays = 32;
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
   std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
@@ -55,7 +59,8 @@ class Scheduler {
   PlacementPolicy* policy_;
   std::vector<std::uint32_t> ranks_;
   std::unordered_map<std::string, std::uint32_t> shapes_;
-  std::vector<CacheEntry> cache_;  // kCacheWays per node
+  std::vector<CacheEntry> cache_;  // way-major: way w of node i at w * nodes + i
+  bool usable_kept_ = true;        // no node has more GPUs than kKeptUsableGpus
   std::vector<std::uint32_t> feasible_;
   std::size_t last_feasible_ = 0;
 };

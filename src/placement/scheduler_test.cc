@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "placement/placement_testing.h"
 #include "testutil/status_matchers.h"
 
@@ -136,6 +138,47 @@ TEST(Scheduler, CachedScoresFollowThePolicyEpoch) {
   auto second = scheduler.Decide(Pod(1, 100));
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->node, 1U);
+}
+
+// Records the usable GPUs the Scheduler hands it; a new epoch per decision forces rescoring.
+class UsableRecorder final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "usable-recorder"; }
+  Choice Score(const Cluster& cluster, std::size_t node, const ResolvedRequest& r,
+               GpuMask usable) override {
+    seen[node] = usable;
+    return {0, BestGpus(cluster.state(node), *r.request, usable)};
+  }
+  std::uint64_t epoch() const override { return epoch_now; }
+  std::uint64_t epoch_now = 0;
+  std::map<std::size_t, GpuMask> seen;
+};
+
+TEST(Scheduler, ARescoreGetsTheUsableGpusOfTheCachedFilter) {
+  // The filter's usable GPUs are kept in the cache for nodes of up to 31 GPUs and recomputed
+  // for wider ones; either way a rescore (same node versions, new epoch) sees the same GPUs as
+  // the filter would find now.
+  auto cluster = Cluster::Create({MakeNode("wide", 40), MakeNode("narrow", 4), MakeNode("mid", 31)});
+  ASSERT_OK(cluster);
+  UsableRecorder policy;
+  Scheduler scheduler(&*cluster, &policy);
+  for (int i = 0; i < 120; ++i) {
+    const Request q = Pod(1, 300 + 100 * (i % 3), 10);
+    ++policy.epoch_now;
+    ASSERT_OK(scheduler.Place(q));
+    for (int again = 0; again < 2; ++again) {  // no state change, new epoch: rescored from cache
+      policy.seen.clear();
+      ++policy.epoch_now;
+      ASSERT_TRUE(scheduler.Decide(q).has_value());
+      const ResolvedRequest r = cluster->Resolve(q);
+      for (std::size_t node = 0; node < cluster->size(); ++node) {
+        const GpuMask now = cluster->UsableGpus(node, r);
+        if (now == 0) continue;  // infeasible: not scored
+        ASSERT_EQ(policy.seen.count(node), 1U) << "node " << node << " request " << i;
+        EXPECT_EQ(policy.seen[node], now) << "node " << node << " request " << i;
+      }
+    }
+  }
 }
 
 TEST(Scheduler, RandomPicksOnlyFeasibleNodes) {
