@@ -7,13 +7,18 @@ prints a table per part and writes compute_shares.json.
     Also gemm alone at 30 % work-conserving (idle capacity is lent: expect ~100 %).
 (b) splits: two containers at once, each share = its rate / the solo rate; and reclaim: A (30 %,
     work-conserving) alone, then B (70 %, work-conserving) starts beside it.
-(d) overhead with no compute cap (memory cap only): empty-kernel launch cost, interleaved A/B
-    against native, median of paired differences with a bootstrap 95 % CI, pinned to one CPU.
-PARTS (default "a b d") picks parts; REPEATS (default 24) sets (d)'s pairs.
+(d) overhead with no compute cap (memory cap only): the host's enqueue cost of an empty kernel
+    (`compute_workload enqueue`: batches of 32 launches, only the enqueue timed, synchronized
+    between batches, median over batches), through the runtime and through the driver;
+    interleaved A/B processes against native, median of paired differences with a bootstrap 95 %
+    CI, the workload pinned to one CPU; then the hooked driver calls per launch
+    (TESSERA_HOOK_STATS runs).
+PARTS (default "a b d") picks parts; REPEATS (default 30) sets (d)'s pairs.
 """
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -26,7 +31,7 @@ BUILD, OUT = sys.argv[1], sys.argv[2]
 TESSERA = os.path.join(BUILD, "cmd/tessera/tessera")
 WORKLOAD = os.path.join(OUT, "compute_workload")
 PARTS = os.environ.get("PARTS", "a b d").split()
-REPEATS = int(os.environ.get("REPEATS", "24"))
+REPEATS = int(os.environ.get("REPEATS", "30"))
 CPUS = sorted(os.sched_getaffinity(0))
 PIN = {int(os.environ.get("PIN_CPU", CPUS[min(3, len(CPUS) - 1)]))}  # one core: less noise
 # (d) pins the workload process only (PIN_SCOPE=child, default): `tessera run` itself, whose
@@ -180,43 +185,94 @@ def reclaim():
           f"with B: A {fmt(row.get('a_after'))}, B {fmt(row.get('b_after'))} (expect 30, 70)")
 
 
+def paired(pairs):
+    """Median of the paired differences (tessera - native) with a bootstrap 95 % CI."""
+    row = {"pairs": len(pairs)}
+    if not pairs:
+        return row
+    diffs = [t - n for n, t in pairs]
+    rng = random.Random(1)
+    boot = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(2000))
+    native = statistics.median(n for n, _ in pairs)
+    row.update(native_median=native, tessera_median=statistics.median(t for _, t in pairs),
+               diff_median=statistics.median(diffs), ci95=[boot[50], boot[1949]])
+    row["diff_pct"] = 100 * row["diff_median"] / native
+    row["ci95_pct"] = [100 * c / native for c in row["ci95"]]
+    return row
+
+
+def hook_calls(path, batches):
+    """One `tessera run` of the enqueue workload with TESSERA_HOOK_STATS=1: {hook: calls}."""
+    cmd = tessera("--gpu-memory", "16Gi") + [WORKLOAD, "enqueue", "--path", path,
+                                             "--batches", str(batches)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TESSERA_HOOK_STATS": "1"})
+    calls = {}
+    for line in proc.stderr.splitlines():
+        m = re.search(r"\] stats: (\w+) (\d+)$", line)
+        if m:
+            calls[m.group(1)] = int(m.group(2))
+    return calls
+
+
 def overhead():
-    """Interleaved A/B of `compute_workload launch`: native vs a memory-only tessera run."""
-    child = PINNED + [WORKLOAD, "launch"] if PIN_SCOPE == "child" else [WORKLOAD, "launch"]
+    """Interleaved A/B processes of `compute_workload enqueue`, native vs a memory-only tessera
+    run: each process times only the host's enqueue of batches of 32 empty-kernel launches
+    (synchronized, untimed, between batches), through the runtime (<<<>>>) and the driver
+    (cuLaunchKernel), and reports the median ns per launch over its batches. Per path: the
+    median of the paired differences, % of native, bootstrap 95 % CI. Then the hooked driver
+    calls per launch, from TESSERA_HOOK_STATS runs of two lengths (their difference)."""
+    work = [WORKLOAD, "enqueue"]
+    child = PINNED + work if PIN_SCOPE == "child" else work
     cmds = {"native": child, "tessera": tessera("--gpu-memory", "16Gi") + child}
     pin_all = (lambda: os.sched_setaffinity(0, PIN)) if PIN_SCOPE != "child" else None
-    got = {"native": [], "tessera": []}
+    got = {"native": [], "tessera": []}  # per process: its enqueue line, or None
     for i in range(REPEATS):
         for name in (("native", "tessera") if i % 2 == 0 else ("tessera", "native")):
             try:
                 out = subprocess.run(cmds[name], capture_output=True, text=True, timeout=120,
                                      preexec_fn=pin_all).stdout
-                got[name].append([l["ns_per_launch"] for l in json_lines(out)
-                                  if "ns_per_launch" in l][0])
+                got[name].append([l for l in json_lines(out) if l.get("kind") == "enqueue"][0])
             except (subprocess.SubprocessError, OSError, IndexError):
                 got[name].append(None)
-    pairs = [(n, t) for n, t in zip(got["native"], got["tessera"])
-             if n is not None and t is not None]
-    row = {"native": got["native"], "tessera": got["tessera"], "pairs": len(pairs), "pin_scope": PIN_SCOPE}
-    if pairs:
-        diffs = [t - n for n, t in pairs]
-        boot = sorted(statistics.median(random.choices(diffs, k=len(diffs))) for _ in range(2000))
-        native = statistics.median(n for n, _ in pairs)
-        row.update(native_median=native, tessera_median=statistics.median(t for _, t in pairs),
-                   diff_median=statistics.median(diffs), ci95=[boot[50], boot[1949]])
-        row["diff_pct"] = 100 * row["diff_median"] / native
-        row["ci95_pct"] = [100 * c / native for c in row["ci95"]]
+    row = {"mode": "enqueue", "pin_scope": PIN_SCOPE, "native": got["native"],
+           "tessera": got["tessera"], "paths": {}}
+    for path in ("runtime", "driver"):
+        key = f"{path}_median_ns"
+        row["paths"][path] = paired([(n[key], t[key]) for n, t in zip(got["native"], got["tessera"])
+                                     if n and t and key in n and key in t])
     results["overhead"] = row
-    print(f"\n(d) overhead, no compute cap: empty-kernel launch, ns/launch (pinned to one CPU: {PIN_SCOPE})")
-    print(f"{'native':>8} {'tessera':>8} {'diff':>7} {'95% CI':>17} {'% of native':>12} "
+    print(f"\n(d) overhead, no compute cap: host enqueue of an empty kernel, ns/launch (median "
+          f"over batches per process; pinned to one CPU: {PIN_SCOPE})")
+    print(f"{'path':8} {'native':>8} {'tessera':>8} {'diff':>7} {'95% CI':>17} {'% of native':>12} "
           f"{'pairs':>5}")
-    if not pairs:
-        print("error")
-        return
-    ci = f"[{row['ci95'][0]:+.1f}, {row['ci95'][1]:+.1f}]"
-    print(f"{row['native_median']:8.1f} {row['tessera_median']:8.1f} {row['diff_median']:+7.1f} "
-          f"{ci:>17} {row['diff_pct']:+11.2f}% {len(pairs):>5}  "
-          f"(CI {row['ci95_pct'][0]:+.2f}% .. {row['ci95_pct'][1]:+.2f}%)")
+    for path, r in row["paths"].items():
+        if not r["pairs"]:
+            print(f"{path:8} error")
+            continue
+        ci = f"[{r['ci95'][0]:+.1f}, {r['ci95'][1]:+.1f}]"
+        print(f"{path:8} {r['native_median']:8.1f} {r['tessera_median']:8.1f} "
+              f"{r['diff_median']:+7.1f} {ci:>17} {r['diff_pct']:+11.2f}% {r['pairs']:>5}  "
+              f"(CI {r['ci95_pct'][0]:+.2f}% .. {r['ci95_pct'][1]:+.2f}%)")
+
+    short, long_ = 100, 1100  # batches of 32; the difference is 32,000 launches a path
+    launches = (long_ - short) * 32
+    row["hook_calls"] = {}
+    print(f"\n(d) hooked driver calls under tessera run (TESSERA_HOOK_STATS=1): per launch = "
+          f"(calls at {long_} - at {short} batches of 32) / {launches}")
+    for path in ("runtime", "driver"):
+        try:
+            counts = {b: hook_calls(path, b) for b in (short, long_)}
+        except (subprocess.SubprocessError, OSError) as e:
+            row["hook_calls"][path] = {"error": str(e)}
+            print(f"{path:8} error ({e})")
+            continue
+        per = {h: (counts[long_].get(h, 0) - counts[short].get(h, 0)) / launches
+               for h in sorted(set(counts[short]) | set(counts[long_]))}
+        row["hook_calls"][path] = {"calls": {str(b): c for b, c in counts.items()},
+                                   "per_launch": {h: v for h, v in per.items() if v}}
+        shown = ", ".join(f"{h} {v:.4f}" for h, v in per.items() if v) or "none"
+        print(f"{path:8} {shown}")
 
 
 def save():

@@ -4,7 +4,7 @@
 # container per workload kind, (b) two containers' splits and work-conserving reclaim, (d) launch
 # overhead with only a memory cap. ~7 min on an H200 once tessera is built. Output folder: $1
 # (default build/compute-shares-out): compute_shares.json; the tables go to stdout.
-# PARTS="a b d" (default) picks parts; REPEATS sets (d)'s interleaved pairs (default 24).
+# PARTS="a b d" (default) picks parts; REPEATS sets (d)'s interleaved pairs (default 30).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-build/compute-shares-out}

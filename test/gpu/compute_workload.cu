@@ -18,7 +18,17 @@
 //   compute_workload launch [--launches N]
 //     N (default 200000) asynchronous launches of an empty kernel, then one synchronize;
 //     prints {"kind":"launch","launches":N,"ns_per_launch":...}
+//
+//   compute_workload enqueue [--batches B] [--batch K] [--path both|runtime|driver]
+//     the host's enqueue cost alone: B (default 2000) batches of K (default 32) empty-kernel
+//     launches on the legacy stream, only each batch's enqueue timed (steady clock), then an
+//     untimed synchronize, so the queue never fills and no GPU time is counted; 200 batches of
+//     warm-up first. Runtime (<<<>>>) and driver (cuLaunchKernel on the same kernel) batches
+//     alternate. Prints {"kind":"enqueue","batches":B,"batch":K,"runtime_median_ns":...,
+//     "runtime_p10_ns":...,"runtime_p90_ns":...,"driver_median_ns":...,...}: ns per launch,
+//     quantiles over the batches.
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -167,7 +177,9 @@ int Usage() {
   std::fprintf(stderr,
                "usage: compute_workload gemm|tiny|long|graph --seconds S [--window W] "
                "[--calibration NS_PER_ITER,FIXED_NS]\n"
-               "       compute_workload launch [--launches N]\n");
+               "       compute_workload launch [--launches N]\n"
+               "       compute_workload enqueue [--batches B] [--batch K] "
+               "[--path both|runtime|driver]\n");
   return 2;
 }
 
@@ -183,13 +195,71 @@ int Launch(long long n) {
   return 0;
 }
 
+// Enqueues one batch (k calls of launch) and returns its ns per launch; the synchronize after it
+// is not timed.
+template <typename F>
+double BatchNs(int k, const F& launch) {
+  const auto t = std::chrono::steady_clock::now();
+  for (int i = 0; i < k; ++i) launch();
+  const auto end = std::chrono::steady_clock::now();
+  CHECK(cudaStreamSynchronize(nullptr));
+  return std::chrono::duration<double, std::nano>(end - t).count() / k;
+}
+
+double Quantile(std::vector<double> v, double q) {  // linear between order statistics
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  return i + 1 < v.size() ? v[i] + (v[i + 1] - v[i]) * (pos - static_cast<double>(i)) : v[i];
+}
+
+int Enqueue(long long batches, int batch, const std::string& path) {
+  constexpr long long kWarmupBatches = 200;
+  const bool runtime = path != "driver", driver = path != "runtime";
+  Empty<<<1, 1>>>();  // loads the module (lazy loading) and makes the primary context current
+  CHECK(cudaStreamSynchronize(nullptr));
+  cudaFunction_t f = nullptr;  // the same CUfunc_st* as the driver's CUfunction
+  CHECK(cudaGetFuncBySymbol(&f, reinterpret_cast<const void*>(Empty)));
+  const auto runtime_launch = [] { Empty<<<1, 1>>>(); };
+  const auto driver_launch = [f] {
+    CHECK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+  };
+  std::vector<double> runtime_ns, driver_ns;
+  const auto time_batch = [batch](long long b, const auto& launch, std::vector<double>& out) {
+    const double ns = BatchNs(batch, launch);
+    if (b >= 0) out.push_back(ns);  // b < 0: warm-up
+  };
+  for (long long b = -kWarmupBatches; b < batches; ++b) {
+    const bool runtime_first = b % 2 == 0;  // alternate which path goes first
+    if (runtime && runtime_first) time_batch(b, runtime_launch, runtime_ns);
+    if (driver) time_batch(b, driver_launch, driver_ns);
+    if (runtime && !runtime_first) time_batch(b, runtime_launch, runtime_ns);
+  }
+  CHECK(cudaGetLastError());
+  std::string json = "{\"kind\":\"enqueue\",\"batches\":" + std::to_string(batches) +
+                     ",\"batch\":" + std::to_string(batch);
+  const auto add = [&json](const char* name, const std::vector<double>& ns) {
+    if (ns.empty()) return;
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), ",\"%s_median_ns\":%.2f,\"%s_p10_ns\":%.2f,\"%s_p90_ns\":%.2f",
+                  name, Quantile(ns, 0.5), name, Quantile(ns, 0.1), name, Quantile(ns, 0.9));
+    json += buf;
+  };
+  add("runtime", runtime_ns);
+  add("driver", driver_ns);
+  std::printf("%s}\n", json.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc % 2 != 0) return Usage();  // KIND, then flag-value pairs
   const std::string kind = argv[1];
   double seconds = 0, window = 3;
-  long long launches = 200000;
+  long long launches = 200000, batches = 2000;
+  int batch_size = 32;
+  std::string path = "both";
   Calibration calibration;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -199,6 +269,12 @@ int main(int argc, char** argv) {
       window = std::atof(argv[i + 1]);
     } else if (flag == "--launches") {
       launches = std::atoll(argv[i + 1]);
+    } else if (flag == "--batches") {
+      batches = std::atoll(argv[i + 1]);
+    } else if (flag == "--batch") {
+      batch_size = std::atoi(argv[i + 1]);
+    } else if (flag == "--path") {
+      path = argv[i + 1];
     } else if (flag == "--calibration") {
       if (std::sscanf(argv[i + 1], "%lf,%lf", &calibration.ns_per_iter, &calibration.fixed_ns) !=
           2) {
@@ -209,6 +285,10 @@ int main(int argc, char** argv) {
     }
   }
   if (kind == "launch") return launches > 0 ? Launch(launches) : Usage();
+  if (kind == "enqueue") {
+    const bool known = path == "both" || path == "runtime" || path == "driver";
+    return batches > 0 && batch_size > 0 && known ? Enqueue(batches, batch_size, path) : Usage();
+  }
   if (seconds <= 0 || window <= 0) return Usage();
 
   Gpu gpu;
