@@ -21,6 +21,7 @@
 #include "demo/pki.h"
 #include "demo/printer.h"
 #include "demo/process.h"
+#include "extender/daemon.h"
 #include "extender/decision.h"
 // The kube-scheduler and webhook configurations the e2e tests use (inline, header only).
 #include "extender/scheduler_e2e.h"
@@ -283,7 +284,7 @@ Status Demo::Prepare() {
   if (port_ <= 0 || webhook_port_ <= 0) return UnavailableError("no free loopback port");
 
   // What the summary prints about the policy.
-  result_->placement = "best-fit";
+  result_->placement = extender::SchedulerOptions{}.placement;  // the demo passes no --placement
   for (const auto& row : kTrustTiers) {
     const policy::TierRule& rule = policy_.Rule(row.value);
     PolicyRow p{std::string(row.name), JoinNames(rule.modes), std::string(policy::Name(rule.co_tenancy)),

@@ -15,7 +15,7 @@ struct SchedulerOptions {
   // Loopback by default: tessera-scheduler runs beside kube-scheduler in its pod, so no other
   // pod can reach the verbs (they are unauthenticated, as kube-scheduler's HTTP extenders are).
   std::string listen = "127.0.0.1:8888";
-  std::string placement = "best-fit";  // a placement policy name (tessera sim --policy)
+  std::string placement = "tessera";  // a placement policy name (tessera sim --policy)
   std::string policy_file;         // the administrator's policy; empty: built-in defaults
   std::string signing_key_file;    // Ed25519 private key, PEM (required)
   std::string key_id = "default";  // names the key in each decision

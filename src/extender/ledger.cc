@@ -149,10 +149,14 @@ void Ledger::RebuildLocked() {
     cluster = placement::Cluster::Create({});
   }
   scheduler_.reset();
-  placement_.reset();
-  cluster_ = std::make_unique<placement::Cluster>(*std::move(cluster));
-  placement_ = placement::MakePolicy(options_.placement, *cluster_, placement::WorkloadProfile{},
-                                     nullptr);
+  // The new policy keeps what the old one learned (tessera's workload estimate): a node joining
+  // must not make the scheduler forget the arrivals it has seen.
+  auto cluster_model = std::make_unique<placement::Cluster>(*std::move(cluster));
+  auto policy_model = placement::MakePolicy(options_.placement, *cluster_model,
+                                            placement::WorkloadProfile{}, nullptr);
+  if (placement_ != nullptr) policy_model->ContinueFrom(*placement_);
+  placement_ = std::move(policy_model);
+  cluster_ = std::move(cluster_model);
   scheduler_ = std::make_unique<placement::Scheduler>(cluster_.get(), placement_.get());
   node_index_.clear();
   gpu_index_.clear();
@@ -295,7 +299,9 @@ void Ledger::ObservePodLocked(const json& pod) {
 
 void Ledger::ForgetPod(const json& pod) {
   std::lock_guard lock(mu_);
-  ReleaseLocked(PodIdentity(pod).uid);
+  const std::string uid = PodIdentity(pod).uid;
+  unplaced_.erase(uid);
+  ReleaseLocked(uid);
 }
 
 void Ledger::ReplacePods(const std::vector<json>& pods) {
@@ -434,12 +440,18 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
     }
   }
   if (candidates.empty()) return out;
-  std::optional<placement::Allocation> a = scheduler_->Decide(ask->request, candidates);
+  // A pod kube-scheduler asks about again after no node could take it is one arrival for the
+  // policy's estimate, not one per retry.
+  const bool retry = unplaced_.contains(ask->uid);
+  std::optional<placement::Allocation> a = scheduler_->Decide(ask->request, candidates, !retry);
   const placement::ResolvedRequest r = cluster_->Resolve(ask->request);
   if (!a) {
     for (std::uint32_t i : candidates) out.failed[cluster_->node(i).name] = ReasonLocked(i, r);
+    if (unplaced_.size() >= kMaxUnplaced) unplaced_.clear();  // bounded: forgets, never grows
+    unplaced_.insert(ask->uid);
     return out;
   }
+  unplaced_.erase(ask->uid);
   if (const Status st = cluster_->Add(r, *a); !st.ok()) {
     out.error = "tessera: ledger refused its own decision: " + st.message();
     return out;
@@ -689,6 +701,11 @@ std::uint64_t Ledger::LargestGpuMemory() const {
 std::size_t Ledger::nodes() const {
   std::lock_guard lock(mu_);
   return nodes_.size();
+}
+
+std::uint64_t Ledger::arrivals_observed() const {
+  std::lock_guard lock(mu_);
+  return placement_ != nullptr ? placement_->observed() : 0;
 }
 
 }  // namespace tessera::extender

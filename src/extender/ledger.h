@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,7 +35,7 @@ namespace tessera::extender {
 using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
 struct LedgerOptions {
-  placement::PolicyKind placement = placement::PolicyKind::kBestFit;
+  placement::PolicyKind placement = placement::PolicyKind::kTessera;
   // A reservation not bound within this time is released (kube-scheduler binds in milliseconds;
   // the margin covers a slow API server).
   std::chrono::milliseconds reservation_ttl{30'000};
@@ -126,6 +127,9 @@ class Ledger {
   std::size_t reservations() const;
   std::size_t bound() const;
   std::size_t nodes() const;
+  // Arrivals the placement policy has learned from (its workload estimate; 0 for a policy that
+  // does not learn).
+  std::uint64_t arrivals_observed() const;
   // The most memory any known GPU has (0 with no GPU nodes): the admission webhook's bound.
   std::uint64_t LargestGpuMemory() const;
 
@@ -154,6 +158,9 @@ class Ledger {
   std::map<std::string, std::uint32_t> node_index_;
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> gpu_index_;  // uuid -> node, gpu
   std::map<std::string, Entry> entries_;  // by pod UID
+  // UIDs of pods no node could take (not yet shown to the policy again); at most kMaxUnplaced.
+  static constexpr std::size_t kMaxUnplaced = 100'000;
+  std::unordered_set<std::string> unplaced_;
 };
 
 }  // namespace tessera::extender

@@ -230,6 +230,20 @@ TEST_F(LedgerTest, NodeChangesRebuildWithoutLosingPods) {
   EXPECT_TRUE(ledger_.Filter(FractionalPod("c", "14Gi"), {"g1", "g2"}).nodes.empty());
 }
 
+TEST_F(LedgerTest, ThePolicyKeepsWhatItLearnedAcrossNodeChangesAndCountsARetryOnce) {
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  EXPECT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
+  EXPECT_EQ(Place(FractionalPod("b", "4Gi"), {"g1"}), "g1");
+  EXPECT_EQ(ledger_.arrivals_observed(), 2U);  // tessera's policy is the default
+  ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));  // the cluster model is rebuilt
+  EXPECT_EQ(Place(FractionalPod("c", "4Gi"), {"g1", "g2"}), "g1");
+  EXPECT_EQ(ledger_.arrivals_observed(), 3U);
+  // A pod no node can take, asked about three times, is one arrival.
+  const nlohmann::json huge = FractionalPod("huge", "15Gi");
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ledger_.Filter(huge, {"g1"}).nodes.empty());
+  EXPECT_EQ(ledger_.arrivals_observed(), 4U);
+}
+
 TEST_F(LedgerTest, WholeGpusTakeIdleGpusOnly) {
   ledger_.UpsertNode(MakeNode("g1", 2, 16 * kGiB));
   ASSERT_EQ(Place(FractionalPod("small", "1Gi"), {"g1"}), "g1");

@@ -48,6 +48,11 @@ class PlacementPolicy {
   // estimate) changes this whenever that changes; cached scores of another epoch are not used.
   // Read after Observe(), so an arrival that changes the estimate is scored with the new one.
   virtual std::uint64_t epoch() const { return 0; }
+  // Carries over what `previous` (the policy of an earlier model of the same cluster, e.g.
+  // before a node joined) has learned, where both are of the same kind; no-op otherwise.
+  virtual void ContinueFrom(const PlacementPolicy& /*previous*/) {}
+  // Arrivals the policy has learned from (0 for a policy that does not learn).
+  virtual std::uint64_t observed() const { return 0; }
 };
 
 // The GPU choice "best" (spec §4): a fractional share goes to the usable GPU with the least free

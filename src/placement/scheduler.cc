@@ -42,14 +42,15 @@ std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory
 }
 
 std::optional<Allocation> Scheduler::Decide(const Request& request,
-                                            std::span<const std::uint32_t> nodes) {
+                                            std::span<const std::uint32_t> nodes, bool observe) {
   const ResolvedRequest r = cluster_->Resolve(request);
-  return DecideResolved(r, nodes);
+  return DecideResolved(r, nodes, observe);
 }
 
 std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
-                                                    std::span<const std::uint32_t> nodes) {
-  policy_->Observe(*r.request);
+                                                    std::span<const std::uint32_t> nodes,
+                                                    bool observe) {
+  if (observe) policy_->Observe(*r.request);
   const std::size_t n = cluster_->size();
   // The nodes to look at: all (k -> k), or the given subset (k -> nodes[k]).
   const std::size_t count = nodes.empty() ? n : nodes.size();

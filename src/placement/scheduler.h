@@ -22,7 +22,10 @@ class Scheduler {
 
   // Chooses where the request would go, or nullopt if no node can take it. Changes nothing.
   // `nodes`: only these node indices are candidates (each < cluster size); empty: every node.
-  std::optional<Allocation> Decide(const Request& request, std::span<const std::uint32_t> nodes = {});
+  // `observe`: show the request to the policy as an arrival (false for a retry of a request
+  // already shown, e.g. a pending pod kube-scheduler asks about again).
+  std::optional<Allocation> Decide(const Request& request, std::span<const std::uint32_t> nodes = {},
+                                   bool observe = true);
   // Decide, then record the allocation on the cluster's ledger. kResourceExhausted if no node
   // can take the request.
   StatusOr<Allocation> Place(const Request& request);
@@ -53,7 +56,7 @@ class Scheduler {
   static constexpr std::size_t kCacheWays = 32;
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
   std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
-                                          std::span<const std::uint32_t> nodes);
+                                          std::span<const std::uint32_t> nodes, bool observe = true);
 
   Cluster* cluster_;
   PlacementPolicy* policy_;

@@ -151,6 +151,18 @@ void TesseraPolicy::Observe(const Request& q) {
   }
 }
 
+void TesseraPolicy::ContinueFrom(const PlacementPolicy& previous) {
+  const auto* p = dynamic_cast<const TesseraPolicy*>(&previous);
+  if (p == nullptr || p == this || p->observed_ == 0) return;
+  histogram_ = p->histogram_;
+  gpu_demand_ = p->gpu_demand_;
+  cpu_demand_ = p->cpu_demand_;
+  scale_ = p->scale_;
+  observed_ = p->observed_;
+  next_rebuild_ = p->next_rebuild_;
+  Rebuild();
+}
+
 void TesseraPolicy::Rebuild() {
   std::vector<std::pair<double, const std::pair<const Key, Entry>*>> sorted;
   double total = 0;

@@ -51,9 +51,13 @@ class TesseraPolicy final : public PlacementPolicy {
   // them per node and request shape, keyed on the node version and this epoch (bumped whenever
   // the target workload changes).
   std::uint64_t epoch() const override { return epoch_; }
+  // The workload estimate (histogram, demands, arrivals seen) of a previous TesseraPolicy, then
+  // a rebuild against this policy's cluster: what the scheduler extender keeps when its cluster
+  // model is rebuilt because nodes changed.
+  void ContinueFrom(const PlacementPolicy& previous) override;
 
   // Introspection (tests, docs).
-  std::uint64_t observed() const { return observed_; }
+  std::uint64_t observed() const override { return observed_; }
   const WorkloadProfile& target() const { return frag_->profile(); }
 
  private:

@@ -76,6 +76,43 @@ TEST(TesseraPolicyTest, WorkloadIsLearnedFromArrivals) {
   EXPECT_EQ(p.observed(), 10U);
 }
 
+TEST(TesseraPolicyTest, ContinueFromKeepsTheEstimateOnAnotherCluster) {
+  auto before = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(before);
+  TesseraPolicy old_policy(*before);
+  // Eight arrivals: the old policy's last rebuild (at 1, 2, 4, 8) saw them all.
+  for (int i = 0; i < 6; ++i) old_policy.Observe(Pod("a", 2000, 1, 250));
+  for (int i = 0; i < 2; ++i) old_policy.Observe(Pod("b", 4000, 2, 1000));
+  auto after = Cluster::Create({MakeNode("n0", 8), MakeNode("n1", 4)});  // a node joined
+  ASSERT_OK(after);
+  TesseraPolicy next(*after);
+  next.ContinueFrom(old_policy);
+  EXPECT_EQ(next.observed(), 8U);
+  ASSERT_EQ(next.target().items.size(), old_policy.target().items.size());
+  for (std::size_t i = 0; i < next.target().items.size(); ++i) {
+    EXPECT_EQ(next.target().items[i].gpu_milli, old_policy.target().items[i].gpu_milli);
+    EXPECT_DOUBLE_EQ(next.target().items[i].weight, old_policy.target().items[i].weight);
+  }
+  // It goes on learning from there, and another kind of policy carries nothing over.
+  next.Observe(Pod("c", 1000, 1, 500));
+  EXPECT_EQ(next.observed(), 9U);
+  BestFitPolicy best_fit;
+  TesseraPolicy fresh(*after);
+  fresh.ContinueFrom(best_fit);
+  EXPECT_EQ(fresh.observed(), 0U);
+}
+
+TEST(TesseraPolicyTest, ARetryIsNotShownAsAnotherArrival) {
+  auto c = Cluster::Create({MakeNode("n0", 1)});
+  ASSERT_OK(c);
+  Spy spy(*c);
+  Scheduler s(&*c, &spy);
+  const Request big = Pod("big", 1000, 4, 1000);  // fits nowhere
+  EXPECT_FALSE(s.Decide(big).has_value());
+  EXPECT_FALSE(s.Decide(big, {}, /*observe=*/false).has_value());
+  EXPECT_EQ(spy.observed.size(), 1U);
+}
+
 TEST(TesseraPolicyTest, PriorSeedsTheEstimate) {
   auto c = Cluster::Create({MakeNode("n0", 8)});
   ASSERT_OK(c);
