@@ -230,9 +230,20 @@ void TesseraPolicy::Rebuild() {
       if (Fits(multi_[k], model_[i], st.cpu_free, free_sorted, st.free_milli.size())) ++hosts[k];
     }
   }
+  // Shapes compete for nested host sets: a node that can host a shape that asks at least as
+  // much of everything (GPUs, milli, CPU, within the same models) can host this one, so that
+  // shape's pods use up this one's hosts too.
+  std::vector<double> share(multi_.size());
+  for (std::size_t k = 0; k < multi_.size(); ++k) {
+    for (const MultiItem& j : multi_) {
+      const bool dominates = j.count >= multi_[k].count && j.milli >= multi_[k].milli &&
+                             j.cpu >= multi_[k].cpu && (j.model_mask & ~multi_[k].model_mask) == 0;
+      if (dominates) share[k] += j.value;
+    }
+  }
   for (std::size_t k = 0; k < multi_.size(); ++k) {
     MultiItem& m = multi_[k];
-    const double d = m.value * arrivals;
+    const double d = share[k] * arrivals;
     double below = 0;  // P(X < hosts)
     if (d > 0) {
       double term = std::exp(-d);  // P(X = j), j = 0, 1, ...
@@ -251,6 +262,13 @@ void TesseraPolicy::Rebuild() {
   std::stable_sort(multi_.begin(), multi_.end(),
                    [](const MultiItem& a, const MultiItem& b) { return a.value > b.value; });
   ++epoch_;
+}
+
+double TesseraPolicy::MultiGpuValue(std::uint32_t count, std::int32_t milli, std::int64_t cpu) const {
+  for (const MultiItem& m : multi_) {
+    if (m.count == count && m.milli == milli && m.cpu == cpu) return m.value;
+  }
+  return 0;
 }
 
 std::size_t TesseraPolicy::Hash(const MemoKey& k) {

@@ -59,6 +59,9 @@ class TesseraPolicy final : public PlacementPolicy {
   // Introspection (tests, docs).
   std::uint64_t observed() const override { return observed_; }
   const WorkloadProfile& target() const { return frag_->profile(); }
+  // What a node that stops hosting a pod of this multi-GPU shape is expected to cost, in GPU
+  // milli, as of the last rebuild (0: not tracked, or hosts to spare).
+  double MultiGpuValue(std::uint32_t count, std::int32_t milli, std::int64_t cpu) const;
 
  private:
   using Key = std::tuple<std::int64_t, std::int32_t, std::uint32_t, std::string>;

@@ -156,6 +156,25 @@ TEST(TesseraPolicyTest, TiesSpareTheOnlyHostOfAMultiGpuShape) {
   EXPECT_EQ(d->node, 1U);
 }
 
+TEST(TesseraPolicyTest, HostsAreScarceForEveryShapeThatNeedsThem) {
+  // Six nodes of 8 GPUs host both 4-GPU and 8-GPU pods. Four 4-GPU pods alone would not make
+  // those hosts scarce, but eight 8-GPU pods compete for the same nodes: the 4-GPU shape is
+  // valued by the demand of both (a node that can host an 8-GPU pod can host a 4-GPU one).
+  std::vector<Node> nodes;
+  for (int i = 0; i < 6; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 8, 64000));
+  auto c = Cluster::Create(nodes);
+  ASSERT_OK(c);
+  TesseraPolicy p(*c);
+  for (int i = 0; i < 20; ++i) p.Observe(Pod("s" + std::to_string(i), 1000, 1, 500));
+  for (int i = 0; i < 4; ++i) p.Observe(Pod("q" + std::to_string(i), 8000, 4, 1000));
+  for (int i = 0; i < 8; ++i) p.Observe(Pod("e" + std::to_string(i), 16000, 8, 1000));
+  ASSERT_EQ(p.observed(), 32U);  // a rebuild at the 32nd arrival saw all of them
+  // Alone the 4-GPU shape's expected demand (2 pods) against 6 hosts is worth ~2 % of a pod;
+  // with the 8-GPU pods' (4 more) well over a third.
+  EXPECT_GT(p.MultiGpuValue(4, 1000, 8000), 0.3 * 4 * 1000);
+  EXPECT_GT(p.MultiGpuValue(8, 1000, 16000), 0.0);
+}
+
 // Within a node a share fills the partly used GPU rather than opening a whole one.
 TEST(TesseraPolicyTest, PacksSharesOntoUsedGpus) {
   auto c = Cluster::Create({MakeNode("n0", 8)});
