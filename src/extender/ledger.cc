@@ -149,14 +149,14 @@ void Ledger::RebuildLocked() {
     cluster = placement::Cluster::Create({});
   }
   scheduler_.reset();
-  // The new policy keeps what the old one learned (tessera's workload estimate): a node joining
-  // must not make the scheduler forget the arrivals it has seen.
-  auto cluster_model = std::make_unique<placement::Cluster>(*std::move(cluster));
-  auto policy_model = placement::MakePolicy(options_.placement, *cluster_model,
-                                            placement::WorkloadProfile{}, nullptr);
-  if (placement_ != nullptr) policy_model->ContinueFrom(*placement_);
-  placement_ = std::move(policy_model);
-  cluster_ = std::move(cluster_model);
+  // The old model is kept until the pods are on the new one: the new policy then continues from
+  // what the old one learned (tessera's workload estimate), rebuilt against the new cluster as
+  // it stands, so that a node joining does not make the scheduler forget the arrivals it saw.
+  std::unique_ptr<placement::Cluster> old_cluster = std::move(cluster_);
+  std::unique_ptr<placement::PlacementPolicy> old_policy = std::move(placement_);
+  cluster_ = std::make_unique<placement::Cluster>(*std::move(cluster));
+  placement_ = placement::MakePolicy(options_.placement, *cluster_, placement::WorkloadProfile{},
+                                     nullptr);
   scheduler_ = std::make_unique<placement::Scheduler>(cluster_.get(), placement_.get());
   node_index_.clear();
   gpu_index_.clear();
@@ -170,6 +170,8 @@ void Ledger::RebuildLocked() {
     entry.applied = false;
     ApplyLocked(entry);
   }
+  if (old_policy != nullptr) placement_->ContinueFrom(*old_policy);
+  old_policy.reset();  // before the cluster it was made for
 }
 
 std::optional<placement::Allocation> Ledger::AllocationLocked(const Entry& entry) const {
@@ -232,6 +234,7 @@ void Ledger::ObservePodLocked(const json& pod) {
   if (id.uid.empty()) return;
   auto it = entries_.find(id.uid);
   if (id.terminal) {
+    shown_.erase(id.uid);
     ReleaseLocked(id.uid);
     return;
   }
@@ -300,14 +303,19 @@ void Ledger::ObservePodLocked(const json& pod) {
 void Ledger::ForgetPod(const json& pod) {
   std::lock_guard lock(mu_);
   const std::string uid = PodIdentity(pod).uid;
-  unplaced_.erase(uid);
+  shown_.erase(uid);
   ReleaseLocked(uid);
 }
 
 void Ledger::ReplacePods(const std::vector<json>& pods) {
   std::lock_guard lock(mu_);
   for (auto& [uid, e] : entries_) e.seen = false;
-  for (const json& p : pods) ObservePodLocked(p);
+  std::unordered_set<std::string> listed;
+  for (const json& p : pods) {
+    ObservePodLocked(p);
+    listed.insert(PodIdentity(p).uid);
+  }
+  std::erase_if(shown_, [&](const std::string& uid) { return !listed.contains(uid); });
   const auto now = clock_();
   std::vector<std::string> gone;
   for (auto& [uid, e] : entries_) {
@@ -440,18 +448,19 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
     }
   }
   if (candidates.empty()) return out;
-  // A pod kube-scheduler asks about again after no node could take it is one arrival for the
-  // policy's estimate, not one per retry.
-  const bool retry = unplaced_.contains(ask->uid);
-  std::optional<placement::Allocation> a = scheduler_->Decide(ask->request, candidates, !retry);
+  // A pod is one arrival for the policy's estimate however often it is decided (kube-scheduler
+  // asks again after no node could take it, after its reservation expired or its bind failed).
+  const bool shown = !ask->uid.empty() && shown_.contains(ask->uid);
+  std::optional<placement::Allocation> a = scheduler_->Decide(ask->request, candidates, !shown);
+  if (!shown && !ask->uid.empty()) {
+    if (shown_.size() >= kMaxShown) shown_.clear();  // bounded: forgets, never grows
+    shown_.insert(ask->uid);
+  }
   const placement::ResolvedRequest r = cluster_->Resolve(ask->request);
   if (!a) {
     for (std::uint32_t i : candidates) out.failed[cluster_->node(i).name] = ReasonLocked(i, r);
-    if (unplaced_.size() >= kMaxUnplaced) unplaced_.clear();  // bounded: forgets, never grows
-    unplaced_.insert(ask->uid);
     return out;
   }
-  unplaced_.erase(ask->uid);
   if (const Status st = cluster_->Add(r, *a); !st.ok()) {
     out.error = "tessera: ledger refused its own decision: " + st.message();
     return out;

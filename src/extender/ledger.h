@@ -158,9 +158,10 @@ class Ledger {
   std::map<std::string, std::uint32_t> node_index_;
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> gpu_index_;  // uuid -> node, gpu
   std::map<std::string, Entry> entries_;  // by pod UID
-  // UIDs of pods no node could take (not yet shown to the policy again); at most kMaxUnplaced.
-  static constexpr std::size_t kMaxUnplaced = 100'000;
-  std::unordered_set<std::string> unplaced_;
+  // UIDs of live pods the placement policy has been shown (Filter decided them once); dropped
+  // when the pod is deleted, finishes or is missing from a relist; at most kMaxShown.
+  static constexpr std::size_t kMaxShown = 100'000;
+  std::unordered_set<std::string> shown_;
 };
 
 }  // namespace tessera::extender

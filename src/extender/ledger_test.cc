@@ -230,7 +230,7 @@ TEST_F(LedgerTest, NodeChangesRebuildWithoutLosingPods) {
   EXPECT_TRUE(ledger_.Filter(FractionalPod("c", "14Gi"), {"g1", "g2"}).nodes.empty());
 }
 
-TEST_F(LedgerTest, ThePolicyKeepsWhatItLearnedAcrossNodeChangesAndCountsARetryOnce) {
+TEST_F(LedgerTest, ThePolicyKeepsWhatItLearnedAcrossNodeChangesAndCountsEachPodOnce) {
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   EXPECT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
   EXPECT_EQ(Place(FractionalPod("b", "4Gi"), {"g1"}), "g1");
@@ -242,6 +242,14 @@ TEST_F(LedgerTest, ThePolicyKeepsWhatItLearnedAcrossNodeChangesAndCountsARetryOn
   const nlohmann::json huge = FractionalPod("huge", "15Gi");
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(ledger_.Filter(huge, {"g1"}).nodes.empty());
   EXPECT_EQ(ledger_.arrivals_observed(), 4U);
+  // So is a pod whose bind failed and which is decided again.
+  const nlohmann::json d = FractionalPod("d", "2Gi");
+  FilterOutcome first = ledger_.Filter(d, {"g2"});
+  ASSERT_EQ(first.nodes.size(), 1U);
+  ASSERT_OK(ledger_.BeginBind("uid-d", first.nodes[0]));
+  ledger_.FinishBind("uid-d", false);
+  EXPECT_EQ(ledger_.Filter(d, {"g2"}).nodes.size(), 1U);
+  EXPECT_EQ(ledger_.arrivals_observed(), 5U);
 }
 
 TEST_F(LedgerTest, WholeGpusTakeIdleGpusOnly) {

@@ -89,9 +89,10 @@ StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes) {
     if (!ids.empty() && std::all_of(ids.begin(), ids.end(), [&](auto m) { return m == ids[0]; })) {
       cluster.node_models_[i] = ids[0];
     }
-    const bool same_memory = !n.gpus.empty() && std::all_of(n.gpus.begin(), n.gpus.end(), [&](const Gpu& gpu) {
-      return gpu.memory_bytes == n.gpus[0].memory_bytes;
-    });
+    const bool same_memory =
+        !n.gpus.empty() && std::all_of(n.gpus.begin(), n.gpus.end(), [&](const Gpu& gpu) {
+          return gpu.memory_bytes == n.gpus[0].memory_bytes;
+        });
     cluster.node_gpu_memory_.push_back(same_memory ? n.gpus[0].memory_bytes : 0);
     cluster.total_gpus_ += n.gpus.size();
     cluster.total_gpu_milli_ += static_cast<std::int64_t>(n.gpus.size()) * kMilliPerGpu;
@@ -198,7 +199,8 @@ std::uint64_t MemoryOn(std::uint64_t gpu_memory_bytes, const Request& q) {
     return bytes / kMiB * kMiB;
   }
   const auto milli = static_cast<std::uint64_t>(q.gpu_milli);
-  return gpu_memory_bytes / kMilliPerGpu * milli + gpu_memory_bytes % kMilliPerGpu * milli / kMilliPerGpu;
+  return gpu_memory_bytes / kMilliPerGpu * milli +
+         gpu_memory_bytes % kMilliPerGpu * milli / kMilliPerGpu;
 }
 
 bool Cluster::GpuUsable(std::size_t node, std::size_t g, const ResolvedRequest& r) const {

@@ -208,7 +208,7 @@ class Cluster {
   std::vector<std::uint32_t> versions_;  // states_[i].version
   std::vector<std::vector<std::uint32_t>> gpu_model_ids_;
   std::vector<std::uint32_t> node_models_;
-  std::vector<std::uint64_t> node_gpu_memory_;  // the size of every GPU of the node, or 0 if they differ
+  std::vector<std::uint64_t> node_gpu_memory_;  // every GPU's size if the node's are equal, else 0
   std::vector<std::string> models_;
   std::map<std::string, std::uint32_t, std::less<>> namespaces_;
   std::int64_t total_gpu_milli_ = 0;

@@ -115,16 +115,22 @@ TEST(Cluster, AddAndRemoveAreExactInverses) {
 TEST(Cluster, UsableGpusAgreesWithWhatAddAccepts) {
   // Property test of UsableGpus' fast path: for random one-GPU requests (milli, explicit memory,
   // memory ppm, model sets, co-tenancy, MPS) on nodes of uniform and mixed GPU sizes and models,
-  // some GPUs unhealthy or cordoned, a GPU is usable iff Add accepts a share on it.
+  // some GPUs unhealthy or cordoned or in MIG mode, a GPU is usable iff Add accepts a share on
+  // it; a cordoned node has none.
   std::mt19937 gen(99);
   Node mixed = MakeNode("mixed", 4, "T4");
   mixed.gpus[1].memory_bytes = 32ULL << 30;
   mixed.gpus[2].model = "V100";
   Node sick = MakeNode("sick", 4, "V100");
   sick.gpus[0].healthy = false;
-  auto cluster = Cluster::Create({MakeNode("uniform", 8, "T4"), mixed, sick, MakeNode("p100", 2, "P100")});
+  Node mig = MakeNode("mig", 3, "A100");
+  mig.gpus[1].mig_enabled = true;
+  mig.gpus[1].mig_instances = {"3g.40gb", "1g.10gb"};
+  auto cluster = Cluster::Create({MakeNode("uniform", 8, "T4"), mixed, sick,
+                                  MakeNode("p100", 2, "P100"), mig, MakeNode("cordoned", 2, "T4")});
   ASSERT_OK(cluster);
   ASSERT_OK(cluster->SetGpuCordoned(2, 3, true));
+  ASSERT_OK(cluster->SetNodeCordoned(5, true));
   auto pick = [&](int hi) { return std::uniform_int_distribution<int>(0, hi)(gen); };
   int usable_seen = 0, unusable_seen = 0;
   for (int i = 0; i < 3000; ++i) {
@@ -140,13 +146,20 @@ TEST(Cluster, UsableGpusAgreesWithWhatAddAccepts) {
       q.mode = SharingMode::kMps;
       q.uid = static_cast<std::uint32_t>(pick(1));
     }
+    if (pick(9) == 0) q.mig_profile = pick(1) == 0 ? "3g.40gb" : "1g.10gb";
+    if (pick(19) == 0) q.gpu_milli = 0;  // memory or a MIG instance alone
     const ResolvedRequest r = cluster->Resolve(q);
-    const std::size_t node = static_cast<std::size_t>(pick(3));
+    const std::size_t node = static_cast<std::size_t>(pick(5));
     const GpuMask usable = cluster->UsableGpus(node, r);
+    if (cluster->node(node).cordoned) {  // the ledger still records there; nothing is usable
+      EXPECT_EQ(usable, 0U) << "request " << i;
+      continue;
+    }
     for (std::size_t g = 0; g < cluster->node(node).gpus.size(); ++g) {
       const Allocation a{static_cast<std::uint32_t>(node), {cluster->ShareOn(node, g, r)}};
       const bool added = cluster->Add(r, a).ok();
-      EXPECT_EQ(added, ((usable >> g) & 1ULL) != 0) << "request " << i << " node " << node << " GPU " << g;
+      EXPECT_EQ(added, ((usable >> g) & 1ULL) != 0)
+          << "request " << i << " node " << node << " GPU " << g;
       (added ? usable_seen : unusable_seen)++;
       // Keep about half of what fits, so that GPUs fill up and gain tenants.
       if (added && pick(1) == 0) {

@@ -103,14 +103,15 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
         e.shape = shape;
         e.version = version;
         const bool ok = cluster_->Feasible(i, r, &usable);
-        e.feasible_usable = (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & ~kFeasibleBit);
+        e.feasible_usable =
+            (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & kUsableBits);
         have_usable = true;
       }
       if ((e.feasible_usable & kFeasibleBit) == 0) continue;
       ++feasible;
       if (e.score_shape != score_shape || e.score_epoch != epoch) {
         if (!have_usable) {
-          usable = usable_kept_ ? e.feasible_usable & ~kFeasibleBit : cluster_->UsableGpus(i, r);
+          usable = usable_kept_ ? e.feasible_usable & kUsableBits : cluster_->UsableGpus(i, r);
         }
         const Choice c = policy_->Score(*cluster_, i, r, usable);
         e.score_shape = score_shape;
@@ -137,7 +138,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
 
 StatusOr<Allocation> Scheduler::Place(const Request& request) {
   const ResolvedRequest r = cluster_->Resolve(request);
-  std::optional<Allocation> a = DecideResolved(r, {});
+  std::optional<Allocation> a = DecideResolved(r, {}, true);
   if (!a.has_value()) {
     return ResourceExhaustedError("request \"" + request.name + "\": no node can take it");
   }

@@ -24,8 +24,8 @@ class Scheduler {
   // `nodes`: only these node indices are candidates (each < cluster size); empty: every node.
   // `observe`: show the request to the policy as an arrival (false for a retry of a request
   // already shown, e.g. a pending pod kube-scheduler asks about again).
-  std::optional<Allocation> Decide(const Request& request, std::span<const std::uint32_t> nodes = {},
-                                   bool observe = true);
+  std::optional<Allocation> Decide(const Request& request,
+                                   std::span<const std::uint32_t> nodes = {}, bool observe = true);
   // Decide, then record the allocation on the cluster's ledger. kResourceExhausted if no node
   // can take the request.
   StatusOr<Allocation> Place(const Request& request);
@@ -46,24 +46,26 @@ class Scheduler {
     // policy's epoch (low 32 bits) match.
     std::uint32_t score_epoch = 0;
     int score = 0;
-    // Bit 31: the node is feasible for `shape`. Bits 0..30: its usable GPUs, kept when the node
-    // has at most 31 GPUs (a rescore then needs no second filter pass); else recomputed.
+    // Bit 31: the node is feasible for `shape`. Bits 0..30: its usable GPUs, used by a rescore
+    // (no second filter pass) when no node of the cluster has more than 31 GPUs; otherwise a
+    // rescore recomputes them.
     std::uint32_t feasible_usable = 0;
     GpuMask gpus = 0;
   };
   static constexpr std::uint32_t kFeasibleBit = 1U << 31;
+  static constexpr std::uint32_t kUsableBits = kFeasibleBit - 1;
   static constexpr std::size_t kKeptUsableGpus = 31;
   static constexpr std::size_t kCacheWays = 32;
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
   std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
-                                          std::span<const std::uint32_t> nodes, bool observe = true);
+                                          std::span<const std::uint32_t> nodes, bool observe);
 
   Cluster* cluster_;
   PlacementPolicy* policy_;
   std::vector<std::uint32_t> ranks_;
   std::unordered_map<std::string, std::uint32_t> shapes_;
   std::vector<CacheEntry> cache_;  // way-major: way w of node i at w * nodes + i
-  bool usable_kept_ = true;        // no node has more GPUs than kKeptUsableGpus
+  bool usable_kept_ = true;  // no node has more GPUs than kKeptUsableGpus
   std::vector<std::uint32_t> feasible_;
   std::size_t last_feasible_ = 0;
 };

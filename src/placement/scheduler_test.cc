@@ -154,15 +154,14 @@ class UsableRecorder final : public PlacementPolicy {
   std::map<std::size_t, GpuMask> seen;
 };
 
-TEST(Scheduler, ARescoreGetsTheUsableGpusOfTheCachedFilter) {
-  // The filter's usable GPUs are kept in the cache for nodes of up to 31 GPUs and recomputed
-  // for wider ones; either way a rescore (same node versions, new epoch) sees the same GPUs as
-  // the filter would find now.
-  auto cluster = Cluster::Create({MakeNode("wide", 40), MakeNode("narrow", 4), MakeNode("mid", 31)});
+// A rescore (same node versions, new epoch) sees the GPUs the filter would find now: kept in
+// the cache while no node has more than 31 GPUs, recomputed otherwise.
+void CheckRescoresSeeTheFiltersGpus(std::vector<Node> nodes, int requests) {
+  auto cluster = Cluster::Create(std::move(nodes));
   ASSERT_OK(cluster);
   UsableRecorder policy;
   Scheduler scheduler(&*cluster, &policy);
-  for (int i = 0; i < 120; ++i) {
+  for (int i = 0; i < requests; ++i) {
     const Request q = Pod(1, 300 + 100 * (i % 3), 10);
     ++policy.epoch_now;
     ASSERT_OK(scheduler.Place(q));
@@ -179,6 +178,14 @@ TEST(Scheduler, ARescoreGetsTheUsableGpusOfTheCachedFilter) {
       }
     }
   }
+}
+
+TEST(Scheduler, ARescoreGetsTheUsableGpusKeptByTheFilter) {
+  CheckRescoresSeeTheFiltersGpus({MakeNode("narrow", 4), MakeNode("widest-kept", 31)}, 60);
+}
+
+TEST(Scheduler, ARescoreRecomputesUsableGpusWhenANodeIsTooWideToKeepThem) {
+  CheckRescoresSeeTheFiltersGpus({MakeNode("wide", 40), MakeNode("narrow", 4)}, 60);
 }
 
 TEST(Scheduler, RandomPicksOnlyFeasibleNodes) {

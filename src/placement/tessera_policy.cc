@@ -235,9 +235,12 @@ void TesseraPolicy::Rebuild() {
   // shape's pods use up this one's hosts too.
   std::vector<double> share(multi_.size());
   for (std::size_t k = 0; k < multi_.size(); ++k) {
+    const MultiItem& m = multi_[k];
     for (const MultiItem& j : multi_) {
-      const bool dominates = j.count >= multi_[k].count && j.milli >= multi_[k].milli &&
-                             j.cpu >= multi_[k].cpu && (j.model_mask & ~multi_[k].model_mask) == 0;
+      // (A shape whose models this cluster lacks, mask 0, competes for nobody's hosts.)
+      const bool dominates = j.count >= m.count && j.milli >= m.milli && j.cpu >= m.cpu &&
+                             (j.model_mask == m.model_mask ||
+                              (j.model_mask != 0 && (j.model_mask & ~m.model_mask) == 0));
       if (dominates) share[k] += j.value;
     }
   }
@@ -264,7 +267,8 @@ void TesseraPolicy::Rebuild() {
   ++epoch_;
 }
 
-double TesseraPolicy::MultiGpuValue(std::uint32_t count, std::int32_t milli, std::int64_t cpu) const {
+double TesseraPolicy::MultiGpuValue(std::uint32_t count, std::int32_t milli,
+                                    std::int64_t cpu) const {
   for (const MultiItem& m : multi_) {
     if (m.count == count && m.milli == milli && m.cpu == cpu) return m.value;
   }

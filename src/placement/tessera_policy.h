@@ -60,7 +60,8 @@ class TesseraPolicy final : public PlacementPolicy {
   std::uint64_t observed() const override { return observed_; }
   const WorkloadProfile& target() const { return frag_->profile(); }
   // What a node that stops hosting a pod of this multi-GPU shape is expected to cost, in GPU
-  // milli, as of the last rebuild (0: not tracked, or hosts to spare).
+  // milli, as of the last rebuild (0: not tracked, or hosts to spare); the first shape with
+  // these GPUs, milli and CPU, whatever models it accepts.
   double MultiGpuValue(std::uint32_t count, std::int32_t milli, std::int64_t cpu) const;
 
  private:
