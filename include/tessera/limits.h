@@ -30,8 +30,14 @@ struct Limits {
   PriorityClass priority = PriorityClass::kNormal;
   SharingMode mode = SharingMode::kShared;
   ComputeMode compute = ComputeMode::kHard;  // how cores_percent is held
+  // A hard share's period in ms (0: the default, a short bucket refilled continuously): the
+  // share gets cores% x this of GPU time per period, then is held until the next period.
+  std::uint32_t compute_window_ms = 0;
   std::vector<DeviceLimits> devices;
 };
+
+inline constexpr std::uint32_t kMinComputeWindowMs = 10;
+inline constexpr std::uint32_t kMaxComputeWindowMs = 60'000;
 
 // Parses a limits file. Every error names the line and what is accepted; nothing is half-read.
 StatusOr<Limits> ParseLimitsFile(std::string_view text);

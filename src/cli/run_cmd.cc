@@ -30,7 +30,7 @@ namespace tessera::cli {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute hard|work-conserving] "
+    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute hard|work-conserving] [--compute-window MS] "
     "[--priority latency-critical|normal|best-effort] [--mode shared|mps] "
     "[--gpu UUID|INDEX[,UUID|INDEX...]] [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] "
     "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, --mode)";
@@ -98,6 +98,16 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       auto c = ParseComputeMode(v);
       if (!c.ok()) return c.status().WithContext("--compute");
       o.compute = *c;
+    } else if (a == "--compute-window") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      unsigned ms = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
+      if (ec != std::errc() || end != v.data() + v.size() || ms < kMinComputeWindowMs ||
+          ms > kMaxComputeWindowMs) {
+        return UsageError("--compute-window: \"" + QuoteForMessage(v) + "\" is not a whole number of ms, " +
+                          std::to_string(kMinComputeWindowMs) + "-" + std::to_string(kMaxComputeWindowMs));
+      }
+      o.compute_window_ms = ms;
     } else if (a == "--priority") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
       auto p = ParsePriorityClass(v);
@@ -152,6 +162,9 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
     }
   }
   if (!have_ask) return UsageError("nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode");
+  if (o.compute_window_ms != 0 && (o.gpu_cores == 0 || o.compute != ComputeMode::kHard)) {
+    return UsageError("--compute-window: applies to a hard share (--gpu-cores N --compute hard)");
+  }
   if (o.mode == SharingMode::kMps && o.gpus.size() > 1) {
     return UsageError("--mode mps: one GPU per run (each GPU has its own MPS daemon)");
   }
@@ -204,6 +217,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   limits.priority = o.priority;
   limits.mode = o.mode;
   limits.compute = o.compute;
+  limits.compute_window_ms = o.compute_window_ms;
   std::vector<shm::DeviceLimit> region_devices;
   std::vector<std::string> uuids;
   std::string visible;

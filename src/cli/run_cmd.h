@@ -21,6 +21,7 @@ struct RunOptions {
   std::uint64_t gpu_memory_bytes = 0;  // 0: no memory cap (the GPU's memory)
   std::uint32_t gpu_cores = 0;         // 0: no compute share
   ComputeMode compute = ComputeMode::kHard;
+  std::uint32_t compute_window_ms = 0;  // --compute-window; 0: the default bucket
   PriorityClass priority = PriorityClass::kNormal;
   SharingMode mode = SharingMode::kShared;
   std::string arbiter_dir;             // "" = governor::DefaultLocalArbiterDir()

@@ -42,6 +42,9 @@ TEST(RunArgs, ComputeSharePriorityAndMode) {
   EXPECT_EQ(o->compute, ComputeMode::kWorkConserving);
   EXPECT_EQ(o->priority, PriorityClass::kBestEffort);
   EXPECT_EQ(o->mode, SharingMode::kMps);
+  auto windowed = ParseRunArgs({"--gpu-cores", "30", "--compute-window", "1000", "--", "x"});
+  ASSERT_OK(windowed);
+  EXPECT_EQ(windowed->compute_window_ms, 1000u);
   auto defaults = ParseRunArgs({"--gpu-cores", "100", "--", "x"});
   ASSERT_OK(defaults);
   EXPECT_EQ(defaults->compute, ComputeMode::kHard);
@@ -57,6 +60,13 @@ TEST(RunArgs, BadInputNamesTheFlag) {
       {{"--gpu-cores", "30%", "--", "x"}, "--gpu-cores: \"30%\""},
       {{"--gpu-cores", "30", "--compute", "soft", "--", "x"}, "--compute"},
       {{"--gpu-cores", "30", "--compute", "soft", "--", "x"}, "hard, work-conserving"},
+      {{"--gpu-cores", "30", "--compute-window", "5", "--", "x"},
+       "--compute-window: \"5\" is not a whole number of ms, 10-60000"},
+      {{"--gpu-cores", "30", "--compute-window", "1s", "--", "x"}, "--compute-window: \"1s\""},
+      {{"--gpu-memory", "1Gi", "--compute-window", "1000", "--", "x"},
+       "--compute-window: applies to a hard share (--gpu-cores N --compute hard)"},
+      {{"--gpu-cores", "30", "--compute", "work-conserving", "--compute-window", "1000", "--", "x"},
+       "--compute-window: applies to a hard share"},
       {{"--priority", "urgent", "--", "x"}, "--priority"},
       {{"--priority", "urgent", "--", "x"}, "latency-critical, normal, best-effort"},
       {{"--mode", "exclusive", "--", "x"}, "--mode: tessera run runs shared or mps"},

@@ -11,7 +11,7 @@ namespace {
 
 constexpr std::string_view kLimitsForm =
     "accepted lines: 'version 1', 'pod UID NAMESPACE/NAME CONTAINER', "
-    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard|work-conserving', "
+    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard [window=MS]|work-conserving', "
     "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES] [stream=BYTES]', comments (#)";
 
 std::vector<std::string_view> Split(std::string_view line) {
@@ -91,10 +91,25 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       if (!m.ok()) return LineError(line_no, m.status().message());
       limits.mode = *m;
     } else if (key == "compute") {
-      if (words.size() != 2) return LineError(line_no, "compute needs one of: " + AcceptedComputeModes());
+      if (words.size() != 2 && words.size() != 3) {
+        return LineError(line_no, "compute needs one of: " + AcceptedComputeModes() +
+                                      " (hard may add window=MS)");
+      }
       auto c = ParseComputeMode(words[1]);
       if (!c.ok()) return LineError(line_no, c.status().message());
       limits.compute = *c;
+      limits.compute_window_ms = 0;
+      if (words.size() == 3) {
+        const std::string_view w = words[2];
+        auto ms = w.starts_with("window=") ? ParseUnsigned(w.substr(7), kMaxComputeWindowMs)
+                                           : InvalidArgumentError("not window=MS");
+        if (*c != ComputeMode::kHard || !ms.ok() || *ms < kMinComputeWindowMs) {
+          return LineError(line_no, "\"" + QuoteForMessage(w) + "\": only compute hard takes window=MS, " +
+                                        std::to_string(kMinComputeWindowMs) + "-" +
+                                        std::to_string(kMaxComputeWindowMs) + " ms");
+        }
+        limits.compute_window_ms = static_cast<std::uint32_t>(*ms);
+      }
     } else if (key == "device") {
       if (words.size() < 3) return LineError(line_no, "device needs UUID and memory=BYTES");
       DeviceLimits d;
@@ -148,7 +163,9 @@ std::string FormatLimitsFile(const Limits& l) {
   out += std::string("enforcement ") + (l.fail_closed ? "fail-closed" : "fail-open") + "\n";
   out += "priority " + std::string(Name(l.priority)) + "\n";
   out += "mode " + std::string(Name(l.mode)) + "\n";
-  out += "compute " + std::string(Name(l.compute)) + "\n";
+  out += "compute " + std::string(Name(l.compute));
+  if (l.compute_window_ms != 0) out += " window=" + std::to_string(l.compute_window_ms);
+  out += "\n";
   for (const auto& d : l.devices) {
     out += "device " + d.uuid + " memory=" + std::to_string(d.memory_bytes);
     if (d.cores_percent != 0) out += " cores=" + std::to_string(d.cores_percent);

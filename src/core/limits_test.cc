@@ -27,6 +27,14 @@ TEST(LimitsFile, ParsesAndRoundTrips) {
   auto again = ParseLimitsFile(FormatLimitsFile(*l));
   ASSERT_OK(again);
   EXPECT_EQ(FormatLimitsFile(*again), FormatLimitsFile(*l));
+  EXPECT_EQ(l->compute_window_ms, 0u);
+  auto windowed = ParseLimitsFile("version 1\ncompute hard window=1000\ndevice GPU-a memory=1 cores=30\n");
+  ASSERT_OK(windowed);
+  EXPECT_EQ(windowed->compute, ComputeMode::kHard);
+  EXPECT_EQ(windowed->compute_window_ms, 1000u);
+  auto windowed_again = ParseLimitsFile(FormatLimitsFile(*windowed));
+  ASSERT_OK(windowed_again);
+  EXPECT_EQ(windowed_again->compute_window_ms, 1000u);
 }
 
 TEST(LimitsFile, RejectsBadFilesNamingTheLine) {
@@ -47,6 +55,11 @@ TEST(LimitsFile, RejectsBadFilesNamingTheLine) {
       {"version 1\nmode timeslice\n", "\"timeslice\" is not a sharing mode"},
       {"version 1\ncompute soft\n", "line 2: \"soft\" is not a compute mode; accepted: hard, work-conserving"},
       {"version 1\ncompute\n", "line 2: compute needs one of: hard, work-conserving"},
+      {"version 1\ncompute hard window=5\n", "line 2: \"window=5\": only compute hard takes window=MS, 10-60000 ms"},
+      {"version 1\ncompute hard window=1s\n", "\"window=1s\": only compute hard takes window=MS"},
+      {"version 1\ncompute hard burst=100\n", "\"burst=100\""},
+      {"version 1\ncompute work-conserving window=1000\n", "only compute hard takes window=MS"},
+      {"version 1\ncompute hard window=1000 more\n", "(hard may add window=MS)"},
       {"version 1\ndevice GPU-\xc3\xa9 memory=1\n", "non-ASCII"},
       {"version 1\ndevice GPU-a memory=99999999999999999999\n", "is not a byte count"},
   };

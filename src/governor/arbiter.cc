@@ -32,6 +32,12 @@ const Arbiter::Entry* Arbiter::Find(int id) const {
 
 bool Arbiter::Has(int id) const { return Find(id) != nullptr; }
 
+double Arbiter::BurstNs(const Entry& e) const {
+  const double window = e.tenant.window_ms != 0 ? static_cast<double>(e.tenant.window_ms) * 1e6
+                                                : static_cast<double>(options_.burst_ns);
+  return e.tenant.cores_percent / 100.0 * window;
+}
+
 double Arbiter::Weight(const Entry& e) const {
   const std::uint32_t percent =
       e.tenant.cores_percent > 0 ? e.tenant.cores_percent : options_.default_weight_percent;
@@ -46,7 +52,7 @@ void Arbiter::Join(int id, const Tenant& tenant) {
   Entry e;
   e.id = id;
   e.tenant = tenant;
-  e.tokens_ns = tenant.cores_percent / 100.0 * static_cast<double>(options_.burst_ns);
+  e.tokens_ns = BurstNs(e);
   // A newcomer starts at the lowest virtual time of those present: it gets no credit for the
   // past, and owes nothing either.
   double v = std::numeric_limits<double>::max();
@@ -80,11 +86,22 @@ void Arbiter::Decide(std::uint64_t now_ns) {
     const std::uint64_t busy = e.seen.busy_ns;
     const double charged = busy >= e.counted_busy_ns ? static_cast<double>(busy - e.counted_busy_ns) : 0.0;
     e.counted_busy_ns = busy;  // a counter that went backwards (a new region) re-syncs
-    if (HasShare(e.tenant)) {
+    if (HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard && e.tenant.window_ms != 0) {
+      // A windowed share: a budget of share x window per period of `window`, as a CFS quota.
+      // Debt (a kernel that ran past the budget) carries into the next period, credit does not.
+      const double period = static_cast<double>(e.tenant.window_ms) * 1e6;
+      e.tokens_ns -= charged;
+      if (e.period_start_ns == 0 || static_cast<double>(now_ns - e.period_start_ns) >= period) {
+        const bool late = e.period_start_ns == 0 ||
+                          static_cast<double>(now_ns - e.period_start_ns) >= 2 * period;
+        e.period_start_ns = late ? now_ns : e.period_start_ns + e.tenant.window_ms * 1'000'000ULL;
+        e.tokens_ns = std::min(e.tokens_ns, 0.0) + BurstNs(e);
+      }
+    } else if (HasShare(e.tenant)) {
       // Idle credit is capped (a burst at most); while the container wants the GPU nothing is
       // clipped, since a long kernel's time is charged only when it completes.
       const double share = e.tenant.cores_percent / 100.0;
-      const double burst = share * static_cast<double>(options_.burst_ns);
+      const double burst = BurstNs(e);
       e.tokens_ns += share * dt - charged;
       if (!e.wanting) e.tokens_ns = std::min(e.tokens_ns, burst);
       // A work-conserving share borrows without debt: what it used beyond its share while

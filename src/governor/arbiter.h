@@ -49,6 +49,11 @@ struct Tenant {
   ComputeMode compute = ComputeMode::kHard;
   PriorityClass priority = PriorityClass::kNormal;
   bool spatial = false;  // an MPS client: runs beside the others, takes no part in turns
+  // A hard share's period in ms (0: a bucket of cores% x ArbiterOptions::burst_ns refilled
+  // continuously): cores% x this of GPU time per period, then held until the next one, as a CFS
+  // quota. Periods of about a second let the GPU's clock follow the share (a power-bound kernel
+  // then gets its share of work, not more).
+  std::uint32_t window_ms = 0;
 };
 
 // What the container's processes reported (its region's Compute counters).
@@ -92,11 +97,14 @@ class Arbiter {
     double tokens_ns = 0;               // hard share's bucket
     double vtime = 0;                   // busy / weight
     bool wanting = false;               // wanted the GPU at the previous decision
+    std::uint64_t period_start_ns = 0;  // a windowed hard share's current period
     Verdict verdict;
   };
   Entry* Find(int id);
   const Entry* Find(int id) const;
   double Weight(const Entry& e) const;
+  // The bucket of a share: cores% x its window (or burst_ns).
+  double BurstNs(const Entry& e) const;
 
   ArbiterOptions options_;
   std::vector<Entry> entries_;

@@ -95,7 +95,7 @@ std::vector<Member> MembersOf(const Limits& limits, const std::string& region_pa
   for (const DeviceLimits& d : limits.devices) {
     out.push_back(Member{region_path + "#" + d.uuid, region_path, d.uuid,
                          Tenant{d.cores_percent, limits.compute, limits.priority,
-                                limits.mode == SharingMode::kMps}});
+                                limits.mode == SharingMode::kMps, limits.compute_window_ms}});
   }
   return out;
 }

@@ -150,6 +150,81 @@ INSTANTIATE_TEST_SUITE_P(Splits, HardPairTest, ::testing::Values(10u, 30u, 50u),
                                   std::to_string(100 - param_info.param);
                          });
 
+// ---- 2b. A hard share with a window runs in cycles: a full bucket at once, then held until
+// it has refilled (so a power-bound GPU's clock can follow the share; ADR 0017).
+
+Tenant Windowed(std::uint32_t percent, std::uint32_t window_ms) {
+  Tenant t = Hard(percent);
+  t.window_ms = window_ms;
+  return t;
+}
+
+// The least and the most of the container's share over consecutive 100 ms slices.
+Range Slices(const Simulation& sim, int id, std::uint64_t from_ns, std::uint64_t to_ns) {
+  Range r;
+  for (std::uint64_t t = from_ns; t + 100 * kMs <= to_ns; t += 100 * kMs) {
+    const double share = sim.SharePercent(id, t, t + 100 * kMs);
+    r.min = std::min(r.min, share);
+    r.max = std::max(r.max, share);
+  }
+  return r;
+}
+
+TEST(GovernorSim, AWindowedHardShareRunsInWholeCyclesAndKeepsItsShare) {
+  Simulation windowed;
+  const int a = windowed.Add(Windowed(30, 1000), std::make_unique<Saturating>(1500 * kUs));
+  windowed.RunUntil(10 * kSec);
+  const Range r = Windows(windowed, a, 3 * kSec, 10 * kSec);
+  const Range slices = Slices(windowed, a, 2 * kSec, 10 * kSec);
+  std::printf("[sim] hard 30%% window 1 s: windows %.1f..%.1f %%, 100 ms slices %.1f..%.1f %%\n",
+              r.min, r.max, slices.min, slices.max);
+  EXPECT_GE(r.min, 25.0);
+  EXPECT_LE(r.max, 35.0);
+  EXPECT_GE(slices.max, 95.0);  // on: the GPU whole, ...
+  EXPECT_LE(slices.min, 0.0);   // ... off: held for whole slices
+  // Without a window the same share is spread thin: no 100 ms slice runs the GPU whole.
+  Simulation smooth;
+  const int b = smooth.Add(Hard(30), std::make_unique<Saturating>(1500 * kUs));
+  smooth.RunUntil(10 * kSec);
+  EXPECT_LE(Slices(smooth, b, 2 * kSec, 10 * kSec).max, 60.0);
+}
+
+class WindowedCapAloneTest : public ::testing::TestWithParam<std::tuple<std::uint32_t, Shape>> {};
+
+TEST_P(WindowedCapAloneTest, DeliversTheCapInEveryWindow) {
+  const auto [cap, shape] = GetParam();
+  Simulation sim(SimOptions{shape == Shape::kKernels100ms ? 50 * kUs : 10 * kUs, true, {}});
+  const int a = sim.Add(Windowed(cap, 1000), Make(shape));
+  sim.RunUntil(9 * kSec);
+  const Range r = Windows(sim, a, 0, 9 * kSec);  // from the start: the first period is no bonus
+  std::printf("[sim] hard %u%% window 1 s alone, %s: windows %.1f..%.1f %%\n", cap,
+              Name(shape).c_str(), r.min, r.max);
+  EXPECT_GE(r.min, cap - 5.0);
+  EXPECT_LE(r.max, cap + 5.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Caps, WindowedCapAloneTest,
+    ::testing::Combine(::testing::Values(10u, 30u, 50u, 70u, 90u),
+                       ::testing::Values(Shape::kKernels20us, Shape::kKernels1500us,
+                                         Shape::kKernels100ms, Shape::kGraphs)),
+    [](const auto& param_info) {
+      return "Cap" + std::to_string(std::get<0>(param_info.param)) + "_" +
+             Name(std::get<1>(param_info.param));
+    });
+
+TEST(GovernorSim, WindowedHardSharesSideBySideEachGetTheirs) {
+  Simulation sim;
+  const int a = sim.Add(Windowed(30, 1000), std::make_unique<Saturating>(1500 * kUs));
+  const int b = sim.Add(Windowed(70, 1000), std::make_unique<Saturating>(1500 * kUs));
+  sim.RunUntil(12 * kSec);
+  const double share_a = sim.SharePercent(a, 3 * kSec, 12 * kSec);
+  const double share_b = sim.SharePercent(b, 3 * kSec, 12 * kSec);
+  std::printf("[sim] windowed 30:70: A %.1f %%, B %.1f %%\n", share_a, share_b);
+  EXPECT_NEAR(share_a, 30.0, 5.0);
+  EXPECT_NEAR(share_b, 70.0, 5.0);
+}
+
 // ---- 3. Work-conserving: lend while idle, reclaim on arrival
 
 TEST(GovernorSim, WorkConservingLendsAndReclaims) {

@@ -13,7 +13,8 @@ prints a table per part and writes compute_shares.json.
     interleaved A/B processes against native, median of paired differences with a bootstrap 95 %
     CI, the workload pinned to one CPU; then the hooked driver calls per launch
     (TESSERA_HOOK_STATS runs).
-PARTS (default "a b d") picks parts; REPEATS (default 30) sets (d)'s pairs.
+PARTS (default "a b d") picks parts; REPEATS (default 30) sets (d)'s pairs; COMPUTE_WINDOW=MS
+gives (a)'s hard shares `--compute-window MS`.
 """
 import json
 import os
@@ -42,8 +43,11 @@ PINNED = [sys.executable, "-c",
           "import os,sys; os.sched_setaffinity(0, {%s}); os.execv(sys.argv[1], sys.argv[1:])"
           % ",".join(map(str, PIN))]
 KINDS = tuple(os.environ.get("KINDS", "gemm tiny long graph").split())
+# (a): COMPUTE_WINDOW=MS runs the hard shares with `--compute-window MS` (cycles of MS).
+COMPUTE_WINDOW = os.environ.get("COMPUTE_WINDOW", "")
 sys.stdout.reconfigure(line_buffering=True)
-results = {"date": time.strftime("%Y-%m-%d %H:%M"), "solo": {}, "accuracy": [], "splits": [],
+results = {"date": time.strftime("%Y-%m-%d %H:%M"), "compute_window_ms": COMPUTE_WINDOW or None,
+           "solo": {}, "accuracy": [], "splits": [],
            "overhead": None}
 
 
@@ -120,8 +124,9 @@ def accuracy():
     for kind, p, compute in cells:
         try:
             rate = solo(kind)["rate"]
+            window = ["--compute-window", COMPUTE_WINDOW] if COMPUTE_WINDOW and compute == "hard" else []
             res = window_shares(run(kind, 9, tessera("--gpu-cores", str(p), "--compute", compute,
-                                                     "--gpu-memory", "16Gi")), kind)
+                                                     *window, "--gpu-memory", "16Gi")), kind)
         except RuntimeError as e:
             rate, res = None, {"error": str(e)}
         expect = 100 if compute == "work-conserving" else p
