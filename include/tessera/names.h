@@ -29,6 +29,10 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kAnnotationPriority, "tessera.dev/priority",                                            \
     "tessera priority class: latency-critical, normal or best-effort")                      \
   X(kAnnotationMode, "tessera.dev/mode", "requested sharing mode: shared, mps, exclusive, mig") \
+  X(kAnnotationCompute, "tessera.dev/compute",                                              \
+    "how the gpu-cores share is held: hard (default) or work-conserving")                   \
+  X(kAnnotationComputeWindow, "tessera.dev/compute-window-ms",                              \
+    "a hard share's period in ms, 10-60000: cores% of each period's GPU time, then held")   \
   X(kAnnotationMpsUser, "tessera.dev/mps-user",                                             \
     "user ID the pod's GPU processes run as; required for mode mps")                        \
   X(kAnnotationInventory, "tessera.dev/gpu-inventory",                                      \

@@ -57,6 +57,8 @@ StatusOr<Limits> LimitsFor(const extender::Decision& decision, std::string_view 
   limits.fail_closed = policy.Rule(decision.tier).enforcement == policy::Enforcement::kFailClosed;
   limits.priority = decision.priority;
   limits.mode = c->mode;
+  limits.compute = c->compute;
+  limits.compute_window_ms = c->compute_window_ms;
   for (const auto& d : c->devices) {
     const auto gpu = gpus.find(d.uuid);
     if (gpu == gpus.end()) return NotFoundError("the decision names GPU " + d.uuid + ", which this node does not have");

@@ -148,6 +148,8 @@ TEST_F(SlotBinderTest, AVerifiedDecisionBecomesTheSlotsLimitsRegionAndCdiSpec) {
   EXPECT_EQ(limits->devices[0].cores_percent, 30u);
   EXPECT_EQ(limits->devices[0].context_bytes, 512ULL << 20);
   EXPECT_EQ(limits->devices[0].stream_bytes, 573440u);
+  EXPECT_EQ(limits->compute, ComputeMode::kHard);
+  EXPECT_EQ(limits->compute_window_ms, 0u);
   EXPECT_EQ(std::filesystem::status(p.limits).permissions() & std::filesystem::perms::owner_write,
             std::filesystem::perms::none);
   auto region = shm::Mapping::Attach(p.region);
@@ -198,6 +200,18 @@ TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
     preload |= m.container_path == "/etc/ld.so.preload" && m.read_only;
   }
   EXPECT_TRUE(limits_ro && run_rw && preload);
+}
+
+TEST_F(SlotBinderTest, TheDecisionsComputeModeAndPeriodReachTheLimitsFile) {
+  extender::Decision d = DecisionFor("batch");
+  d.containers[0].compute_window_ms = 1000;
+  AddPod("slot-0003", d);
+  ASSERT_OK(binder_->Allocate("slot-0003"));
+  ASSERT_OK(binder_->Prepare("slot-0003"));
+  auto limits = ParseLimitsFile(Slurp(Paths("slot-0003").limits));
+  ASSERT_OK(limits);
+  EXPECT_EQ(limits->compute, ComputeMode::kHard);
+  EXPECT_EQ(limits->compute_window_ms, 1000u);
 }
 
 TEST_F(SlotBinderTest, EveryBadDecisionIsRefusedWithAReasonAndNoGpu) {

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/limits.h"
 #include "tessera/quantity.h"
 
 namespace tessera::extender {
@@ -99,7 +100,11 @@ std::string EncodeDecision(const Decision& d) {
                          {"memoryBytes", dev.memory_bytes},
                          {"coresPercent", dev.cores_percent}});
     }
-    containers.push_back({{"name", c.name}, {"mode", Name(c.mode)}, {"devices", devices}});
+    ordered_json container = {{"name", c.name}, {"mode", Name(c.mode)}};
+    if (c.compute != ComputeMode::kHard) container["compute"] = Name(c.compute);
+    if (c.compute_window_ms != 0) container["computeWindowMs"] = c.compute_window_ms;
+    container["devices"] = devices;
+    containers.push_back(container);
   }
   out["containers"] = containers;
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -140,6 +145,21 @@ StatusOr<Decision> ParseDecision(std::string_view text) {
     TESSERA_ASSIGN_OR_RETURN(out.name, NeedString(c, "name", where));
     TESSERA_ASSIGN_OR_RETURN(std::string mode, NeedString(c, "mode", where));
     TESSERA_ASSIGN_OR_RETURN(out.mode, ParseSharingMode(mode));
+    if (auto compute = c.find("compute"); compute != c.end()) {  // optional: hard
+      if (!compute->is_string()) return InvalidArgumentError("decision: " + where + "compute: expected a string");
+      auto mode_of_share = ParseComputeMode(compute->get<std::string>());
+      if (!mode_of_share.ok()) return mode_of_share.status().WithContext("decision: " + where + "compute");
+      out.compute = *mode_of_share;
+    }
+    if (auto window = c.find("computeWindowMs"); window != c.end()) {  // optional: none
+      if (!window->is_number_unsigned() || window->get<std::uint64_t>() < kMinComputeWindowMs ||
+          window->get<std::uint64_t>() > kMaxComputeWindowMs || out.compute != ComputeMode::kHard) {
+        return InvalidArgumentError("decision: " + where + "computeWindowMs: expected " +
+                                    std::to_string(kMinComputeWindowMs) + "-" +
+                                    std::to_string(kMaxComputeWindowMs) + " with compute hard");
+      }
+      out.compute_window_ms = window->get<std::uint32_t>();
+    }
     auto devices = c.find("devices");
     if (devices == c.end() || !devices->is_array() || devices->empty()) {
       return InvalidArgumentError("decision: " + where + "devices: expected a non-empty array");

@@ -27,6 +27,9 @@ struct DecisionContainer {
   std::string name;
   SharingMode mode = SharingMode::kShared;
   std::vector<DecisionDevice> devices;
+  // How the devices' coresPercent is held (omitted from the JSON when hard with no period).
+  ComputeMode compute = ComputeMode::kHard;
+  std::uint32_t compute_window_ms = 0;
   bool operator==(const DecisionContainer&) const = default;
 };
 

@@ -35,6 +35,38 @@ TEST(Decision, EncodesOneLineInTheContractOrder) {
   EXPECT_EQ(*back, Sample());
 }
 
+TEST(Decision, TheComputeModeAndPeriodTravelWhenNotTheDefault) {
+  Decision d = Sample();
+  EXPECT_EQ(EncodeDecision(d).find("compute"), std::string::npos);  // hard, no period: as before
+  d.containers[0].compute_window_ms = 1000;
+  std::string text = EncodeDecision(d);
+  EXPECT_NE(text.find("\"computeWindowMs\":1000"), std::string::npos) << text;
+  auto back = ParseDecision(text);
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, d);
+  d.containers[0].compute_window_ms = 0;
+  d.containers[0].compute = ComputeMode::kWorkConserving;
+  text = EncodeDecision(d);
+  EXPECT_NE(text.find("\"compute\":\"work-conserving\""), std::string::npos) << text;
+  back = ParseDecision(text);
+  ASSERT_OK(back);
+  EXPECT_EQ(back->containers[0].compute, ComputeMode::kWorkConserving);
+  const std::pair<std::string, std::string> edits[] = {
+      {"\"compute\":\"work-conserving\"", "\"compute\":\"soft\""},
+      {"\"compute\":\"work-conserving\"", "\"compute\":3"},
+      {"\"compute\":\"work-conserving\"", "\"compute\":\"work-conserving\",\"computeWindowMs\":1000"},
+      {"\"compute\":\"work-conserving\"", "\"computeWindowMs\":5"},
+  };
+  for (const auto& [from, to] : edits) {
+    std::string bad = text;
+    bad.replace(bad.find(from), from.size(), to);
+    auto parsed = ParseDecision(bad);
+    ASSERT_FALSE(parsed.ok()) << to;
+    EXPECT_NE(parsed.status().message().find("containers[0].compute"), std::string::npos)
+        << parsed.status().message();
+  }
+}
+
 TEST(Decision, Rfc3339IsUtc) { EXPECT_EQ(Rfc3339(0), "1970-01-01T00:00:00Z"); }
 
 TEST(Decision, RefusesOtherVersionsAndBadFields) {

@@ -26,6 +26,8 @@ struct Ledger::Entry {
   std::string pod;  // namespace/name, for messages
   std::string container;
   placement::Request request;
+  ComputeMode compute = ComputeMode::kHard;  // how the share is held (into the decision)
+  std::uint32_t compute_window_ms = 0;
   std::int32_t k8s_priority = 0;
   std::string node;
   std::vector<Share> shares;
@@ -272,6 +274,8 @@ void Ledger::ObservePodLocked(const json& pod) {
   e.uid = id.uid;
   e.pod = id.key();
   e.container = c.name;
+  e.compute = c.compute;
+  e.compute_window_ms = c.compute_window_ms;
   e.k8s_priority = id.k8s_priority;
   e.node = id.node_name;
   placement::Request& q = e.request;
@@ -470,6 +474,8 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   e.pod = ask->key();
   e.container = ask->container;
   e.request = ask->request;
+  e.compute = ask->compute;
+  e.compute_window_ms = ask->compute_window_ms;
   e.k8s_priority = ask->k8s_priority;
   e.node = cluster_->node(a->node).name;
   for (const placement::GpuShare& s : a->gpus) {
@@ -515,6 +521,8 @@ StatusOr<Reservation> Ledger::BeginBind(const std::string& uid, const std::strin
   out.priority = e.request.priority;
   out.container.name = e.container;
   out.container.mode = e.request.mode;
+  out.container.compute = e.compute;
+  out.container.compute_window_ms = e.compute_window_ms;
   for (const Share& s : e.shares) {
     out.container.devices.push_back({s.uuid, s.memory, static_cast<std::uint32_t>(s.milli / 10)});
   }

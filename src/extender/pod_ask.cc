@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "extender/json_fields.h"
+#include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -194,6 +195,25 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
     ask.priority = *parsed;
   }
   q.priority = ask.priority;
+  if (auto c = AnnotationOf(pod, names::kAnnotationCompute)) {
+    auto parsed = ParseComputeMode(*c);
+    if (!parsed.ok()) {
+      return parsed.status().WithContext(where + ": annotation " + std::string(names::kAnnotationCompute));
+    }
+    ask.compute = *parsed;
+  }
+  if (auto w = AnnotationOf(pod, names::kAnnotationComputeWindow)) {
+    unsigned ms = 0;
+    const auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), ms);
+    if (ec != std::errc() || end != w->data() + w->size() || ms < kMinComputeWindowMs ||
+        ms > kMaxComputeWindowMs || ask.compute != ComputeMode::kHard || a.cores == 0) {
+      return InvalidArgumentError(
+          where + ": annotation " + std::string(names::kAnnotationComputeWindow) + ": \"" +
+          QuoteForMessage(*w) + "\": expected whole ms, " + std::to_string(kMinComputeWindowMs) + "-" +
+          std::to_string(kMaxComputeWindowMs) + ", on a hard tessera.dev/gpu-cores share");
+    }
+    ask.compute_window_ms = ms;
+  }
 
   auto tier = policy.TierOf(ask.namespace_name, std::nullopt);
   if (!tier.ok()) return tier.status().WithContext(where);

@@ -26,6 +26,8 @@ struct PodAsk {
   // The GPU ask. `container` is empty for a pod that asks tessera for nothing.
   std::string container;
   PriorityClass priority = PriorityClass::kNormal;
+  ComputeMode compute = ComputeMode::kHard;  // tessera.dev/compute
+  std::uint32_t compute_window_ms = 0;       // tessera.dev/compute-window-ms (hard shares)
   placement::Request request;  // valid when wants_gpu()
 
   bool wants_gpu() const { return !container.empty(); }

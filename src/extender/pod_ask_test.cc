@@ -79,6 +79,24 @@ TEST(PodAsk, PriorityAndModeAnnotations) {
   EXPECT_EQ(a->k8s_priority, 1000);
 }
 
+TEST(PodAsk, ComputeModeAndPeriodAnnotations) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-cores"] = "30";
+  auto plain = Ask(s);
+  ASSERT_OK(plain);
+  EXPECT_EQ(plain->compute, ComputeMode::kHard);
+  EXPECT_EQ(plain->compute_window_ms, 0U);
+  s.annotations["tessera.dev/compute-window-ms"] = "1000";
+  auto windowed = Ask(s);
+  ASSERT_OK(windowed);
+  EXPECT_EQ(windowed->compute_window_ms, 1000U);
+  s.annotations.erase("tessera.dev/compute-window-ms");
+  s.annotations["tessera.dev/compute"] = "work-conserving";
+  auto lending = Ask(s);
+  ASSERT_OK(lending);
+  EXPECT_EQ(lending->compute, ComputeMode::kWorkConserving);
+}
+
 TEST(PodAsk, MpsNeedsTheHostPidNamespace) {
   PodSpec s;
   s.limits["tessera.dev/gpu-memory"] = "1Gi";
@@ -158,6 +176,17 @@ INSTANTIATE_TEST_SUITE_P(
     Table, PodAskErrors,
     ::testing::Values(
         BadCase{"cores over 100", {{"tessera.dev/gpu-cores", "150"}}, {}, "whole percent, 1-100"},
+        BadCase{"compute mode unknown", {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute", "soft"}}, "annotation tessera.dev/compute"},
+        BadCase{"compute period too short", {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute-window-ms", "5"}}, "expected whole ms, 10-60000"},
+        BadCase{"compute period not a number", {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute-window-ms", "1s"}}, "tessera.dev/compute-window-ms: \"1s\""},
+        BadCase{"compute period on a lending share", {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute", "work-conserving"}, {"tessera.dev/compute-window-ms", "1000"}},
+                "on a hard tessera.dev/gpu-cores share"},
+        BadCase{"compute period without cores", {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/compute-window-ms", "1000"}}, "on a hard tessera.dev/gpu-cores share"},
         BadCase{"cores zero", {{"tessera.dev/gpu-cores", "0"}}, {}, "whole percent, 1-100"},
         BadCase{"cores fraction", {{"tessera.dev/gpu-cores", "2.5"}}, {}, "gpu-cores]"},
         BadCase{"memory garbage", {{"tessera.dev/gpu-memory", "lots"}}, {}, "gpu-memory]"},
