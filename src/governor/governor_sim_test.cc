@@ -110,15 +110,17 @@ TEST_P(HardCapAloneTest, DeliversTheCapInEveryWindow) {
   EXPECT_NEAR(BusyErrorPercent(sim, a), 0.0, 3.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Caps, HardCapAloneTest,
-    ::testing::Combine(::testing::Values(10u, 30u, 50u, 70u, 90u),
-                       ::testing::Values(Shape::kKernels20us, Shape::kKernels1500us,
-                                         Shape::kKernels100ms, Shape::kGraphs)),
-    [](const auto& param_info) {
-      return "Cap" + std::to_string(std::get<0>(param_info.param)) + "_" +
-             Name(std::get<1>(param_info.param));
-    });
+// Every cap with every workload shape, named Cap<percent>_<shape>.
+auto CapsAndShapes() {
+  return ::testing::Combine(::testing::Values(10u, 30u, 50u, 70u, 90u),
+                            ::testing::Values(Shape::kKernels20us, Shape::kKernels1500us,
+                                              Shape::kKernels100ms, Shape::kGraphs));
+}
+std::string CapName(const ::testing::TestParamInfo<std::tuple<std::uint32_t, Shape>>& info) {
+  return "Cap" + std::to_string(std::get<0>(info.param)) + "_" + Name(std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Caps, HardCapAloneTest, CapsAndShapes(), CapName);
 
 // ---- 2. Two hard shares side by side
 
@@ -203,15 +205,7 @@ TEST_P(WindowedCapAloneTest, DeliversTheCapInEveryWindow) {
   EXPECT_LE(r.max, cap + 5.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Caps, WindowedCapAloneTest,
-    ::testing::Combine(::testing::Values(10u, 30u, 50u, 70u, 90u),
-                       ::testing::Values(Shape::kKernels20us, Shape::kKernels1500us,
-                                         Shape::kKernels100ms, Shape::kGraphs)),
-    [](const auto& param_info) {
-      return "Cap" + std::to_string(std::get<0>(param_info.param)) + "_" +
-             Name(std::get<1>(param_info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Caps, WindowedCapAloneTest, CapsAndShapes(), CapName);
 
 TEST(GovernorSim, WindowedHardSharesSideBySideEachGetTheirs) {
   Simulation sim;
