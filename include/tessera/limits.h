@@ -38,6 +38,11 @@ struct Limits {
 
 inline constexpr std::uint32_t kMinComputeWindowMs = 10;
 inline constexpr std::uint32_t kMaxComputeWindowMs = 60'000;
+// The one rule for a hard share's period (limits file, tessera run, pod annotation, decision):
+// whole ms in [kMinComputeWindowMs, kMaxComputeWindowMs]. Parse: nullopt unless `text` is one.
+bool IsComputeWindowMs(std::uint64_t ms);
+std::optional<std::uint32_t> ParseComputeWindowMs(std::string_view text);
+std::string ComputeWindowRange();  // "10-60000", for messages
 
 // Parses a limits file. Every error names the line and what is accepted; nothing is half-read.
 StatusOr<Limits> ParseLimitsFile(std::string_view text);

@@ -100,14 +100,12 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       o.compute = *c;
     } else if (a == "--compute-window") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
-      unsigned ms = 0;
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), ms);
-      if (ec != std::errc() || end != v.data() + v.size() || ms < kMinComputeWindowMs ||
-          ms > kMaxComputeWindowMs) {
+      const auto ms = ParseComputeWindowMs(v);
+      if (!ms) {
         return UsageError("--compute-window: \"" + QuoteForMessage(v) + "\" is not a whole number of ms, " +
-                          std::to_string(kMinComputeWindowMs) + "-" + std::to_string(kMaxComputeWindowMs));
+                          ComputeWindowRange());
       }
-      o.compute_window_ms = ms;
+      o.compute_window_ms = *ms;
     } else if (a == "--priority") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
       auto p = ParsePriorityClass(v);

@@ -1,5 +1,6 @@
 #include "tessera/limits.h"
 
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 
@@ -44,6 +45,21 @@ Status LineError(std::size_t line, std::string_view what) {
 }
 
 }  // namespace
+
+bool IsComputeWindowMs(std::uint64_t ms) {
+  return ms >= kMinComputeWindowMs && ms <= kMaxComputeWindowMs;
+}
+
+std::optional<std::uint32_t> ParseComputeWindowMs(std::string_view text) {
+  std::uint64_t ms = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
+  if (ec != std::errc() || end != text.data() + text.size() || !IsComputeWindowMs(ms)) return std::nullopt;
+  return static_cast<std::uint32_t>(ms);
+}
+
+std::string ComputeWindowRange() {
+  return std::to_string(kMinComputeWindowMs) + "-" + std::to_string(kMaxComputeWindowMs);
+}
 
 StatusOr<Limits> ParseLimitsFile(std::string_view text) {
   Limits limits;
@@ -101,14 +117,12 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       limits.compute_window_ms = 0;
       if (words.size() == 3) {
         const std::string_view w = words[2];
-        auto ms = w.starts_with("window=") ? ParseUnsigned(w.substr(7), kMaxComputeWindowMs)
-                                           : InvalidArgumentError("not window=MS");
-        if (*c != ComputeMode::kHard || !ms.ok() || *ms < kMinComputeWindowMs) {
+        const auto ms = w.starts_with("window=") ? ParseComputeWindowMs(w.substr(7)) : std::nullopt;
+        if (*c != ComputeMode::kHard || !ms) {
           return LineError(line_no, "\"" + QuoteForMessage(w) + "\": only compute hard takes window=MS, " +
-                                        std::to_string(kMinComputeWindowMs) + "-" +
-                                        std::to_string(kMaxComputeWindowMs) + " ms");
+                                        ComputeWindowRange() + " ms");
         }
-        limits.compute_window_ms = static_cast<std::uint32_t>(*ms);
+        limits.compute_window_ms = *ms;
       }
     } else if (key == "device") {
       if (words.size() < 3) return LineError(line_no, "device needs UUID and memory=BYTES");

@@ -152,11 +152,10 @@ StatusOr<Decision> ParseDecision(std::string_view text) {
       out.compute = *mode_of_share;
     }
     if (auto window = c.find("computeWindowMs"); window != c.end()) {  // optional: none
-      if (!window->is_number_unsigned() || window->get<std::uint64_t>() < kMinComputeWindowMs ||
-          window->get<std::uint64_t>() > kMaxComputeWindowMs || out.compute != ComputeMode::kHard) {
+      if (!window->is_number_unsigned() || !IsComputeWindowMs(window->get<std::uint64_t>()) ||
+          out.compute != ComputeMode::kHard) {
         return InvalidArgumentError("decision: " + where + "computeWindowMs: expected " +
-                                    std::to_string(kMinComputeWindowMs) + "-" +
-                                    std::to_string(kMaxComputeWindowMs) + " with compute hard");
+                                    ComputeWindowRange() + " with compute hard");
       }
       out.compute_window_ms = window->get<std::uint32_t>();
     }

@@ -203,16 +203,13 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
     ask.compute = *parsed;
   }
   if (auto w = AnnotationOf(pod, names::kAnnotationComputeWindow)) {
-    unsigned ms = 0;
-    const auto [end, ec] = std::from_chars(w->data(), w->data() + w->size(), ms);
-    if (ec != std::errc() || end != w->data() + w->size() || ms < kMinComputeWindowMs ||
-        ms > kMaxComputeWindowMs || ask.compute != ComputeMode::kHard || a.cores == 0) {
-      return InvalidArgumentError(
-          where + ": annotation " + std::string(names::kAnnotationComputeWindow) + ": \"" +
-          QuoteForMessage(*w) + "\": expected whole ms, " + std::to_string(kMinComputeWindowMs) + "-" +
-          std::to_string(kMaxComputeWindowMs) + ", on a hard tessera.dev/gpu-cores share");
+    const auto ms = ParseComputeWindowMs(*w);
+    if (!ms || ask.compute != ComputeMode::kHard || a.cores == 0) {
+      return InvalidArgumentError(where + ": annotation " + std::string(names::kAnnotationComputeWindow) +
+                                  ": \"" + QuoteForMessage(*w) + "\": expected whole ms, " +
+                                  ComputeWindowRange() + ", on a hard tessera.dev/gpu-cores share");
     }
-    ask.compute_window_ms = ms;
+    ask.compute_window_ms = *ms;
   }
 
   auto tier = policy.TierOf(ask.namespace_name, std::nullopt);
