@@ -9,6 +9,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "tessera/assert.h"
+
 namespace tessera {
 
 // The one list of error codes. Names, ToString() and metric labels all come from here.
@@ -114,13 +116,22 @@ class [[nodiscard]] StatusOr {
   bool ok() const { return has_value_; }
   const Status& status() const { return status_; }
 
-  T& value() & { return storage_.value; }
-  const T& value() const& { return storage_.value; }
-  T&& value() && { return std::move(storage_.value); }
-  T& operator*() & { return storage_.value; }
-  const T& operator*() const& { return storage_.value; }
-  T* operator->() { return &storage_.value; }
-  const T* operator->() const { return &storage_.value; }
+  T& value() & {
+    TESSERA_ASSERT(has_value_, "value() of an error");
+    return storage_.value;
+  }
+  const T& value() const& {
+    TESSERA_ASSERT(has_value_, "value() of an error");
+    return storage_.value;
+  }
+  T&& value() && {
+    TESSERA_ASSERT(has_value_, "value() of an error");
+    return std::move(storage_.value);
+  }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
 
  private:
   void Reset() {
