@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "extender/extender.h"
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 
 namespace tessera::extender {
 namespace {
@@ -46,7 +46,7 @@ std::vector<std::string> NodeNames() {
 
 // The request body kube-scheduler would send.
 std::string RequestBody(const std::vector<std::string>& names) {
-  json pod = testing::FractionalPod("bench", "10Gi", "20");
+  json pod = contract::testing::FractionalPod("bench", "10Gi", "20");
   pod["metadata"]["labels"] = {{"app", "inference"}, {"team", "ml"}};
   pod["spec"]["containers"][0]["env"] = json::array({{{"name", "A"}, {"value", "1"}}});
   return json{{"Pod", pod}, {"NodeNames", names}}.dump();
@@ -69,11 +69,11 @@ void BM_FilterPrioritize1000Nodes(benchmark::State& state) {
   Extender extender(&ledger, &writer, &*signer, "bench", [] { return 0; });
   extender.SetSynced(true);
   const std::vector<std::string> names = NodeNames();
-  for (const std::string& n : names) ledger.UpsertNode(testing::MakeNode(n, 8, 141 * kGiB));
+  for (const std::string& n : names) ledger.UpsertNode(contract::testing::MakeNode(n, 8, 141 * kGiB));
   // Fill to about half with mixed fractional pods, bound through the real verbs.
   std::mt19937 rng(42);
   for (int i = 0; i < kNodes * 8; ++i) {
-    json pod = testing::FractionalPod("fill-" + std::to_string(i),
+    json pod = contract::testing::FractionalPod("fill-" + std::to_string(i),
                                       std::to_string(20 + rng() % 100) + "Gi",
                                       std::to_string(10 + rng() % 40));
     json f = extender.Filter({{"Pod", pod}, {"NodeNames", names}});

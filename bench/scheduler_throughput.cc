@@ -21,8 +21,8 @@
 #include <httplib.h>
 
 #include "e2e/testcluster.h"
-#include "extender/decision.h"
-#include "extender/scheduler_e2e.h"
+#include "contract/decision.h"
+#include "e2e/scheduler_harness.h"
 #include "k8s/client.h"
 #include "k8s/paths.h"
 
@@ -59,9 +59,9 @@ StatusOr<Result> Run(bool with_tessera, int pods, int run) {
   e2e::TestClusterOptions options;
   int port = 0;
   if (with_tessera) {
-    port = e2etest::FreePort();
+    port = k8s::FreeLoopbackPort();
     options.scheduler_config = dir + "/kube-scheduler.yaml";
-    std::ofstream(options.scheduler_config) << e2etest::SchedulerConfig(port);
+    std::ofstream(options.scheduler_config) << scheduler::SchedulerConfig(port);
   }
   auto cluster = e2e::TestCluster::Start(options);
   if (!cluster.ok()) return cluster.status();
@@ -77,14 +77,14 @@ StatusOr<Result> Run(bool with_tessera, int pods, int run) {
     auto pem = GenerateSigningKeyPem();
     if (!pem.ok()) return pem.status();
     std::ofstream(dir + "/signing.pem") << *pem;
-    e2etest::SchedulerProcessOptions so;
+    e2e::SchedulerProcessOptions so;
     so.binary = TESSERA_SCHEDULER_BINARY;
     so.kubeconfig = (*cluster)->kubeconfig();
     so.port = port;
     so.signing_key = dir + "/signing.pem";
     so.dir = dir;
     so.tag = "0";
-    auto child = e2etest::StartTesseraScheduler(so);
+    auto child = e2e::StartTesseraScheduler(so);
     if (!child.ok()) return child.status();
     scheduler = std::move(*child);
   }

@@ -1,11 +1,11 @@
 // tessera-scheduler: kube-scheduler extender (docs/design/0012-scheduler-extender.md).
 #include <CLI/CLI.hpp>
 
-#include "extender/daemon.h"
+#include "scheduler/daemon.h"
 #include "tessera/log.h"
 
 int main(int argc, char** argv) {
-  tessera::extender::SchedulerOptions o;
+  tessera::scheduler::SchedulerOptions o;
   CLI::App app{"tessera-scheduler: places fractional GPU pods for kube-scheduler (extender)"};
   app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
   app.add_option("--listen", o.listen,
@@ -62,5 +62,5 @@ int main(int argc, char** argv) {
   o.lease_duration = std::chrono::seconds(lease_s);
   o.renew_deadline = std::chrono::milliseconds(renew_ms);
   o.retry_period = std::chrono::milliseconds(retry_ms);
-  return tessera::extender::RunScheduler(o);
+  return tessera::scheduler::RunScheduler(o);
 }

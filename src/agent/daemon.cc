@@ -97,9 +97,9 @@ class ApiPods : public PodApi {
 };
 
 // keyId -> Verifier from every <keyId>.pem in `dir`.
-StatusOr<std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>>> LoadKeys(
+StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>> LoadKeys(
     const std::string& dir) {
-  std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>> keys;
+  std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>> keys;
   if (dir.empty()) return keys;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -107,9 +107,9 @@ StatusOr<std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>>
     std::ifstream in(entry.path());
     std::stringstream pem;
     pem << in.rdbuf();
-    auto v = extender::Verifier::FromPem(pem.str());
+    auto v = contract::Verifier::FromPem(pem.str());
     if (!v.ok()) return v.status().WithContext("--decision-keys " + entry.path().string());
-    keys[entry.path().stem().string()] = std::make_shared<extender::Verifier>(std::move(*v));
+    keys[entry.path().stem().string()] = std::make_shared<contract::Verifier>(std::move(*v));
   }
   if (ec) return InvalidArgumentError("--decision-keys " + dir + ": " + ec.message());
   return keys;
@@ -412,7 +412,7 @@ class PluginSide {
     policy::DriftAction action = policy::DriftAction::kReport;
     if (pod.ok()) {
       const auto& annotations = (*pod)["metadata"].value("annotations", k8s::Json::object());
-      auto decision = extender::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
+      auto decision = contract::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
       if (decision.ok()) action = policy_.Rule(decision->tier).on_drift;
     }
     std::string done = "reported";

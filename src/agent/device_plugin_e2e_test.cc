@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "e2e/testcluster.h"
-#include "extender/decision.h"
-#include "extender/scheduler_e2e.h"
+#include "contract/decision.h"
+#include "e2e/scheduler_harness.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "agent/device_plugin.h"
@@ -111,24 +111,24 @@ class DevicePluginE2E : public ::testing::Test {
       std::filesystem::create_directories(env->dir(sub));
     }
     std::ofstream(env->dir("xid")) << "";
-    auto pem = extender::GenerateSigningKeyPem();
+    auto pem = contract::GenerateSigningKeyPem();
     ASSERT_OK(pem);
     std::ofstream(env->dir("signing.pem")) << *pem;
-    std::ofstream(env->dir("keys/e2e.pem")) << extender::Signer::FromPem(*pem)->PublicKeyPem();
-    env->port = extender::e2etest::FreePort();
-    env->metrics_port = extender::e2etest::FreePort();
-    auto cp = extender::e2etest::StartControlPlane(env->folder->path(), env->port);
+    std::ofstream(env->dir("keys/e2e.pem")) << contract::Signer::FromPem(*pem)->PublicKeyPem();
+    env->port = k8s::FreeLoopbackPort();
+    env->metrics_port = k8s::FreeLoopbackPort();
+    auto cp = e2e::StartControlPlane(env->folder->path(), env->port);
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
     env->api = std::move(cp->api);
-    extender::e2etest::SchedulerProcessOptions s;
+    e2e::SchedulerProcessOptions s;
     s.binary = TESSERA_SCHEDULER_BINARY;
     s.kubeconfig = env->cluster->kubeconfig();
     s.port = env->port;
     s.signing_key = env->dir("signing.pem");
     s.dir = env->folder->path();
     s.tag = "0";
-    auto scheduler = extender::e2etest::StartTesseraScheduler(s);
+    auto scheduler = e2e::StartTesseraScheduler(s);
     ASSERT_OK(scheduler);
     env->scheduler = std::move(*scheduler);
     ASSERT_OK(env->api->Create("/api/v1/namespaces",
@@ -229,9 +229,9 @@ class DevicePluginE2E : public ::testing::Test {
   }
 
   // The pod's verified decision for its container.
-  static StatusOr<extender::DecisionContainer> DecisionOf(const json& pod) {
+  static StatusOr<contract::DecisionContainer> DecisionOf(const json& pod) {
     const json& ann = pod["metadata"].value("annotations", json::object());
-    auto d = extender::ParseDecision(ann.value("tessera.dev/decision", std::string()));
+    auto d = contract::ParseDecision(ann.value("tessera.dev/decision", std::string()));
     if (!d.ok()) return d.status();
     return d->containers.at(0);
   }

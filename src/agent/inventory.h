@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "agent/nvml.h"
+#include "contract/inventory_schema.h"
 #include "tessera/status.h"
 
 namespace tessera::agent {
 
-inline constexpr std::string_view kInventoryApiVersion = "tessera.dev/inventory/v1";
+using contract::kInventoryApiVersion;
 inline constexpr std::uint64_t kCoresPerGpu = 100;  // tessera.dev/gpu-cores per GPU
 inline constexpr std::uint64_t kSlotsPerGpu = 32;   // tessera.dev/gpu-slot per GPU (0002 §8)
 

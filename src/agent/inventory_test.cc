@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_testing.h"
-#include "extender/inventory.h"
+#include "contract/inventory.h"
 #include "tessera/names.h"
 #include "testutil/status_matchers.h"
 
@@ -35,7 +35,7 @@ TEST(Inventory, RoundTripsThroughTheSchedulersParser) {
                  system_clock::from_time_t(1'800'000'000));
   const std::string text = ToJson(tracker.current());
 
-  StatusOr<placement::Node> node = extender::ParseNodeInventory(NodeWith(text));
+  StatusOr<placement::Node> node = contract::ParseNodeInventory(NodeWith(text));
   ASSERT_OK(node);
   ASSERT_EQ(node->gpus.size(), 2u);  // GPU 1 is managed: false
   EXPECT_EQ(node->gpus[0].uuid, gpus[0].uuid);
@@ -84,7 +84,7 @@ TEST(Inventory, EscapesStringsAndKeepsUnknownNumaAsMinusOne) {
   EXPECT_EQ(j["gpus"][0]["model"], odd.model);
   EXPECT_EQ(j["gpus"][0]["numaNode"], -1);
   EXPECT_EQ(j["gpus"][0]["smCount"], 0);
-  ASSERT_OK(extender::ParseNodeInventory(NodeWith(ToJson(tracker.current()), "n")));
+  ASSERT_OK(contract::ParseNodeInventory(NodeWith(ToJson(tracker.current()), "n")));
 }
 
 TEST(InventoryTracker, GenerationMovesOnlyWithTheContent) {

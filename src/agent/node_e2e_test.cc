@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "e2e/testcluster.h"
-#include "extender/inventory.h"
+#include "contract/inventory.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/paths.h"
@@ -87,7 +87,7 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
     return n["metadata"]["annotations"].contains(key) && !Allocatable(n, "tessera.dev/gpu").empty();
   });
   ASSERT_TRUE(node["metadata"]["annotations"].contains(key)) << (*agent)->LogTail();
-  StatusOr<placement::Node> parsed = extender::ParseNodeInventory(node);
+  StatusOr<placement::Node> parsed = contract::ParseNodeInventory(node);
   ASSERT_OK(parsed);
   ASSERT_EQ(parsed->gpus.size(), 3u);  // GPU 3 is not managed
   for (const placement::Gpu& gpu : parsed->gpus) {
@@ -119,7 +119,7 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
   node = WaitForNode(api, name, [&](const Json& n) {
     return Quantity(Allocatable(n, "tessera.dev/gpu")) == 2;
   });
-  parsed = extender::ParseNodeInventory(node);
+  parsed = contract::ParseNodeInventory(node);
   ASSERT_OK(parsed);
   ASSERT_EQ(parsed->gpus.size(), 3u);
   EXPECT_TRUE(parsed->gpus[0].healthy);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/inventory.h"
+#include "contract/inventory.h"
 #include "tessera/names.h"
 
 #include <unistd.h>
@@ -85,7 +85,7 @@ TEST(NodeIntegration, PrintsTheFakeGpus) {
       {"metadata",
        {{"name", "fake-node"},
         {"annotations", {{std::string(names::kAnnotationInventory), run.out}}}}}};
-  StatusOr<placement::Node> parsed = extender::ParseNodeInventory(node);
+  StatusOr<placement::Node> parsed = contract::ParseNodeInventory(node);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->gpus.size(), 2u);
 }

@@ -10,7 +10,7 @@
 #include <map>
 #include <string_view>
 
-#include "hook/nvml_api.h"
+#include "tessera/nvml_api.h"
 #include "tessera/log.h"
 
 namespace tessera::agent {

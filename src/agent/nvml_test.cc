@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "hook/nvml_api.h"
+#include "tessera/nvml_api.h"
 
 namespace tessera::agent {
 namespace {

@@ -39,10 +39,10 @@ Status MakeDirs(const std::string& path, std::filesystem::perms perms) {
 
 }  // namespace
 
-StatusOr<Limits> LimitsFor(const extender::Decision& decision, std::string_view container,
+StatusOr<Limits> LimitsFor(const contract::Decision& decision, std::string_view container,
                            const std::map<std::string, BinderGpu, std::less<>>& gpus,
                            const policy::Policy& policy) {
-  const extender::DecisionContainer* c = nullptr;
+  const contract::DecisionContainer* c = nullptr;
   for (const auto& candidate : decision.containers) {
     if (candidate.name == container) c = &candidate;
   }
@@ -108,7 +108,7 @@ StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOw
   if (signature.empty()) {
     return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecisionSignature) + " annotation");
   }
-  auto decision = extender::ParseDecision(text);
+  auto decision = contract::ParseDecision(text);
   if (!decision.ok()) return decision.status().WithContext("the decision is malformed");
   const auto key = options_.keys.find(decision->key_id);
   if (key == options_.keys.end()) {

@@ -19,7 +19,7 @@
 
 #include "agent/slots.h"
 #include "governor/mps.h"
-#include "extender/decision.h"
+#include "contract/decision.h"
 #include "k8s/watch.h"
 #include "policy/policy.h"
 #include "tessera/limits.h"
@@ -75,12 +75,12 @@ struct BinderOptions {
   // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.
   governor::NodeMps* mps = nullptr;
   // Decision public keys by keyId (0002 §4).
-  std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>> keys;
+  std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>> keys;
 };
 
 // The limits of `container` in a verified decision: each device must be one of this node's
 // managed, healthy GPUs. Errors name what is wrong.
-StatusOr<Limits> LimitsFor(const extender::Decision& decision, std::string_view container,
+StatusOr<Limits> LimitsFor(const contract::Decision& decision, std::string_view container,
                            const std::map<std::string, BinderGpu, std::less<>>& gpus,
                            const policy::Policy& policy);
 

@@ -57,12 +57,12 @@ std::string Slurp(const std::string& path) {
 class SlotBinderTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto pem = extender::GenerateSigningKeyPem();
+    auto pem = contract::GenerateSigningKeyPem();
     ASSERT_OK(pem);
-    auto signer = extender::Signer::FromPem(*pem);
+    auto signer = contract::Signer::FromPem(*pem);
     ASSERT_OK(signer);
-    signer_ = std::make_unique<extender::Signer>(std::move(*signer));
-    auto verifier = extender::Verifier::FromPem(signer_->PublicKeyPem());
+    signer_ = std::make_unique<contract::Signer>(std::move(*signer));
+    auto verifier = contract::Verifier::FromPem(signer_->PublicKeyPem());
     ASSERT_OK(verifier);
     BinderOptions o;
     o.node_name = "n1";
@@ -72,7 +72,7 @@ class SlotBinderTest : public ::testing::Test {
     o.ld_so_preload = dir_.path() + "/state/ld.so.preload";
     o.driver_files = {"/usr/lib/libcuda.so.1"};
     o.policy = policy::DefaultPolicy();
-    o.keys["k1"] = std::make_shared<extender::Verifier>(std::move(*verifier));
+    o.keys["k1"] = std::make_shared<contract::Verifier>(std::move(*verifier));
     std::filesystem::create_directories(o.cdi_dir);
     mps_ = std::make_unique<governor::NodeMps>(dir_.path() + "/state/mps", "no-such-mps-control");
     o.mps = mps_.get();
@@ -80,8 +80,8 @@ class SlotBinderTest : public ::testing::Test {
     binder_->SetGpus({{kGpu, BinderGpu{3, true, true, "", 512ULL << 20, 573440}}});
   }
 
-  extender::Decision DecisionFor(const std::string& name) {
-    extender::Decision d;
+  contract::Decision DecisionFor(const std::string& name) {
+    contract::Decision d;
     d.pod_uid = "uid-" + name;
     d.pod_namespace = "ml";
     d.pod_name = name;
@@ -94,9 +94,9 @@ class SlotBinderTest : public ::testing::Test {
   }
 
   // A pod holding `slot`, carrying `decision` signed (or with `signature` when given).
-  void AddPod(const std::string& slot, const extender::Decision& decision, std::string text = "",
+  void AddPod(const std::string& slot, const contract::Decision& decision, std::string text = "",
               std::string signature = "") {
-    if (text.empty()) text = extender::EncodeDecision(decision);
+    if (text.empty()) text = contract::EncodeDecision(decision);
     if (signature.empty()) signature = *signer_->Sign(text);
     pods_.pods["ml/" + decision.pod_name] = {
         {"metadata",
@@ -125,7 +125,7 @@ class SlotBinderTest : public ::testing::Test {
 
   testutil::TempDir dir_;
   std::unique_ptr<governor::NodeMps> mps_;
-  std::unique_ptr<extender::Signer> signer_;
+  std::unique_ptr<contract::Signer> signer_;
   TableOwners owners_;
   TablePods pods_;
   std::unique_ptr<SlotBinder> binder_;
@@ -166,7 +166,7 @@ TEST_F(SlotBinderTest, AVerifiedDecisionBecomesTheSlotsLimitsRegionAndCdiSpec) {
 // no GPU and a reason (the daemon itself runs only where nvidia-cuda-mps-control exists: the
 // GPU host's test/gpu/mps_users.sh and mps_namespaces.sh).
 TEST_F(SlotBinderTest, MpsNeedsTheUserAndTheNodesMpsDaemon) {
-  extender::Decision d = DecisionFor("mps-a");
+  contract::Decision d = DecisionFor("mps-a");
   d.tier = TrustTier::kTeam;  // the default policy allows mps for teams only
   d.containers[0].mode = SharingMode::kMps;
   AddPod("slot-0003", d);
@@ -203,7 +203,7 @@ TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
 }
 
 TEST_F(SlotBinderTest, TheDecisionsComputeModeAndPeriodReachTheLimitsFile) {
-  extender::Decision d = DecisionFor("batch");
+  contract::Decision d = DecisionFor("batch");
   d.containers[0].compute_window_ms = 1000;
   AddPod("slot-0003", d);
   ASSERT_OK(binder_->Allocate("slot-0003"));
@@ -215,7 +215,7 @@ TEST_F(SlotBinderTest, TheDecisionsComputeModeAndPeriodReachTheLimitsFile) {
 }
 
 TEST_F(SlotBinderTest, EveryBadDecisionIsRefusedWithAReasonAndNoGpu) {
-  extender::Decision d = DecisionFor("a");
+  contract::Decision d = DecisionFor("a");
   AddPod("slot-0001", d, "", "AAAA");
   ExpectRefused("slot-0001", "the decision's signature");
 
@@ -271,7 +271,7 @@ TEST_F(SlotBinderTest, AReusedSlotNeverKeepsThePreviousContainersLimits) {
   AddPod("slot-0001", DecisionFor("first"));
   ASSERT_OK(binder_->Allocate("slot-0001"));
   ASSERT_OK(binder_->Prepare("slot-0001"));
-  extender::Decision next = DecisionFor("second");
+  contract::Decision next = DecisionFor("second");
   next.node = "n2";  // refused
   AddPod("slot-0001", next);
   ExpectRefused("slot-0001", "for node n2");

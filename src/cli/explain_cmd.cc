@@ -8,8 +8,8 @@
 #include <map>
 #include <sstream>
 
-#include "extender/decision.h"
-#include "extender/pod_ask.h"
+#include "contract/decision.h"
+#include "contract/pod_ask.h"
 #include "k8s/client.h"
 #include "k8s/paths.h"
 #include "policy/policy.h"
@@ -60,7 +60,7 @@ json ToJson(const YAML::Node& node) {
   }
 }
 
-std::string Describe(const extender::PodAsk& ask, const policy::Policy& policy) {
+std::string Describe(const contract::PodAsk& ask, const policy::Policy& policy) {
   const placement::Request& q = ask.request;
   std::ostringstream s;
   if (q.exclusive()) {
@@ -130,12 +130,12 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     pod = *std::move(got);
   }
 
-  const extender::PodAsk id = extender::PodIdentity(pod);
+  const contract::PodAsk id = contract::PodIdentity(pod);
   const std::string phase = pod.value("/status/phase"_json_pointer, std::string(client ? "" : "(manifest)"));
   out << "pod " << id.key() << ": " << phase;
   if (!id.node_name.empty()) out << " on " << id.node_name;
   out << "\n";
-  auto ask = extender::ParsePodAsk(pod, policy);
+  auto ask = contract::ParsePodAsk(pod, policy);
   if (!ask.ok()) {
     out << "  denied by the admission webhook: " << ask.status().message() << "\n";
     return 0;
@@ -172,7 +172,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
       json::json_pointer("/metadata/annotations/" + webhook::JsonPointerEscape(std::string(names::kAnnotationDecision))),
       std::string());
   if (!decision.empty()) {
-    auto d = extender::ParseDecision(decision);
+    auto d = contract::ParseDecision(decision);
     if (!d.ok()) {
       out << "  decision: unreadable (" << d.status().message() << ")\n";
     } else {

@@ -21,10 +21,11 @@
 #include "demo/pki.h"
 #include "demo/printer.h"
 #include "demo/process.h"
-#include "extender/daemon.h"
-#include "extender/decision.h"
+#include "scheduler/daemon.h"
+#include "contract/decision.h"
 // The kube-scheduler and webhook configurations the e2e tests use (inline, header only).
-#include "extender/scheduler_e2e.h"
+#include "k8s/listen.h"
+#include "scheduler/kube_config.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/paths.h"
@@ -267,24 +268,24 @@ Status Demo::Prepare() {
   log_ = std::make_unique<LogToFile>(dir_ + "/demo.log");
   std::ofstream(dir_ + "/policy.yaml") << DemoPolicyYaml();
   TESSERA_ASSIGN_OR_RETURN(policy_, policy::ParsePolicy(DemoPolicyYaml()));
-  TESSERA_ASSIGN_OR_RETURN(std::string key, extender::GenerateSigningKeyPem());
+  TESSERA_ASSIGN_OR_RETURN(std::string key, contract::GenerateSigningKeyPem());
   {
     std::ofstream out(dir_ + "/signing.pem");
     out << key;
   }
   fs::permissions(dir_ + "/signing.pem", fs::perms::owner_read | fs::perms::owner_write);
-  TESSERA_ASSIGN_OR_RETURN(extender::Signer signer, extender::Signer::FromPem(key));
+  TESSERA_ASSIGN_OR_RETURN(contract::Signer signer, contract::Signer::FromPem(key));
   public_key_pem_ = signer.PublicKeyPem();
   TESSERA_ASSIGN_OR_RETURN(ServingPki pki, MakeServingPki("tessera-demo-webhook-ca"));
   std::ofstream(dir_ + "/webhook.crt") << pki.cert_pem;
   std::ofstream(dir_ + "/webhook.key") << pki.key_pem;
   ca_pem_ = pki.ca_pem;
-  port_ = extender::e2etest::FreePort();
-  webhook_port_ = extender::e2etest::FreePort();
+  port_ = k8s::FreeLoopbackPort();
+  webhook_port_ = k8s::FreeLoopbackPort();
   if (port_ <= 0 || webhook_port_ <= 0) return UnavailableError("no free loopback port");
 
   // What the summary prints about the policy.
-  result_->placement = extender::SchedulerOptions{}.placement;  // the demo passes no --placement
+  result_->placement = scheduler::SchedulerOptions{}.placement;  // the demo passes no --placement
   for (const auto& row : kTrustTiers) {
     const policy::TierRule& rule = policy_.Rule(row.value);
     PolicyRow p{std::string(row.name), JoinNames(rule.modes), std::string(policy::Name(rule.co_tenancy)),
@@ -317,7 +318,7 @@ Status Demo::Prepare() {
 
 Status Demo::StartControlPlane() {
   const std::string config = dir_ + "/kube-scheduler.yaml";
-  std::ofstream(config) << extender::e2etest::SchedulerConfig(port_);
+  std::ofstream(config) << scheduler::SchedulerConfig(port_);
   kubeconfig_ = dir_ + "/kubeconfig";
   SpawnOptions s;
   s.name = "tessera-testcluster up";
@@ -404,7 +405,7 @@ Status Demo::Configure() {
     if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) return created.status();
   }
   auto [mutating, validating] =
-      extender::e2etest::WebhookConfigurations(webhook_port_, extender::Base64Encode(ca_pem_));
+      scheduler::WebhookConfigurations(webhook_port_, contract::Base64Encode(ca_pem_));
   TESSERA_RETURN_IF_ERROR(
       api_->Create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating)
           .status());
@@ -554,13 +555,13 @@ Status Demo::Placed(const json& pod, PodResult& r) {
   const json& ann = pod["metadata"]["annotations"];
   const std::string text = ann.value(std::string(names::kAnnotationDecision), "");
   const std::string signature = ann.value(std::string(names::kAnnotationDecisionSignature), "");
-  TESSERA_ASSIGN_OR_RETURN(extender::Decision d, extender::ParseDecision(text));
-  TESSERA_ASSIGN_OR_RETURN(extender::Verifier verifier, extender::Verifier::FromPem(public_key_pem_));
+  TESSERA_ASSIGN_OR_RETURN(contract::Decision d, contract::ParseDecision(text));
+  TESSERA_ASSIGN_OR_RETURN(contract::Verifier verifier, contract::Verifier::FromPem(public_key_pem_));
   TESSERA_RETURN_IF_ERROR(verifier.Verify(text, signature).WithContext("decision signature"));
   if (d.containers.empty() || d.containers[0].devices.empty()) {
     return InternalError("the decision of " + r.spec.name + " names no GPU");
   }
-  const extender::DecisionDevice& dev = d.containers[0].devices[0];
+  const contract::DecisionDevice& dev = d.containers[0].devices[0];
   r.outcome = Outcome::kPlaced;
   r.node = d.node;
   r.uuid = dev.uuid;

@@ -5,6 +5,12 @@
 
 namespace tessera::extender {
 
+using contract::Decision;
+using contract::EncodeDecision;
+using contract::PodAsk;
+using contract::PodIdentity;
+using contract::Rfc3339;
+
 using nlohmann::json;
 
 namespace {

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/decision.h"
+#include "contract/decision.h"
 #include "extender/ledger.h"
 #include "tessera/status.h"
 
@@ -49,7 +49,7 @@ struct ExtenderCounters {
 class Extender {
  public:
   // `key_id` names the signer's key in the decision (node agents look the public key up by it).
-  Extender(Ledger* ledger, PodWriter* writer, const Signer* signer, std::string key_id,
+  Extender(Ledger* ledger, PodWriter* writer, const contract::Signer* signer, std::string key_id,
            std::function<std::int64_t()> unix_now);
 
   // Until the first full list of nodes and pods, every verb answers with an error and
@@ -72,7 +72,7 @@ class Extender {
  private:
   Ledger* ledger_;
   PodWriter* writer_;
-  const Signer* signer_;
+  const contract::Signer* signer_;
   std::string key_id_;
   std::function<std::int64_t()> unix_now_;
   std::atomic<bool> synced_{false};

@@ -4,15 +4,20 @@
 
 #include <thread>
 
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::extender {
+
+using contract::GenerateSigningKeyPem;
+using contract::ParseDecision;
+using contract::Signer;
+using contract::Verifier;
 namespace {
 
 using nlohmann::json;
-using testing::FractionalPod;
-using testing::MakeNode;
+using contract::testing::FractionalPod;
+using contract::testing::MakeNode;
 
 constexpr std::uint64_t kGiB = 1ULL << 30;
 

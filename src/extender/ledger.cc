@@ -4,13 +4,25 @@
 #include <charconv>
 #include <set>
 
-#include "extender/inventory.h"
-#include "extender/json_fields.h"
+#include "contract/inventory.h"
+#include "k8s/object.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
 namespace tessera::extender {
+
+using contract::DecisionContainer;
+using contract::DecisionDevice;
+using contract::ParseDecision;
+using contract::ParseNodeInventory;
+using contract::ParsePodAsk;
+using contract::PodAsk;
+using contract::PodIdentity;
+using contract::SameHardware;
+using k8s::AnnotationOf;
+using k8s::Find;
+using k8s::StringAt;
 
 using nlohmann::json;
 

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/decision.h"
-#include "extender/pod_ask.h"
+#include "contract/decision.h"
+#include "contract/pod_ask.h"
 #include "placement/cluster.h"
 #include "placement/policies.h"
 #include "placement/scheduler.h"
@@ -58,7 +58,7 @@ struct FilterOutcome {
 // What Bind writes: the reservation of one pod.
 struct Reservation {
   std::string node;
-  DecisionContainer container;
+  contract::DecisionContainer container;
   TrustTier tier = TrustTier::kTeam;
   PriorityClass priority = PriorityClass::kNormal;
 };

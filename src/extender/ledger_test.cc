@@ -2,16 +2,19 @@
 
 #include <gtest/gtest.h>
 
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::extender {
+
+using contract::Decision;
+using contract::EncodeDecision;
 namespace {
 
-using testing::FractionalPod;
-using testing::MakeNode;
-using testing::MakePod;
-using testing::PodSpec;
+using contract::testing::FractionalPod;
+using contract::testing::MakeNode;
+using contract::testing::MakePod;
+using contract::testing::PodSpec;
 using namespace std::chrono_literals;
 
 constexpr std::uint64_t kGiB = 1ULL << 30;

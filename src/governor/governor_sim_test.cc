@@ -1,4 +1,4 @@
-// The compute governor end to end on a simulated GPU (sim_gpu.h): the arbiter, the fence
+// The compute governor end to end on a simulated GPU (test/fakes/sim_gpu.h): the arbiter, the fence
 // trackers and the launch path of launch_hooks.cc against one deterministic clock. Shares are
 // percent of the GPU's time, measured from what the simulated GPU really ran (never from the
 // trackers' own busy_ns), over 3 s windows that slide by 500 ms unless a test says otherwise.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "governor/sim_gpu.h"
+#include "fakes/sim_gpu.h"
 
 namespace tessera::governor::sim {
 namespace {

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "hook/hook_table.h"
-#include "hook/nvml_api.h"
+#include "tessera/nvml_api.h"
 
 namespace tessera::hook {
 

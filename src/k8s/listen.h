@@ -12,4 +12,9 @@ namespace tessera::k8s {
 // accepted form; callers add the flag (WithContext).
 StatusOr<std::pair<std::string, int>> ParseListenAddress(const std::string& text);
 
+// A loopback TCP port free right now, or -1 (for a process that must be named in another's
+// configuration before either starts: tessera-scheduler in kube-scheduler's, by the demo and the
+// end-to-end tests).
+int FreeLoopbackPort();
+
 }  // namespace tessera::k8s

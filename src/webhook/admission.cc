@@ -1,13 +1,14 @@
 #include "webhook/admission.h"
 
-#include "extender/decision.h"
-#include "extender/json_fields.h"
+#include "contract/decision.h"
+#include "k8s/object.h"
 
 namespace tessera::webhook {
 
+
 using nlohmann::json;
 
-using extender::StringAt;
+using k8s::StringAt;
 
 namespace {
 
@@ -56,7 +57,7 @@ json AllowResponse(const std::string& uid, const std::optional<json>& patch,
   json response = {{"uid", uid}, {"allowed", true}};
   if (patch && !patch->empty()) {
     response["patchType"] = "JSONPatch";
-    response["patch"] = extender::Base64Encode(patch->dump());
+    response["patch"] = contract::Base64Encode(patch->dump());
   }
   if (!warnings.empty()) response["warnings"] = warnings;
   return Envelope(std::move(response));

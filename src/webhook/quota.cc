@@ -6,7 +6,7 @@ namespace tessera::webhook {
 
 using nlohmann::json;
 
-Usage UsageOf(const extender::PodAsk& ask, std::uint64_t largest) {
+Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
   Usage u;
   if (!ask.wants_gpu()) return u;
   const placement::Request& q = ask.request;
@@ -30,9 +30,9 @@ QuotaBook::QuotaBook(const policy::Policy* policy, Clock clock, std::chrono::mil
     : policy_(policy), clock_(std::move(clock)), ttl_(ttl) {}
 
 void QuotaBook::ObservePod(const json& pod) {
-  auto ask = extender::ParsePodAsk(pod, *policy_);
+  auto ask = contract::ParsePodAsk(pod, *policy_);
   std::lock_guard lock(mu_);
-  const extender::PodAsk id = extender::PodIdentity(pod);
+  const contract::PodAsk id = contract::PodIdentity(pod);
   pending_.erase(id.key());
   if (id.uid.empty()) return;
   if (!ask.ok() || !ask->wants_gpu() || id.terminal) {
@@ -43,7 +43,7 @@ void QuotaBook::ObservePod(const json& pod) {
 }
 
 void QuotaBook::ForgetPod(const json& pod) {
-  const extender::PodAsk id = extender::PodIdentity(pod);
+  const contract::PodAsk id = contract::PodIdentity(pod);
   std::lock_guard lock(mu_);
   pods_.erase(id.uid);
   pending_.erase(id.key());
@@ -85,7 +85,7 @@ Usage QuotaBook::Used(const std::string& ns, std::uint64_t largest) {
 }
 
 Status QuotaBook::Admit(const std::string& ns, const std::string& name,
-                        const extender::PodAsk& ask, std::uint64_t largest, bool record) {
+                        const contract::PodAsk& ask, std::uint64_t largest, bool record) {
   const policy::Quota* quota = policy_->QuotaOf(ns);
   std::lock_guard lock(mu_);
   if (quota != nullptr) {

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "extender/pod_ask.h"
+#include "contract/pod_ask.h"
 #include "policy/policy.h"
 #include "tessera/status.h"
 
@@ -34,7 +34,7 @@ struct Usage {
 };
 
 // What one pod's ask counts, given the largest GPU's memory.
-Usage UsageOf(const extender::PodAsk& ask, std::uint64_t largest_gpu_memory);
+Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest_gpu_memory);
 
 class QuotaBook {
  public:
@@ -50,17 +50,17 @@ class QuotaBook {
   // Checks `ask` against the namespace's quota; if it fits (or there is no quota) and `record`,
   // remembers the admission of ns/name. A denial names the quota field, the limit, the usage
   // and the ask.
-  Status Admit(const std::string& ns, const std::string& name, const extender::PodAsk& ask,
+  Status Admit(const std::string& ns, const std::string& name, const contract::PodAsk& ask,
                std::uint64_t largest_gpu_memory, bool record);
 
  private:
   struct Counted {
     std::string ns;
     std::string key;  // namespace/name
-    extender::PodAsk ask;
+    contract::PodAsk ask;
   };
   struct Pending {
-    extender::PodAsk ask;
+    contract::PodAsk ask;
     std::chrono::steady_clock::time_point expires;
   };
   Usage UsedLocked(const std::string& ns, std::uint64_t largest);

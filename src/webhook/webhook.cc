@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "extender/json_fields.h"
-#include "extender/pod_ask.h"
+#include "k8s/object.h"
+#include "contract/pod_ask.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -13,13 +13,13 @@ using nlohmann::json;
 
 namespace {
 
-using extender::Find;
+using k8s::Find;
 
 constexpr int kForbidden = 403;
 constexpr int kBadRequest = 400;
 
 std::string Annotation(const json& object, std::string_view key) {
-  return extender::AnnotationOf(object, key).value_or("");
+  return k8s::AnnotationOf(object, key).value_or("");
 }
 
 bool HasAnnotation(const json& object, std::string_view key) {
@@ -176,7 +176,7 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
                             "]: only the tessera scheduler writes decisions (user " + r.username +
                             " is not it); create the pod without it");
   }
-  auto ask = extender::ParsePodAsk(r.object, *policy_);
+  auto ask = contract::ParsePodAsk(r.object, *policy_);
   if (!ask.ok()) return Deny(DenialRule::kAsk, r, kBadRequest, ask.status().message());
   if (!ask->wants_gpu()) return AllowResponse(r.uid);
   const json* spec = Find(r.object, "spec");

@@ -7,7 +7,7 @@
 //
 // Validating (/validate, failurePolicy Fail): pods CREATE and UPDATE, pods/binding CREATE.
 // Every denial names the rule, the field and the accepted form:
-//   - the ask itself (extender::ParsePodAsk: quantities, ranges, KAI conflicts, modes the tier
+//   - the ask itself (contract::ParsePodAsk: quantities, ranges, KAI conflicts, modes the tier
 //     allows, MPS user ID), memory larger than any GPU in the cluster;
 //   - decisions cannot be forged: only the scheduler's users may create, change or remove
 //     `tessera.dev/decision` / `-signature`, on pods or through a Binding; pods asking for

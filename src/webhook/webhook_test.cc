@@ -4,15 +4,15 @@
 
 #include <openssl/evp.h>
 
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::webhook {
 namespace {
 
 using nlohmann::json;
-using extender::testing::MakePod;
-using extender::testing::PodSpec;
+using contract::testing::MakePod;
+using contract::testing::PodSpec;
 
 constexpr std::uint64_t kGiB = 1ULL << 30;
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "extender/extender.h"
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 
 namespace {
 
@@ -24,8 +24,8 @@ class NullWriter : public tessera::extender::PodWriter {
   }
 };
 
-tessera::extender::Signer NewSigner() {
-  auto signer = tessera::extender::Signer::FromPem(*tessera::extender::GenerateSigningKeyPem());
+tessera::contract::Signer NewSigner() {
+  auto signer = tessera::contract::Signer::FromPem(*tessera::contract::GenerateSigningKeyPem());
   return std::move(*signer);
 }
 
@@ -34,11 +34,11 @@ struct World {
                                    tessera::extender::LedgerOptions{},
                                    [] { return std::chrono::steady_clock::time_point{}; }};
   NullWriter writer;
-  tessera::extender::Signer signer = NewSigner();
+  tessera::contract::Signer signer = NewSigner();
   tessera::extender::Extender extender{&ledger, &writer, &signer, "fuzz", [] { return 0; }};
   World() {
-    ledger.UpsertNode(tessera::extender::testing::MakeNode("n0", 2, std::uint64_t{16} << 30));
-    ledger.UpsertNode(tessera::extender::testing::MakeNode("n1", 1, std::uint64_t{8} << 30));
+    ledger.UpsertNode(tessera::contract::testing::MakeNode("n0", 2, std::uint64_t{16} << 30));
+    ledger.UpsertNode(tessera::contract::testing::MakeNode("n1", 1, std::uint64_t{8} << 30));
     extender.SetSynced(true);
   }
 };

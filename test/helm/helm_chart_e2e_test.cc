@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "e2e/testcluster.h"
-#include "extender/decision.h"
-#include "extender/scheduler_e2e.h"
+#include "contract/decision.h"
+#include "e2e/scheduler_harness.h"
 #include "helm/helm_testing.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
@@ -124,8 +124,8 @@ class HelmChartE2E : public ::testing::Test {
     ASSERT_OK(folder);
     env->folder = std::move(*folder);
     const std::string dir = env->folder->path();
-    const int extender_port = extender::e2etest::FreePort();
-    env->webhook_port = extender::e2etest::FreePort();
+    const int extender_port = k8s::FreeLoopbackPort();
+    env->webhook_port = k8s::FreeLoopbackPort();
     ASSERT_GT(extender_port, 0);
     ASSERT_GT(env->webhook_port, 0);
 
@@ -236,7 +236,7 @@ TEST_F(HelmChartE2E, InstallIsAcceptedAndUpgradeKeepsTheKey) {
       api().Get("/api/v1/namespaces/" + kNamespace + "/configmaps/" + kPrefix + "-decision-keys");
   ASSERT_OK(keys);
   auto signer =
-      extender::Signer::FromPem(Base64Decode((*key)["data"]["signing-key.pem"].get<std::string>()));
+      contract::Signer::FromPem(Base64Decode((*key)["data"]["signing-key.pem"].get<std::string>()));
   ASSERT_OK(signer);
   EXPECT_EQ(signer->PublicKeyPem(), (*keys)["data"]["default.pem"].get<std::string>());
 }
@@ -350,14 +350,14 @@ TEST_F(HelmChartE2E, ChartConfiguredSchedulerPlacesAGpuPodAndRefusesAForgedOne) 
       << env->scheduler->LogTail(30);
   const json& annotations = bound["metadata"]["annotations"];
   const std::string decision = annotations.value("tessera.dev/decision", "");
-  auto parsed = extender::ParseDecision(decision);
+  auto parsed = contract::ParseDecision(decision);
   ASSERT_OK(parsed);
   EXPECT_EQ(parsed->key_id, "default");
   EXPECT_EQ(parsed->node, bound["spec"]["nodeName"]);
   auto keys =
       api().Get("/api/v1/namespaces/" + kNamespace + "/configmaps/" + kPrefix + "-decision-keys");
   ASSERT_OK(keys);
-  auto verifier = extender::Verifier::FromPem((*keys)["data"]["default.pem"].get<std::string>());
+  auto verifier = contract::Verifier::FromPem((*keys)["data"]["default.pem"].get<std::string>());
   ASSERT_OK(verifier);
   EXPECT_OK(verifier->Verify(decision, annotations.value("tessera.dev/decision-signature", "")));
 

@@ -1,7 +1,7 @@
 // The Helm chart deployments/helm/tessera, linted and rendered by the real Helm (hack/helm.sh
 // builds it from its Go module the first time), and what it renders checked against what
 // tessera's binaries expect: the kube-scheduler extender configuration and the webhook
-// configurations the e2e tests run with (src/extender/scheduler_e2e.h), every name from
+// configurations the e2e tests run with (src/scheduler/kube_config.h), every name from
 // include/tessera/names.h, RBAC verbs exactly as intended, the node agent's host mounts, the
 // generated key material loaded by tessera's own code (Signer/Verifier, CertReloader, the
 // policy parser), the rendered flags parsed by the real tessera-scheduler and tessera-node, and
@@ -17,8 +17,9 @@
 
 #include "tessera/names.h"
 
-#include "extender/decision.h"
-#include "extender/scheduler_e2e.h"
+#include "contract/decision.h"
+#include "k8s/listen.h"
+#include "scheduler/kube_config.h"
 #include "helm/helm_testing.h"
 #include "policy/policy.h"
 #include "webhook/server.h"
@@ -126,7 +127,7 @@ TEST_F(HelmChartTest, KubeSchedulerCallsTheExtenderForEveryTesseraResource) {
   // The extender entry is the one the e2e tests run kube-scheduler with, on the chart's port.
   ASSERT_EQ(config["extenders"].size(), 1u);
   const json ours = ToJson(config["extenders"][0]);
-  const json tested = ToJson(YAML::Load(extender::e2etest::SchedulerConfig(8888))["extenders"][0]);
+  const json tested = ToJson(YAML::Load(scheduler::SchedulerConfig(8888))["extenders"][0]);
   for (const auto& [key, value] : tested.items())
     EXPECT_EQ(ours.value(key, json()), value) << "extenders[0]." << key;
   EXPECT_EQ(ours["urlPrefix"], "http://127.0.0.1:8888");
@@ -176,7 +177,7 @@ TEST_F(HelmChartTest, WebhooksMatchTheTestedConfigurationAndTheirCertificate) {
   const std::string crt = Base64Decode(secret["data"]["tls.crt"].as<std::string>());
   const std::string key = Base64Decode(secret["data"]["tls.key"].as<std::string>());
 
-  const auto [mutating, validating] = extender::e2etest::WebhookConfigurations(8443, "");
+  const auto [mutating, validating] = scheduler::WebhookConfigurations(8443, "");
   for (const auto& [rendered, tested] :
        {std::pair{m.Get("MutatingWebhookConfiguration", kPrefix), mutating},
         std::pair{m.Get("ValidatingWebhookConfiguration", kPrefix), validating}}) {
@@ -390,9 +391,9 @@ TEST_F(HelmChartTest, GeneratedSigningKeyVerifiesWithTheNodesPublicKey) {
       m.Get("Secret", kPrefix + "-signing-key")["data"]["signing-key.pem"].as<std::string>());
   const std::string public_pem =
       m.Get("ConfigMap", kPrefix + "-decision-keys")["data"]["default.pem"].as<std::string>();
-  auto signer = extender::Signer::FromPem(private_pem);
+  auto signer = contract::Signer::FromPem(private_pem);
   ASSERT_TRUE(signer.ok()) << signer.status().ToString();
-  auto verifier = extender::Verifier::FromPem(public_pem);
+  auto verifier = contract::Verifier::FromPem(public_pem);
   ASSERT_TRUE(verifier.ok()) << verifier.status().ToString();
   auto signature = signer->Sign("{\"schema\":\"tessera.dev/decision/v1\"}");
   ASSERT_TRUE(signature.ok());
@@ -423,7 +424,7 @@ TEST_F(HelmChartTest, ExistingSigningKeySecretIsUsedAndNothingGenerated) {
   }
   const YAML::Node keys = m.Get("ConfigMap", kPrefix + "-decision-keys");
   ASSERT_TRUE(keys["data"]["prod-2026.pem"]);
-  EXPECT_TRUE(extender::Verifier::FromPem(keys["data"]["prod-2026.pem"].as<std::string>()).ok());
+  EXPECT_TRUE(contract::Verifier::FromPem(keys["data"]["prod-2026.pem"].as<std::string>()).ok());
   EXPECT_FALSE(keys["data"]["default.pem"]);
 }
 

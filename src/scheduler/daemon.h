@@ -8,7 +8,7 @@
 
 #include "placement/policies.h"
 
-namespace tessera::extender {
+namespace tessera::scheduler {
 
 struct SchedulerOptions {
   std::string kubeconfig;          // empty: $KUBECONFIG, in-cluster, ~/.kube/config
@@ -49,4 +49,4 @@ struct SchedulerOptions {
 // printed naming the flag (exit 2).
 int RunScheduler(const SchedulerOptions& options);
 
-}  // namespace tessera::extender
+}  // namespace tessera::scheduler

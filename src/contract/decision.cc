@@ -1,4 +1,4 @@
-#include "extender/decision.h"
+#include "contract/decision.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -10,7 +10,7 @@
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
@@ -269,4 +269,4 @@ StatusOr<std::string> GenerateSigningKeyPem() {
   return std::string(data, static_cast<std::size_t>(n));
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

@@ -7,10 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract/inventory_schema.h"
 #include "placement/cluster.h"
 #include "tessera/status.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 
 // GPUs marked `managed: false` are left out (another device plugin owns them). Unhealthy GPUs
 // and GPUs listed in `tessera.dev/gpu-cordon` are kept but never placed on. A node without the
@@ -21,4 +22,4 @@ StatusOr<placement::Node> ParseNodeInventory(const nlohmann::json& node);
 // cordons): same GPUs with the same UUIDs, models and memory, in the same order.
 bool SameHardware(const placement::Node& a, const placement::Node& b);
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

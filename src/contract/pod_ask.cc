@@ -1,16 +1,20 @@
-#include "extender/pod_ask.h"
+#include "contract/pod_ask.h"
 
 #include <charconv>
 #include <optional>
 #include <string_view>
 #include <vector>
 
-#include "extender/json_fields.h"
+#include "k8s/object.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
+
+using k8s::Find;
+using k8s::StringAt;
+using k8s::AnnotationOf;
 namespace {
 
 using nlohmann::json;
@@ -300,4 +304,4 @@ StatusOr<PodAsk> ParsePodAsk(const json& pod, const policy::Policy& policy) {
   return ask;
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

@@ -18,8 +18,8 @@
 
 #include "cli/cli.h"
 #include "e2e/testcluster.h"
-#include "extender/decision.h"
-#include "extender/scheduler_e2e.h"
+#include "contract/decision.h"
+#include "e2e/scheduler_harness.h"
 #include "k8s/client.h"
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"
@@ -27,7 +27,14 @@
 #include "webhook/webhook.h"
 #include "testutil/status_matchers.h"
 
-namespace tessera::extender {
+namespace tessera::scheduler {
+
+using contract::Base64Encode;
+using contract::DecisionDevice;
+using contract::GenerateSigningKeyPem;
+using contract::ParseDecision;
+using contract::Signer;
+using contract::Verifier;
 namespace {
 
 using nlohmann::json;
@@ -64,8 +71,8 @@ struct Env {
 };
 Env* env = nullptr;
 
-e2etest::SchedulerProcessOptions SchedulerOptions() {
-  e2etest::SchedulerProcessOptions o;
+e2e::SchedulerProcessOptions SchedulerOptions() {
+  e2e::SchedulerProcessOptions o;
   o.binary = TESSERA_SCHEDULER_BINARY;
   o.kubeconfig = env->cluster->kubeconfig();
   o.port = env->port;
@@ -80,7 +87,7 @@ e2etest::SchedulerProcessOptions SchedulerOptions() {
 }
 
 Status StartScheduler() {
-  auto child = e2etest::StartTesseraScheduler(SchedulerOptions());
+  auto child = e2e::StartTesseraScheduler(SchedulerOptions());
   if (!child.ok()) return child.status();
   env->scheduler = std::move(*child);
   ++env->restarts;
@@ -111,8 +118,8 @@ class SchedulerE2E : public ::testing::Test {
     ASSERT_OK(pem);
     std::ofstream(env->folder->path() + "/signing.pem") << *pem;
     env->public_key = Signer::FromPem(*pem)->PublicKeyPem();
-    env->port = e2etest::FreePort();
-    env->webhook_port = e2etest::FreePort();
+    env->port = k8s::FreeLoopbackPort();
+    env->webhook_port = k8s::FreeLoopbackPort();
     ASSERT_GT(env->port, 0);
     ASSERT_GT(env->webhook_port, 0);
     std::ofstream(env->folder->path() + "/policy.yaml") << kPolicy;
@@ -120,7 +127,7 @@ class SchedulerE2E : public ::testing::Test {
     ASSERT_OK(pki);
     std::ofstream(env->folder->path() + "/webhook.crt") << pki->server_cert_pem;
     std::ofstream(env->folder->path() + "/webhook.key") << pki->server_key_pem;
-    auto cp = e2etest::StartControlPlane(env->folder->path(), env->port);
+    auto cp = e2e::StartControlPlane(env->folder->path(), env->port);
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
     env->api = std::move(cp->api);
@@ -136,7 +143,7 @@ class SchedulerE2E : public ::testing::Test {
                                       {"value", value}}));
     }
     const std::string ca_b64 = Base64Encode(pki->ca_pem);
-    auto [mutating, validating] = e2etest::WebhookConfigurations(env->webhook_port, ca_b64);
+    auto [mutating, validating] = scheduler::WebhookConfigurations(env->webhook_port, ca_b64);
     ASSERT_OK(env->api->Create(
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating));
     ASSERT_OK(env->api->Create(
@@ -751,18 +758,18 @@ TEST_F(SchedulerE2E, FailoverTheOtherReplicaTakesOverWithoutDoubleBooking) {
   // for the Service in front of them.
   env->scheduler->Stop();
   env->scheduler.reset();
-  const int pa = e2etest::FreePort();
-  const int pb = e2etest::FreePort();
+  const int pa = k8s::FreeLoopbackPort();
+  const int pb = k8s::FreeLoopbackPort();
   std::vector<std::unique_ptr<e2e::ChildProcess>> replicas;
   for (int i = 0; i < 2; ++i) {
-    e2etest::SchedulerProcessOptions o = SchedulerOptions();
+    e2e::SchedulerProcessOptions o = SchedulerOptions();
     o.port = i == 0 ? pa : pb;
     o.tag = "ha-" + std::to_string(i);
-    if (i == 1) o.webhook_port = e2etest::FreePort();  // the API server calls replica 0's
+    if (i == 1) o.webhook_port = k8s::FreeLoopbackPort();  // the API server calls replica 0's
     o.extra_args = {"--leader-elect", "--lease-namespace", "default", "--identity",
                     "replica-" + std::to_string(i), "--lease-duration-s", "2",
                     "--renew-deadline-ms", "1500", "--retry-period-ms", "300"};
-    auto child = e2etest::StartTesseraScheduler(o);
+    auto child = e2e::StartTesseraScheduler(o);
     ASSERT_OK(child);
     replicas.push_back(std::move(*child));
   }
@@ -838,4 +845,4 @@ TEST_F(SchedulerE2E, ExplainSaysWhereAPodIsAndWhyAnotherWaits) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::scheduler

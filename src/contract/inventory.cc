@@ -1,18 +1,19 @@
-#include "extender/inventory.h"
+#include "contract/inventory.h"
 
 #include <set>
 #include <string_view>
 
-#include "extender/json_fields.h"
+#include "k8s/object.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
+
+using k8s::Find;
+using k8s::StringAt;
 namespace {
 
 using nlohmann::json;
-
-constexpr std::string_view kInventoryApiVersion = "tessera.dev/inventory/v1";
 
 }  // namespace
 
@@ -121,4 +122,4 @@ bool SameHardware(const placement::Node& a, const placement::Node& b) {
   return true;
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

@@ -17,11 +17,11 @@
 #include "tessera/prometheus.h"
 #include "tessera/status.h"
 
-namespace tessera::extender {
+namespace tessera::scheduler {
 
 class Server {
  public:
-  Server(Extender* extender, Ledger* ledger, int threads);
+  Server(extender::Extender* extender, extender::Ledger* ledger, int threads);
   ~Server();
   // Binds host:port (port 0: any free port) and returns the port.
   StatusOr<int> Bind(const std::string& host, int port);
@@ -38,4 +38,4 @@ class Server {
 
 using k8s::ParseListenAddress;
 
-}  // namespace tessera::extender
+}  // namespace tessera::scheduler

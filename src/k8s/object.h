@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::extender {
+namespace tessera::k8s {
 
 // object[key] if object is an object holding a non-null key, else nullptr.
 inline const nlohmann::json* Find(const nlohmann::json& object, std::string_view key) {
@@ -33,4 +33,4 @@ inline std::optional<std::string> AnnotationOf(const nlohmann::json& object, std
   return v->get<std::string>();
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::k8s

@@ -1,10 +1,10 @@
-#include "extender/decision.h"
+#include "contract/decision.h"
 
 #include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 namespace {
 
 Decision Sample() {
@@ -114,4 +114,4 @@ TEST(Decision, KeysMustBeEd25519Pem) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::contract

@@ -12,7 +12,7 @@
 #include "tessera/model.h"
 #include "tessera/status.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 
 inline constexpr std::string_view kDecisionApiVersion = "tessera.dev/decision/v1";
 
@@ -94,4 +94,4 @@ class Verifier {
 // A fresh Ed25519 private key, PEM (PKCS#8): for `tessera keygen`-style set-up and tests.
 StatusOr<std::string> GenerateSigningKeyPem();
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

@@ -1,14 +1,14 @@
-#include "extender/inventory.h"
+#include "contract/inventory.h"
 
 #include <gtest/gtest.h>
 
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 namespace {
 
-using testing::MakeNode;
+using contract::testing::MakeNode;
 
 nlohmann::json WithInventory(nlohmann::json node, const nlohmann::json& inventory) {
   node["metadata"]["annotations"]["tessera.dev/gpu-inventory"] = inventory.dump();
@@ -100,4 +100,4 @@ TEST(Inventory, SameHardwareIgnoresHealthOnly) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::contract

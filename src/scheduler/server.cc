@@ -1,4 +1,4 @@
-#include "extender/server.h"
+#include "scheduler/server.h"
 
 #include <httplib.h>
 
@@ -11,7 +11,11 @@
 #include "tessera/names.h"
 #include "tessera/prometheus.h"
 
-namespace tessera::extender {
+namespace tessera::scheduler {
+
+using extender::Extender;
+using extender::ExtenderCounters;
+using extender::Ledger;
 
 using nlohmann::json;
 
@@ -183,4 +187,4 @@ void Server::Run() { impl_->http.listen_after_bind(); }
 
 void Server::Stop() { impl_->http.stop(); }
 
-}  // namespace tessera::extender
+}  // namespace tessera::scheduler

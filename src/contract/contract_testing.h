@@ -1,4 +1,5 @@
-// Pod and Node objects as the API server returns them, for the extender's tests and benchmarks.
+// Pod and Node objects as the API server returns them (tessera-shaped: asks, inventories), for
+// the tests and benchmarks of the parts that read them.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessera::extender::testing {
+namespace tessera::contract::testing {
 
 struct PodSpec {
   std::string ns = "default";
@@ -88,4 +89,4 @@ inline nlohmann::json MakeNode(const std::string& name, int gpus, std::uint64_t 
           {"spec", nlohmann::json::object()}};
 }
 
-}  // namespace tessera::extender::testing
+}  // namespace tessera::contract::testing

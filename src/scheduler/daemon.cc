@@ -1,4 +1,4 @@
-#include "extender/daemon.h"
+#include "scheduler/daemon.h"
 
 #include <atomic>
 #include <csignal>
@@ -12,7 +12,7 @@
 
 #include "extender/extender.h"
 #include "extender/ledger.h"
-#include "extender/server.h"
+#include "scheduler/server.h"
 #include "k8s/client.h"
 #include "k8s/events.h"
 #include "k8s/leader.h"
@@ -25,7 +25,15 @@
 #include "webhook/server.h"
 #include "webhook/webhook.h"
 
-namespace tessera::extender {
+namespace tessera::scheduler {
+
+using extender::Extender;
+using extender::Ledger;
+using extender::LedgerOptions;
+using extender::PodWriter;
+
+using contract::Signer;
+using contract::Verifier;
 namespace {
 
 using nlohmann::json;
@@ -383,4 +391,4 @@ int RunScheduler(const SchedulerOptions& options) {
   return 0;
 }
 
-}  // namespace tessera::extender
+}  // namespace tessera::scheduler

@@ -14,7 +14,7 @@
 #include "tessera/model.h"
 #include "tessera/status.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 
 struct PodAsk {
   std::string uid;
@@ -45,4 +45,4 @@ StatusOr<PodAsk> ParsePodAsk(const nlohmann::json& pod, const policy::Policy& po
 // well-formed object, for pods whose ask is invalid or already decided.
 PodAsk PodIdentity(const nlohmann::json& pod);
 
-}  // namespace tessera::extender
+}  // namespace tessera::contract

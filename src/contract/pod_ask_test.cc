@@ -1,15 +1,15 @@
-#include "extender/pod_ask.h"
+#include "contract/pod_ask.h"
 
 #include <gtest/gtest.h>
 
-#include "extender/extender_testing.h"
+#include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
 
-namespace tessera::extender {
+namespace tessera::contract {
 namespace {
 
-using testing::MakePod;
-using testing::PodSpec;
+using contract::testing::MakePod;
+using contract::testing::PodSpec;
 
 StatusOr<PodAsk> Ask(const PodSpec& s, const policy::Policy& p = policy::DefaultPolicy()) {
   return ParsePodAsk(MakePod(s), p);
@@ -259,4 +259,4 @@ TEST(PodAsk, GarbageObjectsNeverCrash) {
 }
 
 }  // namespace
-}  // namespace tessera::extender
+}  // namespace tessera::contract
