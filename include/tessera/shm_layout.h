@@ -4,8 +4,11 @@
 // src/core/shm_layout_test.cc. Any change to a field's offset or size bumps kLayoutVersion.
 //
 // Accounting protocol (docs/design/0002-contracts-v1.md, "Shared region"):
-//   reserve:  lock `lock`; if devices[d].used + n > devices[d].limit -> unlock, out of memory;
-//             devices[d].used += n; slots[s].used[d] += n; unlock
+//   reserve:  lock `lock`; the slot must be active; if devices[d].used_bytes + n exceeds the
+//             limit *of the limits file* (the caller passes it: devices[d].limit_bytes is only a
+//             copy for readers, never trusted) -> unlock, reclaim the slots of dead processes
+//             once and retry, else count an OOM rejection and refuse; otherwise
+//             devices[d].used_bytes += n, slots[s].used_bytes[d] += n, raise peak_bytes; unlock
 //   call the driver; on failure roll back the same way; on free subtract the same way.
 //   A process holds its slot's robust `owner` mutex for its whole life; when it dies, the
 //   kernel marks the mutex EOWNERDEAD and whoever locks it next releases the slot's usage.

@@ -128,6 +128,15 @@ class [[nodiscard]] StatusOr {
     TESSERA_ASSERT(has_value_, "value() of an error");
     return std::move(storage_.value);
   }
+  // The value, or `fallback` for an error.
+  template <typename U>
+  T value_or(U&& fallback) const& {
+    return has_value_ ? storage_.value : static_cast<T>(std::forward<U>(fallback));
+  }
+  template <typename U>
+  T value_or(U&& fallback) && {
+    return has_value_ ? std::move(storage_.value) : static_cast<T>(std::forward<U>(fallback));
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }

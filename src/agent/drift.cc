@@ -8,6 +8,7 @@
 
 #include "tessera/quantity.h"
 #include "tessera/region.h"
+#include "tessera/file.h"
 
 namespace tessera::agent {
 namespace {
@@ -43,10 +44,7 @@ RegionView ReadRegion(const std::string& path) {
 }  // namespace
 
 std::string ProcCgroupOf(unsigned int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return ReadFile("/proc/" + std::to_string(pid) + "/cgroup", 64u << 10).value_or("");
 }
 
 DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,

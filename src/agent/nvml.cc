@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,7 @@
 
 #include "tessera/nvml_api.h"
 #include "tessera/log.h"
+#include "tessera/file.h"
 
 namespace tessera::agent {
 
@@ -101,9 +103,13 @@ int SysfsNumaNode(const char* bus_id) {
   std::string id(bus_id);
   if (id.size() > 12 && id.find(':') == 8) id = id.substr(4);  // 4-digit domain, as sysfs names it
   for (char& c : id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::ifstream in("/sys/bus/pci/devices/" + id + "/numa_node");
+  auto text = ReadFile("/sys/bus/pci/devices/" + id + "/numa_node", 64);
+  if (!text.ok()) return -1;
   int node = -1;
-  if (!(in >> node)) return -1;
+  const char* begin = text->data();
+  const char* end = begin + text->size();
+  while (begin < end && *begin == ' ') ++begin;
+  if (std::from_chars(begin, end, node).ec != std::errc()) return -1;
   return node;
 }
 

@@ -1,5 +1,6 @@
 #include "agent/publisher.h"
 
+#include "k8s/object.h"
 #include "k8s/paths.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -9,16 +10,10 @@ namespace {
 
 using k8s::Json;
 
-const Json* Child(const Json& object, std::string_view key) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(std::string(key));
-  return it == object.end() ? nullptr : &*it;
-}
+using k8s::Find;
 
 std::string StringChild(const Json* object, std::string_view key) {
-  if (object == nullptr) return {};
-  const Json* value = Child(*object, key);
-  return value != nullptr && value->is_string() ? value->get<std::string>() : std::string();
+  return object == nullptr ? std::string() : k8s::StringAt(*object, key);
 }
 
 // Whether the Node's resource list holds `quantity` for `name` (compared as quantities: the API
@@ -35,12 +30,12 @@ bool SameQuantity(const Json* list, const std::string& name, const std::string& 
 
 StatusOr<std::int64_t> Publisher::ExistingGeneration() {
   TESSERA_ASSIGN_OR_RETURN(Json node, client_.Get(k8s::NodePath(node_name_)));
-  const Json* meta = Child(node, "metadata");
-  const std::string text = StringChild(meta != nullptr ? Child(*meta, "annotations") : nullptr,
+  const Json* meta = Find(node, "metadata");
+  const std::string text = StringChild(meta != nullptr ? Find(*meta, "annotations") : nullptr,
                                        names::kAnnotationInventory);
   if (text.empty()) return std::int64_t{0};
   const Json inventory = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const Json* generation = inventory.is_object() ? Child(inventory, "generation") : nullptr;
+  const Json* generation = inventory.is_object() ? Find(inventory, "generation") : nullptr;
   if (generation == nullptr || !generation->is_number_integer()) return std::int64_t{0};
   return generation->get<std::int64_t>();
 }
@@ -51,9 +46,9 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   PublishResult result;
 
   const std::string annotation = ToJson(inventory);
-  const Json* meta = Child(node, "metadata");
-  const Json* annotations = meta != nullptr ? Child(*meta, "annotations") : nullptr;
-  const Json* labels = meta != nullptr ? Child(*meta, "labels") : nullptr;
+  const Json* meta = Find(node, "metadata");
+  const Json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  const Json* labels = meta != nullptr ? Find(*meta, "labels") : nullptr;
   Json meta_patch = Json::object();
   if (StringChild(annotations, names::kAnnotationInventory) != annotation) {
     meta_patch["metadata"]["annotations"][std::string(names::kAnnotationInventory)] = annotation;
@@ -67,9 +62,9 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   }
 
   const auto quantities = ResourceQuantities(SumResources(inventory.content));
-  const Json* status = Child(node, "status");
-  const Json* capacity = status != nullptr ? Child(*status, "capacity") : nullptr;
-  const Json* allocatable = status != nullptr ? Child(*status, "allocatable") : nullptr;
+  const Json* status = Find(node, "status");
+  const Json* capacity = status != nullptr ? Find(*status, "capacity") : nullptr;
+  const Json* allocatable = status != nullptr ? Find(*status, "allocatable") : nullptr;
   bool same = true;
   Json resources = Json::object();
   for (const auto& [name, quantity] : quantities) {

@@ -15,6 +15,7 @@
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
+#include "tessera/file.h"
 
 namespace tessera::cli {
 
@@ -65,14 +66,12 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   std::vector<agent::WatchedContainer> containers;
   std::set<std::string> uuids;
   for (const std::string& dir : args) {
-    std::ifstream in(dir + "/limits");
-    if (!in) {
-      err << "tessera drift: " << dir << ": no limits file\n";
+    auto text = ReadFile(dir + "/limits", 64u << 10);
+    if (!text.ok()) {
+      err << "tessera drift: " << dir << ": no limits file (" << text.status().message() << ")\n";
       return 2;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    auto limits = ParseLimitsFile(text.str());
+    auto limits = ParseLimitsFile(*text);
     if (!limits.ok()) {
       err << "tessera drift: " << dir << "/limits: " << limits.status().message() << "\n";
       return 2;

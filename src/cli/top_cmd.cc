@@ -17,6 +17,7 @@
 #include "governor/arbiter_host.h"
 #include "observe/observe.h"
 #include "tessera/names.h"
+#include "tessera/file.h"
 
 namespace tessera::cli {
 namespace {
@@ -128,15 +129,20 @@ class LocalSource {
 };
 
 StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
-  std::stringstream text;
+  std::string text;
   if (from == "-") {
-    text << std::cin.rdbuf();
+    std::stringstream in;
+    in << std::cin.rdbuf();
+    text = in.str();
   } else {
-    std::ifstream in(from);
-    if (!in) return NotFoundError("--from " + from + ": cannot read (a file of tessera-node /metrics text, or -)");
-    text << in.rdbuf();
+    auto file = ReadFile(from);
+    if (!file.ok()) {
+      return NotFoundError("--from " + file.status().message() +
+                           " (a file of tessera-node /metrics text, or -)");
+    }
+    text = std::move(*file);
   }
-  auto s = observe::SnapshotFromExposition(text.str());
+  auto s = observe::SnapshotFromExposition(text);
   if (!s.ok()) return s.status().WithContext("--from " + from);
   return s;
 }

@@ -41,7 +41,7 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
   if (fd.get() < 0) {
     const int err = errno;
     if (err == ENXIO) return InvalidArgumentError(path + ": not a regular file");
-    return NotFoundError(path + ": cannot open: " + std::strerror(err));
+    return NotFoundError(path + ": cannot read: " + std::strerror(err));
   }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) {

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "tessera/log.h"
+#include "tessera/file.h"
 
 namespace tessera::governor {
 namespace {
@@ -33,12 +34,8 @@ std::uint64_t InodeOf(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? static_cast<std::uint64_t>(st.st_ino) : 0;
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+// A member's or limits file's text is small; "" when it cannot be read (the member is skipped).
+constexpr std::size_t kSmallFileBytes = 64u << 10;
 
 constexpr std::string_view kMemberPrefix = "member-";
 constexpr std::uint64_t kScanEveryNs = 100'000'000;
@@ -226,7 +223,7 @@ void ArbiterHost::Stop() {
 }
 
 std::pair<std::string, std::string> ReadRegistration(const std::string& member_file) {
-  std::istringstream text(Slurp(member_file));
+  std::istringstream text(ReadFile(member_file, kSmallFileBytes).value_or(""));
   std::string word, limits_path, region_path;
   while (text >> word) {
     if (word == "limits") text >> limits_path;
@@ -305,7 +302,7 @@ std::vector<Member> LocalArbiter::ScanMembers() {
         continue;
       }
       const auto [limits_path, region_path] = ReadRegistration(entry.path().string());
-      auto limits = ParseLimitsFile(Slurp(limits_path));
+      auto limits = ParseLimitsFile(ReadFile(limits_path, kSmallFileBytes).value_or(""));
       if (!limits.ok()) continue;  // being written, or gone: the next scan sees it
       for (Member& m : MembersOf(*limits, region_path)) {
         if (m.uuid == uuids_[g]) members.push_back(std::move(m));

@@ -1,4 +1,5 @@
 #include "k8s/config.h"
+#include "tessera/file.h"
 
 #include <array>
 #include <cstdlib>
@@ -13,15 +14,6 @@ namespace tessera::k8s {
 namespace {
 
 namespace fs = std::filesystem;
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read " + path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return DataLossError("error reading " + path);
-  return buffer.str();
-}
 
 std::string Trim(std::string text) {
   const char* space = " \t\r\n";

@@ -1,6 +1,7 @@
 // Reading fields of API objects (nlohmann::json) without exceptions: a missing field, a null
-// and a field of the wrong type all read as "absent". Shared by the extender and the webhooks,
-// which both read objects a tenant wrote.
+// and a field of the wrong type all read as "absent". The one set of field accessors: the
+// contracts, the extender, the webhooks and the node agent read objects a tenant wrote through
+// them (test/architecture checks that no second copy appears).
 #pragma once
 
 #include <optional>
@@ -31,6 +32,13 @@ inline std::optional<std::string> AnnotationOf(const nlohmann::json& object, std
   const nlohmann::json* v = annotations != nullptr ? Find(*annotations, key) : nullptr;
   if (v == nullptr || !v->is_string()) return std::nullopt;
   return v->get<std::string>();
+}
+
+// Whether metadata.annotations holds `key` with any non-null value.
+inline bool HasAnnotation(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* meta = Find(object, "metadata");
+  const nlohmann::json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
+  return annotations != nullptr && Find(*annotations, key) != nullptr;
 }
 
 }  // namespace tessera::k8s

@@ -7,24 +7,17 @@
 
 #include "governor/arbiter_host.h"
 #include "tessera/region.h"
+#include "tessera/file.h"
 
 namespace tessera::observe {
 namespace {
 
 // A limits file's text: only a regular file, at most 64 KiB (a registration in the machine-wide
 // folder may name anything: a FIFO would block, /dev/zero would never end).
-std::string Slurp(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec) || std::filesystem::file_size(path, ec) > (64u << 10)) return "";
-  std::ifstream in(path);
-  std::string text(64u << 10, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  return text;
-}
+constexpr std::size_t kLimitsFileBytes = 64u << 10;
 
 std::optional<ContainerSource> Source(std::string id, const std::string& limits_path, std::string region_path) {
-  auto limits = ParseLimitsFile(Slurp(limits_path));
+  auto limits = ParseLimitsFile(ReadFile(limits_path, kLimitsFileBytes).value_or(""));
   if (!limits.ok()) return std::nullopt;  // released, or being written: the next read sees it
   return ContainerSource{std::move(id), std::move(*limits), std::move(region_path)};
 }

@@ -11,6 +11,7 @@
 #include "policy/rows.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+#include "tessera/file.h"
 
 namespace tessera::policy {
 namespace {
@@ -372,11 +373,9 @@ StatusOr<Policy> ParsePolicy(std::string_view yaml) {
 }
 
 StatusOr<Policy> LoadPolicyFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("cannot read policy file " + path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  auto policy = ParsePolicy(buffer.str());
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status().WithContext("policy file");
+  auto policy = ParsePolicy(*text);
   if (!policy.ok()) return policy.status().WithContext(path);
   return policy;
 }

@@ -19,6 +19,7 @@
 #include "k8s/paths.h"
 #include "k8s/reflector.h"
 #include "policy/policy.h"
+#include "tessera/file.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/prometheus.h"
@@ -135,14 +136,6 @@ class PriorityClasses {
       cache_;
 };
 
-StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgumentError(flag + " " + path + ": cannot read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 int Fail(const Status& status) {
   std::fprintf(stderr, "tessera-scheduler: %s\n", status.message().c_str());
   return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
@@ -178,8 +171,8 @@ int RunScheduler(const SchedulerOptions& options) {
   if (options.signing_key_file.empty()) {
     return Fail(InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)"));
   }
-  auto pem = ReadFile(options.signing_key_file, "--signing-key");
-  if (!pem.ok()) return Fail(pem.status());
+  auto pem = ReadFile(options.signing_key_file);
+  if (!pem.ok()) return Fail(InvalidArgumentError("--signing-key " + pem.status().message()));
   auto signer = Signer::FromPem(*pem);
   if (!signer.ok()) return Fail(signer.status().WithContext("--signing-key"));
   auto config = k8s::ResolveConfig(options.kubeconfig);

@@ -4,11 +4,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "tessera/file.h"
+
 namespace tessera::sim {
 
 StatusOr<std::vector<PublishedRow>> LoadPublishedCsv(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFoundError(path + ": cannot open");
+  TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  std::istringstream in(text);
   std::string line;
   std::vector<std::string> header;
   std::vector<PublishedRow> rows;

@@ -18,15 +18,8 @@ using k8s::Find;
 constexpr int kForbidden = 403;
 constexpr int kBadRequest = 400;
 
-std::string Annotation(const json& object, std::string_view key) {
-  return k8s::AnnotationOf(object, key).value_or("");
-}
+using k8s::HasAnnotation;
 
-bool HasAnnotation(const json& object, std::string_view key) {
-  const json* meta = Find(object, "metadata");
-  const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
-  return annotations != nullptr && Find(*annotations, key) != nullptr;
-}
 
 bool HasDecision(const json& object) {
   return HasAnnotation(object, names::kAnnotationDecision) ||
@@ -93,7 +86,7 @@ json Admission::MutationsFor(const json& pod) const {
   }
   // 2. KAI's gpu-memory (MiB) becomes a tessera.dev/gpu-memory limit on the first container,
   //    unless the pod asks some other way too (then validation explains the conflict).
-  const std::string kai_memory = Annotation(pod, names::kAnnotationKaiGpuMemory);
+  const std::string kai_memory = k8s::AnnotationOf(pod, names::kAnnotationKaiGpuMemory).value_or("");
   const bool kai_fraction = HasAnnotation(pod, names::kAnnotationKaiGpuFraction);
   bool any_limit = false;
   for (const json& c : *containers) any_limit = any_limit || AsksFraction(c);
@@ -126,7 +119,7 @@ json Admission::MutationsFor(const json& pod) const {
   if ((fractional || whole) && (pc == nullptr || pc->get<std::string>().empty()) &&
       view_.priority_class_value) {
     PriorityClass priority = PriorityClass::kNormal;
-    if (auto parsed = ParsePriorityClass(Annotation(pod, names::kAnnotationPriority)); parsed.ok()) {
+    if (auto parsed = ParsePriorityClass(k8s::AnnotationOf(pod, names::kAnnotationPriority).value_or("")); parsed.ok()) {
       priority = *parsed;
     }
     const std::string& k8s_class = policy_->KubernetesPriorityClass(priority);
@@ -196,7 +189,7 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
                             " is more than any GPU in the cluster has (largest: " +
                             FormatBytesHuman(largest) + ")");
   }
-  const std::string explicit_priority = Annotation(r.object, names::kAnnotationPriority);
+  const std::string explicit_priority = k8s::AnnotationOf(r.object, names::kAnnotationPriority).value_or("");
   if (!explicit_priority.empty()) {
     const std::string& want = policy_->KubernetesPriorityClass(ask->priority);
     const json* pc = spec != nullptr ? Find(*spec, "priorityClassName") : nullptr;
@@ -227,7 +220,7 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
                                names::kAnnotationMpsUser, names::kAnnotationKaiGpuMemory,
                                names::kAnnotationKaiGpuFraction}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
-        Annotation(r.object, key) != Annotation(r.old_object, key)) {
+        k8s::AnnotationOf(r.object, key).value_or("") != k8s::AnnotationOf(r.old_object, key).value_or("")) {
       return Deny(DenialRule::kFrozenAsk, r, kForbidden,
                           "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
                               "]: part of the pod's GPU ask, fixed when the pod is created; "
@@ -237,7 +230,7 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
   if (IsScheduler(r)) return AllowResponse(r.uid);
   for (std::string_view key : {names::kAnnotationDecision, names::kAnnotationDecisionSignature}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
-        Annotation(r.object, key) != Annotation(r.old_object, key)) {
+        k8s::AnnotationOf(r.object, key).value_or("") != k8s::AnnotationOf(r.old_object, key).value_or("")) {
       return Deny(DenialRule::kForgedDecision, r, kForbidden,
                           "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
                               "]: only the tessera scheduler may set, change or remove it (user " +
