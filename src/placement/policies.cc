@@ -12,7 +12,6 @@ namespace {
 
 bool IsFractional(const Request& r) { return r.gpu_count == 1 && r.gpu_milli < kMilliPerGpu; }
 
-std::size_t LowestBit(GpuMask m) { return static_cast<std::size_t>(std::countr_zero(m)); }
 
 }  // namespace
 
@@ -216,25 +215,18 @@ Choice FgdPolicy::Score(const Cluster& cluster, std::size_t node, const Resolved
   }
   // Fractional: try each usable GPU; GPUs with equal free milli are equivalent.
   Choice best{-1, 0};
-  std::int32_t tried[kMaxGpusPerNode];
-  int tried_score[kMaxGpusPerNode];
-  std::size_t tried_n = 0;
-  for (GpuMask m = usable; m != 0; m &= m - 1) {
-    const std::size_t g = LowestBit(m);
-    const std::int32_t free = s.free_milli[g];
-    int score = -1;
-    for (std::size_t i = 0; i < tried_n; ++i) {
-      if (tried[i] == free) score = tried_score[i];
-    }
-    if (score < 0) {
-      scratch[g] = free - q.gpu_milli;
-      score = SigmoidScore(f0 - Memo(node, cpu_after, scratch, n));
-      scratch[g] = free;
-      tried[tried_n] = free;
-      tried_score[tried_n++] = score;
-    }
-    if (score > best.score) best = {score, 1ULL << g};
-  }
+  ForEachUsableGpuScore(
+      s, usable,
+      [&](std::size_t g) {
+        const std::int32_t free = s.free_milli[g];
+        scratch[g] = free - q.gpu_milli;
+        const int score = SigmoidScore(f0 - Memo(node, cpu_after, scratch, n));
+        scratch[g] = free;
+        return score;
+      },
+      [&](std::size_t g, int score) {
+        if (score > best.score) best = {score, 1ULL << g};
+      });
   return best;
 }
 

@@ -6,6 +6,7 @@
 // the Scheduler takes the best score and breaks ties by node rank.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -60,6 +61,37 @@ class PlacementPolicy {
 GpuMask BestGpus(const NodeState& state, const Request& request, GpuMask usable);
 // The k lowest-index usable GPUs.
 GpuMask LowestGpus(GpuMask usable, std::uint32_t k);
+
+// The index of the lowest set bit of a non-empty mask.
+inline std::size_t LowestBit(GpuMask m) { return static_cast<std::size_t>(std::countr_zero(m)); }
+
+// For a fractional share: visit(g, score) for each usable GPU g in index order, where score(g)
+// is computed once per distinct free milli (GPUs with equal free milli score the same: the
+// scoring policies' shared scan).
+template <typename Score, typename Visit>
+void ForEachUsableGpuScore(const NodeState& state, GpuMask usable, Score&& score, Visit&& visit) {
+  std::int32_t tried[kMaxGpusPerNode];
+  int tried_score[kMaxGpusPerNode];
+  std::size_t tried_n = 0;
+  for (GpuMask m = usable; m != 0; m &= m - 1) {
+    const std::size_t g = LowestBit(m);
+    const std::int32_t free = state.free_milli[g];
+    int sc = 0;
+    bool found = false;
+    for (std::size_t i = 0; i < tried_n && !found; ++i) {
+      if (tried[i] == free) {
+        sc = tried_score[i];
+        found = true;
+      }
+    }
+    if (!found) {
+      sc = score(g);
+      tried[tried_n] = free;
+      tried_score[tried_n++] = sc;
+    }
+    visit(g, sc);
+  }
+}
 
 // Normalisers of the published baselines (the simulator's largest node: 128 CPUs, 8 GPUs).
 inline constexpr double kCpuScale = 128000.0;

@@ -7,7 +7,6 @@
 namespace tessera::placement {
 namespace {
 
-std::size_t LowestBit(GpuMask m) { return static_cast<std::size_t>(std::countr_zero(m)); }
 
 std::string JoinModels(const std::vector<std::string>& models) {
   std::vector<std::string> sorted = models;
@@ -419,37 +418,27 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
   // with equal free milli score the same.
   Choice best{0, 0};
   std::size_t best_g = kMaxGpusPerNode;
-  std::int32_t tried[kMaxGpusPerNode];
-  int tried_score[kMaxGpusPerNode];
-  std::size_t tried_n = 0;
-  for (GpuMask m = usable; m != 0; m &= m - 1) {
-    const std::size_t g = LowestBit(m);
-    const std::int32_t free = s.free_milli[g];
-    int sc = 0;
-    bool found = false;
-    for (std::size_t i = 0; i < tried_n && !found; ++i) {
-      if (tried[i] == free) {
-        sc = tried_score[i];
-        found = true;
-      }
-    }
-    if (!found) {
-      scratch[g] = free - q.gpu_milli;
-      sc = after(q.gpu_milli);
-      scratch[g] = free;
-      tried[tried_n] = free;
-      tried_score[tried_n++] = sc;
-    }
-    bool better = best_g == kMaxGpusPerNode || sc > best.score;
-    if (!better && sc == best.score) {
-      const std::int32_t bf = s.free_milli[best_g];
-      better = free < bf || (free == bf && s.gpus[g].memory_free < s.gpus[best_g].memory_free);
-    }
-    if (better) {
-      best = {sc, 1ULL << g};
-      best_g = g;
-    }
-  }
+  ForEachUsableGpuScore(
+      s, usable,
+      [&](std::size_t g) {
+        const std::int32_t free = s.free_milli[g];
+        scratch[g] = free - q.gpu_milli;
+        const int sc = after(q.gpu_milli);
+        scratch[g] = free;
+        return sc;
+      },
+      [&](std::size_t g, int sc) {
+        bool better = best_g == kMaxGpusPerNode || sc > best.score;
+        if (!better && sc == best.score) {
+          const std::int32_t free = s.free_milli[g];
+          const std::int32_t bf = s.free_milli[best_g];
+          better = free < bf || (free == bf && s.gpus[g].memory_free < s.gpus[best_g].memory_free);
+        }
+        if (better) {
+          best = {sc, 1ULL << g};
+          best_g = g;
+        }
+      });
   return best;
 }
 

@@ -143,244 +143,357 @@ int Fail(const Status& status) {
 
 }  // namespace
 
-int RunScheduler(const SchedulerOptions& options) {
-  // Configuration first: nothing starts unless all of it is right.
-  auto listen = ParseListenAddress(options.listen);
-  if (!listen.ok()) return Fail(listen.status().WithContext("--listen"));
-  auto kind = placement::ParsePolicyKind(options.placement);
-  if (!kind.ok()) return Fail(kind.status().WithContext("--placement"));
-  if (*kind == placement::PolicyKind::kRandom || *kind == placement::PolicyKind::kFgd) {
-    return Fail(InvalidArgumentError("--placement " + options.placement +
-                                     ": needs a workload profile or a random source the scheduler "
-                                     "does not have; use best-fit, tessera, gpu-packing, "
-                                     "gpu-clustering or dot-product"));
-  }
+// Everything the process holds, declared in the order the steps create it: members are destroyed
+// in reverse, so every thread is joined before what it uses goes away.
+struct SchedulerProcess::State {
+  // ValidateConfiguration
+  std::pair<std::string, int> listen;
+  placement::PolicyKind kind = placement::PolicyKind::kBestFit;
   policy::Policy policy = policy::DefaultPolicy();
-  if (!options.policy_file.empty()) {
-    auto p = policy::LoadPolicyFile(options.policy_file);
-    if (!p.ok()) return Fail(p.status().WithContext("--policy"));
-    policy = *std::move(p);
-  }
-  if (policy.honor_namespace_label) {
-    // The scheduler does not watch Namespaces yet: honouring the label would silently fall back
-    // to the default tier. Refuse rather than fail open.
-    return Fail(InvalidArgumentError(
-        "--policy: tierAssignment.honorNamespaceLabel: true is not supported by "
-        "tessera-scheduler yet; map namespaces to tiers explicitly (tierAssignment.namespaces)"));
-  }
-  if (options.signing_key_file.empty()) {
-    return Fail(InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)"));
-  }
-  auto pem = ReadFile(options.signing_key_file);
-  if (!pem.ok()) return Fail(InvalidArgumentError("--signing-key " + pem.status().message()));
-  auto signer = Signer::FromPem(*pem);
-  if (!signer.ok()) return Fail(signer.status().WithContext("--signing-key"));
-  auto config = k8s::ResolveConfig(options.kubeconfig);
-  if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
-  config->qps = options.qps;
-  config->burst = options.burst;
-  config->user_agent = "tessera-scheduler";
-  auto client = k8s::Client::New(*config);
-  if (!client.ok()) return Fail(client.status());
+  std::optional<Signer> signer;
   std::unique_ptr<webhook::CertReloader> certs;
   std::optional<std::pair<std::string, int>> webhook_listen;
-  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
-    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
-      return Fail(InvalidArgumentError("--tls-cert-file and --tls-key-file: give both or neither"));
-    }
-    auto reloader = webhook::CertReloader::Create(options.tls_cert_file, options.tls_key_file);
-    if (!reloader.ok()) return Fail(reloader.status());
-    certs = std::move(*reloader);
-    auto wl = ParseListenAddress(options.webhook_listen);
-    if (!wl.ok()) return Fail(wl.status().WithContext("--webhook-listen"));
-    webhook_listen = *wl;
+  // ConnectApi
+  std::optional<k8s::Config> config;
+  std::unique_ptr<k8s::Client> client;
+  // BlockSignals
+  sigset_t signals{};
+  // BuildBooks
+  std::unique_ptr<Ledger> ledger;
+  std::unique_ptr<KubePodWriter> writer;
+  std::unique_ptr<Extender> extender;
+  std::unique_ptr<Server> server;
+  int port = 0;
+  std::unique_ptr<webhook::QuotaBook> quotas;
+  std::unique_ptr<PriorityClasses> priority_classes;
+  std::unique_ptr<k8s::EventRecorder> events;
+  std::mutex denied_mu;
+  std::map<std::string, std::chrono::steady_clock::time_point> denied_recently;
+  std::unique_ptr<webhook::Admission> admission;
+  std::unique_ptr<webhook::WebhookServer> webhooks;
+  int webhook_port = 0;
+  // StartWatches
+  std::unique_ptr<NodeHandler> node_handler;
+  std::unique_ptr<PodHandler> pod_handler;
+  std::unique_ptr<k8s::Reflector> nodes;
+  std::unique_ptr<k8s::Reflector> pods;
+  std::jthread node_thread;
+  std::jthread pod_thread;
+  std::jthread sweeper;
+  // StartElection
+  std::unique_ptr<k8s::LeaderElector> elector;
+  std::atomic<bool> resync{false};
+  std::atomic<bool> caught_up{false};  // the ledger was rebuilt since this term began
+  std::jthread election;
+  std::jthread resyncer;
+  // Serve
+  std::jthread http;
+  std::jthread webhook_http;
+};
+
+SchedulerProcess::SchedulerProcess(SchedulerOptions options)
+    : options_(std::move(options)), s_(std::make_unique<State>()) {}
+SchedulerProcess::~SchedulerProcess() = default;
+
+Status SchedulerProcess::ValidateConfiguration() {
+  const SchedulerOptions& options = options_;
+  auto listen = ParseListenAddress(options.listen);
+  if (!listen.ok()) return listen.status().WithContext("--listen");
+  s_->listen = *listen;
+  auto kind = placement::ParsePolicyKind(options.placement);
+  if (!kind.ok()) return kind.status().WithContext("--placement");
+  if (*kind == placement::PolicyKind::kRandom || *kind == placement::PolicyKind::kFgd) {
+    return InvalidArgumentError("--placement " + options.placement +
+                                ": needs a workload profile or a random source the scheduler "
+                                "does not have; use best-fit, tessera, gpu-packing, "
+                                "gpu-clustering or dot-product");
   }
+  s_->kind = *kind;
+  if (!options.policy_file.empty()) {
+    auto p = policy::LoadPolicyFile(options.policy_file);
+    if (!p.ok()) return p.status().WithContext("--policy");
+    s_->policy = *std::move(p);
+  }
+  if (s_->policy.honor_namespace_label) {
+    // The scheduler does not watch Namespaces yet: honouring the label would silently fall back
+    // to the default tier. Refuse rather than fail open.
+    return InvalidArgumentError(
+        "--policy: tierAssignment.honorNamespaceLabel: true is not supported by "
+        "tessera-scheduler yet; map namespaces to tiers explicitly (tierAssignment.namespaces)");
+  }
+  if (options.signing_key_file.empty()) {
+    return InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)");
+  }
+  auto pem = ReadFile(options.signing_key_file);
+  if (!pem.ok()) return InvalidArgumentError("--signing-key " + pem.status().message());
+  auto signer = Signer::FromPem(*pem);
+  if (!signer.ok()) return signer.status().WithContext("--signing-key");
+  s_->signer = std::move(*signer);
+  return Status::Ok();
+}
 
-  // Signals are taken by sigwait below, in this thread only.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+Status SchedulerProcess::ConnectApi() {
+  auto config = k8s::ResolveConfig(options_.kubeconfig);
+  if (!config.ok()) return config.status().WithContext("--kubeconfig");
+  config->qps = options_.qps;
+  config->burst = options_.burst;
+  config->user_agent = "tessera-scheduler";
+  auto client = k8s::Client::New(*config);
+  if (!client.ok()) return client.status();
+  s_->config = std::move(*config);
+  s_->client = std::move(*client);
+  return Status::Ok();
+}
 
+Status SchedulerProcess::LoadWebhookCertificates() {
+  const SchedulerOptions& options = options_;
+  if (options.tls_cert_file.empty() && options.tls_key_file.empty()) return Status::Ok();
+  if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+    return InvalidArgumentError("--tls-cert-file and --tls-key-file: give both or neither");
+  }
+  auto reloader = webhook::CertReloader::Create(options.tls_cert_file, options.tls_key_file);
+  if (!reloader.ok()) return reloader.status();
+  s_->certs = std::move(*reloader);
+  auto wl = ParseListenAddress(options.webhook_listen);
+  if (!wl.ok()) return wl.status().WithContext("--webhook-listen");
+  s_->webhook_listen = *wl;
+  return Status::Ok();
+}
+
+void SchedulerProcess::BlockSignals() {
+  // Signals are taken by sigwait in WaitForSignal, in this thread only (threads started later
+  // inherit the mask).
+  sigemptyset(&s_->signals);
+  sigaddset(&s_->signals, SIGINT);
+  sigaddset(&s_->signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &s_->signals, nullptr);
+}
+
+Status SchedulerProcess::BuildExtender() {
+  State& s = *s_;
   LedgerOptions ledger_options;
-  ledger_options.placement = *kind;
-  ledger_options.reservation_ttl = options.reservation_ttl;
+  ledger_options.placement = s.kind;
+  ledger_options.reservation_ttl = options_.reservation_ttl;
   // Bound pods count only with a decision this scheduler signed (a forged one books nothing).
-  auto own_key = Verifier::FromPem(signer->PublicKeyPem());
-  if (!own_key.ok()) return Fail(own_key.status());
+  auto own_key = Verifier::FromPem(s.signer->PublicKeyPem());
+  if (!own_key.ok()) return own_key.status();
   auto verifier = std::make_shared<Verifier>(std::move(*own_key));
   ledger_options.verify = [verifier](const std::string& decision, const std::string& signature) {
     return verifier->Verify(decision, signature).ok();
   };
-  Ledger ledger(policy, ledger_options, [] { return std::chrono::steady_clock::now(); });
-  KubePodWriter writer(client->get());
-  Extender extender(&ledger, &writer, &*signer, options.key_id, [] {
+  s.ledger = std::make_unique<Ledger>(s.policy, ledger_options,
+                                      [] { return std::chrono::steady_clock::now(); });
+  s.writer = std::make_unique<KubePodWriter>(s.client.get());
+  s.extender = std::make_unique<Extender>(s.ledger.get(), s.writer.get(), &*s.signer,
+                                          options_.key_id, [] {
     return std::chrono::duration_cast<std::chrono::seconds>(
                std::chrono::system_clock::now().time_since_epoch())
         .count();
   });
-  Server server(&extender, &ledger, options.threads);
-  auto port = server.Bind(listen->first, listen->second);
-  if (!port.ok()) return Fail(port.status());
+  s.server = std::make_unique<Server>(s.extender.get(), s.ledger.get(), options_.threads);
+  auto port = s.server->Bind(s.listen.first, s.listen.second);
+  if (!port.ok()) return port.status();
+  s.port = *port;
+  return Status::Ok();
+}
 
-  webhook::QuotaBook quotas(&policy, [] { return std::chrono::steady_clock::now(); });
-  PriorityClasses priority_classes(client->get());
+Status SchedulerProcess::BuildAdmission() {
+  State& s = *s_;
+  s.quotas = std::make_unique<webhook::QuotaBook>(&s.policy,
+                                                  [] { return std::chrono::steady_clock::now(); });
+  s.priority_classes = std::make_unique<PriorityClasses>(s.client.get());
   webhook::WebhookOptions webhook_options;
-  webhook_options.scheduler_users = options.scheduler_users;
-  webhook_options.scheduler_name = options.scheduler_name;
+  webhook_options.scheduler_users = options_.scheduler_users;
+  webhook_options.scheduler_name = options_.scheduler_name;
   webhook::ClusterView view;
-  view.largest_gpu_memory = [&ledger] { return ledger.LargestGpuMemory(); };
-  view.priority_class_value = [&priority_classes](const std::string& name) {
-    return priority_classes.Value(name);
+  view.largest_gpu_memory = [ledger = s.ledger.get()] { return ledger->LargestGpuMemory(); };
+  view.priority_class_value = [classes = s.priority_classes.get()](const std::string& name) {
+    return classes->Value(name);
   };
   // Each refused pod gets a Warning Event (kubectl describe / get events show why), at most one
   // per pod and rule a minute: a controller retrying a refused pod does not flood the API.
-  k8s::EventRecorder events(**client, "tessera-scheduler", "");
-  std::mutex denied_mu;
-  std::map<std::string, std::chrono::steady_clock::time_point> denied_recently;
-  webhook_options.on_denial = [&](const webhook::Denial& d) {
-    if (d.dry_run || d.namespace_name.empty() || d.name.empty()) return;  // generateName: no object to name
+  s.events = std::make_unique<k8s::EventRecorder>(*s.client, "tessera-scheduler", "");
+  webhook_options.on_denial = [&s](const webhook::Denial& d) {
+    if (d.dry_run || d.namespace_name.empty() || d.name.empty()) return;  // generateName
     const auto now = std::chrono::steady_clock::now();
     {
-      std::lock_guard<std::mutex> lock(denied_mu);
-      std::erase_if(denied_recently, [&](const auto& e) { return now - e.second > std::chrono::minutes(1); });
-      const std::string key = d.namespace_name + "/" + d.name + "/" + std::to_string(static_cast<int>(d.rule));
-      if (!denied_recently.emplace(key, now).second) return;
+      std::lock_guard<std::mutex> lock(s.denied_mu);
+      std::erase_if(s.denied_recently,
+                    [&](const auto& e) { return now - e.second > std::chrono::minutes(1); });
+      const std::string key =
+          d.namespace_name + "/" + d.name + "/" + std::to_string(static_cast<int>(d.rule));
+      if (!s.denied_recently.emplace(key, now).second) return;
     }
-    events.Warn({{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", d.namespace_name}, {"name", d.name}},
-                names::kEventAdmissionDenied,
-                "rule " + std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) + ": " + d.message);
+    s.events->Warn({{"apiVersion", "v1"},
+                    {"kind", "Pod"},
+                    {"namespace", d.namespace_name},
+                    {"name", d.name}},
+                   names::kEventAdmissionDenied,
+                   "rule " +
+                       std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) +
+                       ": " + d.message);
   };
-  webhook::Admission admission(&policy, webhook_options, view, &quotas);
-  server.AddMetrics([&admission, &events](prom::Exposition& out) {
-    out.Add(names::kMetricAdmissionReviews, {{"webhook", "mutate"}}, static_cast<double>(admission.mutate_reviews()));
+  s.admission = std::make_unique<webhook::Admission>(&s.policy, webhook_options, view,
+                                                     s.quotas.get());
+  s.server->AddMetrics([admission = s.admission.get(), events = s.events.get()](
+                           prom::Exposition& out) {
+    out.Add(names::kMetricAdmissionReviews, {{"webhook", "mutate"}},
+            static_cast<double>(admission->mutate_reviews()));
     out.Add(names::kMetricAdmissionReviews, {{"webhook", "validate"}},
-            static_cast<double>(admission.validate_reviews()));
+            static_cast<double>(admission->validate_reviews()));
     for (std::size_t i = 0; i < webhook::kDenialRules; ++i) {
-      out.Add(names::kMetricAdmissionDenials, {{"rule", std::string(webhook::kDenialRuleNames[i])}},
-              static_cast<double>(admission.denials(static_cast<webhook::DenialRule>(i))));
+      out.Add(names::kMetricAdmissionDenials,
+              {{"rule", std::string(webhook::kDenialRuleNames[i])}},
+              static_cast<double>(admission->denials(static_cast<webhook::DenialRule>(i))));
     }
-    out.Add(names::kMetricAdmissionEventsDropped, {}, static_cast<double>(events.dropped()));
+    out.Add(names::kMetricAdmissionEventsDropped, {}, static_cast<double>(events->dropped()));
   });
-  std::unique_ptr<webhook::WebhookServer> webhooks;
-  int webhook_port = 0;
-  if (certs) {
-    webhooks = std::make_unique<webhook::WebhookServer>(&admission, certs.get(), options.threads);
-    auto bound = webhooks->Bind(webhook_listen->first, webhook_listen->second);
-    if (!bound.ok()) return Fail(bound.status());
-    webhook_port = *bound;
+  if (s.certs) {
+    s.webhooks = std::make_unique<webhook::WebhookServer>(s.admission.get(), s.certs.get(),
+                                                          options_.threads);
+    auto bound = s.webhooks->Bind(s.webhook_listen->first, s.webhook_listen->second);
+    if (!bound.ok()) return bound.status();
+    s.webhook_port = *bound;
   }
+  return Status::Ok();
+}
 
-  NodeHandler node_handler(&ledger);
-  PodHandler pod_handler(&ledger, &quotas);
-  k8s::Reflector nodes(**client, k8s::NodesPath(), node_handler);
+void SchedulerProcess::StartWatches() {
+  State& s = *s_;
+  s.node_handler = std::make_unique<NodeHandler>(s.ledger.get());
+  s.pod_handler = std::make_unique<PodHandler>(s.ledger.get(), s.quotas.get());
+  s.nodes = std::make_unique<k8s::Reflector>(*s.client, k8s::NodesPath(), *s.node_handler);
   k8s::ReflectorOptions pod_options;
   // Finished pods hold no GPU; when a pod finishes, the watch sends it as DELETED.
   pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
-  k8s::Reflector pods(**client, k8s::PodsPath(""), pod_handler, pod_options);
-
-  std::jthread node_thread([&nodes](std::stop_token stop) { nodes.Run(stop); });
-  std::jthread pod_thread([&pods](std::stop_token stop) { pods.Run(stop); });
-  std::jthread sweeper([&](std::stop_token stop) {
+  s.pods = std::make_unique<k8s::Reflector>(*s.client, k8s::PodsPath(""), *s.pod_handler,
+                                            pod_options);
+  s.node_thread = std::jthread([&s](std::stop_token stop) { s.nodes->Run(stop); });
+  s.pod_thread = std::jthread([&s](std::stop_token stop) { s.pods->Run(stop); });
+  s.sweeper = std::jthread([&s, ready_file = options_.ready_file](std::stop_token stop) {
     bool announced = false;
     while (!stop.stop_requested()) {
-      if (!announced && nodes.HasSynced() && pods.HasSynced()) {
-        extender.SetSynced(true);
+      if (!announced && s.nodes->HasSynced() && s.pods->HasSynced()) {
+        s.extender->SetSynced(true);
         announced = true;
         TESSERA_LOG(kInfo, kScheduler, "synced: %zu GPU nodes, %zu pods holding GPUs",
-                    ledger.nodes(), ledger.bound());
-        if (!options.ready_file.empty()) {
-          const std::string tmp = options.ready_file + ".tmp";
-          std::ofstream(tmp) << *port << "\n";
-          std::rename(tmp.c_str(), options.ready_file.c_str());
+                    s.ledger->nodes(), s.ledger->bound());
+        if (!ready_file.empty()) {
+          const std::string tmp = ready_file + ".tmp";
+          std::ofstream(tmp) << s.port << "\n";
+          std::rename(tmp.c_str(), ready_file.c_str());
         }
       }
-      ledger.ExpireReservations();
+      s.ledger->ExpireReservations();
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   });
+}
+
+Status SchedulerProcess::StartElection() {
+  State& s = *s_;
   // Leader election: followers keep watching (their ledger stays current) but answer 503.
-  std::unique_ptr<k8s::LeaderElector> elector;
-  std::atomic<bool> resync{false};
-  std::atomic<bool> caught_up{false};  // the ledger was rebuilt since this term began
-  if (options.leader_elect) {
-    extender.SetLeaderCheck([&elector, &caught_up] {
-      return caught_up.load() && elector && elector->IsLeader();
-    });
+  if (options_.leader_elect) {
+    s.extender->SetLeaderCheck(
+        [&s] { return s.caught_up.load() && s.elector && s.elector->IsLeader(); });
     k8s::LeaderElectorOptions le;
-    le.ns = options.lease_namespace;
-    le.lease_name = options.lease_name;
-    le.identity = options.identity;
-    le.lease_duration = options.lease_duration;
-    le.renew_deadline = options.renew_deadline;
-    le.retry_period = options.retry_period;
+    le.ns = options_.lease_namespace;
+    le.lease_name = options_.lease_name;
+    le.identity = options_.identity;
+    le.lease_duration = options_.lease_duration;
+    le.renew_deadline = options_.renew_deadline;
+    le.retry_period = options_.retry_period;
     // A new leader first reads every pod afresh (a consistent list), so that binds the old
     // leader finished just before are on its books before it decides anything.
-    le.on_started_leading = [&resync, &caught_up] {
-      caught_up = false;
-      resync = true;
+    le.on_started_leading = [&s] {
+      s.caught_up = false;
+      s.resync = true;
     };
-    le.on_stopped_leading = [&ledger, &caught_up] {
-      caught_up = false;
-      const std::size_t dropped = ledger.DropReservations();
+    le.on_stopped_leading = [&s] {
+      s.caught_up = false;
+      const std::size_t dropped = s.ledger->DropReservations();
       TESSERA_LOG(kWarn, kScheduler, "stopped leading; %zu reservations dropped", dropped);
     };
-    auto made = k8s::LeaderElector::New(*config, le);
-    if (!made.ok()) return Fail(made.status().WithContext("leader election"));
-    elector = std::move(*made);
+    auto made = k8s::LeaderElector::New(*s.config, le);
+    if (!made.ok()) return made.status().WithContext("leader election");
+    s.elector = std::move(*made);
   }
-  std::jthread election([&elector](std::stop_token stop) {
-    if (elector) elector->Run(stop);
+  s.election = std::jthread([&s](std::stop_token stop) {
+    if (s.elector) s.elector->Run(stop);
   });
-  std::jthread resyncer([&](std::stop_token stop) {
+  s.resyncer = std::jthread([&s](std::stop_token stop) {
     while (!stop.stop_requested()) {
-      if (resync.exchange(false)) {
+      if (s.resync.exchange(false)) {
         k8s::ListOptions lo;
         lo.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
-        auto list = (*client)->List(k8s::PodsPath(""), lo);
+        auto list = s.client->List(k8s::PodsPath(""), lo);
         if (!list.ok()) {
-          TESSERA_LOG(kWarn, kScheduler, "leader resync: %s (retrying)", list.status().message().c_str());
-          resync = true;
-        } else if (elector && elector->IsLeader()) {
-          quotas.ReplacePods(list->items);
-          ledger.ReplacePods(list->items);
-          caught_up = true;  // serving() still asks IsLeader() on every call
-          TESSERA_LOG(kInfo, kScheduler, "leading: %zu pods hold GPUs", ledger.bound());
+          TESSERA_LOG(kWarn, kScheduler, "leader resync: %s (retrying)",
+                      list.status().message().c_str());
+          s.resync = true;
+        } else if (s.elector && s.elector->IsLeader()) {
+          s.quotas->ReplacePods(list->items);
+          s.ledger->ReplacePods(list->items);
+          s.caught_up = true;  // serving() still asks IsLeader() on every call
+          TESSERA_LOG(kInfo, kScheduler, "leading: %zu pods hold GPUs", s.ledger->bound());
         }
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   });
-  std::jthread http([&server] { server.Run(); });
+  return Status::Ok();
+}
+
+void SchedulerProcess::Serve() {
+  State& s = *s_;
+  s.http = std::jthread([&s] { s.server->Run(); });
   // The webhooks answer only once the watches have synced: before that, quotas would see no
   // usage and "larger than any GPU" no GPUs. (With failurePolicy Fail, creates wait meanwhile.)
-  std::jthread webhook_http([&webhooks, &extender](std::stop_token stop) {
-    while (webhooks && !extender.synced() && !stop.stop_requested()) {
+  s.webhook_http = std::jthread([&s](std::stop_token stop) {
+    while (s.webhooks && !s.extender->synced() && !stop.stop_requested()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    if (webhooks && !stop.stop_requested()) webhooks->Run();
+    if (s.webhooks && !stop.stop_requested()) s.webhooks->Run();
   });
-  if (webhooks) {
+  if (s.webhooks) {
     std::fprintf(stderr, "tessera-scheduler: admission webhooks on https://%s:%d\n",
-                 webhook_listen->first.c_str(), webhook_port);
+                 s.webhook_listen->first.c_str(), s.webhook_port);
   }
   std::fprintf(stderr, "tessera-scheduler: serving on %s:%d (placement %s)\n",
-               listen->first.c_str(), *port, options.placement.c_str());
+               s.listen.first.c_str(), s.port, options_.placement.c_str());
+}
 
+void SchedulerProcess::WaitForSignalAndStop() {
+  State& s = *s_;
   int signal = 0;
-  sigwait(&signals, &signal);
-  std::fprintf(stderr, "tessera-scheduler: %s, stopping\n", signal == SIGTERM ? "SIGTERM" : "SIGINT");
-  caught_up = false;  // no new verbs; in-flight ones finish before the Lease is released
-  extender.SetSynced(false);
-  server.Stop();
-  if (webhooks) webhooks->Stop();
-  election.request_stop();
-  election.join();  // releases the Lease
-  resyncer.request_stop();
-  sweeper.request_stop();
-  node_thread.request_stop();
-  pod_thread.request_stop();
+  sigwait(&s.signals, &signal);
+  std::fprintf(stderr, "tessera-scheduler: %s, stopping\n",
+               signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  s.caught_up = false;  // no new verbs; in-flight ones finish before the Lease is released
+  s.extender->SetSynced(false);
+  s.server->Stop();
+  if (s.webhooks) s.webhooks->Stop();
+  s.election.request_stop();
+  s.election.join();  // releases the Lease
+  s.resyncer.request_stop();
+  s.sweeper.request_stop();
+  s.node_thread.request_stop();
+  s.pod_thread.request_stop();
+}
+
+int RunScheduler(const SchedulerOptions& options) {
+  SchedulerProcess process(options);
+  // Configuration first: nothing starts unless all of it is right.
+  if (Status st = process.ValidateConfiguration(); !st.ok()) return Fail(st);
+  if (Status st = process.ConnectApi(); !st.ok()) return Fail(st);
+  if (Status st = process.LoadWebhookCertificates(); !st.ok()) return Fail(st);
+  process.BlockSignals();
+  if (Status st = process.BuildExtender(); !st.ok()) return Fail(st);
+  if (Status st = process.BuildAdmission(); !st.ok()) return Fail(st);
+  process.StartWatches();
+  if (Status st = process.StartElection(); !st.ok()) return Fail(st);
+  process.Serve();
+  process.WaitForSignalAndStop();
   return 0;
 }
 

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "placement/policies.h"
+#include "tessera/status.h"
 
 namespace tessera::scheduler {
 
@@ -47,6 +49,43 @@ struct SchedulerOptions {
 
 // Runs until SIGINT or SIGTERM. Returns the process exit code; configuration errors are
 // printed naming the flag (exit 2).
+// The process as ordered steps (Falco's startup actions; demo::Demo::Run). RunScheduler calls
+// them in this order and stops at the first error; tests may run them one by one.
+//   ValidateConfiguration   flags, the policy file, the signing key: nothing is started
+//   ConnectApi              the Kubernetes client (no request yet)
+//   LoadWebhookCertificates the webhooks' certificate and listen address, when TLS is given
+//   BlockSignals            SIGINT/SIGTERM left to WaitForSignalAndStop
+//   BuildExtender           ledger, extender, the verbs' HTTP listener (bound)
+//   BuildAdmission          quotas, webhooks, their HTTPS listener (bound), admission metrics
+//   StartWatches            node and pod reflectors, the reservation sweeper, the ready file
+//   StartElection           the Lease (when --leader-elect) and the leader's resync
+//   Serve                   the listeners' threads
+//   WaitForSignalAndStop    the shutdown order: verbs, webhooks, Lease, watches
+class SchedulerProcess {
+ public:
+  explicit SchedulerProcess(SchedulerOptions options);
+  ~SchedulerProcess();
+  SchedulerProcess(const SchedulerProcess&) = delete;
+  SchedulerProcess& operator=(const SchedulerProcess&) = delete;
+
+  Status ValidateConfiguration();
+  Status ConnectApi();
+  Status LoadWebhookCertificates();
+  void BlockSignals();
+  Status BuildExtender();
+  Status BuildAdmission();
+  void StartWatches();
+  Status StartElection();
+  void Serve();
+  void WaitForSignalAndStop();
+
+ private:
+  struct State;
+  SchedulerOptions options_;
+  std::unique_ptr<State> s_;
+};
+
+// Runs the steps in order: 0 after a signal, 2 for bad configuration, 1 otherwise.
 int RunScheduler(const SchedulerOptions& options);
 
 }  // namespace tessera::scheduler
