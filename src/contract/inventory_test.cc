@@ -38,7 +38,7 @@ TEST(Inventory, HealthCordonsAndUnmanagedGpus) {
   inv["gpus"][2]["managed"] = false;
   node = WithInventory(node, inv);
   node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] =
-      " " + testing::GpuUuid("n", 1) + " ,";
+      " " + contract::testing::GpuUuid("n", 1) + " ,";
   node["spec"]["unschedulable"] = true;
   auto n = ParseNodeInventory(node);
   ASSERT_OK(n);

@@ -57,7 +57,7 @@ json FilterError(const std::string& message) {
 
 }  // namespace
 
-Extender::Extender(Ledger* ledger, PodWriter* writer, const Signer* signer, std::string key_id,
+Extender::Extender(Ledger* ledger, PodWriter* writer, const contract::Signer* signer, std::string key_id,
                    std::function<std::int64_t()> unix_now)
     : ledger_(ledger),
       writer_(writer),
