@@ -2,7 +2,6 @@
 
 #include <dlfcn.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +13,7 @@
 
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
+#include "tessera/subprocess.h"
 
 namespace tessera::agent {
 namespace {
@@ -131,6 +131,8 @@ bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
 StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context) {
   int reply_pipe[2], go_pipe[2];
   if (pipe(reply_pipe) != 0 || pipe(go_pipe) != 0) return UnavailableError("pipe failed");
+  // The one fork() without an exec (not tessera::Spawn): the probe is a function of this binary,
+  // and CUDA must be initialised in a child that then exits, never in this process.
   const pid_t child = fork();
   if (child < 0) return UnavailableError("fork failed");
   if (child == 0) {
@@ -155,7 +157,7 @@ StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_conte
   }
   close(go_pipe[1]);  // let the probe exit
   close(reply_pipe[0]);
-  waitpid(child, nullptr, 0);
+  (void)Wait(child);
   if (n != sizeof(reply)) return UnavailableError("the GPU probe died (is libcuda.so.1 loadable?)");
   if (reply.status == -1) {
     return InvalidArgumentError("--gpu: \"" + QuoteForMessage(selector) + "\" matches none of the " +

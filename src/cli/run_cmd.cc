@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,8 +22,7 @@
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
-
-extern char** environ;
+#include "tessera/subprocess.h"
 
 namespace tessera::cli {
 namespace {
@@ -246,20 +244,14 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   auto arbiter = governor::LocalArbiter::Register(arbiter_dir, limits_path, region_path, uuids);
   if (!arbiter.ok()) return arbiter.status();
 
-  std::vector<std::string> env;
+  // The command's environment: ours, less what would steer the GPU, the preload or MPS elsewhere.
+  const std::string limits_variable = std::string(names::kEnvLimitsFile) + "=";
+  const std::string region_variable = std::string(names::kEnvRegionFile) + "=";
+  std::vector<std::string> env = InheritedEnvironment(
+      {"LD_PRELOAD=", "CUDA_VISIBLE_DEVICES=", limits_variable, region_variable, "CUDA_MPS_"});
   std::string preload = hook;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view entry(*e);
-    if (entry.rfind("LD_PRELOAD=", 0) == 0) {
-      if (entry.size() > 11) preload += ":" + std::string(entry.substr(11));
-      continue;
-    }
-    if (entry.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 ||
-        entry.rfind(std::string(names::kEnvLimitsFile) + "=", 0) == 0 ||
-        entry.rfind(std::string(names::kEnvRegionFile) + "=", 0) == 0 || entry.rfind("CUDA_MPS_", 0) == 0) {
-      continue;
-    }
-    env.emplace_back(entry);
+  if (const char* ours = std::getenv("LD_PRELOAD"); ours != nullptr && *ours != '\0') {
+    preload += ":" + std::string(ours);
   }
   env.push_back("LD_PRELOAD=" + preload);
   env.push_back(std::string(names::kEnvLimitsFile) + "=" + limits_path);
@@ -271,14 +263,6 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
       env.push_back(std::move(e));
     }
   }
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_storage = o.command;
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
   for (const agent::LocalGpu& gpu : gpus) {
     err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap "
         << (o.gpu_memory_bytes != 0 ? FormatBytesHuman(o.gpu_memory_bytes) : std::string("none"))
@@ -300,33 +284,30 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   sigaction(SIGQUIT, &ignore, &old_quit);
   sigaction(SIGTERM, &forward, &old_term);
   sigaction(SIGHUP, &forward, &old_hup);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGINT);
-  sigaddset(&defaults, SIGQUIT);
-  sigaddset(&defaults, SIGTERM);
-  sigaddset(&defaults, SIGHUP);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  const int spawned = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
-  posix_spawnattr_destroy(&attr);
+  // The command runs beside us (not exec'd in our place): we leave the arbiter and MPS, print
+  // the closing line and remove the folder once it has ended. Like posix_spawnp: $PATH searched,
+  // exactly `env`, our streams, the four signals above at their defaults.
+  SpawnOptions spawn;
+  spawn.argv = o.command;
+  spawn.search_path = true;
+  spawn.env_mode = SpawnOptions::Env::kReplace;
+  spawn.env = std::move(env);
+  spawn.default_signals = {SIGINT, SIGQUIT, SIGTERM, SIGHUP};
+  const StatusOr<pid_t> spawned = Spawn(spawn);
   const auto restore = [&] {
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGQUIT, &old_quit, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     sigaction(SIGHUP, &old_hup, nullptr);
   };
-  if (spawned != 0) {
+  if (!spawned.ok()) {
     restore();
-    return NotFoundError("cannot run \"" + QuoteForMessage(o.command[0]) + "\": " + std::strerror(spawned));
+    return NotFoundError(spawned.status().message());  // "cannot run \"cmd\": reason"
   }
+  const pid_t pid = *spawned;
   g_child = pid;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const StatusOr<int> waited = Wait(pid);
+  const int status = waited.ok() ? *waited : 0;  // as ever: a child we cannot reap reads as exit 0
   g_child = 0;
   restore();
   arbiter->reset();

@@ -1,11 +1,8 @@
 #include "demo/process.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,8 +12,7 @@
 #include <thread>
 
 #include "tessera/exec_args.h"
-
-extern char** environ;
+#include "tessera/subprocess.h"
 
 namespace tessera::demo {
 namespace {
@@ -71,40 +67,18 @@ WorkFolder::~WorkFolder() {
 StatusOr<std::unique_ptr<Process>> Process::Spawn(SpawnOptions options) {
   if (options.argv.empty()) return InvalidArgumentError("Process: empty argv");
   if (options.name.empty()) options.name = fs::path(options.argv[0]).filename().string();
-  // Everything the child needs is prepared before fork(): afterwards only async-signal-safe
-  // calls until execve.
-  ExecArgs exec(options.argv, options.env);
-  const int log_fd = open(options.log_path.empty() ? "/dev/null" : options.log_path.c_str(),
-                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return UnavailableError(Errno("open " + options.log_path));
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(log_fd);
-    return UnavailableError(Errno("fork"));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);  // its own group: the terminal's Ctrl-C goes to the demo only
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(127);  // the demo is already gone
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(s, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execve(exec.argv()[0], exec.argv(), exec.envp());
-    const char message[] = "tessera demo: execve failed\n";
-    (void)!write(STDERR_FILENO, message, sizeof(message) - 1);
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from here, so that it holds before either side runs on
-  close(log_fd);
+  tessera::SpawnOptions spawn;
+  spawn.argv = options.argv;
+  for (const auto& [key, value] : options.env) spawn.env.push_back(key + "=" + value);
+  spawn.stdin_to = Redirect::Null();
+  spawn.stdout_to =
+      options.log_path.empty() ? Redirect::Null() : Redirect::AppendTo(options.log_path);
+  spawn.stderr_to = spawn.stdout_to;
+  spawn.new_process_group = true;  // its own group: the terminal's Ctrl-C goes to the demo only
+  spawn.parent_death_signal = SIGTERM;
+  spawn.default_signals = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+  spawn.clear_signal_mask = true;
+  TESSERA_ASSIGN_OR_RETURN(const pid_t pid, tessera::Spawn(spawn));
   return std::unique_ptr<Process>(new Process(std::move(options), pid));
 }
 
@@ -112,40 +86,12 @@ Process::~Process() { Stop(); }
 
 bool Process::Running() {
   if (status_) return false;
-  int status = 0;
-  pid_t r = 0;
-  do {
-    r = waitpid(pid_, &status, WNOHANG);
-  } while (r < 0 && errno == EINTR);
-  if (r == pid_) {
-    status_ = status;
-    return false;
-  }
-  if (r < 0) {  // not our child any more (cannot happen unless someone else reaped it)
-    status_ = -1;
-    return false;
-  }
-  return true;
+  status_ = TryWait(pid_);  // -1 once not our child any more (only if someone else reaped it)
+  return !status_;
 }
 
 int Process::Stop(milliseconds grace) {
-  if (Running()) {
-    kill(pid_, SIGTERM);
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    while (Running() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    if (Running()) {
-      kill(-pid_, SIGKILL);
-      kill(pid_, SIGKILL);
-      int status = 0;
-      pid_t r = 0;
-      do {
-        r = waitpid(pid_, &status, 0);
-      } while (r < 0 && errno == EINTR);
-      status_ = r == pid_ ? status : -1;
-    }
-  }
+  if (Running()) status_ = Terminate(pid_, grace, /*group=*/true).status;
   // Anything the child left in its group (it is the group's leader; nobody else joins it),
   // once: afterwards the number may name somebody else's group.
   if (!group_killed_) kill(-pid_, SIGKILL);

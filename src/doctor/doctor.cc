@@ -1,11 +1,9 @@
 #include "doctor/doctor.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -27,8 +25,7 @@
 #include "doctor/worker.h"
 #include "governor/mps.h"
 #include "tessera/quantity.h"
-
-extern char** environ;
+#include "tessera/subprocess.h"
 
 namespace tessera::doctor {
 namespace {
@@ -69,36 +66,27 @@ class Tenant {
       close(in[1]);
       return UnavailableError("pipe failed");
     }
-    std::vector<char*> argv, envp;
-    for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    for (const auto& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
+    // An unopenable log leaves stderr inherited, as it always did.
     const int log = spec.log.empty() ? -1 : open(spec.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    const pid_t pid = fork();
-    if (pid < 0) {
-      if (log >= 0) close(log);
-      return UnavailableError("fork failed");
-    }
-    if (pid == 0) {
-      setpgid(0, 0);
-      dup2(in[0], STDIN_FILENO);
-      dup2(out[1], STDOUT_FILENO);
-      if (log >= 0) dup2(log, STDERR_FILENO);
-      if (spec.uid && (setgroups(0, nullptr) != 0 || setgid(*spec.uid) != 0 || setuid(*spec.uid) != 0)) {
-        const char msg[] = "error=cannot switch user\n";
-        (void)!write(STDOUT_FILENO, msg, sizeof(msg) - 1);
-        _exit(127);
-      }
-      execve(argv[0], argv.data(), envp.data());
-      const char msg[] = "error=exec failed\n";
-      (void)!write(STDOUT_FILENO, msg, sizeof(msg) - 1);
-      _exit(127);
-    }
-    setpgid(pid, pid);
+    SpawnOptions spawn;
+    spawn.argv = spec.argv;
+    spawn.env_mode = SpawnOptions::Env::kReplace;
+    spawn.env = spec.env;
+    spawn.stdin_to = Redirect::Fd(in[0]);
+    spawn.stdout_to = Redirect::Fd(out[1]);
+    if (log >= 0) spawn.stderr_to = Redirect::Fd(log);
+    spawn.new_process_group = true;
+    spawn.user = spec.uid;
+    const StatusOr<pid_t> spawned = Spawn(spawn);  // errors name the program (or the user switch)
     if (log >= 0) close(log);
     close(in[0]);
     close(out[1]);
+    if (!spawned.ok()) {
+      close(in[1]);
+      close(out[0]);
+      return spawned.status();
+    }
+    const pid_t pid = *spawned;
     return std::unique_ptr<Tenant>(new Tenant(pid, in[1], out[0]));
   }
 
@@ -155,9 +143,7 @@ class Tenant {
   bool Reap(std::chrono::milliseconds limit) {
     const auto end = Clock::now() + limit;
     while (!reaped_) {
-      int status = 0;
-      const pid_t r = waitpid(pid_, &status, WNOHANG);
-      if (r == pid_ || (r < 0 && errno == ECHILD)) {
+      if (TryWait(pid_)) {  // ended, or not our child any more
         reaped_ = true;
         kill(-pid_, SIGKILL);  // anything it left in its group
         break;
@@ -209,16 +195,9 @@ class Tenant {
 // The environment every tenant starts from: ours, without anything that would steer the GPU,
 // the preload or MPS, then the GPU under test.
 std::vector<std::string> BaseEnvironment(const std::string& gpu) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0 || v.rfind("CUDA_MPS_", 0) == 0 ||
-        v.rfind("LD_PRELOAD=", 0) == 0 || v.rfind("TESSERA_LIMITS_FILE=", 0) == 0 ||
-        v.rfind("TESSERA_REGION_FILE=", 0) == 0) {
-      continue;
-    }
-    env.emplace_back(v);
-  }
+  std::vector<std::string> env = InheritedEnvironment({"CUDA_VISIBLE_DEVICES=", "CUDA_MPS_",
+                                                       "LD_PRELOAD=", "TESSERA_LIMITS_FILE=",
+                                                       "TESSERA_REGION_FILE="});
   env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
   return env;
 }

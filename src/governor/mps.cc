@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -20,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-extern char** environ;
+#include "tessera/subprocess.h"
 
 namespace tessera::governor {
 namespace {
@@ -66,30 +65,22 @@ std::vector<std::pair<pid_t, uid_t>> LiveClients(const std::string& dir) {
   return out;
 }
 
-// Runs `control` with `env`, feeding `input` on stdin; its exit status, or -1.
+// Runs `control` with exactly `env`, feeding `input` on stdin; its exit status, or -1.
 int RunControl(const std::string& control, const std::vector<std::string>& env, const std::string& input,
                const std::vector<std::string>& args) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipefd[0], 0);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);  // its log folder has the rest
-  std::vector<std::string> argv_storage{control};
-  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : argv_storage) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_storage = env;
-  std::vector<char*> envp;
-  for (auto& e : env_storage) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, control.c_str(), &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
+  SpawnOptions spawn;
+  spawn.argv = {control};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.env_mode = SpawnOptions::Env::kReplace;
+  spawn.env = env;
+  spawn.stdin_to = Redirect::Fd(pipefd[0]);
+  spawn.stdout_to = Redirect::Null();
+  spawn.stderr_to = Redirect::Null();  // its log folder has the rest
+  const StatusOr<pid_t> pid = Spawn(spawn);
   close(pipefd[0]);
-  if (spawned != 0) {
+  if (!pid.ok()) {
     close(pipefd[1]);
     return -1;
   }
@@ -97,20 +88,13 @@ int RunControl(const std::string& control, const std::vector<std::string>& env, 
     // the daemon reads nothing: its exit status says the rest
   }
   close(pipefd[1]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const StatusOr<int> status = Wait(*pid);
+  return status.ok() && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
 }
 
 std::vector<std::string> DaemonEnvironment(const std::string& uuid, const std::string& pipe_dir,
                                            const std::string& log_dir) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string_view v(*e);
-    if (v.rfind("CUDA_", 0) == 0 || v.rfind("LD_PRELOAD=", 0) == 0) continue;
-    env.emplace_back(v);
-  }
+  std::vector<std::string> env = InheritedEnvironment({"CUDA_", "LD_PRELOAD="});
   env.push_back("CUDA_VISIBLE_DEVICES=" + uuid);
   env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir);
   env.push_back("CUDA_MPS_LOG_DIRECTORY=" + log_dir);

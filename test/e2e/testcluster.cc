@@ -3,21 +3,17 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
 #include <iostream>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
 
-extern char** environ;
-
 #include "tessera/exec_args.h"
+#include "tessera/subprocess.h"
 
 namespace tessera::e2e {
 namespace {
@@ -41,38 +37,16 @@ bool AnyTestFailed() {
 
 StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(ChildOptions options) {
   if (options.argv.empty()) return InvalidArgumentError("ChildProcess: empty argv");
-  // Everything the child needs is prepared before fork(): after it, only async-signal-safe
-  // calls until execve.
-  ExecArgs exec(options.argv, options.env);
-
-  int log_fd = -1;
+  SpawnOptions spawn;
+  spawn.argv = options.argv;
+  for (const auto& [key, value] : options.env) spawn.env.push_back(key + "=" + value);
+  spawn.stdin_to = Redirect::Null();
   if (!options.log_path.empty()) {
-    log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) return UnavailableError(Errno("open " + options.log_path));
+    spawn.stdout_to = Redirect::AppendTo(options.log_path);
+    spawn.stderr_to = spawn.stdout_to;
   }
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) {
-    if (log_fd >= 0) close(log_fd);
-    return UnavailableError(Errno("fork"));
-  }
-  if (pid == 0) {
-    if (options.kill_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (getppid() != parent) _exit(127);  // the parent is already gone
-    }
-    if (log_fd >= 0) {
-      dup2(log_fd, STDOUT_FILENO);
-      dup2(log_fd, STDERR_FILENO);
-    }
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    execve(exec.argv()[0], exec.argv(), exec.envp());
-    const char message[] = "ChildProcess: execve failed\n";
-    (void)!write(STDERR_FILENO, message, sizeof(message) - 1);
-    _exit(127);
-  }
-  if (log_fd >= 0) close(log_fd);
+  if (options.kill_with_parent) spawn.parent_death_signal = SIGTERM;
+  TESSERA_ASSIGN_OR_RETURN(const pid_t pid, tessera::Spawn(spawn));
   return std::unique_ptr<ChildProcess>(new ChildProcess(std::move(options), pid));
 }
 
@@ -82,13 +56,8 @@ ChildProcess::~ChildProcess() {
 
 bool ChildProcess::Running() {
   if (exit_status_) return false;
-  int status = 0;
-  const pid_t r = waitpid(pid_, &status, WNOHANG);
-  if (r == pid_) {
-    exit_status_ = status;
-    return false;
-  }
-  return r == 0;
+  exit_status_ = TryWait(pid_);  // -1 if it is not our child
+  return !exit_status_;
 }
 
 Status ChildProcess::Signal(int signal) {
@@ -108,12 +77,11 @@ std::optional<int> ChildProcess::Wait(milliseconds limit) {
 
 int ChildProcess::Stop(milliseconds grace) {
   if (Running()) {
-    kill(pid_, SIGTERM);
-    if (!Wait(grace)) {
+    const Termination t = Terminate(pid_, grace);
+    exit_status_ = t.status;
+    if (t.killed) {
       std::cerr << "ChildProcess: " << options_.argv[0] << " (pid " << pid_
                 << ") did not stop within " << grace.count() << " ms of SIGTERM; SIGKILL\n";
-      kill(pid_, SIGKILL);
-      Wait(std::chrono::hours(1));
     }
   }
   return exit_status_.value_or(-1);
