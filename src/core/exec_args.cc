@@ -1,9 +1,10 @@
 #include "tessera/exec_args.h"
+#include "tessera/file.h"
 
 #include <sys/wait.h>
 
 #include <deque>
-#include <fstream>
+#include <sstream>
 
 namespace tessera {
 
@@ -15,7 +16,10 @@ std::string DescribeWaitStatus(int status) {
 
 std::string TailOfFile(const std::string& path, std::size_t lines) {
   if (path.empty()) return {};
-  std::ifstream in(path);
+  // A log may be large: its last 1 MiB holds far more than the lines wanted.
+  std::string text = ReadFile(path, kMaxFileBytes).value_or("");
+  if (text.size() > (1u << 20)) text.erase(0, text.size() - (1u << 20));
+  std::istringstream in(text);
   std::deque<std::string> tail;
   std::string line;
   while (std::getline(in, line)) {

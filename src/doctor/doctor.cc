@@ -26,6 +26,7 @@
 #include "governor/mps.h"
 #include "tessera/quantity.h"
 #include "tessera/subprocess.h"
+#include "tessera/file.h"
 
 namespace tessera::doctor {
 namespace {
@@ -378,7 +379,7 @@ class Doctor {
     report_.gpu_memory_bytes = static_cast<std::uint64_t>((*t)->AwaitNumber("total", end).value_or(0));
     const auto cuda = (*t)->AwaitNumber("cuda", end).value_or(0);
     report_.driver = "CUDA " + std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10);
-    std::ifstream version("/proc/driver/nvidia/version");
+    std::istringstream version(ReadFile("/proc/driver/nvidia/version", 64u << 10).value_or(""));
     std::string line;
     if (std::getline(version, line)) {
       // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..."

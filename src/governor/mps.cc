@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "tessera/subprocess.h"
+#include "tessera/file.h"
 
 namespace tessera::governor {
 namespace {
@@ -57,7 +58,7 @@ std::vector<std::pair<pid_t, uid_t>> LiveClients(const std::string& dir) {
       std::filesystem::remove(entry.path(), ec);
       continue;
     }
-    std::ifstream in(entry.path());
+    std::istringstream in(ReadFile(entry.path().string(), 64).value_or(""));
     long uid = -1;
     in >> uid;
     if (uid >= 0) out.emplace_back(pid, static_cast<uid_t>(uid));
@@ -238,7 +239,7 @@ StatusOr<NodeMps::Endpoint> NodeMps::Ensure(const std::string& uuid, uid_t uid) 
   // still knows it (the daemon and its containers outlive the agent).
   const bool running = DaemonAnswers(e.pipe_dir);
   if (running) {
-    std::ifstream in(gpu_dir + "/user");
+    std::istringstream in(ReadFile(gpu_dir + "/user", 64).value_or(""));
     long user = -1;
     if (in >> user && user >= 0) TESSERA_RETURN_IF_ERROR(CheckMpsUser(uid, {static_cast<uid_t>(user)}));
   }

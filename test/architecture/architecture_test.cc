@@ -255,7 +255,9 @@ std::vector<Helper> Helpers() {
        false},
       {"spawning a child", "tessera::Spawn (include/tessera/subprocess.h)",
        R"(\b(fork|vfork|posix_spawnp?|execve|execvp|execvpe|execv|execl|execlp)\s*\()",
-       {"src/core/subprocess.cc"},
+       // the one spawner; the agent's GPU probe forks without exec (CUDA is initialised in a
+       // child of the same binary, so a crash or hang of the driver cannot take the agent down)
+       {"src/core/subprocess.cc", "src/agent/local_gpu.cc"},
        true},
   };
 }
