@@ -394,101 +394,188 @@ int Uninstall(const NodeOptions& options) {
 
 int RunNode(const NodeOptions& options) {
   if (options.uninstall) return Uninstall(options);
-  StatusOr<ManagedSpec> managed = ParseManagedSpec(options.gpus);
-  if (!managed.ok()) return Fail(managed.status());
-  if (!options.print_inventory && options.node_name.empty()) {
-    return Fail(InvalidArgumentError("--node-name: required (or --print-inventory)"));
-  }
-  StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open(options.nvml_library);
-  if (!source.ok()) return Fail(source.status());
-  if (options.print_inventory) {
-    std::string node = options.node_name;
-    if (node.empty()) {
-      char host[256] = {};
-      if (gethostname(host, sizeof(host) - 1) == 0) node = host;
-    }
-    Status printed = PrintInventory(**source, node, TESSERA_VERSION, *managed, std::cout);
-    std::cout.flush();
-    return printed.ok() ? 0 : Fail(printed);
-  }
+  NodeDaemon node(options);
+  const Status ran = node.Run();
+  return ran.ok() ? 0 : Fail(ran);
+}
 
-  StatusOr<k8s::Config> config = k8s::ResolveConfig(options.kubeconfig);
-  if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
+// What the steps set up, in their order; Shutdown() releases it in the reverse order.
+struct NodeDaemon::State {
+  ManagedSpec managed;
+  std::unique_ptr<NvmlGpuSource> source;
+  std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<Publisher> publisher;
+  LoopOptions loop;
+  bool plugin_served = false;
+  // Before the plugin side and the server: both use it until they are gone.
+  std::unique_ptr<NodeMetrics> metrics;
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<PluginSide> plugin;
+  std::unique_ptr<PodResourcesClient> pod_resources;
+};
+
+NodeDaemon::NodeDaemon(NodeOptions options)
+    : options_(std::move(options)), s_(std::make_unique<State>()) {}
+
+NodeDaemon::~NodeDaemon() { Shutdown(); }
+
+Status NodeDaemon::Run() {
+  TESSERA_RETURN_IF_ERROR(ValidateFlags());
+  TESSERA_RETURN_IF_ERROR(OpenNvml());
+  if (options_.print_inventory) return PrintInventory();
+  TESSERA_RETURN_IF_ERROR(ConnectApi());
+  TESSERA_RETURN_IF_ERROR(ResumeGeneration());
+  TESSERA_RETURN_IF_ERROR(StartMetrics());
+  TESSERA_RETURN_IF_ERROR(StartPlugin());
+  TESSERA_RETURN_IF_ERROR(WatchForeignGpus());
+  return Loop();
+}
+
+Status NodeDaemon::ValidateFlags() {
+  StatusOr<ManagedSpec> managed = ParseManagedSpec(options_.gpus);
+  if (!managed.ok()) return managed.status();
+  if (!options_.print_inventory && options_.node_name.empty()) {
+    return InvalidArgumentError("--node-name: required (or --print-inventory)");
+  }
+  s_->managed = std::move(*managed);
+  return Status::Ok();
+}
+
+Status NodeDaemon::OpenNvml() {
+  StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open(options_.nvml_library);
+  if (!source.ok()) return source.status();
+  s_->source = std::move(*source);
+  return Status::Ok();
+}
+
+Status NodeDaemon::PrintInventory() {
+  std::string node = options_.node_name;
+  if (node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) node = host;
+  }
+  Status printed =
+      agent::PrintInventory(*s_->source, node, TESSERA_VERSION, s_->managed, std::cout);
+  std::cout.flush();
+  return printed;
+}
+
+Status NodeDaemon::ConnectApi() {
+  StatusOr<k8s::Config> config = k8s::ResolveConfig(options_.kubeconfig);
+  if (!config.ok()) return config.status().WithContext("--kubeconfig");
   config->user_agent = "tessera-node/" TESSERA_VERSION;
   StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*config);
-  if (!client.ok()) return Fail(client.status());
-  Publisher publisher(**client, options.node_name);
+  if (!client.ok()) return client.status();
+  s_->client = std::move(*client);
+  s_->publisher = std::make_unique<Publisher>(*s_->client, options_.node_name);
+  return Status::Ok();
+}
 
-  LoopOptions loop;
-  loop.node_name = options.node_name;
+Status NodeDaemon::ResumeGeneration() {
+  LoopOptions& loop = s_->loop;
+  loop.node_name = options_.node_name;
   loop.agent_version = TESSERA_VERSION;
-  loop.managed = *managed;
-  loop.interval = std::chrono::seconds(options.interval_s);
-  if (StatusOr<std::int64_t> g = publisher.ExistingGeneration(); g.ok()) {
+  loop.managed = s_->managed;
+  loop.interval = std::chrono::seconds(options_.interval_s);
+  if (StatusOr<std::int64_t> g = s_->publisher->ExistingGeneration(); g.ok()) {
     loop.continue_after_generation = *g;
   } else {
-    TESSERA_LOG(kWarn, kAgent, "node %s: %s", options.node_name.c_str(),
+    TESSERA_LOG(kWarn, kAgent, "node %s: %s", options_.node_name.c_str(),
                 g.status().ToString().c_str());
   }
-  const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
-  const bool plugin_served = std::filesystem::is_directory(plugin_dir);
-  // Declared before the plugin side and the server: both use it until they are gone.
-  NodeMetrics metrics(options.node_name, TESSERA_VERSION,
-                      plugin_served ? Or(options.state_dir, names::kPathHostState) : "");
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (!options.metrics_listen.empty()) {
-    // A malformed address is an error; one that cannot be bound (the port taken) is not: the
-    // device plugin and enforcement matter more than the metrics, and they still run.
-    if (auto form = k8s::ParseListenAddress(options.metrics_listen); !form.ok()) {
-      return Fail(form.status().WithContext("--metrics-listen"));
-    }
-    auto served = MetricsServer::Start(options.metrics_listen, &metrics);
-    if (served.ok()) {
-      metrics_server = std::move(*served);
-      TESSERA_LOG(kInfo, kAgent, "metrics on %s (port %d)", options.metrics_listen.c_str(), metrics_server->port());
-    } else {
-      TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics", served.status().message().c_str());
-    }
+  return Status::Ok();
+}
+
+Status NodeDaemon::StartMetrics() {
+  const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
+  s_->plugin_served = std::filesystem::is_directory(plugin_dir);
+  s_->metrics = std::make_unique<NodeMetrics>(
+      options_.node_name, TESSERA_VERSION,
+      s_->plugin_served ? Or(options_.state_dir, names::kPathHostState) : "");
+  if (options_.metrics_listen.empty()) return Status::Ok();
+  // A malformed address is an error; one that cannot be bound (the port taken) is not: the
+  // device plugin and enforcement matter more than the metrics, and they still run.
+  if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
+    return form.status().WithContext("--metrics-listen");
   }
-  std::unique_ptr<PluginSide> plugin;
-  if (plugin_served) {
-    auto started = PluginSide::Start(options, **client, **source, &metrics);
-    if (!started.ok()) return Fail(started.status());
-    plugin = std::move(*started);
-    publisher.LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  auto served = MetricsServer::Start(options_.metrics_listen, s_->metrics.get());
+  if (served.ok()) {
+    s_->metrics_server = std::move(*served);
+    TESSERA_LOG(kInfo, kAgent, "metrics on %s (port %d)", options_.metrics_listen.c_str(),
+                s_->metrics_server->port());
   } else {
-    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)", plugin_dir.c_str());
+    TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics",
+                served.status().message().c_str());
   }
-  // GPUs another device plugin handed out (kubelet's PodResources knows), when kubelet is there.
-  PodResourcesClient pod_resources(Or(options.pod_resources_socket, names::kPathPodResourcesSocket));
-  if (std::filesystem::exists(Or(options.pod_resources_socket, names::kPathPodResourcesSocket))) {
-    loop.taken_by_others = [&] {
+  return Status::Ok();
+}
+
+Status NodeDaemon::StartPlugin() {
+  if (!s_->plugin_served) {
+    const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
+    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)",
+                plugin_dir.c_str());
+    return Status::Ok();
+  }
+  auto started = PluginSide::Start(options_, *s_->client, *s_->source, s_->metrics.get());
+  if (!started.ok()) return started.status();
+  s_->plugin = std::move(*started);
+  s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  return Status::Ok();
+}
+
+Status NodeDaemon::WatchForeignGpus() {
+  const std::string socket = Or(options_.pod_resources_socket, names::kPathPodResourcesSocket);
+  s_->pod_resources = std::make_unique<PodResourcesClient>(socket);
+  if (std::filesystem::exists(socket)) {
+    s_->loop.taken_by_others = [this] {
       std::set<std::string> taken;
-      for (const std::string& resource : options.foreign_gpu_resources) {
-        auto held = pod_resources.HeldDevices(resource);
+      for (const std::string& resource : options_.foreign_gpu_resources) {
+        auto held = s_->pod_resources->HeldDevices(resource);
         if (!held.ok()) continue;
         for (const std::string& id : *held) taken.insert(id.substr(0, id.find("::")));
       }
       return taken;
     };
   }
+  return Status::Ok();
+}
+
+Status NodeDaemon::Loop() {
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
-  Status ran = RunAgentLoop(
-      loop, **source,
-      [&](const Inventory& inventory) -> Status {
-        if (plugin) plugin->Update(inventory);
-        metrics.SetInventory(inventory);
-        StatusOr<PublishResult> r = publisher.Publish(inventory);
+  return RunAgentLoop(
+      s_->loop, *s_->source,
+      [this](const Inventory& inventory) -> Status {
+        if (s_->plugin) s_->plugin->Update(inventory);
+        s_->metrics->SetInventory(inventory);
+        StatusOr<PublishResult> r = s_->publisher->Publish(inventory);
         if (!r.ok()) return r.status();
         if (r->patched_metadata || r->patched_status) {
           TESSERA_LOG(kInfo, kAgent, "node %s: published generation %lld",
-                      options.node_name.c_str(), static_cast<long long>(inventory.generation));
+                      options_.node_name.c_str(), static_cast<long long>(inventory.generation));
         }
         return Status::Ok();
       },
       [] { return g_stop != 0; });
-  return ran.ok() ? 0 : Fail(ran);
 }
+
+void NodeDaemon::Shutdown() {
+  if (s_ == nullptr) return;
+  s_->pod_resources.reset();
+  s_->plugin.reset();
+  s_->metrics_server.reset();
+  s_->metrics.reset();
+  s_->loop.taken_by_others = nullptr;
+  s_->publisher.reset();
+  s_->client.reset();
+  s_->source.reset();
+}
+
+int NodeDaemon::metrics_port() const {
+  return s_->metrics_server ? s_->metrics_server->port() : 0;
+}
+
+bool NodeDaemon::plugin_served() const { return s_->plugin_served; }
 
 }  // namespace tessera::agent
