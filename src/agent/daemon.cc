@@ -11,7 +11,6 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -31,6 +30,7 @@
 #include "k8s/events.h"
 #include "k8s/listen.h"
 #include "k8s/paths.h"
+#include "tessera/file.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -91,6 +91,9 @@ class ApiPods : public DriftApi {
   k8s::EventRecorder events_;  // Events go out from its thread: the drift pass never waits on the API
 };
 
+// A public key file is a few kilobytes; anything past this is not one.
+constexpr std::size_t kMaxKeyFileBytes = std::size_t{1} << 20;
+
 // keyId -> Verifier from every <keyId>.pem in `dir`.
 StatusOr<std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>>> LoadKeys(
     const std::string& dir) {
@@ -99,7 +102,9 @@ StatusOr<std::map<std::string, std::shared_ptr<extender::Verifier>, std::less<>>
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().extension() != ".pem") continue;
-    std::ifstream in(entry.path());
+    StatusOr<std::string> text = ReadFile(entry.path().string(), kMaxKeyFileBytes);
+    if (!text.ok()) return text.status().WithContext("--decision-keys");
+    std::istringstream in(std::move(*text));
     std::stringstream pem;
     pem << in.rdbuf();
     auto v = extender::Verifier::FromPem(pem.str());
