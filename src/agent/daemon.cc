@@ -11,12 +11,12 @@
 
 #include <atomic>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "agent/device_plugin.h"
 #include "agent/drift.h"
+#include "agent/drift_actions.h"
 #include "agent/local_gpu.h"
 #include "agent/node_agent.h"
 #include "agent/node_metrics.h"
@@ -30,6 +30,7 @@
 #include "k8s/events.h"
 #include "k8s/listen.h"
 #include "k8s/paths.h"
+#include "tessera/file.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
@@ -45,25 +46,12 @@ int Fail(const Status& status) {
   return ToExitCode(status);
 }
 
-// The parent PID of `pid` (0 if unknown), from /proc/<pid>/stat.
-pid_t ParentOf(unsigned int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::size_t close = stat.rfind(')');  // the command may contain spaces and parentheses
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string state;
-  pid_t ppid = 0;
-  rest >> state >> ppid;
-  return ppid;
-}
-
 std::string Or(const std::string& value, std::string_view fallback) {
   return value.empty() ? std::string(fallback) : value;
 }
 
 // Pods through the API server; Events posted as tessera-node on this node.
-class ApiPods : public PodApi {
+class ApiPods : public DriftApi {
  public:
   ApiPods(k8s::Client& client, std::string node)
       : client_(client), node_(node), events_(client, "tessera-node", std::move(node)) {}
@@ -79,7 +67,7 @@ class ApiPods : public PodApi {
                   {"uid", meta.value("uid", "")}},
                  reason, message);
   }
-  void WarnNode(std::string_view reason, std::string_view message) {
+  void WarnNode(std::string_view reason, std::string_view message) override {
     events_.Warn({{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}, reason, message);
   }
   // The pod named by a limits file's "namespace/name".
@@ -88,13 +76,23 @@ class ApiPods : public PodApi {
     if (slash == std::string::npos) return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
     return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
   }
-  std::uint64_t dropped() const { return events_.dropped(); }
+  Status Evict(std::string_view ns, std::string_view name) override {
+    k8s::Json eviction = {
+        {"apiVersion", "policy/v1"},
+        {"kind", "Eviction"},
+        {"metadata", {{"name", std::string(name)}, {"namespace", std::string(ns)}}}};
+    return client_.Create(k8s::PodPath(ns, name) + "/eviction", eviction).status();
+  }
+  std::uint64_t events_dropped() override { return events_.dropped(); }
 
  private:
   k8s::Client& client_;
   const std::string node_;
   k8s::EventRecorder events_;  // Events go out from its thread: the drift pass never waits on the API
 };
+
+// A public key file is a few kilobytes; anything past this is not one.
+constexpr std::size_t kMaxKeyFileBytes = std::size_t{1} << 20;
 
 // keyId -> Verifier from every <keyId>.pem in `dir`.
 StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>> LoadKeys(
@@ -104,10 +102,9 @@ StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().extension() != ".pem") continue;
-    std::ifstream in(entry.path());
-    std::stringstream pem;
-    pem << in.rdbuf();
-    auto v = contract::Verifier::FromPem(pem.str());
+    StatusOr<std::string> text = ReadFile(entry.path().string(), kMaxKeyFileBytes);
+    if (!text.ok()) return text.status().WithContext("--decision-keys");
+    auto v = contract::Verifier::FromPem(*text);
     if (!v.ok()) return v.status().WithContext("--decision-keys " + entry.path().string());
     keys[entry.path().stem().string()] = std::make_shared<contract::Verifier>(std::move(*v));
   }
@@ -134,7 +131,7 @@ class PluginSide {
  public:
   static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client,
                                                      GpuSource& gpus, NodeMetrics* metrics) {
-    auto side = std::unique_ptr<PluginSide>(new PluginSide(client, gpus));
+    auto side = std::unique_ptr<PluginSide>(new PluginSide(gpus));
     side->metrics_ = metrics;
     side->state_dir_ = Or(o.state_dir, names::kPathHostState);
     side->node_ = o.node_name;
@@ -173,6 +170,7 @@ class PluginSide {
                               std::string(names::kResourceGpuSlot)},
         side->binder_.get());
     TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
+    side->drift_ = std::make_unique<DriftActions>(side->MakeDriftDeps());
     side->cleanup_ = std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
                                       std::stop_token stop) { s->CleanUp(stop, every); });
     // The GPUs' compute arbiters (ADR 0017): the containers bound to slots, from their limits
@@ -242,7 +240,7 @@ class PluginSide {
   }
 
  private:
-  PluginSide(k8s::Client& client, GpuSource& gpus) : client_(client), gpus_(gpus) {}
+  explicit PluginSide(GpuSource& gpus) : gpus_(gpus) {}
 
   // (context bytes, stream bytes) of a GPU, measured once with a probe process.
   std::pair<std::uint64_t, std::uint64_t> Cost(const std::string& uuid) {
@@ -271,7 +269,7 @@ class PluginSide {
       } else if (*removed > 0) {
         TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
       }
-      Sample(CheckDrift());
+      drift_->Pass();
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, every, [] { return false; });
     }
@@ -300,138 +298,36 @@ class PluginSide {
   std::vector<WatchedContainer> Watched() { return observe::StateDirContainers(state_dir_); }
 
 
-  // NVML against regions and decisions; acts on containers above their cap per the tier's
-  // onDrift, once per episode (an Event when a container crosses its cap, not every check).
-  // Returns NVML's bytes per container (observe::ContainerRow::Key()) for the metrics.
-  std::map<std::string, std::uint64_t> CheckDrift() {
-    std::map<std::string, std::uint64_t> nvml_by_key;
-    std::vector<std::string> managed;
-    {
+  // Drift enforcement's view of this node: NVML, the slots' containers, the metrics, the API
+  // server and kill(2).
+  DriftDeps MakeDriftDeps() {
+    DriftDeps d;
+    d.gpus = &gpus_;
+    d.managed = [this] {
       std::lock_guard<std::mutex> lock(managed_mu_);
-      managed = managed_;
+      return managed_;
+    };
+    d.containers = [this] { return Watched(); };
+    if (metrics_ != nullptr) {
+      d.sample = [m = metrics_](const std::map<std::string, std::uint64_t>& nvml_by_key,
+                                std::uint64_t now_ns) { return m->Sample(nvml_by_key, now_ns); };
+      d.set_counts = [m = metrics_](const observe::NodeCounts& counts) { m->SetCounts(counts); };
     }
-    std::map<std::string, std::vector<GpuProcess>> processes;
-    for (const std::string& uuid : managed) {
-      auto list = gpus_.Processes(uuid);
-      if (!list.ok()) {  // this GPU's figures are unknown this pass; the others still count
-        TESSERA_LOG(kDebug, kAgent, "drift: %s", list.status().ToString().c_str());
-        continue;
-      }
-      processes[uuid] = std::move(*list);
-    }
-    DriftReport report = agent::CheckDrift(Watched(), processes, ProcCgroupOf);
-    // The agent's own probe processes (context measurement) are not tenants.
-    std::erase_if(report.unattributed, [](const UnattributedProcess& u) { return ParentOf(u.process.pid) == getpid(); });
-    std::set<std::string> over_now, unattributed_now, drifting_now;
-    for (const ContainerDrift& c : report.containers) {
-      if (processes.count(c.uuid) == 0) continue;  // NVML did not answer for its GPU
-      nvml_by_key[c.id + "/" + c.pod + "/" + c.container + "/" + c.uuid] = c.nvml_bytes;
-      if (c.drift_bytes() != 0) {
-        TESSERA_LOG(kDebug, kAgent, "drift %s %s: NVML %llu, region %llu", c.pod.c_str(), c.container.c_str(),
-                    static_cast<unsigned long long>(c.nvml_bytes), static_cast<unsigned long long>(c.region_bytes));
-      }
-      // Drift worth a person's attention: above 256 MiB and 5% of the cap, once per episode.
-      if (c.drift_bytes() > static_cast<std::int64_t>(std::max<std::uint64_t>(256ULL << 20, c.cap_bytes / 20))) {
-        const std::string key = c.id + "/" + c.uuid;
-        drifting_now.insert(key);
-        if (drifting_.count(key) == 0) ReportDrift(c);
-      }
-      if (!c.over_cap()) continue;
-      const std::string key = c.id + "/" + c.uuid;
-      over_now.insert(key);
-      if (over_cap_.count(key) == 0) ActOnOverCap(c);
-    }
-    for (const UnattributedProcess& u : report.unattributed) {
-      const std::string key = u.uuid + "/" + std::to_string(u.process.pid);
-      unattributed_now.insert(key);
-      if (unattributed_.count(key) == 0) {
-        ++counters_.unattributed;
-        TESSERA_LOG(kWarn, kAgent, "pid %u holds %llu bytes on %s and belongs to no tessera container",
-                    u.process.pid, static_cast<unsigned long long>(u.process.bytes), u.uuid.c_str());
-        pods_->WarnNode(names::kEventUnattributedProcess,
-                 "pid " + std::to_string(u.process.pid) + " holds " + FormatBytesHuman(u.process.bytes) + " on " +
-                     u.uuid + " and belongs to no tessera container");
-      }
-    }
-    over_cap_ = std::move(over_now);
-    unattributed_ = std::move(unattributed_now);
-    drifting_ = std::move(drifting_now);
-    return nvml_by_key;
+    d.api = pods_.get();
+    d.on_drift = [this](const StatusOr<k8s::Json>& pod) { return OnDriftOf(pod); };
+    return d;
   }
 
-  void ReportDrift(const ContainerDrift& c) {
-    const std::size_t slash = c.pod.find('/');
-    if (slash == std::string::npos) return;
-    const k8s::Json pod = {
-        {"metadata", {{"namespace", c.pod.substr(0, slash)}, {"name", c.pod.substr(slash + 1)}, {"uid", c.pod_uid}}}};
-    pods_->WarnPod(pod, names::kEventMemoryDrift,
-                   "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " + c.uuid +
-                       " (NVML) but its region accounts " + FormatBytesHuman(c.region_bytes) +
-                       ": memory the preload library did not see (module code, implicit driver growth, a process "
-                       "bypassing it, or a rewritten region); its cap is " + FormatBytesHuman(c.cap_bytes));
-  }
-
-  // The metrics' sample, and an Event for each container whose allocations were refused at its
-  // cap since the last sample (not for denials from before this agent started).
-  void Sample(const std::map<std::string, std::uint64_t>& nvml_by_key) {
-    if (metrics_ == nullptr) return;
-    const auto rows = metrics_->Sample(nvml_by_key, static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()));
-    // At most one Event per container a minute (a job retrying allocations would post one every
-    // pass); the count is of everything refused since the last Event. The Pod is named from the
-    // limits file: no API read on this thread.
-    const auto now = std::chrono::steady_clock::now();
-    std::map<std::string, Told> denials;
-    for (const observe::ContainerRow& row : rows) {
-      if (!row.region_readable) continue;
-      auto seen = denials_.find(row.Key());
-      Told told = seen != denials_.end() ? seen->second : Told{sampled_once_ ? 0 : row.oom_denials, {}};
-      if (row.oom_denials > told.count && (told.at == std::chrono::steady_clock::time_point{} ||
-                                           now - told.at >= std::chrono::minutes(1))) {
-        const k8s::Json pod = {{"metadata", {{"namespace", row.ns}, {"name", row.pod}, {"uid", row.pod_uid}}}};
-        pods_->WarnPod(pod, names::kEventGpuMemoryDenied,
-                       "container " + row.container + ": " + std::to_string(row.oom_denials - told.count) +
-                           " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " +
-                           row.uuid + " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " +
-                           FormatBytesHuman(row.peak_bytes) + "); the application saw out-of-memory");
-        told = {row.oom_denials, now};
-      }
-      denials[row.Key()] = told;
-    }
-    denials_ = std::move(denials);
-    sampled_once_ = true;
-    metrics_->SetCounts({counters_.over_cap, counters_.unattributed, counters_.kills, counters_.evictions,
-                         pods_->dropped()});
-  }
-
-  void ActOnOverCap(const ContainerDrift& c) {
-    ++counters_.over_cap;
-    const std::size_t slash = c.pod.find('/');
-    const std::string ns = c.pod.substr(0, slash), name = c.pod.substr(slash + 1);
-    auto pod = client_.Get(k8s::PodPath(ns, name));
+  // The onDrift of a container's tier (DriftDeps::on_drift): its decision's tier under the
+  // node's policy; report when the pod or its decision cannot be read.
+  policy::DriftAction OnDriftOf(const StatusOr<k8s::Json>& pod) const {
     policy::DriftAction action = policy::DriftAction::kReport;
     if (pod.ok()) {
       const auto& annotations = (*pod)["metadata"].value("annotations", k8s::Json::object());
       auto decision = contract::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
       if (decision.ok()) action = policy_.Rule(decision->tier).on_drift;
     }
-    std::string done = "reported";
-    if (action == policy::DriftAction::kKill) {
-      for (unsigned int pid : c.pids) kill(static_cast<pid_t>(pid), SIGKILL);
-      ++counters_.kills;
-      done = "its " + std::to_string(c.pids.size()) + " GPU process(es) killed";
-    } else if (action == policy::DriftAction::kEvict) {
-      k8s::Json eviction = {{"apiVersion", "policy/v1"}, {"kind", "Eviction"},
-                            {"metadata", {{"name", name}, {"namespace", ns}}}};
-      auto r = client_.Create(k8s::PodPath(ns, name) + "/eviction", eviction);
-      ++counters_.evictions;
-      done = r.ok() ? "the pod evicted" : "eviction failed: " + r.status().message();
-    }
-    const std::string message = "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " +
-                                c.uuid + " (NVML), above its cap of " + FormatBytesHuman(c.cap_bytes) +
-                                "; its region says " + FormatBytesHuman(c.region_bytes) + "; " + done;
-    TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
-    if (pod.ok()) pods_->WarnPod(*pod, names::kEventMemoryOverCap, message);
+    return action;
   }
 
   std::unique_ptr<PodResourcesClient> owners_;
@@ -439,25 +335,14 @@ class PluginSide {
   std::unique_ptr<SlotBinder> binder_;
   std::unique_ptr<DevicePlugin> plugin_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
-  k8s::Client& client_;
   GpuSource& gpus_;
   std::string state_dir_, node_;
   policy::Policy policy_;
   std::mutex managed_mu_;
   std::vector<std::string> managed_;
-  std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
   std::set<std::string> told_unhealthy_;           // GPUs whose containers were told
-  std::set<std::string> drifting_;                 // drift episodes already reported
-  struct Told {
-    std::uint64_t count = 0;                      // denials already told (or there at start)
-    std::chrono::steady_clock::time_point at{};   // when the last Event went out
-  };
-  std::map<std::string, Told> denials_;            // by container key
-  bool sampled_once_ = false;
   NodeMetrics* metrics_ = nullptr;
-  struct {
-    std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
-  } counters_;  // for the metrics endpoint (issue 11)
+  std::unique_ptr<DriftActions> drift_;            // the clean-up thread's drift pass
   governor::ArbiterHost arbiter_;
   std::unique_ptr<governor::NodeMps> mps_;
   std::jthread cleanup_;
@@ -511,101 +396,188 @@ int Uninstall(const NodeOptions& options) {
 
 int RunNode(const NodeOptions& options) {
   if (options.uninstall) return Uninstall(options);
-  StatusOr<ManagedSpec> managed = ParseManagedSpec(options.gpus);
-  if (!managed.ok()) return Fail(managed.status());
-  if (!options.print_inventory && options.node_name.empty()) {
-    return Fail(InvalidArgumentError("--node-name: required (or --print-inventory)"));
-  }
-  StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open(options.nvml_library);
-  if (!source.ok()) return Fail(source.status());
-  if (options.print_inventory) {
-    std::string node = options.node_name;
-    if (node.empty()) {
-      char host[256] = {};
-      if (gethostname(host, sizeof(host) - 1) == 0) node = host;
-    }
-    Status printed = PrintInventory(**source, node, TESSERA_VERSION, *managed, std::cout);
-    std::cout.flush();
-    return printed.ok() ? 0 : Fail(printed);
-  }
+  NodeDaemon node(options);
+  const Status ran = node.Run();
+  return ran.ok() ? 0 : Fail(ran);
+}
 
-  StatusOr<k8s::Config> config = k8s::ResolveConfig(options.kubeconfig);
-  if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
+// What the steps set up, in their order; Shutdown() releases it in the reverse order.
+struct NodeDaemon::State {
+  ManagedSpec managed;
+  std::unique_ptr<NvmlGpuSource> source;
+  std::unique_ptr<k8s::Client> client;
+  std::unique_ptr<Publisher> publisher;
+  LoopOptions loop;
+  bool plugin_served = false;
+  // Before the plugin side and the server: both use it until they are gone.
+  std::unique_ptr<NodeMetrics> metrics;
+  std::unique_ptr<MetricsServer> metrics_server;
+  std::unique_ptr<PluginSide> plugin;
+  std::unique_ptr<PodResourcesClient> pod_resources;
+};
+
+NodeDaemon::NodeDaemon(NodeOptions options)
+    : options_(std::move(options)), s_(std::make_unique<State>()) {}
+
+NodeDaemon::~NodeDaemon() { Shutdown(); }
+
+Status NodeDaemon::Run() {
+  TESSERA_RETURN_IF_ERROR(ValidateFlags());
+  TESSERA_RETURN_IF_ERROR(OpenNvml());
+  if (options_.print_inventory) return PrintInventory();
+  TESSERA_RETURN_IF_ERROR(ConnectApi());
+  TESSERA_RETURN_IF_ERROR(ResumeGeneration());
+  TESSERA_RETURN_IF_ERROR(StartMetrics());
+  TESSERA_RETURN_IF_ERROR(StartPlugin());
+  TESSERA_RETURN_IF_ERROR(WatchForeignGpus());
+  return Loop();
+}
+
+Status NodeDaemon::ValidateFlags() {
+  StatusOr<ManagedSpec> managed = ParseManagedSpec(options_.gpus);
+  if (!managed.ok()) return managed.status();
+  if (!options_.print_inventory && options_.node_name.empty()) {
+    return InvalidArgumentError("--node-name: required (or --print-inventory)");
+  }
+  s_->managed = std::move(*managed);
+  return Status::Ok();
+}
+
+Status NodeDaemon::OpenNvml() {
+  StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open(options_.nvml_library);
+  if (!source.ok()) return source.status();
+  s_->source = std::move(*source);
+  return Status::Ok();
+}
+
+Status NodeDaemon::PrintInventory() {
+  std::string node = options_.node_name;
+  if (node.empty()) {
+    char host[256] = {};
+    if (gethostname(host, sizeof(host) - 1) == 0) node = host;
+  }
+  Status printed =
+      agent::PrintInventory(*s_->source, node, TESSERA_VERSION, s_->managed, std::cout);
+  std::cout.flush();
+  return printed;
+}
+
+Status NodeDaemon::ConnectApi() {
+  StatusOr<k8s::Config> config = k8s::ResolveConfig(options_.kubeconfig);
+  if (!config.ok()) return config.status().WithContext("--kubeconfig");
   config->user_agent = "tessera-node/" TESSERA_VERSION;
   StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*config);
-  if (!client.ok()) return Fail(client.status());
-  Publisher publisher(**client, options.node_name);
+  if (!client.ok()) return client.status();
+  s_->client = std::move(*client);
+  s_->publisher = std::make_unique<Publisher>(*s_->client, options_.node_name);
+  return Status::Ok();
+}
 
-  LoopOptions loop;
-  loop.node_name = options.node_name;
+Status NodeDaemon::ResumeGeneration() {
+  LoopOptions& loop = s_->loop;
+  loop.node_name = options_.node_name;
   loop.agent_version = TESSERA_VERSION;
-  loop.managed = *managed;
-  loop.interval = std::chrono::seconds(options.interval_s);
-  if (StatusOr<std::int64_t> g = publisher.ExistingGeneration(); g.ok()) {
+  loop.managed = s_->managed;
+  loop.interval = std::chrono::seconds(options_.interval_s);
+  if (StatusOr<std::int64_t> g = s_->publisher->ExistingGeneration(); g.ok()) {
     loop.continue_after_generation = *g;
   } else {
-    TESSERA_LOG(kWarn, kAgent, "node %s: %s", options.node_name.c_str(),
+    TESSERA_LOG(kWarn, kAgent, "node %s: %s", options_.node_name.c_str(),
                 g.status().ToString().c_str());
   }
-  const std::string plugin_dir = Or(options.device_plugin_dir, names::kPathDevicePluginDir);
-  const bool plugin_served = std::filesystem::is_directory(plugin_dir);
-  // Declared before the plugin side and the server: both use it until they are gone.
-  NodeMetrics metrics(options.node_name, TESSERA_VERSION,
-                      plugin_served ? Or(options.state_dir, names::kPathHostState) : "");
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (!options.metrics_listen.empty()) {
-    // A malformed address is an error; one that cannot be bound (the port taken) is not: the
-    // device plugin and enforcement matter more than the metrics, and they still run.
-    if (auto form = k8s::ParseListenAddress(options.metrics_listen); !form.ok()) {
-      return Fail(form.status().WithContext("--metrics-listen"));
-    }
-    auto served = MetricsServer::Start(options.metrics_listen, &metrics);
-    if (served.ok()) {
-      metrics_server = std::move(*served);
-      TESSERA_LOG(kInfo, kAgent, "metrics on %s (port %d)", options.metrics_listen.c_str(), metrics_server->port());
-    } else {
-      TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics", served.status().message().c_str());
-    }
+  return Status::Ok();
+}
+
+Status NodeDaemon::StartMetrics() {
+  const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
+  s_->plugin_served = std::filesystem::is_directory(plugin_dir);
+  s_->metrics = std::make_unique<NodeMetrics>(
+      options_.node_name, TESSERA_VERSION,
+      s_->plugin_served ? Or(options_.state_dir, names::kPathHostState) : "");
+  if (options_.metrics_listen.empty()) return Status::Ok();
+  // A malformed address is an error; one that cannot be bound (the port taken) is not: the
+  // device plugin and enforcement matter more than the metrics, and they still run.
+  if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
+    return form.status().WithContext("--metrics-listen");
   }
-  std::unique_ptr<PluginSide> plugin;
-  if (plugin_served) {
-    auto started = PluginSide::Start(options, **client, **source, &metrics);
-    if (!started.ok()) return Fail(started.status());
-    plugin = std::move(*started);
-    publisher.LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  auto served = MetricsServer::Start(options_.metrics_listen, s_->metrics.get());
+  if (served.ok()) {
+    s_->metrics_server = std::move(*served);
+    TESSERA_LOG(kInfo, kAgent, "metrics on %s (port %d)", options_.metrics_listen.c_str(),
+                s_->metrics_server->port());
   } else {
-    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)", plugin_dir.c_str());
+    TESSERA_LOG(kError, kAgent, "--metrics-listen: %s; running without metrics",
+                served.status().message().c_str());
   }
-  // GPUs another device plugin handed out (kubelet's PodResources knows), when kubelet is there.
-  PodResourcesClient pod_resources(Or(options.pod_resources_socket, names::kPathPodResourcesSocket));
-  if (std::filesystem::exists(Or(options.pod_resources_socket, names::kPathPodResourcesSocket))) {
-    loop.taken_by_others = [&] {
+  return Status::Ok();
+}
+
+Status NodeDaemon::StartPlugin() {
+  if (!s_->plugin_served) {
+    const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
+    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)",
+                plugin_dir.c_str());
+    return Status::Ok();
+  }
+  auto started = PluginSide::Start(options_, *s_->client, *s_->source, s_->metrics.get());
+  if (!started.ok()) return started.status();
+  s_->plugin = std::move(*started);
+  s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  return Status::Ok();
+}
+
+Status NodeDaemon::WatchForeignGpus() {
+  const std::string socket = Or(options_.pod_resources_socket, names::kPathPodResourcesSocket);
+  s_->pod_resources = std::make_unique<PodResourcesClient>(socket);
+  if (std::filesystem::exists(socket)) {
+    s_->loop.taken_by_others = [this] {
       std::set<std::string> taken;
-      for (const std::string& resource : options.foreign_gpu_resources) {
-        auto held = pod_resources.HeldDevices(resource);
+      for (const std::string& resource : options_.foreign_gpu_resources) {
+        auto held = s_->pod_resources->HeldDevices(resource);
         if (!held.ok()) continue;
         for (const std::string& id : *held) taken.insert(id.substr(0, id.find("::")));
       }
       return taken;
     };
   }
+  return Status::Ok();
+}
+
+Status NodeDaemon::Loop() {
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
-  Status ran = RunAgentLoop(
-      loop, **source,
-      [&](const Inventory& inventory) -> Status {
-        if (plugin) plugin->Update(inventory);
-        metrics.SetInventory(inventory);
-        StatusOr<PublishResult> r = publisher.Publish(inventory);
+  return RunAgentLoop(
+      s_->loop, *s_->source,
+      [this](const Inventory& inventory) -> Status {
+        if (s_->plugin) s_->plugin->Update(inventory);
+        s_->metrics->SetInventory(inventory);
+        StatusOr<PublishResult> r = s_->publisher->Publish(inventory);
         if (!r.ok()) return r.status();
         if (r->patched_metadata || r->patched_status) {
           TESSERA_LOG(kInfo, kAgent, "node %s: published generation %lld",
-                      options.node_name.c_str(), static_cast<long long>(inventory.generation));
+                      options_.node_name.c_str(), static_cast<long long>(inventory.generation));
         }
         return Status::Ok();
       },
       [] { return g_stop != 0; });
-  return ran.ok() ? 0 : Fail(ran);
 }
+
+void NodeDaemon::Shutdown() {
+  if (s_ == nullptr) return;
+  s_->pod_resources.reset();
+  s_->plugin.reset();
+  s_->metrics_server.reset();
+  s_->metrics.reset();
+  s_->loop.taken_by_others = nullptr;
+  s_->publisher.reset();
+  s_->client.reset();
+  s_->source.reset();
+}
+
+int NodeDaemon::metrics_port() const {
+  return s_->metrics_server ? s_->metrics_server->port() : 0;
+}
+
+bool NodeDaemon::plugin_served() const { return s_->plugin_served; }
 
 }  // namespace tessera::agent

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -37,6 +40,45 @@ struct NodeOptions {
   std::vector<std::string> foreign_gpu_resources = {"nvidia.com/gpu"};
 };
 
+// --uninstall, or the steps of NodeDaemon::Run; a failed step's message goes to stderr.
 int RunNode(const NodeOptions& options);
+
+// The steps of the agent's process, in the order Run() takes them (like demo::Demo::Run). Each
+// step uses what the steps before it set up, and returns the error that ends the process (RunNode
+// prints it and exits with ToExitCode); tests run them one by one. Whatever a step started is
+// stopped by Shutdown() (and the destructor), in the reverse order.
+class NodeDaemon {
+ public:
+  explicit NodeDaemon(NodeOptions options);
+  ~NodeDaemon();
+  NodeDaemon(const NodeDaemon&) = delete;
+  NodeDaemon& operator=(const NodeDaemon&) = delete;
+
+  // ValidateFlags, OpenNvml, then PrintInventory (--print-inventory) or ConnectApi,
+  // ResumeGeneration, StartMetrics, StartPlugin, WatchForeignGpus and Loop.
+  Status Run();
+
+  Status ValidateFlags();     // --gpus parses; --node-name given (unless --print-inventory)
+  Status OpenNvml();          // --nvml-library
+  Status PrintInventory();    // the inventory JSON on stdout, once
+  Status ConnectApi();        // --kubeconfig: the API client and the Node's publisher
+  Status ResumeGeneration();  // continues after the Node's published generation (never fails)
+  Status StartMetrics();      // --metrics-listen (a port that cannot be bound is not an error)
+  Status StartPlugin();       // the device plugin, where kubelet's device-plugin folder exists
+  Status WatchForeignGpus();  // GPUs other device plugins handed out (kubelet's PodResources)
+  Status Loop();              // discovers and publishes until SIGTERM or SIGINT
+  void Shutdown();
+
+  const NodeOptions& options() const { return options_; }
+  // After StartMetrics: the port /metrics is served on (0: not served).
+  int metrics_port() const;
+  // After StartMetrics: whether the device plugin is to be served.
+  bool plugin_served() const;
+
+ private:
+  struct State;
+  const NodeOptions options_;
+  std::unique_ptr<State> s_;
+};
 
 }  // namespace tessera::agent

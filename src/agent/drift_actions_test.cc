@@ -1,0 +1,419 @@
+#include "agent/drift_actions.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+
+#include "agent/agent_testing.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+namespace tessera::agent {
+namespace {
+
+constexpr std::uint64_t kMiB = 1ULL << 20;
+constexpr std::uint64_t kGiB = 1ULL << 30;
+const std::string kGpu = "GPU-00000000";
+const std::string kOtherGpu = "GPU-00000001";
+
+// NVML's processes per GPU; a GPU absent from `processes` does not answer.
+class FakeNvml : public FakeGpuSource {
+ public:
+  FakeNvml() : FakeGpuSource({}) {}
+  StatusOr<std::vector<GpuProcess>> Processes(const std::string& uuid) override {
+    auto it = processes.find(uuid);
+    if (it == processes.end()) return UnavailableError("NVML: no answer for " + uuid);
+    return it->second;
+  }
+  std::map<std::string, std::vector<GpuProcess>> processes;
+};
+
+struct Event {
+  std::string target;  // "Pod ns/name" or "Node"
+  std::string reason;
+  std::string message;
+};
+
+// The API server: records every call; GetPod answers `pod` (or `pod_error`).
+class FakeApi : public DriftApi {
+ public:
+  StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
+    gets.push_back(std::string(ns) + "/" + std::string(name));
+    if (!pod_error.ok()) return pod_error;
+    return k8s::Json{{"metadata",
+                      {{"namespace", std::string(ns)},
+                       {"name", std::string(name)},
+                       {"uid", "uid-from-api"}}}};
+  }
+  void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
+    const auto& meta = pod["metadata"];
+    events.push_back({"Pod " + meta.value("namespace", "") + "/" + meta.value("name", ""),
+                      std::string(reason), std::string(message)});
+  }
+  void WarnNode(std::string_view reason, std::string_view message) override {
+    events.push_back({"Node", std::string(reason), std::string(message)});
+  }
+  Status Evict(std::string_view ns, std::string_view name) override {
+    evictions.push_back(std::string(ns) + "/" + std::string(name));
+    return evict_result;
+  }
+  std::uint64_t events_dropped() override { return dropped; }
+
+  std::vector<Event> Of(std::string_view reason) const {
+    std::vector<Event> out;
+    for (const Event& e : events) {
+      if (e.reason == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  Status pod_error = Status::Ok();
+  Status evict_result = Status::Ok();
+  std::uint64_t dropped = 0;
+  std::vector<std::string> gets, evictions;
+  std::vector<Event> events;
+};
+
+// One container of pod team/job (uid "uid-1") on kGpu with a cap; its processes are the PIDs
+// whose cgroup names the pod. Its region does not exist: the region accounts 0 bytes.
+WatchedContainer Container(std::uint64_t cap, const std::string& id = "slot-0") {
+  WatchedContainer c;
+  c.id = id;
+  c.limits.pod = "team/job";
+  c.limits.pod_uid = "uid-1";
+  c.limits.container = "main";
+  DeviceLimits d;
+  d.uuid = kGpu;
+  d.memory_bytes = cap;
+  c.limits.devices.push_back(d);
+  c.region_path = "/nonexistent/tessera-drift-test/region";
+  return c;
+}
+
+class DriftActionsTest : public ::testing::Test {
+ protected:
+  DriftActions& Make() {
+    DriftDeps d;
+    d.gpus = &nvml_;
+    d.managed = [this] { return managed_; };
+    d.containers = [this] { return containers_; };
+    d.cgroup_of = [this](unsigned int pid) {
+      return tenants_.count(pid) != 0 ? "/kubepods/burstable/poduid-1/abc" : "/system.slice/x";
+    };
+    d.own_process = [this](unsigned int pid) { return own_.count(pid) != 0; };
+    d.now = [this] { return now_; };
+    if (with_metrics_) {
+      d.sample = [this](const std::map<std::string, std::uint64_t>& nvml_by_key,
+                        std::uint64_t now_ns) {
+        sampled_.push_back(nvml_by_key);
+        sampled_at_.push_back(now_ns);
+        return rows_;
+      };
+      d.set_counts = [this](const observe::NodeCounts& counts) { counts_.push_back(counts); };
+    }
+    d.api = &api_;
+    d.on_drift = [this](const StatusOr<k8s::Json>& pod) {
+      on_drift_pod_ok_.push_back(pod.ok());
+      return action_;
+    };
+    d.kill = [this](unsigned int pid) { killed_.push_back(pid); };
+    drift_.emplace(std::move(d));
+    return *drift_;
+  }
+
+  // The container's processes on kGpu holding `bytes` in all.
+  void Holds(std::uint64_t bytes, std::vector<unsigned int> pids = {101}) {
+    std::vector<GpuProcess>& list = nvml_.processes[kGpu];
+    list.clear();
+    for (std::size_t i = 0; i < pids.size(); ++i) {
+      tenants_.insert(pids[i]);
+      list.push_back({pids[i], i == 0 ? bytes - (pids.size() - 1) * kMiB : kMiB});
+    }
+  }
+
+  observe::ContainerRow Row(std::uint64_t oom_denials) {
+    observe::ContainerRow row;
+    row.id = "slot-0";
+    row.ns = "team";
+    row.pod = "job";
+    row.pod_uid = "uid-1";
+    row.container = "main";
+    row.uuid = kGpu;
+    row.limit_bytes = kGiB;
+    row.used_bytes = kGiB - kMiB;
+    row.peak_bytes = kGiB;
+    row.region_readable = true;
+    row.oom_denials = oom_denials;
+    return row;
+  }
+
+  FakeNvml nvml_;
+  FakeApi api_;
+  std::vector<std::string> managed_ = {kGpu};
+  std::vector<WatchedContainer> containers_ = {Container(2 * kGiB)};
+  std::set<unsigned int> tenants_, own_;
+  DriftDeps::Clock::time_point now_ = DriftDeps::Clock::time_point{} + std::chrono::hours(1);
+  bool with_metrics_ = true;
+  std::vector<observe::ContainerRow> rows_;
+  std::vector<std::map<std::string, std::uint64_t>> sampled_;
+  std::vector<std::uint64_t> sampled_at_;
+  std::vector<observe::NodeCounts> counts_;
+  policy::DriftAction action_ = policy::DriftAction::kReport;
+  std::vector<bool> on_drift_pod_ok_;
+  std::vector<unsigned int> killed_;
+  std::optional<DriftActions> drift_;
+};
+
+TEST_F(DriftActionsTest, UnderCapAndSmallDriftDoesNothing) {
+  DriftActions& drift = Make();
+  containers_ = {Container(2 * kGiB)};
+  Holds(100 * kMiB);  // under the cap, and drift (its region says 0) under 256 MiB
+  const auto nvml = drift.Check();
+  EXPECT_EQ(nvml, (std::map<std::string, std::uint64_t>{
+                      {"slot-0/team/job/main/" + kGpu, 100 * kMiB}}));
+  EXPECT_TRUE(api_.events.empty());
+  EXPECT_TRUE(api_.gets.empty());
+  EXPECT_TRUE(killed_.empty());
+  EXPECT_TRUE(api_.evictions.empty());
+  const observe::NodeCounts c = drift.counts();
+  EXPECT_EQ(c.over_cap + c.unattributed + c.kills + c.evictions, 0u);
+}
+
+TEST_F(DriftActionsTest, OverCapIsActedOnOncePerEpisode) {
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  Holds(kGiB + kMiB);  // 1 MiB above the cap
+  drift.Check();
+  ASSERT_EQ(api_.gets, std::vector<std::string>{"team/job"});
+  std::vector<Event> over = api_.Of(names::kEventMemoryOverCap);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_EQ(over[0].target, "Pod team/job");
+  EXPECT_EQ(over[0].message,
+            "container main holds " + FormatBytesHuman(kGiB + kMiB) + " on " + kGpu +
+                " (NVML), above its cap of " + FormatBytesHuman(kGiB) + "; its region says " +
+                FormatBytesHuman(0) + "; reported");
+  EXPECT_EQ(drift.counts().over_cap, 1u);
+  EXPECT_TRUE(killed_.empty());
+
+  // Still above: the same episode, nothing again.
+  drift.Check();
+  drift.Check();
+  EXPECT_EQ(api_.Of(names::kEventMemoryOverCap).size(), 1u);
+  EXPECT_EQ(api_.gets.size(), 1u);
+  EXPECT_EQ(drift.counts().over_cap, 1u);
+
+  // Back under, then above again: a new episode.
+  Holds(kGiB - kMiB);
+  drift.Check();
+  EXPECT_EQ(api_.Of(names::kEventMemoryOverCap).size(), 1u);
+  Holds(kGiB + kMiB);
+  drift.Check();
+  EXPECT_EQ(api_.Of(names::kEventMemoryOverCap).size(), 2u);
+  EXPECT_EQ(api_.gets.size(), 2u);
+  EXPECT_EQ(drift.counts().over_cap, 2u);
+}
+
+TEST_F(DriftActionsTest, KillTierKillsEveryProcessOfTheContainer) {
+  action_ = policy::DriftAction::kKill;
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  Holds(kGiB + 2 * kMiB, {101, 102});
+  drift.Check();
+  drift.Check();  // the same episode: killed once
+  EXPECT_EQ(killed_, (std::vector<unsigned int>{101, 102}));
+  EXPECT_EQ(drift.counts().kills, 1u);
+  const std::vector<Event> over = api_.Of(names::kEventMemoryOverCap);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_NE(over[0].message.find("; its 2 GPU process(es) killed"), std::string::npos)
+      << over[0].message;
+  EXPECT_TRUE(api_.evictions.empty());
+}
+
+TEST_F(DriftActionsTest, EvictTierEvictsThePodAndSaysWhenItFailed) {
+  action_ = policy::DriftAction::kEvict;
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  Holds(kGiB + kMiB);
+  drift.Check();
+  EXPECT_EQ(api_.evictions, std::vector<std::string>{"team/job"});
+  EXPECT_EQ(drift.counts().evictions, 1u);
+  EXPECT_TRUE(killed_.empty());
+  std::vector<Event> over = api_.Of(names::kEventMemoryOverCap);
+  ASSERT_EQ(over.size(), 1u);
+  EXPECT_NE(over[0].message.find("; the pod evicted"), std::string::npos) << over[0].message;
+
+  api_.evict_result = PermissionDeniedError("evictions are forbidden");
+  Holds(kGiB - kMiB);
+  drift.Check();
+  Holds(kGiB + kMiB);
+  drift.Check();
+  EXPECT_EQ(drift.counts().evictions, 2u);
+  over = api_.Of(names::kEventMemoryOverCap);
+  ASSERT_EQ(over.size(), 2u);
+  EXPECT_NE(over[1].message.find("; eviction failed: evictions are forbidden"), std::string::npos)
+      << over[1].message;
+}
+
+TEST_F(DriftActionsTest, PodThatCannotBeReadIsCountedButGetsNoEvent) {
+  api_.pod_error = NotFoundError("pods \"job\" not found");
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  Holds(kGiB + kMiB);
+  drift.Check();
+  EXPECT_EQ(on_drift_pod_ok_, std::vector<bool>{false});  // the tier is decided without it
+  EXPECT_TRUE(api_.Of(names::kEventMemoryOverCap).empty());
+  EXPECT_EQ(drift.counts().over_cap, 1u);
+}
+
+TEST_F(DriftActionsTest, DriftAboveTheThresholdIsReportedOncePerEpisode) {
+  DriftActions& drift = Make();
+  containers_ = {Container(10 * kGiB)};  // threshold: max(256 MiB, 5% of 10 GiB = 512 MiB)
+  Holds(512 * kMiB);                     // not above it
+  drift.Check();
+  EXPECT_TRUE(api_.events.empty());
+  Holds(513 * kMiB);
+  drift.Check();
+  drift.Check();
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_EQ(api_.events[0].target, "Pod team/job");
+  EXPECT_EQ(api_.events[0].reason, names::kEventMemoryDrift);
+  EXPECT_NE(api_.events[0].message.find("container main holds " + FormatBytesHuman(513 * kMiB)),
+            std::string::npos);
+  EXPECT_TRUE(api_.gets.empty());  // the Pod is named from the limits file
+  EXPECT_EQ(drift.counts().over_cap, 0u);
+
+  // A small cap: the threshold is 256 MiB.
+  containers_ = {Container(kGiB, "slot-1")};
+  Holds(256 * kMiB);
+  drift.Check();
+  EXPECT_EQ(api_.events.size(), 1u);
+  Holds(257 * kMiB);
+  drift.Check();
+  EXPECT_EQ(api_.events.size(), 2u);
+}
+
+TEST_F(DriftActionsTest, UnattributedProcessIsToldToTheNodeOnce) {
+  DriftActions& drift = Make();
+  nvml_.processes[kGpu] = {{555, 300 * kMiB}, {556, 0}, {557, kGiB}};
+  own_ = {557};  // the agent's own probe: not a tenant
+  drift.Check();
+  drift.Check();
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_EQ(api_.events[0].target, "Node");
+  EXPECT_EQ(api_.events[0].reason, names::kEventUnattributedProcess);
+  EXPECT_EQ(api_.events[0].message, "pid 555 holds " + FormatBytesHuman(300 * kMiB) + " on " +
+                                        kGpu + " and belongs to no tessera container");
+  EXPECT_EQ(drift.counts().unattributed, 1u);
+
+  // Gone, then back: a new episode.
+  nvml_.processes[kGpu] = {};
+  drift.Check();
+  nvml_.processes[kGpu] = {{555, 300 * kMiB}};
+  drift.Check();
+  EXPECT_EQ(drift.counts().unattributed, 2u);
+}
+
+TEST_F(DriftActionsTest, GpuWhoseNvmlDoesNotAnswerIsSkipped) {
+  managed_ = {kGpu, kOtherGpu};
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  // kGpu does not answer: its over-cap container is neither measured nor acted on.
+  nvml_.processes[kOtherGpu] = {};
+  EXPECT_TRUE(drift.Check().empty());
+  EXPECT_TRUE(api_.events.empty());
+  // An unmanaged GPU is not asked at all.
+  managed_ = {kOtherGpu};
+  Holds(2 * kGiB);
+  EXPECT_TRUE(drift.Check().empty());
+  EXPECT_TRUE(api_.events.empty());
+}
+
+TEST_F(DriftActionsTest, PassSamplesTheMetricsWithNvmlsFiguresAndTheCounts) {
+  api_.dropped = 7;
+  DriftActions& drift = Make();
+  containers_ = {Container(kGiB)};
+  Holds(kGiB + kMiB);
+  drift.Pass();
+  ASSERT_EQ(sampled_.size(), 1u);
+  EXPECT_EQ(sampled_[0], (std::map<std::string, std::uint64_t>{
+                             {"slot-0/team/job/main/" + kGpu, kGiB + kMiB}}));
+  EXPECT_EQ(sampled_at_[0], static_cast<std::uint64_t>(
+                                std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                    now_.time_since_epoch())
+                                    .count()));
+  ASSERT_EQ(counts_.size(), 1u);
+  EXPECT_EQ(counts_[0].over_cap, 1u);
+  EXPECT_EQ(counts_[0].events_dropped, 7u);
+}
+
+TEST_F(DriftActionsTest, NoMetricsNoSampleNoDenialEvents) {
+  with_metrics_ = false;
+  rows_ = {Row(0)};
+  DriftActions& drift = Make();
+  drift.Pass();
+  rows_ = {Row(5)};
+  drift.Pass();
+  EXPECT_TRUE(sampled_.empty());
+  EXPECT_TRUE(counts_.empty());
+  EXPECT_TRUE(api_.events.empty());
+}
+
+TEST_F(DriftActionsTest, DenialsAreToldAtMostOnceAMinuteFromWhenTheAgentStarted) {
+  DriftActions& drift = Make();
+  rows_ = {Row(3)};  // refused before this agent started: not told
+  drift.Sample({});
+  EXPECT_TRUE(api_.events.empty());
+
+  rows_ = {Row(5)};
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_EQ(api_.events[0].target, "Pod team/job");
+  EXPECT_EQ(api_.events[0].reason, names::kEventGpuMemoryDenied);
+  EXPECT_EQ(api_.events[0].message,
+            "container main: 2 allocation(s) refused at its cap of " + FormatBytesHuman(kGiB) +
+                " on " + kGpu + " (in use " + FormatBytesHuman(kGiB - kMiB) + ", peak " +
+                FormatBytesHuman(kGiB) + "); the application saw out-of-memory");
+
+  // More within the minute: held back, then told together.
+  now_ += std::chrono::seconds(59);
+  rows_ = {Row(9)};
+  drift.Sample({});
+  EXPECT_EQ(api_.events.size(), 1u);
+  now_ += std::chrono::seconds(1);
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 2u);
+  EXPECT_NE(api_.events[1].message.find("container main: 4 allocation(s) refused"),
+            std::string::npos)
+      << api_.events[1].message;
+
+  // No new denials: nothing.
+  now_ += std::chrono::minutes(5);
+  drift.Sample({});
+  EXPECT_EQ(api_.events.size(), 2u);
+}
+
+TEST_F(DriftActionsTest, ContainerAfterTheFirstSampleIsToldEveryDenial) {
+  DriftActions& drift = Make();
+  drift.Sample({});
+  observe::ContainerRow unreadable = Row(4);
+  unreadable.region_readable = false;
+  rows_ = {unreadable};  // its counters are unknown: nothing
+  drift.Sample({});
+  EXPECT_TRUE(api_.events.empty());
+  rows_ = {Row(4)};
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_NE(api_.events[0].message.find("container main: 4 allocation(s) refused"),
+            std::string::npos)
+      << api_.events[0].message;
+}
+
+TEST(ProcParentOfTest, ReadsTheParentFromProc) {
+  EXPECT_EQ(ProcParentOf(static_cast<unsigned int>(getpid())),
+            static_cast<unsigned int>(getppid()));
+  EXPECT_FALSE(IsOwnChild(static_cast<unsigned int>(getpid())));
+  EXPECT_EQ(ProcParentOf(0x7ffffff0u), 0u);  // no such process
+}
+
+}  // namespace
+}  // namespace tessera::agent
