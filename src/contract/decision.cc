@@ -1,7 +1,6 @@
 #include "contract/decision.h"
 
 #include <openssl/evp.h>
-#include <openssl/pem.h>
 
 #include <ctime>
 
@@ -10,24 +9,16 @@
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
 
+#include "k8s/openssl.h"
+
 namespace tessera::contract {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
 using nlohmann::json;
 
-struct BioDeleter {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-using BioPtr = std::unique_ptr<BIO, BioDeleter>;
-struct PkeyDeleter {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyDeleter>;
-struct MdCtxDeleter {
-  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
-};
-using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, MdCtxDeleter>;
+using k8s::MdCtxPtr;
+using k8s::PkeyPtr;
 
 std::string Base64(const unsigned char* data, std::size_t size) {
   std::string out(4 * ((size + 2) / 3), '\0');
@@ -49,14 +40,6 @@ std::optional<std::string> Unbase64(std::string_view text) {
   if (text.size() >= 2 && text[text.size() - 2] == '=') --len;
   out.resize(len);
   return out;
-}
-
-PkeyPtr ReadKey(std::string_view pem, bool is_private) {
-  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  if (!bio) return nullptr;
-  EVP_PKEY* key = is_private ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
-                             : PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr);
-  return PkeyPtr(key);
 }
 
 StatusOr<std::string> NeedString(const json& object, const std::string& field,
@@ -197,7 +180,7 @@ Signer& Signer::operator=(Signer&&) noexcept = default;
 Signer::~Signer() = default;
 
 StatusOr<Signer> Signer::FromPem(std::string_view pem) {
-  PkeyPtr key = ReadKey(pem, /*is_private=*/true);
+  PkeyPtr key = k8s::ReadPrivateKey(pem);
   if (!key || EVP_PKEY_get_base_id(key.get()) != EVP_PKEY_ED25519) {
     return InvalidArgumentError("signing key: expected an Ed25519 private key in PEM (PKCS#8); "
                                 "e.g. `openssl genpkey -algorithm ed25519`");
@@ -218,11 +201,8 @@ StatusOr<std::string> Signer::Sign(std::string_view message) const {
 }
 
 std::string Signer::PublicKeyPem() const {
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  PEM_write_bio_PUBKEY(bio.get(), key_->pkey.get());
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(bio.get(), &data);
-  return std::string(data, static_cast<std::size_t>(n));
+  StatusOr<std::string> pem = k8s::PublicKeyPem(key_->pkey.get());
+  return pem.ok() ? std::move(*pem) : std::string();
 }
 
 struct Verifier::Key {
@@ -234,7 +214,7 @@ Verifier& Verifier::operator=(Verifier&&) noexcept = default;
 Verifier::~Verifier() = default;
 
 StatusOr<Verifier> Verifier::FromPem(std::string_view pem) {
-  PkeyPtr key = ReadKey(pem, /*is_private=*/false);
+  PkeyPtr key = k8s::ReadPublicKey(pem);
   if (!key || EVP_PKEY_get_base_id(key.get()) != EVP_PKEY_ED25519) {
     return InvalidArgumentError("verification key: expected an Ed25519 public key in PEM");
   }
@@ -260,13 +240,9 @@ StatusOr<std::string> GenerateSigningKeyPem() {
   EVP_PKEY* raw = EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519");
   if (raw == nullptr) return InternalError("Ed25519 key generation failed");
   PkeyPtr key(raw);
-  BioPtr bio(BIO_new(BIO_s_mem()));
-  if (PEM_write_bio_PrivateKey(bio.get(), key.get(), nullptr, nullptr, 0, nullptr, nullptr) != 1) {
-    return InternalError("Ed25519 key: PEM encoding failed");
-  }
-  char* data = nullptr;
-  const long n = BIO_get_mem_data(bio.get(), &data);
-  return std::string(data, static_cast<std::size_t>(n));
+  StatusOr<std::string> pem = k8s::PrivateKeyPem(key.get());
+  if (!pem.ok()) return InternalError("Ed25519 key: PEM encoding failed");
+  return pem;
 }
 
 }  // namespace tessera::contract

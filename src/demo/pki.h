@@ -1,6 +1,6 @@
 // A throwaway certificate authority and a serving certificate for the demo's admission
 // webhooks (the API server calls them over HTTPS and checks them against the CA bundle in the
-// webhook configurations). OpenSSL; nothing is written to disk here.
+// webhook configurations). Minted by k8s/pki.h; nothing is written to disk here.
 #pragma once
 
 #include <string>

@@ -8,15 +8,13 @@
 #include <httplib.h>
 #include <mutex>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <openssl/x509.h>
-#include <openssl/x509_vfy.h>
 #include <signal.h>
 #include <thread>
 #include <utility>
 
 #include "k8s/backoff.h"
+#include "k8s/openssl.h"
 #include "k8s/paths.h"
 #include "k8s/rate_limiter.h"
 
@@ -32,51 +30,9 @@ constexpr auto kTokenRereadInterval = std::chrono::minutes(1);
 // An idle watch without timeoutSeconds is given up (as a transport error) after this long.
 constexpr auto kWatchIdleLimit = std::chrono::minutes(10);
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct StoreFree {
-  void operator()(X509_STORE* s) const { X509_STORE_free(s); }
-};
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-using X509Ptr = std::unique_ptr<X509, X509Free>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
-using StorePtr = std::unique_ptr<X509_STORE, StoreFree>;
-using BioPtr = std::unique_ptr<BIO, BioFree>;
-
-// The OpenSSL errors queued on this thread, as text ("" if none); clears the queue.
-// `verify_failed`: whether one of them is a failed certificate verification.
-std::string OpenSslErrors(bool* verify_failed = nullptr) {
-  std::string out;
-  while (unsigned long code = ERR_get_error()) {
-    if (verify_failed != nullptr && ERR_GET_LIB(code) == ERR_LIB_SSL &&
-        ERR_GET_REASON(code) == SSL_R_CERTIFICATE_VERIFY_FAILED) {
-      *verify_failed = true;
-    }
-    char buffer[256];
-    ERR_error_string_n(code, buffer, sizeof(buffer));
-    if (!out.empty()) out += "; ";
-    out += buffer;
-  }
-  return out;
-}
-
-BioPtr MemoryBio(const std::string& pem) {
-  return BioPtr(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-}
-
+// All the PEM certificates in `pem`; `what` names it in the error when there is none.
 StatusOr<std::vector<X509Ptr>> ParseCertificates(const std::string& pem, std::string_view what) {
-  BioPtr bio = MemoryBio(pem);
-  std::vector<X509Ptr> certs;
-  while (X509* cert = PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr)) {
-    certs.emplace_back(cert);
-  }
-  ERR_clear_error();  // the end of the input reads as an error
+  std::vector<X509Ptr> certs = ReadCertificates(pem);
   if (certs.empty()) {
     return InvalidArgumentError(std::string(what) + ": no PEM certificate found");
   }
@@ -193,7 +149,7 @@ struct Client::Impl {
   // TLS material, parsed once; every connection's SSL_CTX takes references.
   std::vector<X509Ptr> client_chain;  // [0] is the client certificate
   PkeyPtr client_key;
-  StorePtr ca_store;
+  X509StorePtr ca_store;
   TokenBucket limiter;
 
   std::mutex pool_mu;
@@ -232,8 +188,7 @@ struct Client::Impl {
       }
       TESSERA_ASSIGN_OR_RETURN(client_chain,
                                ParseCertificates(config.client_cert_pem, "client certificate"));
-      BioPtr bio = MemoryBio(config.client_key_pem);
-      client_key.reset(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+      client_key = ReadPrivateKey(config.client_key_pem);
       if (!client_key) {
         return InvalidArgumentError("client key: no PEM private key found (" + OpenSslErrors() +
                                     ")");

@@ -27,8 +27,8 @@ struct Pki {
   std::string client_key_pem;
 };
 
-// A fresh CA (EC P-256) with a server and a client certificate; `cn` names the CA,
-// `server_names` are the server certificate's subjectAltNames.
+// A fresh CA (EC P-256) with a server and a client certificate, valid for a day (minted by
+// k8s/pki.h); `cn` names the CA, `server_names` are the server certificate's subjectAltNames.
 StatusOr<Pki> MakePki(const std::string& cn = "tessera-test-ca",
                       const std::string& server_names = "IP:127.0.0.1,DNS:localhost");
 

@@ -1,15 +1,20 @@
 #include "webhook/server.h"
 
 #include <httplib.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <sys/stat.h>
 
 #include <chrono>
 #include <mutex>
+#include <utility>
+#include <vector>
 
+#include "tessera/file.h"
 #include "tessera/log.h"
+
+#include "k8s/openssl.h"
 
 namespace tessera::webhook {
 
@@ -32,40 +37,34 @@ FileStamp Stamp(const std::string& path) {
 }
 
 struct Pair {
-  X509* cert = nullptr;
-  EVP_PKEY* key = nullptr;
-  STACK_OF(X509)* chain = nullptr;
-  void Free() {
-    if (cert != nullptr) X509_free(cert);
-    if (key != nullptr) EVP_PKEY_free(key);
-    if (chain != nullptr) sk_X509_pop_free(chain, X509_free);
-    *this = {};
-  }
+  k8s::X509Ptr cert;
+  k8s::PkeyPtr key;
+  k8s::X509StackPtr chain;  // the certificates after the first in the certificate file
 };
 
 StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_file) {
-  Pair p;
-  FILE* f = std::fopen(cert_file.c_str(), "r");
-  if (f == nullptr) return InvalidArgumentError("--tls-cert-file " + cert_file + ": cannot read");
-  p.cert = PEM_read_X509(f, nullptr, nullptr, nullptr);
-  p.chain = sk_X509_new_null();
-  while (X509* extra = PEM_read_X509(f, nullptr, nullptr, nullptr)) sk_X509_push(p.chain, extra);
-  std::fclose(f);
-  ERR_clear_error();
-  if (p.cert == nullptr) {
-    p.Free();
+  StatusOr<std::string> cert_pem = ReadFile(cert_file);
+  if (!cert_pem.ok()) {
+    return InvalidArgumentError("--tls-cert-file " + cert_pem.status().message());
+  }
+  std::vector<k8s::X509Ptr> certs = k8s::ReadCertificates(*cert_pem);
+  if (certs.empty()) {
     return InvalidArgumentError("--tls-cert-file " + cert_file + ": no PEM certificate");
   }
-  f = std::fopen(key_file.c_str(), "r");
-  if (f == nullptr) {
-    p.Free();
-    return InvalidArgumentError("--tls-key-file " + key_file + ": cannot read");
+  Pair p;
+  p.cert = std::move(certs[0]);
+  p.chain.reset(sk_X509_new_null());
+  for (std::size_t i = 1; i < certs.size() && p.chain; ++i) {
+    if (sk_X509_push(p.chain.get(), certs[i].get()) > 0) certs[i].release();
   }
-  p.key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-  std::fclose(f);
-  if (p.key == nullptr || X509_check_private_key(p.cert, p.key) != 1) {
+  StatusOr<std::string> key_pem = ReadFile(key_file);
+  if (!key_pem.ok()) {
+    return InvalidArgumentError("--tls-key-file " + key_pem.status().message());
+  }
+  p.key = k8s::ReadPrivateKey(*key_pem);
+  OPENSSL_cleanse(key_pem->data(), key_pem->size());
+  if (!p.key || X509_check_private_key(p.cert.get(), p.key.get()) != 1) {
     ERR_clear_error();
-    p.Free();
     return InvalidArgumentError("--tls-key-file " + key_file +
                                 ": no PEM private key matching the certificate");
   }
@@ -84,8 +83,6 @@ struct CertReloader::Impl {
   std::chrono::steady_clock::time_point checked{};
   int loads = 0;
 
-  ~Impl() { current.Free(); }
-
   void MaybeReload() {
     const auto now = std::chrono::steady_clock::now();
     if (now - checked < std::chrono::seconds(1)) return;
@@ -99,8 +96,7 @@ struct CertReloader::Impl {
                   fresh.status().message().c_str());
       return;
     }
-    current.Free();
-    current = *fresh;
+    current = std::move(*fresh);
     cert_stamp = c;
     key_stamp = k;
     ++loads;
@@ -129,7 +125,7 @@ bool CertReloader::Install(void* ssl_ptr) {
   std::lock_guard lock(impl_->mu);
   impl_->MaybeReload();
   const Pair& p = impl_->current;
-  return SSL_use_cert_and_key(ssl, p.cert, p.key, p.chain, 1) == 1;
+  return SSL_use_cert_and_key(ssl, p.cert.get(), p.key.get(), p.chain.get(), 1) == 1;
 }
 
 int CertReloader::loads() const {
