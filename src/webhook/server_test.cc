@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include "k8s/k8s_testing.h"
+#include "k8s/openssl.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::webhook {
@@ -25,25 +27,17 @@ void Write(const std::string& path, const std::string& text) {
 // The common name of the CA that issued the certificate the server presents.
 std::string IssuerCn(int port, const std::string& ca_pem) {
   httplib::SSLClient client("127.0.0.1", port);
-  BIO* bio = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
-  X509_STORE* store = X509_STORE_new();
-  while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
-    X509_STORE_add_cert(store, ca);
-    X509_free(ca);
-  }
-  BIO_free(bio);
+  const std::vector<k8s::X509Ptr> cas = k8s::ReadCertificates(ca_pem);
+  X509_STORE* store = X509_STORE_new();  // the client takes it over
+  for (const k8s::X509Ptr& ca : cas) X509_STORE_add_cert(store, ca.get());
   client.set_ca_cert_store(store);
   client.enable_server_certificate_verification(true);
   auto res = client.Get("/healthz");
-  if (!res || res->status != 200) return "";
+  if (!res || res->status != 200 || cas.empty()) return "";
   // Verified against this CA: the CA's name is the answer.
-  X509* ca = nullptr;
-  BIO* b = BIO_new_mem_buf(ca_pem.data(), static_cast<int>(ca_pem.size()));
-  ca = PEM_read_bio_X509(b, nullptr, nullptr, nullptr);
-  BIO_free(b);
   char cn[128] = {0};
-  X509_NAME_get_text_by_NID(X509_get_subject_name(ca), NID_commonName, cn, sizeof(cn));
-  X509_free(ca);
+  X509_NAME_get_text_by_NID(X509_get_subject_name(cas.front().get()), NID_commonName, cn,
+                            sizeof(cn));
   return cn;
 }
 

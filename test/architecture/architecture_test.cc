@@ -250,7 +250,7 @@ std::vector<Helper> Helpers() {
        {"src/k8s/object.h"},
        false},
       {"OpenSSL deleters", "src/k8s/openssl.h",
-       R"(\b(EVP_PKEY|X509|BIO|EVP_MD_CTX|X509_STORE|BN|EVP_PKEY_CTX|X509_EXTENSION|SSL_CTX|X509_NAME|X509_REQ)_free\b)",
+       R"(\b(EVP_PKEY|X509|BIO|EVP_MD_CTX|X509_STORE|X509_STORE_CTX|BN|EVP_PKEY_CTX|X509_EXTENSION|SSL_CTX|X509_NAME|X509_REQ|sk_X509_pop)_free\b)",
        {"src/k8s/openssl.h"},
        false},
       {"spawning a child", "tessera::Spawn (include/tessera/subprocess.h)",
@@ -263,8 +263,9 @@ std::vector<Helper> Helpers() {
 }
 
 TEST(Architecture, EachSharedHelperHasOneDefinition) {
-  const std::vector<std::string> files = SourcesUnder({"src", "cmd", "include", "test", "bench"});
+  std::vector<std::string> files = SourcesUnder({"src", "cmd", "include", "test", "bench"});
   ASSERT_GT(files.size(), 100u);
+  std::erase(files, "test/architecture/architecture_test.cc");  // its own examples, below
   for (const Helper& h : Helpers()) {
     const std::regex re(h.pattern);
     for (const std::string& rel : files) {

@@ -19,6 +19,7 @@
 
 #include "contract/decision.h"
 #include "k8s/listen.h"
+#include "k8s/openssl.h"
 #include "scheduler/kube_config.h"
 #include "helm/helm_testing.h"
 #include "policy/policy.h"
@@ -227,19 +228,13 @@ TEST_F(HelmChartTest, WebhooksMatchTheTestedConfigurationAndTheirCertificate) {
   WriteFile(tmp_.path() + "/tls.key", key);
   auto reloader = webhook::CertReloader::Create(tmp_.path() + "/tls.crt", tmp_.path() + "/tls.key");
   EXPECT_TRUE(reloader.ok()) << reloader.status().ToString();
-  auto pem = [](const std::string& text) {
-    std::unique_ptr<BIO, decltype(&BIO_free)> bio(
-        BIO_new_mem_buf(text.data(), static_cast<int>(text.size())), BIO_free);
-    return std::unique_ptr<X509, decltype(&X509_free)>(
-        PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), X509_free);
-  };
-  auto ca_cert = pem(ca), leaf = pem(crt);
-  ASSERT_TRUE(ca_cert && leaf);
-  std::unique_ptr<X509_STORE, decltype(&X509_STORE_free)> store(X509_STORE_new(), X509_STORE_free);
-  X509_STORE_add_cert(store.get(), ca_cert.get());
-  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> ctx(X509_STORE_CTX_new(),
-                                                                      X509_STORE_CTX_free);
-  X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), nullptr);
+  auto cas = k8s::ReadCertificates(ca);
+  auto leaves = k8s::ReadCertificates(crt);
+  ASSERT_TRUE(!cas.empty() && !leaves.empty());
+  k8s::X509StorePtr store(X509_STORE_new());
+  X509_STORE_add_cert(store.get(), cas.front().get());
+  k8s::X509StoreCtxPtr ctx(X509_STORE_CTX_new());
+  X509_STORE_CTX_init(ctx.get(), store.get(), leaves.front().get(), nullptr);
   EXPECT_EQ(X509_verify_cert(ctx.get()), 1)
       << X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()));
   const std::string host = kPrefix + "-webhook." + kNamespace + ".svc";
