@@ -125,7 +125,7 @@ TEST_F(LedgerTest, UnhealthyAndCordonedGpusAreExcluded) {
   EXPECT_TRUE(o.nodes.empty());
   inv["gpus"][1]["health"] = "healthy";
   node["metadata"]["annotations"]["tessera.dev/gpu-inventory"] = inv.dump();
-  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 1);
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = contract::testing::GpuUuid("g1", 1);
   ledger_.UpsertNode(node);
   EXPECT_TRUE(ledger_.Filter(FractionalPod("b", "12Gi"), {"g1"}).nodes.empty());
   node["metadata"]["annotations"].erase("tessera.dev/gpu-cordon");
@@ -187,7 +187,7 @@ TEST_F(LedgerTest, DecisionsNamingAnotherPodOrNodeAreIgnored) {
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
+  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
   nlohmann::json pod = BoundPod(FractionalPod("a", "4Gi"), "g1", r);
   nlohmann::json copied = pod;
   copied["metadata"]["uid"] = "uid-other";  // annotation copied onto another pod
@@ -303,7 +303,7 @@ TEST_F(LedgerTest, PreemptChoosesTheFewestLowerPriorityPodsOnOneGpu) {
 
 TEST_F(LedgerTest, ExplainGivesEveryGpusVerdictAndReservesNothing) {
   nlohmann::json node = MakeNode("g1", 3, 16 * kGiB);
-  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 2);
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = contract::testing::GpuUuid("g1", 2);
   ledger_.UpsertNode(node);
   ASSERT_EQ(Place(FractionalPod("big", "12Gi", "80"), {"g1"}), "g1");
   auto v = ledger_.Explain(FractionalPod("next", "8Gi", "30"));
@@ -326,7 +326,7 @@ TEST_F(LedgerTest, BoundPodsStayCountedOnCordonedGpusAcrossRebuilds) {
   ledger_.UpsertNode(node);
   nlohmann::json a = FractionalPod("a", "10Gi");
   ASSERT_EQ(Place(a, {"g1"}), "g1");
-  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 0);
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = contract::testing::GpuUuid("g1", 0);
   ledger_.UpsertNode(node);
   ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));  // a node joins: full rebuild
   EXPECT_EQ(MemoryUsed("g1"), 10 * kGiB);
@@ -342,7 +342,7 @@ TEST_F(LedgerTest, APlacementLearnedAfterTheFactIsCountedEvenBeyondCapacity) {
   ASSERT_EQ(Place(FractionalPod("b", "10Gi"), {"g1"}), "g1");
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{testing::GpuUuid("g1", 0), 10 * kGiB, 0}}};
+  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 10 * kGiB, 0}}};
   nlohmann::json a = BoundPod(FractionalPod("a", "10Gi"), "g1", r);
   ledger_.ObservePod(a);
   EXPECT_EQ(MemoryUsed("g1"), 16 * kGiB);  // full (4 GiB over-committed, on the books)
@@ -358,7 +358,7 @@ TEST_F(LedgerTest, PreemptOnACordonedGpuLosesNothing) {
   ledger_.UpsertNode(node);
   ASSERT_EQ(Place(FractionalPod("a", "10Gi", "", 0), {"g1"}), "g1");
   ASSERT_EQ(Place(FractionalPod("b", "10Gi", "", 0), {"g1"}), "g1");
-  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = testing::GpuUuid("g1", 0);
+  node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = contract::testing::GpuUuid("g1", 0);
   ledger_.UpsertNode(node);
   (void)ledger_.Preempt(FractionalPod("lc", "12Gi", "", 1000), {{"g1", {"uid-a"}}});
   EXPECT_EQ(MemoryUsed("g1"), 20 * kGiB);
@@ -404,7 +404,7 @@ TEST_F(LedgerTest, DecisionsThatDoNotVerifyAreNotCounted) {
   ledger.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
+  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
   nlohmann::json pod = BoundPod(FractionalPod("a", "4Gi"), "g1", r);
   pod["metadata"]["annotations"]["tessera.dev/decision-signature"] = "forged";
   ledger.ObservePod(pod);

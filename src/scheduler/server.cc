@@ -15,6 +15,8 @@ namespace tessera::scheduler {
 
 using extender::Extender;
 using extender::ExtenderCounters;
+using extender::GpuBooks;
+using extender::GpuVerdict;
 using extender::Ledger;
 
 using nlohmann::json;
