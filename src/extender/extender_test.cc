@@ -59,8 +59,7 @@ class FakeWriter : public PodWriter {
 class ExtenderTest : public ::testing::Test {
  protected:
   ExtenderTest()
-      : ledger_(policy::DefaultPolicy(), LedgerOptions{},
-                [] { return std::chrono::steady_clock::now(); }),
+      : ledger_(policy::DefaultPolicy(), LedgerOptions{}, Clock::Real()),
         signer_(NewSigner()),
         extender_(&ledger_, &writer_, &signer_, "test-key", [] { return 1796000000; }) {
     extender_.SetSynced(true);
