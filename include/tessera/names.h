@@ -106,6 +106,28 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                           \
     "tessera-scheduler's validating webhook refused a pod; the message names the rule and field")
 
+// The extender's counters (tessera-scheduler), rows of TESSERA_METRICS kept here so that each one
+// is also a member of extender::ExtenderCounters and exposed by /metrics: a counter cannot exist
+// without its metric row. Row: X(member, constant, "name", "type", "labels", "help").
+#define TESSERA_SCHEDULER_COUNTER_ROWS(R, X)                                                     \
+  R(X, decisions, kMetricSchedulerDecisions, "tessera_scheduler_decisions_total", "counter",      \
+    "scheduler", "signed decisions bound")                                                        \
+  R(X, filters, kMetricSchedulerFilters, "tessera_scheduler_filters_total", "counter",            \
+    "scheduler", "Filter calls")                                                                  \
+  R(X, filter_errors, kMetricSchedulerFilterErrors, "tessera_scheduler_filter_errors_total",      \
+    "counter", "scheduler", "Filter calls answered with an error")                                \
+  R(X, unschedulable, kMetricSchedulerUnschedulable, "tessera_scheduler_unschedulable_total",     \
+    "counter", "scheduler", "Filter calls that found no node")                                    \
+  R(X, binds, kMetricSchedulerBinds, "tessera_scheduler_binds_total", "counter", "scheduler",     \
+    "Bind calls")                                                                                 \
+  R(X, bind_failures, kMetricSchedulerBindFailures, "tessera_scheduler_bind_failures_total",      \
+    "counter", "scheduler", "Bind calls that failed (the reservation is rolled back)")            \
+  R(X, preemptions, kMetricSchedulerPreemptions, "tessera_scheduler_preemptions_total",           \
+    "counter", "scheduler", "Preempt calls")
+#define TESSERA_SCHEDULER_COUNTERS(X) TESSERA_SCHEDULER_COUNTER_ROWS(TESSERA_ROW_WITH_MEMBER, X)
+#define TESSERA_ROW_WITH_MEMBER(X, ...) X(__VA_ARGS__)
+#define TESSERA_ROW_WITHOUT_MEMBER(X, member, ...) X(__VA_ARGS__)
+
 // Prometheus metric families (docs/protocol.md §metrics). Row: X(constant, "name", "type",
 // "labels", "help"). Label sets, compatible with dcgm-exporter's where they overlap so both join:
 //   node:      Hostname
@@ -160,18 +182,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "pods evicted for drift (tier onDrift: evict)")                                               \
   X(kMetricNodeEventsDropped, "tessera_node_events_dropped_total", "counter", "node",            \
     "Kubernetes Events not posted (API errors)")                                                  \
-  X(kMetricSchedulerDecisions, "tessera_scheduler_decisions_total", "counter", "scheduler",      \
-    "signed decisions bound")                                                                     \
-  X(kMetricSchedulerFilters, "tessera_scheduler_filters_total", "counter", "scheduler",          \
-    "Filter calls")                                                                               \
-  X(kMetricSchedulerFilterErrors, "tessera_scheduler_filter_errors_total", "counter", "scheduler", \
-    "Filter calls answered with an error")                                                        \
-  X(kMetricSchedulerUnschedulable, "tessera_scheduler_unschedulable_total", "counter", "scheduler", \
-    "Filter calls that found no node")                                                            \
-  X(kMetricSchedulerBindFailures, "tessera_scheduler_bind_failures_total", "counter", "scheduler", \
-    "Bind calls that failed (the reservation is rolled back)")                                    \
-  X(kMetricSchedulerPreemptions, "tessera_scheduler_preemptions_total", "counter", "scheduler",  \
-    "Preempt calls")                                                                              \
+  TESSERA_SCHEDULER_COUNTER_ROWS(TESSERA_ROW_WITHOUT_MEMBER, X)                                  \
   X(kMetricSchedulerReservations, "tessera_scheduler_reservations", "gauge", "scheduler",        \
     "GPU reservations not yet bound")                                                             \
   X(kMetricSchedulerBoundPods, "tessera_scheduler_bound_pods", "gauge", "scheduler",             \

@@ -15,12 +15,18 @@ struct ModelRow {
   std::string_view aliases;
 };
 
+// The advise vocabulary's rows of tessera/gpu_models.def (those with an advise name), in order.
 const std::vector<ModelRow>& ModelRows() {
-  static const std::vector<ModelRow> rows = {
-#define TESSERA_GPU_MODEL(id, name, memory, mig, aliases) {{name, memory, mig}, aliases},
-#include "advise/gpu_models.def"
+  static const std::vector<ModelRow> rows = [] {
+    std::vector<ModelRow> all = {
+#define TESSERA_GPU_MODEL(id, name, memory, mig, aliases, trace_name, trace_mib, trace_rank) \
+  {{name, memory, mig}, aliases},
+#include "tessera/gpu_models.def"
 #undef TESSERA_GPU_MODEL
-  };
+    };
+    std::erase_if(all, [](const ModelRow& row) { return row.model.name.empty(); });
+    return all;
+  }();
   return rows;
 }
 

@@ -9,27 +9,27 @@ Status UnknownNameError(std::string_view text, std::string_view what, const std:
                               std::string(what) + "; accepted: " + accepted);
 }
 
-std::string_view Name(TrustTier tier) { return NameIn(kTrustTiers, tier); }
-std::string_view Name(SharingMode mode) { return NameIn(kSharingModes, mode); }
-std::string_view Name(PriorityClass priority) { return NameIn(kPriorityClasses, priority); }
-std::string_view Name(ComputeMode mode) { return NameIn(kComputeModes, mode); }
+std::string_view Name(TrustTier tier) { return ToString(tier); }
+std::string_view Name(SharingMode mode) { return ToString(mode); }
+std::string_view Name(PriorityClass priority) { return ToString(priority); }
+std::string_view Name(ComputeMode mode) { return ToString(mode); }
 
 StatusOr<TrustTier> ParseTrustTier(std::string_view text) {
-  return ParseIn(kTrustTiers, text, "trust tier");
+  return ParseEnum<TrustTier>(text, "trust tier");
 }
 StatusOr<SharingMode> ParseSharingMode(std::string_view text) {
-  return ParseIn(kSharingModes, text, "sharing mode");
+  return ParseEnum<SharingMode>(text, "sharing mode");
 }
 StatusOr<PriorityClass> ParsePriorityClass(std::string_view text) {
-  return ParseIn(kPriorityClasses, text, "priority class");
+  return ParseEnum<PriorityClass>(text, "priority class");
 }
 StatusOr<ComputeMode> ParseComputeMode(std::string_view text) {
-  return ParseIn(kComputeModes, text, "compute mode");
+  return ParseEnum<ComputeMode>(text, "compute mode");
 }
 
-std::string AcceptedTrustTiers() { return AcceptedIn(kTrustTiers); }
-std::string AcceptedSharingModes() { return AcceptedIn(kSharingModes); }
-std::string AcceptedPriorityClasses() { return AcceptedIn(kPriorityClasses); }
-std::string AcceptedComputeModes() { return AcceptedIn(kComputeModes); }
+std::string AcceptedTrustTiers() { return AcceptedNames<TrustTier>(); }
+std::string AcceptedSharingModes() { return AcceptedNames<SharingMode>(); }
+std::string AcceptedPriorityClasses() { return AcceptedNames<PriorityClass>(); }
+std::string AcceptedComputeModes() { return AcceptedNames<ComputeMode>(); }
 
 }  // namespace tessera

@@ -10,6 +10,7 @@ using contract::EncodeDecision;
 using contract::PodAsk;
 using contract::PodIdentity;
 using contract::Rfc3339;
+using contract::Signer;
 
 using nlohmann::json;
 

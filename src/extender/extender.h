@@ -10,11 +10,13 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "contract/decision.h"
 #include "extender/ledger.h"
+#include "tessera/names.h"
 #include "tessera/status.h"
 
 namespace tessera::extender {
@@ -36,14 +38,23 @@ class PodWriter {
                                            const std::string& uid) = 0;
 };
 
+// One member per row of TESSERA_SCHEDULER_COUNTERS (tessera/names.h), each a counter family that
+// /metrics exposes through ForEach: a counter without its metric row cannot be declared.
 struct ExtenderCounters {
-  std::atomic<std::uint64_t> filters{0};
-  std::atomic<std::uint64_t> filter_errors{0};
-  std::atomic<std::uint64_t> unschedulable{0};
-  std::atomic<std::uint64_t> binds{0};
-  std::atomic<std::uint64_t> bind_failures{0};
-  std::atomic<std::uint64_t> decisions{0};  // binds that wrote a signed decision
-  std::atomic<std::uint64_t> preemptions{0};
+#define TESSERA_EXTENDER_COUNTER(member, constant, name, type, labels, help) \
+  static_assert(std::string_view(type) == "counter", name);                 \
+  std::atomic<std::uint64_t> member{0};
+  TESSERA_SCHEDULER_COUNTERS(TESSERA_EXTENDER_COUNTER)
+#undef TESSERA_EXTENDER_COUNTER
+
+  // f(metric family name, value) for every counter, in the list's order.
+  template <typename F>
+  void ForEach(F&& f) const {
+#define TESSERA_EXTENDER_COUNTER(member, constant, name, type, labels, help) \
+  f(names::constant, member.load());
+    TESSERA_SCHEDULER_COUNTERS(TESSERA_EXTENDER_COUNTER)
+#undef TESSERA_EXTENDER_COUNTER
+  }
 };
 
 class Extender {

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <string_view>
 #include <thread>
 
 #include "contract/contract_testing.h"
@@ -55,8 +59,7 @@ class FakeWriter : public PodWriter {
 class ExtenderTest : public ::testing::Test {
  protected:
   ExtenderTest()
-      : ledger_(policy::DefaultPolicy(), LedgerOptions{},
-                [] { return std::chrono::steady_clock::now(); }),
+      : ledger_(policy::DefaultPolicy(), LedgerOptions{}, Clock::Real()),
         signer_(NewSigner()),
         extender_(&ledger_, &writer_, &signer_, "test-key", [] { return 1796000000; }) {
     extender_.SetSynced(true);
@@ -122,6 +125,28 @@ TEST_F(ExtenderTest, AFailedBindRollsTheReservationBack) {
   json other = FractionalPod("b", "12Gi");
   ASSERT_EQ(extender_.Filter(Args(other, {"g1"}))["NodeNames"].size(), 1U);
   EXPECT_EQ(extender_.Bind(BindArgs(other, "g1"))["Error"], "");
+}
+
+// Every counter is a counter family of the metric list, and counts what its help says.
+TEST_F(ExtenderTest, CountersAreTheMetricListsSchedulerCounters) {
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
+  json pod = FractionalPod("a", "12Gi");
+  ASSERT_EQ(extender_.Filter(Args(pod, {"g1"}))["NodeNames"].size(), 1U);
+  writer_.fail_bind = true;
+  extender_.Bind(BindArgs(pod, "g1"));
+  std::map<std::string, std::uint64_t> seen;
+  extender_.counters().ForEach([&](std::string_view metric, std::uint64_t value) {
+    const auto row = std::find_if(std::begin(names::kAllMetrics), std::end(names::kAllMetrics),
+                                  [&](const names::MetricInfo& m) { return m.name == metric; });
+    ASSERT_NE(row, std::end(names::kAllMetrics)) << metric;
+    EXPECT_EQ(row->type, "counter") << metric;
+    seen[std::string(metric)] = value;
+  });
+  EXPECT_EQ(seen.size(), 7U);
+  EXPECT_EQ(seen["tessera_scheduler_filters_total"], 1U);
+  EXPECT_EQ(seen["tessera_scheduler_binds_total"], 1U);
+  EXPECT_EQ(seen["tessera_scheduler_bind_failures_total"], 1U);
+  EXPECT_EQ(seen["tessera_scheduler_decisions_total"], 0U);
 }
 
 TEST_F(ExtenderTest, ALostBindAnswerIsSettledByAskingTheApi) {

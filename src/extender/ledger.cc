@@ -72,8 +72,15 @@ std::string DecisionText(const json& pod) {
 
 }  // namespace
 
-Ledger::Ledger(policy::Policy policy, LedgerOptions options, Clock clock)
-    : policy_(std::move(policy)), options_(options), clock_(std::move(clock)) {}
+Ledger::Ledger(policy::Policy policy, LedgerOptions options, Clock& clock)
+    : policy_(std::move(policy)), options_(std::move(options)), clock_(clock) {}
+
+Ledger::Ledger(policy::Policy policy, LedgerOptions options,
+               std::function<Clock::TimePoint()> now)
+    : policy_(std::move(policy)),
+      options_(std::move(options)),
+      own_clock_(std::make_unique<FunctionClock>(std::move(now))),
+      clock_(*own_clock_) {}
 
 Ledger::~Ledger() = default;
 
@@ -261,7 +268,7 @@ void Ledger::ObservePodLocked(const json& pod) {
       e.k8s_priority = id.k8s_priority;
       if (e.state != Entry::State::kBound) {  // the watch overtook our own bind's answer
         e.state = Entry::State::kBound;
-        e.bound_at = clock_();
+        e.bound_at = clock_.Now();
       }
       return;
     }
@@ -310,7 +317,7 @@ void Ledger::ObservePodLocked(const json& pod) {
                         dev.memory_bytes});
   }
   e.state = Entry::State::kBound;
-  e.bound_at = clock_();
+  e.bound_at = clock_.Now();
   e.seen = true;
   Entry& stored = entries_[id.uid] = std::move(e);
   ApplyLocked(stored);
@@ -332,7 +339,7 @@ void Ledger::ReplacePods(const std::vector<json>& pods) {
     listed.insert(PodIdentity(p).uid);
   }
   std::erase_if(shown_, [&](const std::string& uid) { return !listed.contains(uid); });
-  const auto now = clock_();
+  const auto now = clock_.Now();
   std::vector<std::string> gone;
   for (auto& [uid, e] : entries_) {
     if (e.state != Entry::State::kBound || e.seen) continue;
@@ -348,7 +355,7 @@ void Ledger::ReplacePods(const std::vector<json>& pods) {
 // --- verbs --------------------------------------------------------------------------------
 
 std::size_t Ledger::ExpireLocked() {
-  const auto now = clock_();
+  const auto now = clock_.Now();
   std::vector<std::string> expired;
   for (const auto& [uid, e] : entries_) {
     if (e.state == Entry::State::kReserved && e.expires <= now) expired.push_back(uid);
@@ -423,7 +430,7 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   std::lock_guard lock(mu_);
   ExpireLocked();
   EnsureClusterLocked();
-  const auto now = clock_();
+  const auto now = clock_.Now();
   const std::set<std::string_view> asked(nodes.begin(), nodes.end());
   if (auto it = entries_.find(ask->uid); it != entries_.end()) {
     Entry& e = it->second;
@@ -551,7 +558,7 @@ void Ledger::FinishBind(const std::string& uid, bool bound) {
   }
   it->second.state = Entry::State::kBound;
   it->second.bound_here = true;
-  it->second.bound_at = clock_();
+  it->second.bound_at = clock_.Now();
 }
 
 std::map<std::string, std::vector<std::string>> Ledger::Preempt(

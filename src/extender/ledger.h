@@ -28,11 +28,10 @@
 #include "placement/policies.h"
 #include "placement/scheduler.h"
 #include "policy/policy.h"
+#include "tessera/clock.h"
 #include "tessera/status.h"
 
 namespace tessera::extender {
-
-using Clock = std::function<std::chrono::steady_clock::time_point()>;
 
 struct LedgerOptions {
   placement::PolicyKind placement = placement::PolicyKind::kTessera;
@@ -85,7 +84,10 @@ struct GpuBooks {
 
 class Ledger {
  public:
-  Ledger(policy::Policy policy, LedgerOptions options, Clock clock);
+  // `clock` judges every time-to-live and grace; it must outlive the ledger.
+  Ledger(policy::Policy policy, LedgerOptions options, Clock& clock = Clock::Real());
+  // For callers that hand a steady-time function: the same over a FunctionClock of `now`.
+  Ledger(policy::Policy policy, LedgerOptions options, std::function<Clock::TimePoint()> now);
   ~Ledger();
 
   // Nodes (from the Node watch).
@@ -147,7 +149,8 @@ class Ledger {
 
   const policy::Policy policy_;
   const LedgerOptions options_;
-  Clock clock_;
+  const std::unique_ptr<Clock> own_clock_;  // the FunctionClock, if constructed with a function
+  Clock& clock_;
   mutable std::mutex mu_;
   std::map<std::string, placement::Node> nodes_;      // by name, parsed inventories
   std::map<std::string, std::string> bad_nodes_;      // name -> why the inventory is unusable

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "contract/contract_testing.h"
+#include "testutil/fake_clock.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::extender {
@@ -21,7 +22,7 @@ constexpr std::uint64_t kGiB = 1ULL << 30;
 
 class LedgerTest : public ::testing::Test {
  protected:
-  LedgerTest() : ledger_(policy::DefaultPolicy(), Options(), [this] { return now_; }) {}
+  LedgerTest() : ledger_(policy::DefaultPolicy(), Options(), clock_) {}
   static LedgerOptions Options() {
     LedgerOptions o;
     o.reservation_ttl = 30s;
@@ -47,7 +48,7 @@ class LedgerTest : public ::testing::Test {
     return used;
   }
 
-  std::chrono::steady_clock::time_point now_{};
+  testutil::FakeClock clock_;
   Ledger ledger_;
 };
 
@@ -81,16 +82,16 @@ TEST_F(LedgerTest, AReservationHoldsTheGpuBeforeBind) {
 TEST_F(LedgerTest, ExpiredReservationsAreReleasedAndCannotBind) {
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   ASSERT_EQ(ledger_.Filter(FractionalPod("a", "10Gi"), {"g1"}).nodes.size(), 1U);
-  now_ += 29s;
+  clock_.Advance(29s);
   EXPECT_EQ(ledger_.ExpireReservations(), 0U);
-  now_ += 2s;
+  clock_.Advance(2s);
   EXPECT_EQ(ledger_.ExpireReservations(), 1U);
   EXPECT_EQ(MemoryUsed("g1"), 0U);
   EXPECT_EQ(ledger_.BeginBind("uid-a", "g1").status().code(), StatusCode::kNotFound);
   // A reservation being bound does not expire.
   ASSERT_EQ(ledger_.Filter(FractionalPod("b", "10Gi"), {"g1"}).nodes.size(), 1U);
   ASSERT_OK(ledger_.BeginBind("uid-b", "g1"));
-  now_ += 120s;
+  clock_.Advance(120s);
   EXPECT_EQ(ledger_.ExpireReservations(), 0U);
 }
 
@@ -167,7 +168,7 @@ TEST_F(LedgerTest, ARestartedLedgerRebuildsFromTheApi) {
   // A pod reserved but never bound is not in the API: the restarted ledger must not count it.
   ASSERT_EQ(ledger_.Filter(FractionalPod("unbound", "1Gi"), {"g1", "g2"}).nodes.size(), 1U);
 
-  Ledger restarted(policy::DefaultPolicy(), LedgerOptions{}, [this] { return now_; });
+  Ledger restarted(policy::DefaultPolicy(), LedgerOptions{}, clock_);
   restarted.ReplaceNodes(nodes);
   restarted.ReplacePods(api);
   EXPECT_EQ(restarted.bound(), 6U);
@@ -203,7 +204,7 @@ TEST_F(LedgerTest, RelistKeepsFreshBindsAndDropsVanishedPods) {
   ASSERT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
   ledger_.ReplacePods({});  // a list taken before our Binding landed
   EXPECT_EQ(MemoryUsed("g1"), 4 * kGiB);
-  now_ += 61s;
+  clock_.Advance(61s);
   ledger_.ReplacePods({});  // still not there a minute later: the pod is gone
   EXPECT_EQ(MemoryUsed("g1"), 0U);
 }
@@ -380,7 +381,7 @@ TEST_F(LedgerTest, APodKeptAcrossARelistIsReleasedIfTheWatchNeverShowsIt) {
   ASSERT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
   ledger_.ReplacePods({});  // deleted while the watch was down, or not bound yet in the list
   EXPECT_EQ(MemoryUsed("g1"), 4 * kGiB);
-  now_ += 61s;
+  clock_.Advance(61s);
   ledger_.ExpireReservations();
   EXPECT_EQ(MemoryUsed("g1"), 0U);
 }
@@ -400,7 +401,7 @@ TEST_F(LedgerTest, TooManyGpuModelsLeavesTheNodeOutInsteadOfCrashing) {
 TEST_F(LedgerTest, DecisionsThatDoNotVerifyAreNotCounted) {
   LedgerOptions o = Options();
   o.verify = [](const std::string&, const std::string& signature) { return signature == "good"; };
-  Ledger ledger(policy::DefaultPolicy(), o, [this] { return now_; });
+  Ledger ledger(policy::DefaultPolicy(), o, clock_);
   ledger.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   Reservation r;
   r.node = "g1";

@@ -1,7 +1,6 @@
 #include "k8s/leader.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <random>
@@ -19,20 +18,6 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
-
-class RealLeaderClock final : public LeaderClock {
- public:
-  TimePoint Now() override { return std::chrono::steady_clock::now(); }
-  std::chrono::system_clock::time_point WallNow() override {
-    return std::chrono::system_clock::now();
-  }
-  void SleepUntil(TimePoint deadline, std::stop_token stop) override {
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock<std::mutex> lock(mu);
-    cv.wait_until(lock, stop, deadline, [] { return false; });
-  }
-};
 
 // A string field of a JSON object ("" when absent or not a string).
 std::string StringField(const Json& object, const char* key) {
@@ -54,11 +39,6 @@ const Json& Spec(const Json& lease) {
 }
 
 }  // namespace
-
-LeaderClock& LeaderClock::Real() {
-  static RealLeaderClock* clock = new RealLeaderClock();  // never destroyed: used by any thread
-  return *clock;
-}
 
 std::string DefaultLeaderIdentity() {
   char host[256] = {};
@@ -114,7 +94,7 @@ StatusOr<std::unique_ptr<LeaderElector>> LeaderElector::New(const Config& config
 LeaderElector::LeaderElector(std::unique_ptr<Client> client, LeaderElectorOptions options)
     : client_(std::move(client)),
       options_(std::move(options)),
-      clock_(options_.clock != nullptr ? *options_.clock : LeaderClock::Real()),
+      clock_(options_.clock != nullptr ? *options_.clock : Clock::Real()),
       path_(LeasePath(options_.ns, options_.lease_name)) {}
 
 LeaderElector::~LeaderElector() = default;
@@ -130,12 +110,12 @@ std::string LeaderElector::LeaderIdentity() const {
   return leader_identity_;
 }
 
-void LeaderElector::SetLeaderUntil(LeaderClock::TimePoint until) {
+void LeaderElector::SetLeaderUntil(Clock::TimePoint until) {
   leader_until_ns_.store(duration_cast<nanoseconds>(until.time_since_epoch()).count(),
                          std::memory_order_release);
 }
 
-void LeaderElector::Observe(const Json& lease, LeaderClock::TimePoint now) {
+void LeaderElector::Observe(const Json& lease, Clock::TimePoint now) {
   const Json& spec = Spec(lease);
   const std::string holder = StringField(spec, "holderIdentity");
   // Any write makes a new resourceVersion; holder and renewTime are compared as well in case a
@@ -218,7 +198,7 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
   return Attempt::kHeld;
 }
 
-void LeaderElector::StartLeading(LeaderClock::TimePoint until) {
+void LeaderElector::StartLeading(Clock::TimePoint until) {
   SetLeaderUntil(until);
   leading_ = true;
   TESSERA_LOG(kInfo, kK8s, "lease %s: %s started leading", path_.c_str(),
@@ -261,9 +241,9 @@ void LeaderElector::Release() {
 void LeaderElector::Run(std::stop_token stop) {
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_int_distribution<std::int64_t> jitter(0, options_.retry_period.count() / 5);
-  LeaderClock::TimePoint lead_until{};
+  Clock::TimePoint lead_until{};
   while (!stop.stop_requested()) {
-    const LeaderClock::TimePoint start = clock_.Now();
+    const Clock::TimePoint start = clock_.Now();
     const Attempt attempt = TryAcquireOrRenew();
     if (attempt == Attempt::kHeld) {
       // Leader until renew_deadline after the start of this round: every candidate saw the
@@ -283,7 +263,7 @@ void LeaderElector::Run(std::stop_token stop) {
         StopLeading("no successful renew within the renew deadline");
       }
     }
-    LeaderClock::TimePoint next = start + options_.retry_period;
+    Clock::TimePoint next = start + options_.retry_period;
     if (!leading_) next += milliseconds(jitter(rng));  // candidates spread out
     clock_.SleepUntil(next, stop);
   }

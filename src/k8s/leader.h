@@ -28,28 +28,13 @@
 #include <stop_token>
 #include <string>
 
+#include "tessera/clock.h"
 #include "tessera/status.h"
 
 #include "k8s/client.h"
 #include "k8s/config.h"
 
 namespace tessera::k8s {
-
-// Time as the elector sees it; tests inject a fake one.
-class LeaderClock {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-  virtual ~LeaderClock() = default;
-  // Monotonic: every expiry and deadline decision. Called from IsLeader() too: thread-safe.
-  virtual TimePoint Now() = 0;
-  // Wall time for the timestamps written into the Lease (informational).
-  virtual std::chrono::system_clock::time_point WallNow() = 0;
-  // Returns once Now() >= deadline, or at once when `stop` is requested.
-  virtual void SleepUntil(TimePoint deadline, std::stop_token stop) = 0;
-
-  // The steady and system clocks (a process-wide instance).
-  static LeaderClock& Real();
-};
 
 struct LeaderElectorOptions {
   std::string ns;          // the Lease's namespace
@@ -65,7 +50,10 @@ struct LeaderElectorOptions {
   // On stop, a leader empties holderIdentity so that another can take over at once. false:
   // the Lease is left to expire (as if the process had died).
   bool release_on_cancel = true;
-  LeaderClock* clock = nullptr;  // nullptr: LeaderClock::Real(); must outlive the elector
+  // Time as the elector sees it: Now() for every expiry and deadline (called from IsLeader()
+  // too), WallNow() for the timestamps written into the Lease (informational), SleepUntil()
+  // between rounds. nullptr: Clock::Real(); tests inject a fake one. Must outlive the elector.
+  Clock* clock = nullptr;
 
   // Called on the Run() thread, in order; keep them short.
   std::function<void()> on_started_leading;
@@ -111,15 +99,15 @@ class LeaderElector {
   // One round: read the Lease, and create, take over or renew it if the rules allow.
   Attempt TryAcquireOrRenew();
   // Notes a Lease read or written at `now`: restarts the expiry timer if it changed.
-  void Observe(const Json& lease, LeaderClock::TimePoint now);
-  void StartLeading(LeaderClock::TimePoint until);
+  void Observe(const Json& lease, Clock::TimePoint now);
+  void StartLeading(Clock::TimePoint until);
   void StopLeading(const char* why);  // on stop: after the release, if any
   void Release();
-  void SetLeaderUntil(LeaderClock::TimePoint until);
+  void SetLeaderUntil(Clock::TimePoint until);
 
   std::unique_ptr<Client> client_;
   const LeaderElectorOptions options_;
-  LeaderClock& clock_;
+  Clock& clock_;
   const std::string path_;
 
   // The instant (steady clock, ns since its epoch) until which we lead; kNotLeading when not.
@@ -129,7 +117,7 @@ class LeaderElector {
   // The Run() thread's own state.
   bool leading_ = false;
   std::string observed_version_;            // resourceVersion, holder and renewTime last seen
-  LeaderClock::TimePoint observed_time_{};  // when they last changed
+  Clock::TimePoint observed_time_{};  // when they last changed
   std::chrono::seconds observed_duration_{0};
   std::string reported_leader_;
 

@@ -14,6 +14,7 @@
 
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"
+#include "testutil/fake_clock.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::k8s {
@@ -28,66 +29,11 @@ constexpr char kNs[] = "ns";
 constexpr char kName[] = "lock";
 constexpr char kMe[] = "me";
 
-// 2026-01-01T00:00:00Z: the fake wall clock's start.
-const std::chrono::system_clock::time_point kWallStart =
-    std::chrono::system_clock::time_point(seconds(1767225600));
+using testutil::FakeClock;
 
-class FakeClock final : public LeaderClock {
- public:
-  TimePoint Now() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return now_;
-  }
-  std::chrono::system_clock::time_point WallNow() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return kWallStart + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                            now_ - TimePoint(kStart));
-  }
-  void SleepUntil(TimePoint deadline, std::stop_token stop) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++sleeps_;
-    deadline_ = deadline;
-    sleeping_ = true;
-    cv_.wait(lock, stop, [&] { return now_ >= deadline; });
-    sleeping_ = false;
-  }
-
-  void Advance(std::chrono::nanoseconds d) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      now_ += d;
-    }
-    cv_.notify_all();
-  }
-  // Moves the time to the end of the current sleep.
-  void WakeSleeper() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      now_ = std::max(now_, deadline_);
-    }
-    cv_.notify_all();
-  }
-  // The number of SleepUntil() calls so far, and whether one is waiting now.
-  int sleeps() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return sleeps_;
-  }
-  bool sleeping() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return sleeping_;
-  }
-  // Time since the start.
-  std::chrono::nanoseconds Elapsed() { return Now() - TimePoint(kStart); }
-
- private:
-  static constexpr std::chrono::hours kStart{1000};
-  std::mutex mu_;
-  std::condition_variable_any cv_;
-  TimePoint now_{kStart};
-  TimePoint deadline_{};
-  int sleeps_ = 0;
-  bool sleeping_ = false;
-};
+// The fake clock's start: steady time 1000 h, wall time 2026-01-01T00:00:00Z.
+constexpr Clock::TimePoint kStart{std::chrono::hours(1000)};
+constexpr Clock::WallTimePoint kWallStart = FakeClock::kWallStart;
 
 void StatusAnswer(httplib::Response& res, int code, const std::string& reason) {
   res.status = code;
@@ -299,7 +245,7 @@ class LeaderTest : public ::testing::Test {
   }
 
   FakeLeases leases_;
-  FakeClock clock_;
+  FakeClock clock_{kStart};
   std::unique_ptr<LeaderElector> elector_;
   std::jthread runner_;
   std::mutex mu_;

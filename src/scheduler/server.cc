@@ -15,6 +15,8 @@ namespace tessera::scheduler {
 
 using extender::Extender;
 using extender::ExtenderCounters;
+using extender::GpuBooks;
+using extender::GpuVerdict;
 using extender::Ledger;
 
 using nlohmann::json;
@@ -150,12 +152,7 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
     const ExtenderCounters& c = extender->counters();
     prom::Exposition out;
     const auto count = [](std::uint64_t v) { return static_cast<double>(v); };
-    out.Add(n::kMetricSchedulerFilters, {}, count(c.filters));
-    out.Add(n::kMetricSchedulerFilterErrors, {}, count(c.filter_errors));
-    out.Add(n::kMetricSchedulerUnschedulable, {}, count(c.unschedulable));
-    out.Add(n::kMetricSchedulerDecisions, {}, count(c.decisions));
-    out.Add(n::kMetricSchedulerBindFailures, {}, count(c.bind_failures));
-    out.Add(n::kMetricSchedulerPreemptions, {}, count(c.preemptions));
+    c.ForEach([&](std::string_view metric, std::uint64_t v) { out.Add(metric, {}, count(v)); });
     out.Add(n::kMetricSchedulerReservations, {}, count(ledger->reservations()));
     out.Add(n::kMetricSchedulerBoundPods, {}, count(ledger->bound()));
     out.Add(n::kMetricSchedulerNodes, {}, count(ledger->nodes()));

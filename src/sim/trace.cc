@@ -12,12 +12,26 @@ namespace {
 struct ModelRow {
   std::string_view name;
   std::int64_t memory_mib;
+  int rank;  // where the list of known models names it
 };
-constexpr ModelRow kModels[] = {
-#define TESSERA_TRACE_GPU_MODEL(name, mib) {name, mib},
-#include "sim/trace_gpu_models.def"
-#undef TESSERA_TRACE_GPU_MODEL
-};
+
+// The trace vocabulary's rows of tessera/gpu_models.def (those with a trace name), in the order
+// the list of known models names them.
+const std::vector<ModelRow>& Models() {
+  static const std::vector<ModelRow> rows = [] {
+    std::vector<ModelRow> all = {
+#define TESSERA_GPU_MODEL(id, name, memory, mig, aliases, trace_name, trace_mib, trace_rank) \
+  {trace_name, trace_mib, trace_rank},
+#include "tessera/gpu_models.def"
+#undef TESSERA_GPU_MODEL
+    };
+    std::erase_if(all, [](const ModelRow& row) { return row.name.empty(); });
+    std::sort(all.begin(), all.end(),
+              [](const ModelRow& a, const ModelRow& b) { return a.rank < b.rank; });
+    return all;
+  }();
+  return rows;
+}
 
 std::string Where(std::string_view file, std::size_t line) {
   return std::string(file) + ":" + std::to_string(line) + ": ";
@@ -105,7 +119,7 @@ StatusOr<std::string> ReadFile(const std::string& path) {
 }  // namespace
 
 std::optional<std::int64_t> TraceGpuMemoryMib(std::string_view model) {
-  for (const ModelRow& row : kModels) {
+  for (const ModelRow& row : Models()) {
     if (row.name == model) return row.memory_mib;
   }
   return std::nullopt;
@@ -136,7 +150,7 @@ StatusOr<std::vector<placement::Node>> ParseNodeCsv(std::string_view text, std::
           const std::optional<std::int64_t> mem = TraceGpuMemoryMib(model);
           if (!mem.has_value()) {
             std::string known;
-            for (const ModelRow& row : kModels) known += (known.empty() ? "" : ", ") +
+            for (const ModelRow& row : Models()) known += (known.empty() ? "" : ", ") +
                                                          std::string(row.name);
             return InvalidArgumentError(Where(file, line) + "unknown GPU model " + Quote(model) +
                                         "; known: " + known);

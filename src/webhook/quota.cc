@@ -26,8 +26,15 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
   return u;
 }
 
-QuotaBook::QuotaBook(const policy::Policy* policy, Clock clock, std::chrono::milliseconds ttl)
-    : policy_(policy), clock_(std::move(clock)), ttl_(ttl) {}
+QuotaBook::QuotaBook(const policy::Policy* policy, Clock& clock, std::chrono::milliseconds ttl)
+    : policy_(policy), clock_(clock), ttl_(ttl) {}
+
+QuotaBook::QuotaBook(const policy::Policy* policy, std::function<Clock::TimePoint()> now,
+                     std::chrono::milliseconds ttl)
+    : policy_(policy),
+      own_clock_(std::make_unique<FunctionClock>(std::move(now))),
+      clock_(*own_clock_),
+      ttl_(ttl) {}
 
 void QuotaBook::ObservePod(const json& pod) {
   auto ask = contract::ParsePodAsk(pod, *policy_);
@@ -67,7 +74,7 @@ Usage QuotaBook::UsedLocked(const std::string& ns, std::uint64_t largest) {
   for (const auto& [uid, c] : pods_) {
     if (c.ns == ns) add(UsageOf(c.ask, largest));
   }
-  const auto now = clock_();
+  const auto now = clock_.Now();
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.expires <= now) {
       it = pending_.erase(it);
@@ -113,7 +120,7 @@ Status QuotaBook::Admit(const std::string& ns, const std::string& name,
           std::to_string(asked.cores_percent) + "%");
     }
   }
-  if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_() + ttl_};
+  if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_.Now() + ttl_};
   return Status::Ok();
 }
 

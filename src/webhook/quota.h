@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 
 #include "contract/pod_ask.h"
 #include "policy/policy.h"
+#include "tessera/clock.h"
 #include "tessera/status.h"
 
 namespace tessera::webhook {
@@ -38,8 +40,11 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest_gpu_memory);
 
 class QuotaBook {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
-  QuotaBook(const policy::Policy* policy, Clock clock,
+  // `clock` times out remembered admissions; it must outlive the book.
+  explicit QuotaBook(const policy::Policy* policy, Clock& clock = Clock::Real(),
+                     std::chrono::milliseconds admission_ttl = std::chrono::seconds(30));
+  // For callers that hand a steady-time function: the same over a FunctionClock of `now`.
+  QuotaBook(const policy::Policy* policy, std::function<Clock::TimePoint()> now,
             std::chrono::milliseconds admission_ttl = std::chrono::seconds(30));
 
   void ObservePod(const nlohmann::json& pod);
@@ -66,7 +71,8 @@ class QuotaBook {
   Usage UsedLocked(const std::string& ns, std::uint64_t largest);
 
   const policy::Policy* policy_;
-  Clock clock_;
+  const std::unique_ptr<Clock> own_clock_;  // the FunctionClock, if constructed with a function
+  Clock& clock_;
   const std::chrono::milliseconds ttl_;
   std::mutex mu_;
   std::map<std::string, Counted> pods_;     // by UID

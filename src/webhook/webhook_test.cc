@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 
 #include "contract/contract_testing.h"
+#include "testutil/fake_clock.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::webhook {
@@ -57,7 +58,7 @@ class WebhookTest : public ::testing::Test {
  protected:
   WebhookTest()
       : policy_(MakePolicy()),
-        quotas_(&policy_, [this] { return now_; }),
+        quotas_(&policy_, clock_),
         admission_(&policy_, Options(), View(), &quotas_) {}
   static policy::Policy MakePolicy() {
     auto p = policy::ParsePolicy(
@@ -96,7 +97,7 @@ class WebhookTest : public ::testing::Test {
     return res.value("/status/message"_json_pointer, std::string());
   }
 
-  std::chrono::steady_clock::time_point now_{};
+  testutil::FakeClock clock_;
   policy::Policy policy_;
   QuotaBook quotas_;
   Admission admission_;
@@ -236,7 +237,7 @@ TEST_F(WebhookTest, AdmissionsExpireIfThePodNeverAppears) {
   json a = Pod({{"tessera.dev/gpu-memory", "10Gi"}});
   EXPECT_TRUE(Validated(Review("CREATE", a))["allowed"].get<bool>());
   EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 10 * kGiB);
-  now_ += std::chrono::seconds(31);
+  clock_.Advance(std::chrono::seconds(31));
   EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 0U);
 }
 
