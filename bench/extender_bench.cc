@@ -22,6 +22,9 @@
 namespace tessera::extender {
 namespace {
 
+using contract::GenerateSigningKeyPem;
+using contract::Signer;
+
 using nlohmann::json;
 constexpr std::uint64_t kGiB = 1ULL << 30;
 constexpr int kNodes = 1000;
@@ -63,7 +66,7 @@ void BM_FilterPrioritize1000Nodes(benchmark::State& state) {
   const auto kind = static_cast<placement::PolicyKind>(state.range(0));
   LedgerOptions options;
   options.placement = kind;
-  Ledger ledger(policy::DefaultPolicy(), options, [] { return std::chrono::steady_clock::now(); });
+  Ledger ledger(policy::DefaultPolicy(), options, Clock::Real());
   NullWriter writer;
   auto signer = Signer::FromPem(*GenerateSigningKeyPem());
   Extender extender(&ledger, &writer, &*signer, "bench", [] { return 0; });

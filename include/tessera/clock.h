@@ -53,26 +53,4 @@ inline Clock& Clock::Real() {
   return *clock;
 }
 
-// A Clock whose steady time is a function, for callers that hand one (`[] { return
-// steady_clock::now(); }`). Wall time is the system clock's; SleepUntil polls the function.
-class FunctionClock final : public Clock {
- public:
-  explicit FunctionClock(std::function<TimePoint()> now) : now_(std::move(now)) {}
-  TimePoint Now() override { return now_(); }
-  WallTimePoint WallNow() override { return std::chrono::system_clock::now(); }
-  void SleepUntil(TimePoint deadline, std::stop_token stop) override {
-    std::mutex mu;
-    std::condition_variable_any cv;
-    std::unique_lock<std::mutex> lock(mu);
-    for (TimePoint now = Now(); now < deadline && !stop.stop_requested(); now = Now()) {
-      const auto step = std::min<std::chrono::steady_clock::duration>(
-          deadline - now, std::chrono::milliseconds(10));
-      cv.wait_for(lock, stop, step, [] { return false; });
-    }
-  }
-
- private:
-  std::function<TimePoint()> now_;
-};
-
 }  // namespace tessera

@@ -1,5 +1,7 @@
 #include "extender/extender.h"
 
+#include "k8s/object.h"
+
 #include "tessera/log.h"
 #include "tessera/names.h"
 
@@ -42,11 +44,6 @@ std::vector<std::string> NodeNames(const json& args) {
     }
   }
   return out;
-}
-
-std::string StringField(const json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 json FilterError(const std::string& message) {
@@ -112,10 +109,10 @@ json Extender::Bind(const json& args) {
     return json{{"Error", message}};
   };
   if (!synced_) return fail(kNotSynced);
-  const std::string ns = StringField(args, "PodNamespace");
-  const std::string name = StringField(args, "PodName");
-  const std::string uid = StringField(args, "PodUID");
-  const std::string node = StringField(args, "Node");
+  const std::string ns = k8s::StringAt(args, "PodNamespace");
+  const std::string name = k8s::StringAt(args, "PodName");
+  const std::string uid = k8s::StringAt(args, "PodUID");
+  const std::string node = k8s::StringAt(args, "Node");
   if (ns.empty() || name.empty() || uid.empty() || node.empty()) {
     return fail("tessera-scheduler: ExtenderBindingArgs: PodNamespace, PodName, PodUID and Node "
                 "are required");
@@ -174,7 +171,7 @@ json Extender::Preempt(const json& args) {
       auto pods = victims.find("Pods");
       if (pods == victims.end() || !pods->is_array()) continue;
       for (const json& p : *pods) {
-        const std::string uid = StringField(p, "UID");
+        const std::string uid = k8s::StringAt(p, "UID");
         if (!uid.empty()) uids.push_back(uid);
       }
     }

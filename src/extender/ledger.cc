@@ -75,12 +75,6 @@ std::string DecisionText(const json& pod) {
 Ledger::Ledger(policy::Policy policy, LedgerOptions options, Clock& clock)
     : policy_(std::move(policy)), options_(std::move(options)), clock_(clock) {}
 
-Ledger::Ledger(policy::Policy policy, LedgerOptions options,
-               std::function<Clock::TimePoint()> now)
-    : policy_(std::move(policy)),
-      options_(std::move(options)),
-      own_clock_(std::make_unique<FunctionClock>(std::move(now))),
-      clock_(*own_clock_) {}
 
 Ledger::~Ledger() = default;
 

@@ -86,8 +86,6 @@ class Ledger {
  public:
   // `clock` judges every time-to-live and grace; it must outlive the ledger.
   Ledger(policy::Policy policy, LedgerOptions options, Clock& clock = Clock::Real());
-  // For callers that hand a steady-time function: the same over a FunctionClock of `now`.
-  Ledger(policy::Policy policy, LedgerOptions options, std::function<Clock::TimePoint()> now);
   ~Ledger();
 
   // Nodes (from the Node watch).
@@ -149,7 +147,6 @@ class Ledger {
 
   const policy::Policy policy_;
   const LedgerOptions options_;
-  const std::unique_ptr<Clock> own_clock_;  // the FunctionClock, if constructed with a function
   Clock& clock_;
   mutable std::mutex mu_;
   std::map<std::string, placement::Node> nodes_;      // by name, parsed inventories

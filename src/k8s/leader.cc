@@ -10,27 +10,18 @@
 #include "tessera/log.h"
 
 #include "k8s/errors.h"
+#include "k8s/object.h"
 #include "k8s/paths.h"
 
 namespace tessera::k8s {
 namespace {
 
 using std::chrono::duration_cast;
+using k8s::IntAt;
+using k8s::StringAt;
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
 
-// A string field of a JSON object ("" when absent or not a string).
-std::string StringField(const Json& object, const char* key) {
-  if (!object.is_object()) return "";
-  const auto it = object.find(key);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
-
-std::int64_t IntField(const Json& object, const char* key) {
-  if (!object.is_object()) return 0;
-  const auto it = object.find(key);
-  return it != object.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
-}
 
 const Json& Spec(const Json& lease) {
   static const Json kEmpty = Json::object();
@@ -117,16 +108,16 @@ void LeaderElector::SetLeaderUntil(Clock::TimePoint until) {
 
 void LeaderElector::Observe(const Json& lease, Clock::TimePoint now) {
   const Json& spec = Spec(lease);
-  const std::string holder = StringField(spec, "holderIdentity");
+  const std::string holder = StringAt(spec, "holderIdentity");
   // Any write makes a new resourceVersion; holder and renewTime are compared as well in case a
   // server (or a fake) does not.
   std::string version = lease.is_object() ? ResourceVersionOf(lease) : std::string();
-  version += '\n' + holder + '\n' + StringField(spec, "renewTime");
+  version += '\n' + holder + '\n' + StringAt(spec, "renewTime");
   if (version != observed_version_) {
     observed_version_ = std::move(version);
     observed_time_ = now;
   }
-  const std::int64_t seconds = IntField(spec, "leaseDurationSeconds");
+  const std::int64_t seconds = IntAt(spec, "leaseDurationSeconds");
   observed_duration_ = seconds > 0 ? std::chrono::seconds(seconds) : options_.lease_duration;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,7 +159,7 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
 
   Observe(*got, clock_.Now());
   const Json& spec = Spec(*got);
-  const std::string holder = StringField(spec, "holderIdentity");
+  const std::string holder = StringAt(spec, "holderIdentity");
   if (!holder.empty() && holder != options_.identity &&
       clock_.Now() < observed_time_ + observed_duration_) {
     return Attempt::kNotHeld;  // held by another, renewed within its duration as we saw it
@@ -178,7 +169,7 @@ LeaderElector::Attempt LeaderElector::TryAcquireOrRenew() {
   if (!out.is_object()) out = Json::object();
   if (holder != options_.identity) {
     out["acquireTime"] = wall;
-    out["leaseTransitions"] = IntField(spec, "leaseTransitions") + 1;
+    out["leaseTransitions"] = IntAt(spec, "leaseTransitions") + 1;
   }
   out["holderIdentity"] = options_.identity;
   out["leaseDurationSeconds"] = options_.lease_duration.count();
@@ -221,7 +212,7 @@ void LeaderElector::Release() {
                 got.status().ToString().c_str());
     return;
   }
-  if (StringField(Spec(*got), "holderIdentity") != options_.identity) return;  // not ours now
+  if (StringAt(Spec(*got), "holderIdentity") != options_.identity) return;  // not ours now
   const std::string wall = FormatMicroTime(clock_.WallNow());
   Json lease = *got;
   Json& spec = lease["spec"];

@@ -4,6 +4,7 @@
 // them (test/architecture checks that no second copy appears).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +24,13 @@ inline const nlohmann::json* Find(const nlohmann::json& object, std::string_view
 inline std::string StringAt(const nlohmann::json& object, std::string_view key) {
   const nlohmann::json* v = Find(object, key);
   return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+// object[key] as an integer, `absent` if absent or not an integer.
+inline std::int64_t IntAt(const nlohmann::json& object, std::string_view key,
+                          std::int64_t absent = 0) {
+  const nlohmann::json* v = Find(object, key);
+  return v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : absent;
 }
 
 // metadata.annotations[key] if it is a string.

@@ -281,8 +281,7 @@ Status SchedulerProcess::BuildExtender() {
   ledger_options.verify = [verifier](const std::string& decision, const std::string& signature) {
     return verifier->Verify(decision, signature).ok();
   };
-  s.ledger = std::make_unique<Ledger>(s.policy, ledger_options,
-                                      [] { return std::chrono::steady_clock::now(); });
+  s.ledger = std::make_unique<Ledger>(s.policy, ledger_options, Clock::Real());
   s.writer = std::make_unique<KubePodWriter>(s.client.get());
   s.extender = std::make_unique<Extender>(s.ledger.get(), s.writer.get(), &*s.signer,
                                           options_.key_id, [] {
@@ -299,8 +298,7 @@ Status SchedulerProcess::BuildExtender() {
 
 Status SchedulerProcess::BuildAdmission() {
   State& s = *s_;
-  s.quotas = std::make_unique<webhook::QuotaBook>(&s.policy,
-                                                  [] { return std::chrono::steady_clock::now(); });
+  s.quotas = std::make_unique<webhook::QuotaBook>(&s.policy, Clock::Real());
   s.priority_classes = std::make_unique<PriorityClasses>(s.client.get());
   webhook::WebhookOptions webhook_options;
   webhook_options.scheduler_users = options_.scheduler_users;

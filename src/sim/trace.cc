@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <map>
 #include <sstream>
+
+#include "tessera/file.h"
 
 namespace tessera::sim {
 namespace {
@@ -106,14 +107,6 @@ StatusOr<std::int64_t> ParseInt(std::string_view text, std::string_view file, st
                                 " is not an integer");
   }
   return v;
-}
-
-StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError(path + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 }  // namespace

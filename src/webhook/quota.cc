@@ -29,12 +29,6 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
 QuotaBook::QuotaBook(const policy::Policy* policy, Clock& clock, std::chrono::milliseconds ttl)
     : policy_(policy), clock_(clock), ttl_(ttl) {}
 
-QuotaBook::QuotaBook(const policy::Policy* policy, std::function<Clock::TimePoint()> now,
-                     std::chrono::milliseconds ttl)
-    : policy_(policy),
-      own_clock_(std::make_unique<FunctionClock>(std::move(now))),
-      clock_(*own_clock_),
-      ttl_(ttl) {}
 
 void QuotaBook::ObservePod(const json& pod) {
   auto ask = contract::ParsePodAsk(pod, *policy_);

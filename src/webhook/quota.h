@@ -43,9 +43,6 @@ class QuotaBook {
   // `clock` times out remembered admissions; it must outlive the book.
   explicit QuotaBook(const policy::Policy* policy, Clock& clock = Clock::Real(),
                      std::chrono::milliseconds admission_ttl = std::chrono::seconds(30));
-  // For callers that hand a steady-time function: the same over a FunctionClock of `now`.
-  QuotaBook(const policy::Policy* policy, std::function<Clock::TimePoint()> now,
-            std::chrono::milliseconds admission_ttl = std::chrono::seconds(30));
 
   void ObservePod(const nlohmann::json& pod);
   void ForgetPod(const nlohmann::json& pod);
@@ -71,7 +68,6 @@ class QuotaBook {
   Usage UsedLocked(const std::string& ns, std::uint64_t largest);
 
   const policy::Policy* policy_;
-  const std::unique_ptr<Clock> own_clock_;  // the FunctionClock, if constructed with a function
   Clock& clock_;
   const std::chrono::milliseconds ttl_;
   std::mutex mu_;

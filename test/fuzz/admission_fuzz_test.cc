@@ -8,14 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testutil/fake_clock.h"
 #include "webhook/webhook.h"
 
 namespace {
 
 tessera::webhook::Admission& Instance() {
   static auto* policy = new tessera::policy::Policy(tessera::policy::DefaultPolicy());
-  static auto* quotas = new tessera::webhook::QuotaBook(
-      policy, [] { return std::chrono::steady_clock::time_point{}; });
+  static auto* clock = new tessera::testutil::FakeClock();  // time stands still
+  static auto* quotas = new tessera::webhook::QuotaBook(policy, *clock);
   static auto* admission = [] {
     tessera::webhook::ClusterView view;
     view.largest_gpu_memory = [] { return std::uint64_t{16} << 30; };

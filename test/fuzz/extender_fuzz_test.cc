@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "testutil/fake_clock.h"
 #include "extender/extender.h"
 #include "contract/contract_testing.h"
 
@@ -30,9 +31,9 @@ tessera::contract::Signer NewSigner() {
 }
 
 struct World {
+  tessera::testutil::FakeClock clock;  // time stands still
   tessera::extender::Ledger ledger{tessera::policy::DefaultPolicy(),
-                                   tessera::extender::LedgerOptions{},
-                                   [] { return std::chrono::steady_clock::time_point{}; }};
+                                   tessera::extender::LedgerOptions{}, clock};
   NullWriter writer;
   tessera::contract::Signer signer = NewSigner();
   tessera::extender::Extender extender{&ledger, &writer, &signer, "fuzz", [] { return 0; }};
