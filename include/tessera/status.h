@@ -13,28 +13,31 @@
 
 namespace tessera {
 
-// The one list of error codes. Names, ToString() and metric labels all come from here.
-// X(enumerator, "label"). The meanings follow the canonical (gRPC/abseil) codes; the Kubernetes
+// The one list of status codes. The enumerators (kInvalidArgument), the names and metric labels
+// ("invalid_argument") and the factories (InvalidArgumentError) all come from here.
+// X(Name, "label"). The meanings follow the canonical (gRPC/abseil) codes; the Kubernetes
 // client maps HTTP answers onto them: 409 AlreadyExists -> kAlreadyExists, 409 Conflict (stale
 // resourceVersion) -> kAborted, 410 Gone (resourceVersion too old) -> kOutOfRange,
 // 401 -> kUnauthenticated.
-#define TESSERA_STATUS_CODES(X)                 \
-  X(kOk, "ok")                                  \
-  X(kInvalidArgument, "invalid_argument")       \
-  X(kNotFound, "not_found")                     \
-  X(kAlreadyExists, "already_exists")           \
-  X(kResourceExhausted, "resource_exhausted")   \
-  X(kFailedPrecondition, "failed_precondition") \
-  X(kAborted, "aborted")                        \
-  X(kOutOfRange, "out_of_range")                \
-  X(kPermissionDenied, "permission_denied")     \
-  X(kUnauthenticated, "unauthenticated")        \
-  X(kUnavailable, "unavailable")                \
-  X(kDataLoss, "data_loss")                     \
-  X(kInternal, "internal")
+#define TESSERA_STATUS_ERROR_CODES(X)          \
+  X(InvalidArgument, "invalid_argument")       \
+  X(NotFound, "not_found")                     \
+  X(AlreadyExists, "already_exists")           \
+  X(ResourceExhausted, "resource_exhausted")   \
+  X(FailedPrecondition, "failed_precondition") \
+  X(Aborted, "aborted")                        \
+  X(OutOfRange, "out_of_range")                \
+  X(PermissionDenied, "permission_denied")     \
+  X(Unauthenticated, "unauthenticated")        \
+  X(Unavailable, "unavailable")                \
+  X(DataLoss, "data_loss")                     \
+  X(Internal, "internal")
+#define TESSERA_STATUS_CODES(X) \
+  X(Ok, "ok")                   \
+  TESSERA_STATUS_ERROR_CODES(X)
 
 enum class StatusCode : std::uint8_t {
-#define TESSERA_STATUS_ENUM(name, label) name,
+#define TESSERA_STATUS_ENUM(name, label) k##name,
   TESSERA_STATUS_CODES(TESSERA_STATUS_ENUM)
 #undef TESSERA_STATUS_ENUM
 };
@@ -72,18 +75,10 @@ class [[nodiscard]] Status {
 // argument), 3 not found, 1 anything else.
 int ToExitCode(const Status& status);
 
-Status InvalidArgumentError(std::string message);
-Status NotFoundError(std::string message);
-Status AlreadyExistsError(std::string message);
-Status ResourceExhaustedError(std::string message);
-Status FailedPreconditionError(std::string message);
-Status AbortedError(std::string message);
-Status OutOfRangeError(std::string message);
-Status PermissionDeniedError(std::string message);
-Status UnauthenticatedError(std::string message);
-Status UnavailableError(std::string message);
-Status DataLossError(std::string message);
-Status InternalError(std::string message);
+// InvalidArgumentError(message), NotFoundError(message), ...: one factory per error code.
+#define TESSERA_STATUS_FACTORY(name, label) Status name##Error(std::string message);
+TESSERA_STATUS_ERROR_CODES(TESSERA_STATUS_FACTORY)
+#undef TESSERA_STATUS_FACTORY
 
 // StatusOr<T>: either a value or a non-OK Status. Accessing value() of an error is a bug
 // (checked by TESSERA_ASSERT in debug builds).

@@ -5,7 +5,7 @@ namespace tessera {
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
 #define TESSERA_STATUS_CASE(name, label) \
-  case StatusCode::name:                 \
+  case StatusCode::k##name:              \
     return label;
     TESSERA_STATUS_CODES(TESSERA_STATUS_CASE)
 #undef TESSERA_STATUS_CASE
@@ -46,25 +46,9 @@ int ToExitCode(const Status& status) {
   }
 }
 
-Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
-Status ResourceExhaustedError(std::string m) {
-  return {StatusCode::kResourceExhausted, std::move(m)};
-}
-Status FailedPreconditionError(std::string m) {
-  return {StatusCode::kFailedPrecondition, std::move(m)};
-}
-Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
-Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-Status PermissionDeniedError(std::string m) {
-  return {StatusCode::kPermissionDenied, std::move(m)};
-}
-Status UnauthenticatedError(std::string m) {
-  return {StatusCode::kUnauthenticated, std::move(m)};
-}
-Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
-Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
-Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+#define TESSERA_STATUS_FACTORY(name, label) \
+  Status name##Error(std::string m) { return {StatusCode::k##name, std::move(m)}; }
+TESSERA_STATUS_ERROR_CODES(TESSERA_STATUS_FACTORY)
+#undef TESSERA_STATUS_FACTORY
 
 }  // namespace tessera

@@ -18,10 +18,18 @@ TEST(Status, OkIsDefaultAndCheap) {
 }
 
 TEST(Status, EveryCodeHasItsName) {
-#define TESSERA_CHECK_NAME(name, label) EXPECT_EQ(StatusCodeName(StatusCode::name), label);
+#define TESSERA_CHECK_NAME(name, label) EXPECT_EQ(StatusCodeName(StatusCode::k##name), label);
   TESSERA_STATUS_CODES(TESSERA_CHECK_NAME)
 #undef TESSERA_CHECK_NAME
   EXPECT_EQ(StatusCodeName(static_cast<StatusCode>(200)), "unknown");
+}
+
+TEST(Status, EveryErrorCodeHasItsFactory) {
+#define TESSERA_CHECK_FACTORY(name, label)                   \
+  EXPECT_EQ(name##Error("m").code(), StatusCode::k##name);   \
+  EXPECT_EQ(name##Error("m").ToString(), std::string(label) + ": m");
+  TESSERA_STATUS_ERROR_CODES(TESSERA_CHECK_FACTORY)
+#undef TESSERA_CHECK_FACTORY
 }
 
 TEST(Status, ContextPrefixesMessage) {
