@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every test. This is the README's test command and what .ci/run calls.
-#   1. dependencies (hack/install-deps.sh, idempotent)
-#   2. GCC build, warnings as errors; all tests (unit, fuzz corpus replay, ...)
+#   1. dependencies (hack/install-deps.sh, idempotent); format check (hack/format.sh --check)
+#   2. GCC build, warnings as errors; all tests (unit, fuzz corpus replay, ...); then clang-tidy
+#      (hack/tidy.sh) over every source in that build's compile database
 #   3. clang build with address + undefined sanitizers; all tests again
 #   4. clang libFuzzer build; each fuzz target runs a bounded number of inputs
 #   5. clang thread-sanitizer build of the core tests
@@ -53,7 +54,30 @@ run_preset() {
   run_ctest --test-dir "build/$preset" -j "$jobs" -LE e2e
 }
 
+# A check that is not a ctest run (format, lint, the e2e smoke test) counts as one test.
+run_check() {
+  local hint=$1
+  shift
+  if "$@"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    printf '\n%s\n' "$hint"
+    printf '\n%d passed, %d failed\n' "$passed" "$failed"
+    exit 1
+  fi
+}
+
+step "format: clang-format (hack/format.sh --check)"
+run_check "format: fix with hack/format.sh (rewrites the files listed above), then commit" \
+  hack/format.sh --check
+
 run_preset dev
+
+step "lint: clang-tidy (hack/tidy.sh, build/dev's compile database)"
+run_check "tidy: fix the diagnostics above; hack/tidy.sh FILE... re-checks some files" \
+  env TIDY_JOBS="$jobs" hack/tidy.sh
+
 run_preset asan
 
 step "fuzz: libFuzzer, bounded runs"
