@@ -29,6 +29,8 @@
 namespace tessera::extender {
 namespace {
 
+using contract::GenerateSigningKeyPem;
+using contract::Signer;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 

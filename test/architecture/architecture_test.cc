@@ -138,7 +138,7 @@ const std::set<std::string> kTestIncludeRoots = {"testutil", "e2e", "fakes", "he
 TEST(Architecture, ThePartsTableNamesEveryFolderOfSrcAndCmd) {
   const auto parts = LoadParts();
   ASSERT_GE(parts.size(), 10u) << "no parts table found in docs/architecture.md";
-  for (const std::string& top : {"src", "cmd"}) {
+  for (const char* top : {"src", "cmd"}) {
     for (const auto& entry : fs::directory_iterator(kRoot / top)) {
       if (!entry.is_directory()) continue;
       const std::string rel = Relative(entry.path()) + "/";

@@ -238,7 +238,7 @@ TEST_F(HelmChartTest, WebhooksMatchTheTestedConfigurationAndTheirCertificate) {
   EXPECT_EQ(X509_verify_cert(ctx.get()), 1)
       << X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()));
   const std::string host = kPrefix + "-webhook." + kNamespace + ".svc";
-  EXPECT_EQ(X509_check_host(leaf.get(), host.c_str(), host.size(), 0, nullptr), 1) << host;
+  EXPECT_EQ(X509_check_host(leaves.front().get(), host.c_str(), host.size(), 0, nullptr), 1) << host;
 }
 
 TEST_F(HelmChartTest, RbacGrantsExactlyWhatTheCodeCalls) {
