@@ -15,7 +15,7 @@ namespace tessera {
 // The default bound: above any input tessera reads (the largest is a 12,000-node trace).
 inline constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;
 
-// Reads `path` whole. Errors name the path:
+// Reads `path` whole. Errors say "cannot read PATH: why":
 //   kNotFound         it does not exist or cannot be opened (the reason from the OS)
 //   kInvalidArgument  it is not a regular file (a directory, a device, a FIFO, a socket), or it
 //                     holds more than `max_bytes` (the message names the limit)

@@ -137,7 +137,7 @@ StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
   } else {
     auto file = ReadFile(from);
     if (!file.ok()) {
-      return NotFoundError("--from " + file.status().message() +
+      return NotFoundError("--from: " + file.status().message() +
                            " (a file of tessera-node /metrics text, or -)");
     }
     text = std::move(*file);

@@ -40,20 +40,20 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) {
     const int err = errno;
-    if (err == ENXIO) return InvalidArgumentError(path + ": not a regular file");
-    return NotFoundError(path + ": cannot read: " + std::strerror(err));
+    if (err == ENXIO) return InvalidArgumentError("cannot read " + path + ": not a regular file");
+    return NotFoundError("cannot read " + path + ": " + std::strerror(err));
   }
   struct stat st {};
   if (fstat(fd.get(), &st) != 0) {
-    return NotFoundError(path + ": cannot stat: " + std::strerror(errno));
+    return NotFoundError("cannot read " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
-    return InvalidArgumentError(path + ": is " + std::string(KindOf(st.st_mode)) +
-                                ", expected a regular file");
+    return InvalidArgumentError("cannot read " + path + ": it is " +
+                                std::string(KindOf(st.st_mode)) + ", expected a regular file");
   }
   const auto too_big = [&] {
-    return InvalidArgumentError(path + ": larger than the limit of " + std::to_string(max_bytes) +
-                                " bytes");
+    return InvalidArgumentError("cannot read " + path + ": larger than the limit of " +
+                                std::to_string(max_bytes) + " bytes");
   };
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big();
   // /proc and /sys files report size 0: read in chunks up to the bound either way.
@@ -64,7 +64,7 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
     const ssize_t n = read(fd.get(), chunk, sizeof(chunk));
     if (n < 0) {
       if (errno == EINTR) continue;
-      return DataLossError(path + ": read failed: " + std::strerror(errno));
+      return DataLossError("cannot read " + path + ": " + std::strerror(errno));
     }
     if (n == 0) break;
     if (text.size() + static_cast<std::size_t>(n) > max_bytes) return too_big();

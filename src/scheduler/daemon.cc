@@ -225,7 +225,7 @@ Status SchedulerProcess::ValidateConfiguration() {
     return InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)");
   }
   auto pem = ReadFile(options.signing_key_file);
-  if (!pem.ok()) return InvalidArgumentError("--signing-key " + pem.status().message());
+  if (!pem.ok()) return InvalidArgumentError("--signing-key: " + pem.status().message());
   auto signer = Signer::FromPem(*pem);
   if (!signer.ok()) return signer.status().WithContext("--signing-key");
   s_->signer = std::move(*signer);

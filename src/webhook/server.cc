@@ -45,7 +45,7 @@ struct Pair {
 StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_file) {
   StatusOr<std::string> cert_pem = ReadFile(cert_file);
   if (!cert_pem.ok()) {
-    return InvalidArgumentError("--tls-cert-file " + cert_pem.status().message());
+    return InvalidArgumentError("--tls-cert-file: " + cert_pem.status().message());
   }
   std::vector<k8s::X509Ptr> certs = k8s::ReadCertificates(*cert_pem);
   if (certs.empty()) {
@@ -59,7 +59,7 @@ StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_fil
   }
   StatusOr<std::string> key_pem = ReadFile(key_file);
   if (!key_pem.ok()) {
-    return InvalidArgumentError("--tls-key-file " + key_pem.status().message());
+    return InvalidArgumentError("--tls-key-file: " + key_pem.status().message());
   }
   p.key = k8s::ReadPrivateKey(*key_pem);
   OPENSSL_cleanse(key_pem->data(), key_pem->size());
