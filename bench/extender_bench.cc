@@ -9,15 +9,15 @@
 // Baseline in the same run (BM_JsonRoundTripOnly): parsing the same request and writing an
 // answer that names all 1,000 nodes, without any placement -- the floor any JSON extender pays.
 // The counters p50_us / p99_us are over the iterations.
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <chrono>
 #include <random>
 #include <vector>
 
-#include "extender/extender.h"
+#include <benchmark/benchmark.h>
+
 #include "contract/contract_testing.h"
+#include "extender/extender.h"
 
 namespace tessera::extender {
 namespace {
@@ -36,7 +36,7 @@ class NullWriter : public PodWriter {
     return Status::Ok();
   }
   StatusOr<std::string> NodeNameOf(const std::string&, const std::string&,
-                                    const std::string&) override {
+                                   const std::string&) override {
     return std::string();
   }
 };
@@ -72,13 +72,14 @@ void BM_FilterPrioritize1000Nodes(benchmark::State& state) {
   Extender extender(&ledger, &writer, &*signer, "bench", [] { return 0; });
   extender.SetSynced(true);
   const std::vector<std::string> names = NodeNames();
-  for (const std::string& n : names) ledger.UpsertNode(contract::testing::MakeNode(n, 8, 141 * kGiB));
+  for (const std::string& n : names)
+    ledger.UpsertNode(contract::testing::MakeNode(n, 8, 141 * kGiB));
   // Fill to about half with mixed fractional pods, bound through the real verbs.
   std::mt19937 rng(42);
   for (int i = 0; i < kNodes * 8; ++i) {
     json pod = contract::testing::FractionalPod("fill-" + std::to_string(i),
-                                      std::to_string(20 + rng() % 100) + "Gi",
-                                      std::to_string(10 + rng() % 40));
+                                                std::to_string(20 + rng() % 100) + "Gi",
+                                                std::to_string(10 + rng() % 40));
     json f = extender.Filter({{"Pod", pod}, {"NodeNames", names}});
     if (f["NodeNames"].empty()) break;
     (void)extender.Bind({{"PodName", pod["metadata"]["name"]},
@@ -94,7 +95,8 @@ void BM_FilterPrioritize1000Nodes(benchmark::State& state) {
     const std::string filter = extender.Filter(args).dump();
     // kube-scheduler sends prioritize only the nodes filter kept.
     json kept = json::parse(filter)["NodeNames"];
-    const std::string prioritize = extender.Prioritize({{"Pod", args["Pod"]}, {"NodeNames", kept}}).dump();
+    const std::string prioritize =
+        extender.Prioritize({{"Pod", args["Pod"]}, {"NodeNames", kept}}).dump();
     const auto t1 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(prioritize);
     micros.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
@@ -121,10 +123,10 @@ void BM_JsonRoundTripOnly(benchmark::State& state) {
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     const json args = json::parse(body);
-    const std::string answer = json{{"NodeNames", args["NodeNames"]},
-                                    {"FailedNodes", json::object()},
-                                    {"Error", ""}}
-                                   .dump();
+    const std::string answer = json{
+        {"NodeNames", args["NodeNames"]},
+        {"FailedNodes", json::object()},
+        {"Error", ""}}.dump();
     const auto t1 = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(answer);
     micros.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());

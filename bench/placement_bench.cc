@@ -3,12 +3,12 @@
 // arrivals (tuned to 130 % of that cluster's GPU capacity, seed 42) and times every decision;
 // the counters p50_us / p99_us / max_us are over all decisions of the replay, which covers the
 // empty, filling and saturated cluster.
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "placement/scheduler.h"
 #include "sim/replay.h"
@@ -67,7 +67,9 @@ void BM_PlacementDecision(benchmark::State& state) {
   }
   std::sort(micros.begin(), micros.end());
   auto at = [&](double q) {
-    return micros.empty() ? 0.0 : micros[static_cast<std::size_t>(q * static_cast<double>(micros.size() - 1))];
+    return micros.empty()
+               ? 0.0
+               : micros[static_cast<std::size_t>(q * static_cast<double>(micros.size() - 1))];
   };
   state.counters["decisions"] = static_cast<double>(micros.size());
   state.counters["p50_us"] = at(0.50);

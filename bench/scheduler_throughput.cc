@@ -20,9 +20,9 @@
 
 #include <httplib.h>
 
-#include "e2e/testcluster.h"
 #include "contract/decision.h"
 #include "e2e/scheduler_harness.h"
+#include "e2e/testcluster.h"
 #include "k8s/client.h"
 #include "k8s/paths.h"
 
@@ -44,7 +44,8 @@ json PodObject(const std::string& name, std::map<std::string, std::string> limit
           {"spec",
            {{"terminationGracePeriodSeconds", 0},
             {"containers",
-             {{{"name", "main"}, {"image", "registry.invalid/x:1"},
+             {{{"name", "main"},
+               {"image", "registry.invalid/x:1"},
                {"resources", {{"limits", limits}}}}}}}}};
 }
 
@@ -96,9 +97,9 @@ StatusOr<Result> Run(bool with_tessera, int pods, int run) {
   kc->burst = 4000;
   auto api = k8s::Client::New(*kc);
   if (!api.ok()) return api.status();
-  auto sa = (*api)->Create("/api/v1/namespaces/default/serviceaccounts",
-                           json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"},
-                                {"metadata", {{"name", "default"}}}});
+  auto sa = (*api)->Create(
+      "/api/v1/namespaces/default/serviceaccounts",
+      json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", {{"name", "default"}}}});
   if (!sa.ok() && sa.status().code() != StatusCode::kAlreadyExists) return sa.status();
 
   std::mt19937 rng(static_cast<unsigned>(1000 + run));
@@ -145,7 +146,8 @@ StatusOr<Result> Run(bool with_tessera, int pods, int run) {
   if (with_tessera) {
     httplib::Client c("127.0.0.1", port);
     if (auto res = c.Get("/metrics")) {
-      for (std::size_t at = 0; (at = res->body.find("tessera_scheduler_request", at)) != std::string::npos;) {
+      for (std::size_t at = 0;
+           (at = res->body.find("tessera_scheduler_request", at)) != std::string::npos;) {
         const std::size_t end = res->body.find('\n', at);
         std::fprintf(stderr, "  %s\n", res->body.substr(at, end - at).c_str());
         at = end;
@@ -175,8 +177,8 @@ int main(int argc, char** argv) {
   double sum_baseline = 0;
   for (int run = 0; run < runs; ++run) {
     // Alternate which goes first, so that warm-up effects are shared.
-    for (bool with_tessera : run % 2 == 0 ? std::vector<bool>{true, false}
-                                          : std::vector<bool>{false, true}) {
+    for (bool with_tessera :
+         run % 2 == 0 ? std::vector<bool>{true, false} : std::vector<bool>{false, true}) {
       auto r = Run(with_tessera, pods, run);
       if (!r.ok()) {
         std::fprintf(stderr, "run failed: %s\n", r.status().ToString().c_str());

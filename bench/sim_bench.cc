@@ -1,11 +1,11 @@
 // The whole experiment grid on one trace: the 6 published policies and tessera's, x 10 seeds
 // (42..51) of the default trace, run on `threads` threads (the acceptance target: < 60 s on a
 // 2-core machine).
-#include <benchmark/benchmark.h>
-
 #include <atomic>
 #include <thread>
 #include <vector>
+
+#include <benchmark/benchmark.h>
 
 #include "sim/go_source.h"
 #include "sim/replay.h"
@@ -35,8 +35,8 @@ void BM_SevenPoliciesTenSeeds(benchmark::State& state) {
     std::atomic<int> failures{0};
     auto work = [&] {
       for (int j = next++; j < kRuns; j = next++) {
-        auto r = RunExperiment(*input, static_cast<placement::PolicyKind>(j / 10), 42 + j % 10,
-                               options);
+        auto r =
+            RunExperiment(*input, static_cast<placement::PolicyKind>(j / 10), 42 + j % 10, options);
         if (!r.ok()) ++failures;
       }
     };
@@ -48,7 +48,11 @@ void BM_SevenPoliciesTenSeeds(benchmark::State& state) {
   }
   state.counters["runs"] = kRuns;
 }
-BENCHMARK(BM_SevenPoliciesTenSeeds)->Arg(1)->Arg(2)->Iterations(1)->Unit(benchmark::kSecond)
+BENCHMARK(BM_SevenPoliciesTenSeeds)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond)
     ->UseRealTime();
 
 }  // namespace

@@ -9,7 +9,7 @@
 # *.cpp *.cu *.cuh, minus:
 #   third_party/, build/   not ours (third_party/ and build/ are ignored by git anyway).
 #   *.def                  X-macro tables (src/hook/cuda_hooks.def, nvml_hooks.def,
-#                          src/advise/gpu_models.def, src/sim/trace_gpu_models.def): one row per
+#                          include/tessera/gpu_models.def): one row per
 #                          entry is their point, and clang-format wraps every long row and, not
 #                          seeing a declaration, reads `(CUdevice* device, ...)` as a
 #                          multiplication (`CUdevice * device`). They are not in the patterns

@@ -1,8 +1,9 @@
 // tessera-scheduler: kube-scheduler extender (docs/design/0012-scheduler-extender.md).
 #include <CLI/CLI.hpp>
 
-#include "scheduler/daemon.h"
 #include "tessera/log.h"
+
+#include "scheduler/daemon.h"
 
 int main(int argc, char** argv) {
   tessera::scheduler::SchedulerOptions o;
@@ -21,11 +22,18 @@ int main(int argc, char** argv) {
   app.add_option("--reservation-ttl-ms", ttl_ms, "release reservations not bound within this")
       ->check(CLI::Range(std::int64_t{100}, std::int64_t{600'000}))
       ->capture_default_str();
-  app.add_option("--qps", o.qps, "API client rate limit")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--burst", o.burst, "API client burst")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--threads", o.threads, "HTTP worker threads")->check(CLI::Range(1, 256))->capture_default_str();
+  app.add_option("--qps", o.qps, "API client rate limit")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--burst", o.burst, "API client burst")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "HTTP worker threads")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--ready-file", o.ready_file, "write the port here once serving and synced");
-  app.add_option("--webhook-listen", o.webhook_listen, "HOST:PORT of the admission webhooks (HTTPS)")
+  app.add_option("--webhook-listen", o.webhook_listen,
+                 "HOST:PORT of the admission webhooks (HTTPS)")
       ->capture_default_str();
   app.add_option("--tls-cert-file", o.tls_cert_file,
                  "webhook serving certificate (PEM, re-read when it changes)");
@@ -33,22 +41,29 @@ int main(int argc, char** argv) {
   app.add_option("--scheduler-user", o.scheduler_users,
                  "user allowed to write decisions (repeatable; the scheduler's own identity)")
       ->capture_default_str();
-  app.add_option("--scheduler-name", o.scheduler_name,
-                 "kube-scheduler profile that calls this extender (pods of kai-scheduler move to it)")
+  app.add_option(
+         "--scheduler-name", o.scheduler_name,
+         "kube-scheduler profile that calls this extender (pods of kai-scheduler move to it)")
       ->capture_default_str();
   app.add_flag("--leader-elect", o.leader_elect,
                "elect one leader among replicas on a Lease; the others answer 503");
-  app.add_option("--lease-namespace", o.lease_namespace, "namespace of the Lease")->capture_default_str();
+  app.add_option("--lease-namespace", o.lease_namespace, "namespace of the Lease")
+      ->capture_default_str();
   app.add_option("--lease-name", o.lease_name, "name of the Lease")->capture_default_str();
   app.add_option("--identity", o.identity, "this replica's identity (default: hostname + random)");
   std::int64_t lease_s = o.lease_duration.count();
   std::int64_t renew_ms = o.renew_deadline.count();
   std::int64_t retry_ms = o.retry_period.count();
-  app.add_option("--lease-duration-s", lease_s, "Lease duration")->check(CLI::Range(1, 600))->capture_default_str();
-  app.add_option("--renew-deadline-ms", renew_ms, "leader gives up after failing to renew this long")
-      ->check(CLI::Range(100, 600'000))->capture_default_str();
+  app.add_option("--lease-duration-s", lease_s, "Lease duration")
+      ->check(CLI::Range(1, 600))
+      ->capture_default_str();
+  app.add_option("--renew-deadline-ms", renew_ms,
+                 "leader gives up after failing to renew this long")
+      ->check(CLI::Range(100, 600'000))
+      ->capture_default_str();
   app.add_option("--retry-period-ms", retry_ms, "between Lease attempts")
-      ->check(CLI::Range(50, 600'000))->capture_default_str();
+      ->check(CLI::Range(50, 600'000))
+      ->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
   CLI11_PARSE(app, argc, argv);

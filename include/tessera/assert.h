@@ -15,8 +15,8 @@ namespace tessera::internal {
 
 }  // namespace tessera::internal
 
-#define TESSERA_RELEASE_ASSERT(cond, reason)                                          \
-  do {                                                                                \
+#define TESSERA_RELEASE_ASSERT(cond, reason)                                           \
+  do {                                                                                 \
     if (!(cond)) ::tessera::internal::AssertFailed(__FILE__, __LINE__, #cond, reason); \
   } while (false)
 

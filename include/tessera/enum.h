@@ -27,12 +27,12 @@ struct EnumRow {
 
 #define TESSERA_ENUM_ENUMERATOR_(enumerator, name, meaning) enumerator,
 #define TESSERA_ENUM_ROW_(enumerator, name, meaning) {enumerator, name, meaning},
-#define TESSERA_ENUM_TABLE(Type, kRows, LIST)                                       \
-  enum class Type : std::uint8_t { LIST(TESSERA_ENUM_ENUMERATOR_) };                \
-  inline constexpr auto kRows = [] {                                                \
-    using enum Type;                                                                \
-    return std::to_array<::tessera::EnumRow<Type>>({LIST(TESSERA_ENUM_ROW_)});      \
-  }();                                                                              \
+#define TESSERA_ENUM_TABLE(Type, kRows, LIST)                                  \
+  enum class Type : std::uint8_t { LIST(TESSERA_ENUM_ENUMERATOR_) };           \
+  inline constexpr auto kRows = [] {                                           \
+    using enum Type;                                                           \
+    return std::to_array<::tessera::EnumRow<Type>>({LIST(TESSERA_ENUM_ROW_)}); \
+  }();                                                                         \
   constexpr const auto& EnumRowsOf(Type) { return kRows; }
 
 // Generic helpers over any EnumRow table (also used by the policy file's vocabularies).
@@ -76,7 +76,9 @@ StatusOr<Enum> ParseIn(const std::array<EnumRow<Enum>, N>& rows, std::string_vie
 
 // A type declared by TESSERA_ENUM_TABLE.
 template <typename Enum>
-concept TableEnum = requires(Enum value) { EnumRowsOf(value); };
+concept TableEnum = requires(Enum value) {
+  EnumRowsOf(value);
+};
 
 template <TableEnum Enum>
 constexpr std::string_view ToString(Enum value) {

@@ -14,11 +14,21 @@ inline void AppendJsonString(std::string& out, std::string_view text) {
   for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (u < 0x20) {
           static constexpr char kHex[] = "0123456789abcdef";
@@ -44,7 +54,9 @@ class ObjectWriter {
 
   void Str(std::string_view key, std::string_view value) { AppendJsonString(Field(key), value); }
   template <typename Integer>
-  void Num(std::string_view key, Integer value) { Field(key) += std::to_string(value); }
+  void Num(std::string_view key, Integer value) {
+    Field(key) += std::to_string(value);
+  }
   // A number with up to `digits` significant digits ("%.*g").
   void Real(std::string_view key, double value, int digits = 15) {
     char text[40];
@@ -65,7 +77,6 @@ class ObjectWriter {
   std::string& out_;
   bool first_ = true;
 };
-
 
 // Writes a JSON array of `items`, each through `write(item, out)` (which appends one value).
 template <typename Items, typename Write>

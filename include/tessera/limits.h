@@ -24,7 +24,7 @@ struct DeviceLimits {
 
 struct Limits {
   std::string pod_uid;
-  std::string pod;        // namespace/name
+  std::string pod;  // namespace/name
   std::string container;
   bool fail_closed = false;
   PriorityClass priority = PriorityClass::kNormal;
@@ -51,9 +51,9 @@ std::string FormatLimitsFile(const Limits& limits);
 
 // HAMi-core's variables: a cap for every device, per CUDA index, and a compute share.
 struct HamiLimits {
-  std::optional<std::uint64_t> all_devices_bytes;            // CUDA_DEVICE_MEMORY_LIMIT
-  std::vector<std::pair<int, std::uint64_t>> per_index;      // CUDA_DEVICE_MEMORY_LIMIT_<i>
-  std::optional<std::uint32_t> sm_percent;                   // CUDA_DEVICE_SM_LIMIT
+  std::optional<std::uint64_t> all_devices_bytes;        // CUDA_DEVICE_MEMORY_LIMIT
+  std::vector<std::pair<int, std::uint64_t>> per_index;  // CUDA_DEVICE_MEMORY_LIMIT_<i>
+  std::optional<std::uint32_t> sm_percent;               // CUDA_DEVICE_SM_LIMIT
   bool any() const { return all_devices_bytes || !per_index.empty() || sm_percent; }
   // The cap of CUDA device `index`, if any: its own variable, else the all-devices one.
   std::optional<std::uint64_t> ForIndex(int index) const;

@@ -10,10 +10,21 @@
 
 namespace tessera::log {
 
-#define TESSERA_LOG_LEVELS(X) X(kError, "error") X(kWarn, "warn") X(kInfo, "info") X(kDebug, "debug")
+#define TESSERA_LOG_LEVELS(X) \
+  X(kError, "error")          \
+  X(kWarn, "warn")            \
+  X(kInfo, "info")            \
+  X(kDebug, "debug")
 #define TESSERA_LOG_COMPONENTS(X) \
-  X(kCore, "core") X(kHook, "hook") X(kPolicy, "policy") X(kCli, "cli") X(kAgent, "agent") \
-  X(kScheduler, "scheduler") X(kWebhook, "webhook") X(kK8s, "k8s") X(kGovernor, "governor")
+  X(kCore, "core")                \
+  X(kHook, "hook")                \
+  X(kPolicy, "policy")            \
+  X(kCli, "cli")                  \
+  X(kAgent, "agent")              \
+  X(kScheduler, "scheduler")      \
+  X(kWebhook, "webhook")          \
+  X(kK8s, "k8s")                  \
+  X(kGovernor, "governor")
 
 #define TESSERA_LOG_ENUM(name, text) name,
 enum class Level : std::uint8_t { TESSERA_LOG_LEVELS(TESSERA_LOG_ENUM) };
@@ -39,10 +50,10 @@ void Logf(Level level, Component component, const char* format, ...)
 
 }  // namespace tessera::log
 
-#define TESSERA_LOG(level, component, ...)                                            \
-  do {                                                                               \
-    if (::tessera::log::Enabled(::tessera::log::Level::level)) {                     \
-      ::tessera::log::Logf(::tessera::log::Level::level,                             \
-                           ::tessera::log::Component::component, __VA_ARGS__);       \
-    }                                                                                \
+#define TESSERA_LOG(level, component, ...)                                                     \
+  do {                                                                                         \
+    if (::tessera::log::Enabled(::tessera::log::Level::level)) {                               \
+      ::tessera::log::Logf(::tessera::log::Level::level, ::tessera::log::Component::component, \
+                           __VA_ARGS__);                                                       \
+    }                                                                                          \
   } while (false)

@@ -12,28 +12,28 @@
 namespace tessera {
 
 // X(enumerator, "name", "meaning")
-#define TESSERA_TRUST_TIERS(X)                                                      \
-  X(kTeam, "team", "one team, shared goals, interference is tolerated")            \
+#define TESSERA_TRUST_TIERS(X)                                                    \
+  X(kTeam, "team", "one team, shared goals, interference is tolerated")           \
   X(kDepartment, "department", "departments with competing priorities")           \
-  X(kCustomer, "customer", "paying customers with SLAs; never share with others")  \
+  X(kCustomer, "customer", "paying customers with SLAs; never share with others") \
   X(kRegulated, "regulated", "regulated or adversarial; dedicated hardware only")
 
-#define TESSERA_SHARING_MODES(X)                                                            \
-  X(kShared, "shared", "time-sliced contexts with tessera's memory caps and compute shares")   \
-  X(kMps, "mps", "one MPS server per GPU: spatial sharing, one fault domain")                  \
-  X(kExclusive, "exclusive", "whole GPUs, never shared")                                       \
-  X(kMig, "mig", "a MIG instance: hardware partition of memory, SMs and faults")               \
+#define TESSERA_SHARING_MODES(X)                                                             \
+  X(kShared, "shared", "time-sliced contexts with tessera's memory caps and compute shares") \
+  X(kMps, "mps", "one MPS server per GPU: spatial sharing, one fault domain")                \
+  X(kExclusive, "exclusive", "whole GPUs, never shared")                                     \
+  X(kMig, "mig", "a MIG instance: hardware partition of memory, SMs and faults")             \
   X(kNative, "native", "no tessera enforcement; only a measurement baseline")
 
-#define TESSERA_PRIORITY_CLASSES(X)                                                   \
-  X(kLatencyCritical, "latency-critical", "realtime inference; others yield to it")    \
-  X(kNormal, "normal", "the default")                                                  \
+#define TESSERA_PRIORITY_CLASSES(X)                                                 \
+  X(kLatencyCritical, "latency-critical", "realtime inference; others yield to it") \
+  X(kNormal, "normal", "the default")                                               \
   X(kBestEffort, "best-effort", "batch; held back while latency-critical work runs")
 
 // How a compute share (tessera.dev/gpu-cores) is held.
-#define TESSERA_COMPUTE_MODES(X)                                                               \
-  X(kHard, "hard", "never more than the share, even when the GPU is otherwise idle")           \
-  X(kWorkConserving, "work-conserving",                                                         \
+#define TESSERA_COMPUTE_MODES(X)                                                     \
+  X(kHard, "hard", "never more than the share, even when the GPU is otherwise idle") \
+  X(kWorkConserving, "work-conserving",                                              \
     "the share is guaranteed; idle capacity is lent and reclaimed when its owner gets busy")
 
 TESSERA_ENUM_TABLE(TrustTier, kTrustTiers, TESSERA_TRUST_TIERS)

@@ -21,9 +21,8 @@ using Labels = std::vector<std::pair<std::string_view, std::string>>;
 // Fixed-bucket histogram of seconds, safe to observe from many threads.
 class Histogram {
  public:
-  static constexpr std::array<double, 14> kBounds = {0.0001, 0.00025, 0.0005, 0.001, 0.0025,
-                                                      0.005,  0.01,    0.025,  0.05,  0.1,
-                                                      0.25,   0.5,     1.0,    2.5};
+  static constexpr std::array<double, 14> kBounds = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5};
   void Observe(double seconds);
   std::uint64_t Count() const { return count_.load(std::memory_order_relaxed); }
   double Sum() const { return static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9; }

@@ -59,7 +59,8 @@ class Mapping {
   bool has_compute() const { return layout_ >= 2; }
 
  private:
-  Mapping(Region* region, std::uint32_t layout, std::uint64_t bytes) : region_(region), layout_(layout), bytes_(bytes) {}
+  Mapping(Region* region, std::uint32_t layout, std::uint64_t bytes)
+      : region_(region), layout_(layout), bytes_(bytes) {}
   static StatusOr<Mapping> AttachLayouts(const std::string& path, std::uint32_t oldest);
   Region* region_ = nullptr;
   std::uint32_t layout_ = kLayoutVersion;

@@ -21,11 +21,10 @@
 // kFree, or kOpen, or the arbiter's beat is stale (fail-open); otherwise it waits.
 #pragma once
 
-#include <pthread.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <pthread.h>
 
 namespace tessera::shm {
 
@@ -38,11 +37,11 @@ inline constexpr std::size_t kUuidBytes = 64;  // "GPU-…" or "MIG-…", NUL-te
 struct Header {
   std::uint64_t magic;
   std::uint32_t layout_version;
-  std::uint32_t header_bytes;       // sizeof(Header)
-  std::uint64_t region_bytes;       // sizeof(Region)
-  std::uint32_t max_devices;        // kMaxDevices
-  std::uint32_t max_slots;          // kMaxSlots
-  std::atomic<std::uint32_t> ready; // 1 once the creator has filled devices[]
+  std::uint32_t header_bytes;        // sizeof(Header)
+  std::uint64_t region_bytes;        // sizeof(Region)
+  std::uint32_t max_devices;         // kMaxDevices
+  std::uint32_t max_slots;           // kMaxSlots
+  std::atomic<std::uint32_t> ready;  // 1 once the creator has filled devices[]
   std::uint32_t device_count;
   std::atomic<std::uint64_t> machinery_errors;  // tessera's own failures (fail-open events)
   std::uint8_t reserved[16];
@@ -54,16 +53,16 @@ struct Device {
   std::atomic<std::uint64_t> used_bytes;  // sum over slots, changed only under Region::lock
   std::atomic<std::uint64_t> peak_bytes;
   std::atomic<std::uint64_t> oom_rejections;
-  std::uint32_t cores_percent;            // 0: no compute reservation
+  std::uint32_t cores_percent;  // 0: no compute reservation
   std::uint32_t reserved0;
   std::uint8_t reserved[24];
 };
 
 struct Slot {
-  pthread_mutex_t owner;                  // robust, process-shared; held for the process's life
-  std::atomic<std::uint32_t> state;       // 0 free, 1 active
-  std::int32_t pid;                       // in the process's own PID namespace (diagnostics)
-  std::uint64_t start_time;               // /proc/self/stat field 22, against PID reuse
+  pthread_mutex_t owner;             // robust, process-shared; held for the process's life
+  std::atomic<std::uint32_t> state;  // 0 free, 1 active
+  std::int32_t pid;                  // in the process's own PID namespace (diagnostics)
+  std::uint64_t start_time;          // /proc/self/stat field 22, against PID reuse
   std::atomic<std::uint64_t> used_bytes[kMaxDevices];
   std::uint8_t reserved[8];
 };
@@ -89,19 +88,19 @@ struct Compute {
   std::atomic<std::uint64_t> active_ns;         // latest moment it launched or had work in flight
   std::atomic<std::uint64_t> waiting_ns;        // latest moment a launch of it was waiting
   // Written by the GPU's arbiter (node side):
-  std::atomic<std::uint64_t> arbiter_beat_ns;   // the arbiter's latest decision
-  std::atomic<std::uint32_t> gate;              // a Gate
-  std::atomic<std::uint32_t> depth_us;          // work it may keep in flight (0: the default)
+  std::atomic<std::uint64_t> arbiter_beat_ns;  // the arbiter's latest decision
+  std::atomic<std::uint32_t> gate;             // a Gate
+  std::atomic<std::uint32_t> depth_us;         // work it may keep in flight (0: the default)
   std::uint8_t reserved[48];
 };
 
 struct Region {
   Header header;
-  pthread_mutex_t lock;                   // robust, process-shared; guards used_bytes
+  pthread_mutex_t lock;  // robust, process-shared; guards used_bytes
   std::uint8_t reserved_lock[24];
   Device devices[kMaxDevices];
   Slot slots[kMaxSlots];
-  Compute compute[kMaxDevices];           // layout version 2
+  Compute compute[kMaxDevices];  // layout version 2
 };
 
 // The bytes of a region of layout `version` as its library created it: every layout extends the

@@ -158,10 +158,10 @@ class [[nodiscard]] StatusOr {
 #define TESSERA_STATUS_CONCAT(a, b) TESSERA_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function if it is not OK.
-#define TESSERA_RETURN_IF_ERROR(expr)                         \
-  do {                                                        \
-    ::tessera::Status tessera_status_ = (expr);               \
-    if (!tessera_status_.ok()) return tessera_status_;        \
+#define TESSERA_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::tessera::Status tessera_status_ = (expr);        \
+    if (!tessera_status_.ok()) return tessera_status_; \
   } while (false)
 
 // `lhs = value of expr`, or returns its Status from the enclosing function.

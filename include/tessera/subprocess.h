@@ -12,13 +12,12 @@
 // stay ignored unless listed in `default_signals`.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <sys/types.h>
 #include <utility>
 #include <vector>
 
@@ -58,13 +57,13 @@ struct SpawnOptions {
   // runs on; the child's pid is the group's id), or its own session (setsid).
   bool new_process_group = false;
   bool new_session = false;
-  std::string working_directory;   // "" keeps ours
-  std::optional<uid_t> user;       // setgroups({}), setgid and setuid to it (needs root)
+  std::string working_directory;  // "" keeps ours
+  std::optional<uid_t> user;      // setgroups({}), setgid and setuid to it (needs root)
   // Sent to the child when the thread that spawned it ends (PR_SET_PDEATHSIG); 0: none. The child
   // exits (127) without running the program if this process is already gone.
   int parent_death_signal = 0;
   std::vector<int> default_signals;  // set to SIG_DFL in the child (ignored ones included)
-  bool clear_signal_mask = false;     // the child starts with no signal blocked
+  bool clear_signal_mask = false;    // the child starts with no signal blocked
   // Close every descriptor but 0, 1 and 2 at execve, whether or not it was opened O_CLOEXEC.
   bool close_other_fds = false;
 };

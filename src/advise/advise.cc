@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "tessera/quantity.h"
 
@@ -129,7 +130,8 @@ struct Candidate {
 // The seed's framework: the weaker the trust, the stronger the isolation.
 std::vector<Candidate> FrameworkCandidates(const Request& r, std::vector<RuledOut>& ruled_out) {
   const bool inference = Has(r.workloads, Workload::kInference);
-  const bool throughput = Has(r.workloads, Workload::kTraining) || Has(r.workloads, Workload::kBatch);
+  const bool throughput =
+      Has(r.workloads, Workload::kTraining) || Has(r.workloads, Workload::kBatch);
   std::vector<Candidate> out;
   switch (r.tier) {
     case TrustTier::kTeam:
@@ -160,8 +162,9 @@ std::vector<Candidate> FrameworkCandidates(const Request& r, std::vector<RuledOu
       out.push_back({Option::kMig,
                      {"hardware boundaries when a workload needs guaranteed latency or "
                       "bandwidth"}});
-      ruled_out.push_back({Option::kVgpu, "licence and hypervisor cost buys isolation a single "
-                                          "team does not need"});
+      ruled_out.push_back({Option::kVgpu,
+                           "licence and hypervisor cost buys isolation a single "
+                           "team does not need"});
       break;
     case TrustTier::kDepartment:
       out.push_back({Option::kMig,
@@ -173,35 +176,42 @@ std::vector<Candidate> FrameworkCandidates(const Request& r, std::vector<RuledOu
                       "a software boundary: stops accidents and greedy neighbours, not a "
                       "determined attacker"}});
       out.push_back({Option::kExclusive, {"latency-critical or large jobs get whole GPUs"}});
-      ruled_out.push_back({Option::kMps, "one fault domain across departments: one department's "
-                                         "crash would end another's jobs"});
+      ruled_out.push_back({Option::kMps,
+                           "one fault domain across departments: one department's "
+                           "crash would end another's jobs"});
       break;
     case TrustTier::kCustomer:
       out.push_back({Option::kExclusive,
                      {"paying customers expect guaranteed resources and full isolation: "
                       "dedicated GPUs (or dedicated nodes)"}});
       if (r.vgpu_licensed) {
-        out.push_back({Option::kVgpu, {"VM-level isolation with fixed memory profiles, live "
-                                       "migration and snapshots, where licences exist"}});
+        out.push_back({Option::kVgpu,
+                       {"VM-level isolation with fixed memory profiles, live "
+                        "migration and snapshots, where licences exist"}});
       } else {
         ruled_out.push_back({Option::kVgpu, "no vGPU licences (--vgpu-licensed not given)"});
       }
-      out.push_back({Option::kMig, {"hardware partitions, but only among one customer's own "
-                                    "pods: a customer never shares a GPU with another "
-                                    "namespace"}});
-      out.push_back({Option::kShared, {"only among one customer's own pods (co-tenancy "
-                                       "same-namespace), to pack its small jobs"}});
-      ruled_out.push_back({Option::kMps, "one fault domain and weak accounting: unacceptable "
-                                         "under an SLA"});
+      out.push_back({Option::kMig,
+                     {"hardware partitions, but only among one customer's own "
+                      "pods: a customer never shares a GPU with another "
+                      "namespace"}});
+      out.push_back({Option::kShared,
+                     {"only among one customer's own pods (co-tenancy "
+                      "same-namespace), to pack its small jobs"}});
+      ruled_out.push_back({Option::kMps,
+                           "one fault domain and weak accounting: unacceptable "
+                           "under an SLA"});
       break;
     case TrustTier::kRegulated:
       out.push_back({Option::kExclusive,
                      {"regulated or adversarial workloads: do not share at all, each tenant on "
                       "its own physical GPUs, so nothing can cross between tenants"}});
-      out.push_back({Option::kMig, {"only where the administrator's policy (and the regulator) "
-                                    "accepts hardware partitioning"}});
-      ruled_out.push_back({Option::kShared, "software isolation is not enough against an "
-                                            "adversary (static linking, raw ioctls bypass it)"});
+      out.push_back({Option::kMig,
+                     {"only where the administrator's policy (and the regulator) "
+                      "accepts hardware partitioning"}});
+      ruled_out.push_back({Option::kShared,
+                           "software isolation is not enough against an "
+                           "adversary (static linking, raw ioctls bypass it)"});
       ruled_out.push_back({Option::kMps, "shared context and fault domain"});
       ruled_out.push_back({Option::kVgpu, "the framework asks for dedicated physical GPUs"});
       break;
@@ -250,10 +260,10 @@ StatusOr<std::vector<Workload>> ParseWorkloads(std::string_view text) {
     const std::size_t comma = text.find(',');
     const std::string_view item = text.substr(0, comma);
     bool found = false;
-#define TESSERA_WORKLOAD_MATCH(name, word, meaning)                                 \
-  if (!found && item == (word)) {                                                    \
-    found = true;                                                                    \
-    if (!Has(out, Workload::name)) out.push_back(Workload::name);                    \
+#define TESSERA_WORKLOAD_MATCH(name, word, meaning)               \
+  if (!found && item == (word)) {                                 \
+    found = true;                                                 \
+    if (!Has(out, Workload::name)) out.push_back(Workload::name); \
   }
     TESSERA_WORKLOADS(TESSERA_WORKLOAD_MATCH)
 #undef TESSERA_WORKLOAD_MATCH
@@ -312,10 +322,9 @@ Advice Advise(const Request& request) {
                           std::to_string(request.gpu->mig_max_instances) + " instances");
     }
     const auto mode = ModeOf(c.option);
-    if (request.policy != nullptr && mode &&
-        !request.policy->Rule(request.tier).Allows(*mode)) {
-      advice.ruled_out.push_back(
-          {c.option, "the policy file does not allow it for tier " + std::string(Name(request.tier))});
+    if (request.policy != nullptr && mode && !request.policy->Rule(request.tier).Allows(*mode)) {
+      advice.ruled_out.push_back({c.option, "the policy file does not allow it for tier " +
+                                                std::string(Name(request.tier))});
       continue;
     }
     kept.push_back(std::move(c));
@@ -377,12 +386,13 @@ std::string RenderText(const Advice& advice) {
   }
   if (!advice.ruled_out.empty()) {
     out << "\nRuled out:\n";
-    for (const auto& ro : advice.ruled_out) out << "  - " << Name(ro.option) << ": " << ro.reason << "\n";
+    for (const auto& ro : advice.ruled_out)
+      out << "  - " << Name(ro.option) << ": " << ro.reason << "\n";
   }
   out << "\nThe options compared (from the seeds):\n";
   char line[256];
-  std::snprintf(line, sizeof(line), "  %-15s | %-60s | %-14s | %-10s | %s\n", "option",
-                "isolation", "performance", "complexity", "hardware");
+  std::snprintf(line, sizeof(line), "  %-15s | %-60s | %-14s | %-10s | %s\n", "option", "isolation",
+                "performance", "complexity", "hardware");
   out << line;
   for (const auto& row : ComparisonTable()) {
     std::snprintf(line, sizeof(line), "  %-15.*s | %-60.*s | %-14.*s | %-10.*s | %.*s\n",

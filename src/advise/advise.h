@@ -9,9 +9,10 @@
 #include <string_view>
 #include <vector>
 
-#include "policy/policy.h"
 #include "tessera/model.h"
 #include "tessera/status.h"
+
+#include "policy/policy.h"
 
 namespace tessera::advise {
 
@@ -26,9 +27,9 @@ StatusOr<GpuModel> FindGpuModel(std::string_view text);
 std::string AcceptedGpuModels();
 const std::vector<GpuModel>& AllGpuModels();
 
-#define TESSERA_WORKLOADS(X)                                                \
-  X(kInference, "inference", "latency-critical inference")                 \
-  X(kTraining, "training", "training")                                     \
+#define TESSERA_WORKLOADS(X)                               \
+  X(kInference, "inference", "latency-critical inference") \
+  X(kTraining, "training", "training")                     \
   X(kBatch, "batch", "batch and preprocessing jobs")
 
 enum class Workload : std::uint8_t {
@@ -42,10 +43,10 @@ StatusOr<std::vector<Workload>> ParseWorkloads(std::string_view text);
 
 // The ways a GPU can be shared that the advice weighs: tessera's modes plus vGPU, which
 // tessera does not provide (VM-level isolation below Kubernetes).
-#define TESSERA_OPTIONS(X)  \
-  X(kShared, "shared")      \
-  X(kMps, "mps")            \
-  X(kMig, "mig")            \
+#define TESSERA_OPTIONS(X)   \
+  X(kShared, "shared")       \
+  X(kMps, "mps")             \
+  X(kMig, "mig")             \
   X(kExclusive, "exclusive") \
   X(kVgpu, "vgpu")
 

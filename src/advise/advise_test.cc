@@ -1,9 +1,9 @@
 #include "advise/advise.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 

@@ -1,18 +1,22 @@
 #include "agent/daemon.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
 #include <set>
 #include <signal.h>
-#include <cstdio>
-#include <iostream>
-#include <unistd.h>
-
-#include <atomic>
-#include <filesystem>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
+
+#include "tessera/file.h"
+#include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
 
 #include "agent/device_plugin.h"
 #include "agent/drift.h"
@@ -30,10 +34,6 @@
 #include "k8s/events.h"
 #include "k8s/listen.h"
 #include "k8s/paths.h"
-#include "tessera/file.h"
-#include "tessera/log.h"
-#include "tessera/names.h"
-#include "tessera/quantity.h"
 
 namespace tessera::agent {
 namespace {
@@ -73,7 +73,8 @@ class ApiPods : public DriftApi {
   // The pod named by a limits file's "namespace/name".
   StatusOr<k8s::Json> GetPodOf(const Limits& limits) {
     const std::size_t slash = limits.pod.find('/');
-    if (slash == std::string::npos) return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
+    if (slash == std::string::npos)
+      return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
     return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
   }
   Status Evict(std::string_view ns, std::string_view name) override {
@@ -88,7 +89,8 @@ class ApiPods : public DriftApi {
  private:
   k8s::Client& client_;
   const std::string node_;
-  k8s::EventRecorder events_;  // Events go out from its thread: the drift pass never waits on the API
+  k8s::EventRecorder
+      events_;  // Events go out from its thread: the drift pass never waits on the API
 };
 
 // A public key file is a few kilobytes; anything past this is not one.
@@ -152,32 +154,39 @@ class PluginSide {
     auto keys = LoadKeys(o.decision_keys_dir);
     if (!keys.ok()) return keys.status();
     if (keys->empty()) {
-      TESSERA_LOG(kWarn, kAgent, "no decision keys (--decision-keys): every container will be refused a GPU");
+      TESSERA_LOG(kWarn, kAgent,
+                  "no decision keys (--decision-keys): every container will be refused a GPU");
     }
     b.keys = std::move(*keys);
-    side->mps_ = std::make_unique<governor::NodeMps>(side->state_dir_ + "/mps", "nvidia-cuda-mps-control");
+    side->mps_ =
+        std::make_unique<governor::NodeMps>(side->state_dir_ + "/mps", "nvidia-cuda-mps-control");
     b.mps = side->mps_.get();
     side->policy_ = b.policy;
     std::error_code ec;
     std::filesystem::create_directories(b.state_dir + "/slots", ec);
     std::filesystem::create_directories(b.cdi_dir, ec);
-    TESSERA_RETURN_IF_ERROR(WriteFileAtomically(b.ld_so_preload, std::string(names::kPathHookLibrary) + "\n", 0444));
-    side->owners_ = std::make_unique<PodResourcesClient>(Or(o.pod_resources_socket, names::kPathPodResourcesSocket));
+    TESSERA_RETURN_IF_ERROR(
+        WriteFileAtomically(b.ld_so_preload, std::string(names::kPathHookLibrary) + "\n", 0444));
+    side->owners_ = std::make_unique<PodResourcesClient>(
+        Or(o.pod_resources_socket, names::kPathPodResourcesSocket));
     side->pods_ = std::make_unique<ApiPods>(client, o.node_name);
-    side->binder_ = std::make_unique<SlotBinder>(std::move(b), side->owners_.get(), side->pods_.get());
+    side->binder_ =
+        std::make_unique<SlotBinder>(std::move(b), side->owners_.get(), side->pods_.get());
     side->plugin_ = std::make_unique<DevicePlugin>(
-        DevicePlugin::Options{Or(o.device_plugin_dir, names::kPathDevicePluginDir), "tessera-gpu-slot.sock",
-                              std::string(names::kResourceGpuSlot)},
+        DevicePlugin::Options{Or(o.device_plugin_dir, names::kPathDevicePluginDir),
+                              "tessera-gpu-slot.sock", std::string(names::kResourceGpuSlot)},
         side->binder_.get());
     TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
     side->drift_ = std::make_unique<DriftActions>(side->MakeDriftDeps());
-    side->cleanup_ = std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
-                                      std::stop_token stop) { s->CleanUp(stop, every); });
+    side->cleanup_ =
+        std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
+                         std::stop_token stop) { s->CleanUp(stop, every); });
     // The GPUs' compute arbiters (ADR 0017): the containers bound to slots, from their limits
     // files, re-read every 200 ms; the arbiter thread decides every 200 us while any launch is
     // governed.
     side->arbiter_.Start();
-    side->members_ = std::jthread([s = side.get()](std::stop_token stop) { s->FollowMembers(stop); });
+    side->members_ =
+        std::jthread([s = side.get()](std::stop_token stop) { s->FollowMembers(stop); });
     return side;
   }
 
@@ -209,7 +218,8 @@ class PluginSide {
         const auto cost = Cost(g.facts.uuid);
         b.context_bytes = cost.first;
         b.stream_bytes = cost.second;
-        for (std::uint64_t i = 0; i < kSlotsPerGpu; ++i) (g.healthy ? healthy : unhealthy).push_back({"", g.healthy});
+        for (std::uint64_t i = 0; i < kSlotsPerGpu; ++i)
+          (g.healthy ? healthy : unhealthy).push_back({"", g.healthy});
       }
       gpus[g.facts.uuid] = b;
     }
@@ -222,8 +232,9 @@ class PluginSide {
         if (!on_it) continue;
         if (auto pod = pods_->GetPodOf(c.limits); pod.ok()) {
           pods_->WarnPod(*pod, names::kEventGpuUnhealthy,
-                         "GPU " + g.facts.uuid + " of container " + c.limits.container + " turned unhealthy (" +
-                             g.health_reason + "); nothing new is placed on it");
+                         "GPU " + g.facts.uuid + " of container " + c.limits.container +
+                             " turned unhealthy (" + g.health_reason +
+                             "); nothing new is placed on it");
         }
       }
     }
@@ -251,11 +262,14 @@ class PluginSide {
     if (gpu.ok() && gpu->context_measured) {
       cost = {gpu->context_bytes, gpu->stream_bytes};
     } else {
-      TESSERA_LOG(kWarn, kAgent, "GPU %s: could not measure the CUDA context size (%s); contexts are not charged",
-                  uuid.c_str(), gpu.ok() ? "NVML has no per-process figure" : gpu.status().ToString().c_str());
+      TESSERA_LOG(kWarn, kAgent,
+                  "GPU %s: could not measure the CUDA context size (%s); contexts are not charged",
+                  uuid.c_str(),
+                  gpu.ok() ? "NVML has no per-process figure" : gpu.status().ToString().c_str());
     }
     TESSERA_LOG(kInfo, kAgent, "GPU %s: context %llu bytes, stream %llu bytes", uuid.c_str(),
-                static_cast<unsigned long long>(cost.first), static_cast<unsigned long long>(cost.second));
+                static_cast<unsigned long long>(cost.first),
+                static_cast<unsigned long long>(cost.second));
     return costs_[uuid] = cost;
   }
 
@@ -282,12 +296,14 @@ class PluginSide {
       std::vector<governor::Member> members;
       std::vector<std::string> mps_gpus;
       for (const WatchedContainer& c : Watched()) {
-        for (governor::Member& m : governor::MembersOf(c.limits, c.region_path)) members.push_back(std::move(m));
+        for (governor::Member& m : governor::MembersOf(c.limits, c.region_path))
+          members.push_back(std::move(m));
         if (c.limits.mode == SharingMode::kMps) {
           for (const DeviceLimits& d : c.limits.devices) mps_gpus.push_back(d.uuid);
         }
       }
-      if (Status s = arbiter_.SetMembers(members); !s.ok()) TESSERA_LOG(kDebug, kAgent, "%s", s.message().c_str());
+      if (Status s = arbiter_.SetMembers(members); !s.ok())
+        TESSERA_LOG(kDebug, kAgent, "%s", s.message().c_str());
       mps_->Retain(mps_gpus);  // the daemons of GPUs without MPS containers are quit
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, std::chrono::milliseconds(200), [] { return false; });
@@ -296,7 +312,6 @@ class PluginSide {
 
   // The containers whose slots hold a limits file.
   std::vector<WatchedContainer> Watched() { return observe::StateDirContainers(state_dir_); }
-
 
   // Drift enforcement's view of this node: NVML, the slots' containers, the metrics, the API
   // server and kill(2).
@@ -324,7 +339,8 @@ class PluginSide {
     policy::DriftAction action = policy::DriftAction::kReport;
     if (pod.ok()) {
       const auto& annotations = (*pod)["metadata"].value("annotations", k8s::Json::object());
-      auto decision = contract::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
+      auto decision =
+          contract::ParseDecision(annotations.value(std::string(names::kAnnotationDecision), ""));
       if (decision.ok()) action = policy_.Rule(decision->tier).on_drift;
     }
     return action;
@@ -340,9 +356,9 @@ class PluginSide {
   policy::Policy policy_;
   std::mutex managed_mu_;
   std::vector<std::string> managed_;
-  std::set<std::string> told_unhealthy_;           // GPUs whose containers were told
+  std::set<std::string> told_unhealthy_;  // GPUs whose containers were told
   NodeMetrics* metrics_ = nullptr;
-  std::unique_ptr<DriftActions> drift_;            // the clean-up thread's drift pass
+  std::unique_ptr<DriftActions> drift_;  // the clean-up thread's drift pass
   governor::ArbiterHost arbiter_;
   std::unique_ptr<governor::NodeMps> mps_;
   std::jthread cleanup_;
@@ -351,13 +367,15 @@ class PluginSide {
 
 // --uninstall: the host's files first (refused while containers run), then the Node object.
 int Uninstall(const NodeOptions& options) {
-  if (options.node_name.empty()) return Fail(InvalidArgumentError("--node-name: required with --uninstall"));
+  if (options.node_name.empty())
+    return Fail(InvalidArgumentError("--node-name: required with --uninstall"));
   StatusOr<k8s::Config> config = k8s::ResolveConfig(options.kubeconfig);
   if (!config.ok()) return Fail(config.status().WithContext("--kubeconfig"));
   config->user_agent = "tessera-node/" TESSERA_VERSION;
   StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::New(*config);
   if (!client.ok()) return Fail(client.status());
-  UninstallPaths paths{Or(options.state_dir, names::kPathHostState), Or(options.cdi_dir, names::kPathCdiSpecDir),
+  UninstallPaths paths{Or(options.state_dir, names::kPathHostState),
+                       Or(options.cdi_dir, names::kPathCdiSpecDir),
                        Or(options.device_plugin_dir, names::kPathDevicePluginDir),
                        Or(options.hook_library, names::kPathHookLibrary)};
   // The slots kubelet still holds for pods (when kubelet runs here): their containers may start
@@ -367,8 +385,8 @@ int Uninstall(const NodeOptions& options) {
   if (!options.force && std::filesystem::exists(socket)) {
     auto slots = PodResourcesClient(socket).HeldDevices(names::kResourceGpuSlot);
     if (!slots.ok()) {
-      return Fail(FailedPreconditionError("cannot ask kubelet which GPU slots pods hold (" + slots.status().message() +
-                                          "); retry, or pass --force"));
+      return Fail(FailedPreconditionError("cannot ask kubelet which GPU slots pods hold (" +
+                                          slots.status().message() + "); retry, or pass --force"));
     }
     held = std::move(*slots);
   }
@@ -377,7 +395,8 @@ int Uninstall(const NodeOptions& options) {
   auto node = UnpublishNode(**client, options.node_name);
   if (!node.ok()) return Fail(node.status());
   for (const std::string& f : *files) std::cout << "removed " << f << "\n";
-  for (const std::string& n : *node) std::cout << "removed node " << options.node_name << " " << n << "\n";
+  for (const std::string& n : *node)
+    std::cout << "removed node " << options.node_name << " " << n << "\n";
   std::cout << "tessera-node: node " << options.node_name << " uninstalled\n";
   std::cout.flush();
   if (options.hold) {
@@ -574,9 +593,7 @@ void NodeDaemon::Shutdown() {
   s_->source.reset();
 }
 
-int NodeDaemon::metrics_port() const {
-  return s_->metrics_server ? s_->metrics_server->port() : 0;
-}
+int NodeDaemon::metrics_port() const { return s_->metrics_server ? s_->metrics_server->port() : 0; }
 
 bool NodeDaemon::plugin_served() const { return s_->plugin_served; }
 

@@ -19,14 +19,14 @@ struct NodeOptions {
   bool print_inventory = false;
   std::string nvml_library = "libnvidia-ml.so.1";
   // The device plugin (docs/design/0016): served when `device_plugin_dir` exists.
-  std::string device_plugin_dir;      // default names::kPathDevicePluginDir
-  std::string pod_resources_socket;   // default names::kPathPodResourcesSocket
-  std::string state_dir;              // default names::kPathHostState
-  std::string cdi_dir;                // default names::kPathCdiSpecDir
-  std::string decision_keys_dir;      // <keyId>.pem public keys; none: every decision is refused
-  std::string hook_library;           // the preload library on the host
+  std::string device_plugin_dir;     // default names::kPathDevicePluginDir
+  std::string pod_resources_socket;  // default names::kPathPodResourcesSocket
+  std::string state_dir;             // default names::kPathHostState
+  std::string cdi_dir;               // default names::kPathCdiSpecDir
+  std::string decision_keys_dir;     // <keyId>.pem public keys; none: every decision is refused
+  std::string hook_library;          // the preload library on the host
   std::string driver_lib_dir = "/usr/lib/x86_64-linux-gnu";  // libcuda/libnvidia-ml for CDI
-  std::string policy_file;            // default: the built-in policy
+  std::string policy_file;                                   // default: the built-in policy
   int cleanup_interval_s = 5;
   // Remove everything tessera put on this node (files, Node annotations/labels/resources) and
   // exit; refused while containers still run on tessera GPUs unless `force`.

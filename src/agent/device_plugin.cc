@@ -1,17 +1,17 @@
 #include "agent/device_plugin.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include <grpcpp/grpcpp.h>
 
+#include "tessera/log.h"
+
 #include "deviceplugin/v1beta1/api.grpc.pb.h"
 #include "podresources/v1/api.grpc.pb.h"
-#include "tessera/log.h"
 
 namespace tessera::agent {
 namespace {
@@ -22,15 +22,22 @@ namespace pr = ::v1;
 constexpr char kApiVersion[] = "v1beta1";
 constexpr auto kRpcTimeout = std::chrono::seconds(10);
 
-std::chrono::system_clock::time_point Deadline() { return std::chrono::system_clock::now() + kRpcTimeout; }
+std::chrono::system_clock::time_point Deadline() {
+  return std::chrono::system_clock::now() + kRpcTimeout;
+}
 
 grpc::Status ToGrpc(const Status& s) {
   switch (s.code()) {
-    case StatusCode::kInvalidArgument: return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
-    case StatusCode::kNotFound: return {grpc::StatusCode::NOT_FOUND, s.message()};
-    case StatusCode::kPermissionDenied: return {grpc::StatusCode::PERMISSION_DENIED, s.message()};
-    case StatusCode::kFailedPrecondition: return {grpc::StatusCode::FAILED_PRECONDITION, s.message()};
-    default: return {grpc::StatusCode::UNAVAILABLE, s.message()};
+    case StatusCode::kInvalidArgument:
+      return {grpc::StatusCode::INVALID_ARGUMENT, s.message()};
+    case StatusCode::kNotFound:
+      return {grpc::StatusCode::NOT_FOUND, s.message()};
+    case StatusCode::kPermissionDenied:
+      return {grpc::StatusCode::PERMISSION_DENIED, s.message()};
+    case StatusCode::kFailedPrecondition:
+      return {grpc::StatusCode::FAILED_PRECONDITION, s.message()};
+    default:
+      return {grpc::StatusCode::UNAVAILABLE, s.message()};
   }
 }
 
@@ -65,7 +72,8 @@ struct PodResourcesClient::Impl {
   }
 };
 
-PodResourcesClient::PodResourcesClient(const std::string& socket_path) : impl_(std::make_unique<Impl>()) {
+PodResourcesClient::PodResourcesClient(const std::string& socket_path)
+    : impl_(std::make_unique<Impl>()) {
   impl_->stub = pr::PodResourcesLister::NewStub(
       grpc::CreateChannel("unix://" + socket_path, grpc::InsecureChannelCredentials()));
 }
@@ -80,7 +88,9 @@ StatusOr<std::optional<DeviceOwner>> PodResourcesClient::OwnerOf(std::string_vie
       for (const auto& d : container.devices()) {
         if (d.resource_name() != resource) continue;
         for (const auto& id : d.device_ids()) {
-          if (id == device) return std::optional<DeviceOwner>(DeviceOwner{pod.namespace_(), pod.name(), container.name()});
+          if (id == device)
+            return std::optional<DeviceOwner>(
+                DeviceOwner{pod.namespace_(), pod.name(), container.name()});
         }
       }
     }
@@ -95,7 +105,8 @@ StatusOr<std::set<std::string>> PodResourcesClient::HeldDevices(std::string_view
   for (const auto& pod : list->pod_resources()) {
     for (const auto& container : pod.containers()) {
       for (const auto& d : container.devices()) {
-        if (d.resource_name() == resource) held.insert(d.device_ids().begin(), d.device_ids().end());
+        if (d.resource_name() == resource)
+          held.insert(d.device_ids().begin(), d.device_ids().end());
       }
     }
   }
@@ -106,8 +117,10 @@ StatusOr<std::set<std::string>> PodResourcesClient::AllocatableDevices(std::stri
   grpc::ClientContext ctx;
   ctx.set_deadline(Deadline());
   pr::AllocatableResourcesResponse response;
-  const grpc::Status s = impl_->stub->GetAllocatableResources(&ctx, pr::AllocatableResourcesRequest(), &response);
-  if (!s.ok()) return UnavailableError("PodResources GetAllocatableResources: " + s.error_message());
+  const grpc::Status s =
+      impl_->stub->GetAllocatableResources(&ctx, pr::AllocatableResourcesRequest(), &response);
+  if (!s.ok())
+    return UnavailableError("PodResources GetAllocatableResources: " + s.error_message());
   std::set<std::string> ids;
   for (const auto& d : response.devices()) {
     if (d.resource_name() == resource) ids.insert(d.device_ids().begin(), d.device_ids().end());
@@ -119,7 +132,8 @@ StatusOr<std::set<std::string>> PodResourcesClient::AllocatableDevices(std::stri
 
 class DevicePlugin::Service final : public dp::DevicePlugin::Service {
  public:
-  explicit Service(SlotBinder* binder, std::atomic<bool>* stopping) : binder_(binder), stopping_(stopping) {}
+  explicit Service(SlotBinder* binder, std::atomic<bool>* stopping)
+      : binder_(binder), stopping_(stopping) {}
 
   void SetDevices(std::vector<PluginDevice> devices) {
     {
@@ -146,7 +160,8 @@ class DevicePlugin::Service final : public dp::DevicePlugin::Service {
       dp::ListAndWatchResponse response;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return version_ != sent || stopping_->load(); });
+        cv_.wait_for(lock, std::chrono::seconds(1),
+                     [&] { return version_ != sent || stopping_->load(); });
         if (stopping_->load() || ctx->IsCancelled()) return grpc::Status::OK;
         if (version_ == sent) continue;
         sent = version_;
@@ -215,7 +230,9 @@ DevicePlugin::DevicePlugin(Options options, SlotBinder* binder)
 
 DevicePlugin::~DevicePlugin() { Stop(); }
 
-void DevicePlugin::SetDevices(std::vector<PluginDevice> devices) { service_->SetDevices(std::move(devices)); }
+void DevicePlugin::SetDevices(std::vector<PluginDevice> devices) {
+  service_->SetDevices(std::move(devices));
+}
 
 Status DevicePlugin::Serve() {
   const std::string path = options_.plugin_dir + "/" + options_.socket_name;
@@ -230,7 +247,8 @@ Status DevicePlugin::Serve() {
   builder.RegisterService(service_.get());
   server_ = std::make_unique<Server>();
   server_->server = builder.BuildAndStart();
-  if (server_->server == nullptr) return UnavailableError("cannot serve the device plugin on " + path);
+  if (server_->server == nullptr)
+    return UnavailableError("cannot serve the device plugin on " + path);
   return Status::Ok();
 }
 
@@ -248,10 +266,12 @@ Status DevicePlugin::Register() {
   ctx.set_deadline(Deadline());
   dp::Empty reply;
   const grpc::Status s = stub->Register(&ctx, request, &reply);
-  if (!s.ok()) return UnavailableError("registering " + options_.resource + " with kubelet: " + s.error_message());
+  if (!s.ok())
+    return UnavailableError("registering " + options_.resource +
+                            " with kubelet: " + s.error_message());
   ++registrations_;
-  TESSERA_LOG(kInfo, kAgent, "device plugin %s registered with kubelet (%s)", options_.resource.c_str(),
-              options_.socket_name.c_str());
+  TESSERA_LOG(kInfo, kAgent, "device plugin %s registered with kubelet (%s)",
+              options_.resource.c_str(), options_.socket_name.c_str());
   return Status::Ok();
 }
 

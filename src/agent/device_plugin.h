@@ -12,8 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "agent/slot_binder.h"
 #include "tessera/status.h"
+
+#include "agent/slot_binder.h"
 
 namespace tessera::agent {
 
@@ -28,7 +29,8 @@ class PodResourcesClient : public DeviceOwners {
  public:
   explicit PodResourcesClient(const std::string& socket_path);
   ~PodResourcesClient() override;
-  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource, std::string_view device) override;
+  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource,
+                                               std::string_view device) override;
   StatusOr<std::set<std::string>> HeldDevices(std::string_view resource) override;
   // The devices of `resource` kubelet can allocate now (registered, healthy).
   StatusOr<std::set<std::string>> AllocatableDevices(std::string_view resource);

@@ -4,33 +4,32 @@
 // k8s.io/kubernetes/pkg/kubelet), and tessera-node over gRPC against the fake NVML and driver
 // (the only stand-ins: no GPU and no container runtime here). A container "starts" when kubelet's
 // Allocate + PreStartContainer succeed; the harness records what kubelet would hand the runtime.
-#include <gtest/gtest.h>
-
-#include <sys/stat.h>
-#include <sys/wait.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "e2e/testcluster.h"
+#include "tessera/limits.h"
+#include "tessera/prometheus.h"
+#include "tessera/region.h"
+
+#include "agent/device_plugin.h"
 #include "contract/decision.h"
 #include "e2e/scheduler_harness.h"
+#include "e2e/testcluster.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
-#include "agent/device_plugin.h"
 #include "k8s/paths.h"
 #include "observe/observe.h"
-#include "tessera/prometheus.h"
-#include "tessera/limits.h"
-#include "tessera/region.h"
 #include "testutil/old_region.h"
 #include "testutil/status_matchers.h"
 
@@ -66,9 +65,20 @@ Env* env = nullptr;
 
 Status StartKubelet() {
   e2e::ChildOptions o;
-  o.argv = {env->cluster->binary(), "kubelet", "--kubeconfig", env->cluster->kubeconfig(), "--node", kNode,
-            "--plugin-dir", env->dir("plugins"), "--pod-resources-socket", env->dir("pod-resources.sock"),
-            "--results-dir", env->dir("results"), "--ready-file", env->dir("kubelet.ready")};
+  o.argv = {env->cluster->binary(),
+            "kubelet",
+            "--kubeconfig",
+            env->cluster->kubeconfig(),
+            "--node",
+            kNode,
+            "--plugin-dir",
+            env->dir("plugins"),
+            "--pod-resources-socket",
+            env->dir("pod-resources.sock"),
+            "--results-dir",
+            env->dir("results"),
+            "--ready-file",
+            env->dir("kubelet.ready")};
   o.log_path = env->dir("kubelet." + std::to_string(env->kubelet_starts++) + ".log");
   std::error_code ec;
   std::filesystem::remove(env->dir("kubelet.ready"), ec);
@@ -80,12 +90,33 @@ Status StartKubelet() {
 
 Status StartAgent() {
   e2e::ChildOptions o;
-  o.argv = {TESSERA_NODE_BINARY, "--node-name", kNode, "--kubeconfig", env->cluster->kubeconfig(),
-            "--interval-s", "1", "--cleanup-interval-s", "1",
-            "--device-plugin-dir", env->dir("plugins"), "--pod-resources-socket", env->dir("pod-resources.sock"),
-            "--state-dir", env->dir("state"), "--cdi-dir", env->dir("cdi"), "--decision-keys", env->dir("keys"),
-            "--hook-library", TESSERA_HOOK_LIBRARY, "--driver-lib-dir", TESSERA_FAKE_DIR, "--log-level", "info",
-            "--metrics-listen", "127.0.0.1:" + std::to_string(env->metrics_port)};
+  o.argv = {TESSERA_NODE_BINARY,
+            "--node-name",
+            kNode,
+            "--kubeconfig",
+            env->cluster->kubeconfig(),
+            "--interval-s",
+            "1",
+            "--cleanup-interval-s",
+            "1",
+            "--device-plugin-dir",
+            env->dir("plugins"),
+            "--pod-resources-socket",
+            env->dir("pod-resources.sock"),
+            "--state-dir",
+            env->dir("state"),
+            "--cdi-dir",
+            env->dir("cdi"),
+            "--decision-keys",
+            env->dir("keys"),
+            "--hook-library",
+            TESSERA_HOOK_LIBRARY,
+            "--driver-lib-dir",
+            TESSERA_FAKE_DIR,
+            "--log-level",
+            "info",
+            "--metrics-listen",
+            "127.0.0.1:" + std::to_string(env->metrics_port)};
   o.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR},
            {"TESSERA_FAKE_GPUS", "2"},
            {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16ULL << 30)},
@@ -131,22 +162,30 @@ class DevicePluginE2E : public ::testing::Test {
     auto scheduler = e2e::StartTesseraScheduler(s);
     ASSERT_OK(scheduler);
     env->scheduler = std::move(*scheduler);
-    ASSERT_OK(env->api->Create("/api/v1/namespaces",
-                               json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
+    ASSERT_OK(env->api->Create(
+        "/api/v1/namespaces",
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
     // No controller manager runs here: the namespace's default ServiceAccount is ours to make.
     ASSERT_OK(env->api->Create(std::string("/api/v1/namespaces/") + kNs + "/serviceaccounts",
-                               json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", {{"name", "default"}}}}));
+                               json{{"apiVersion", "v1"},
+                                    {"kind", "ServiceAccount"},
+                                    {"metadata", {{"name", "default"}}}}));
     ASSERT_OK(StartKubelet());
     ASSERT_OK(StartAgent());
-    // Ready: kubelet reports tessera-node's 64 slots (2 GPUs x 32) and the inventory is on the Node.
+    // Ready: kubelet reports tessera-node's 64 slots (2 GPUs x 32) and the inventory is on the
+    // Node.
     ASSERT_TRUE(WaitFor([] { return Allocatable("tessera.dev/gpu-slot") == "64"; }, 90s))
-        << "kubelet never reported the slots\n" << env->agent->LogTail(40) << "\n" << env->kubelet->LogTail(40);
+        << "kubelet never reported the slots\n"
+        << env->agent->LogTail(40) << "\n"
+        << env->kubelet->LogTail(40);
   }
   static void TearDownTestSuite() {
     if (env == nullptr) return;
     if (::testing::UnitTest::GetInstance()->Failed()) {
-      if (env->agent) std::fprintf(stderr, "tessera-node log tail:\n%s\n", env->agent->LogTail(60).c_str());
-      if (env->kubelet) std::fprintf(stderr, "kubelet log tail:\n%s\n", env->kubelet->LogTail(60).c_str());
+      if (env->agent)
+        std::fprintf(stderr, "tessera-node log tail:\n%s\n", env->agent->LogTail(60).c_str());
+      if (env->kubelet)
+        std::fprintf(stderr, "kubelet log tail:\n%s\n", env->kubelet->LogTail(60).c_str());
     }
     env->agent.reset();
     env->kubelet.reset();
@@ -191,17 +230,22 @@ class DevicePluginE2E : public ::testing::Test {
   }
   static std::string Phase(const json& pod) { return pod["status"].value("phase", ""); }
 
-  Status CreatePod(const std::string& name, const std::string& memory, const std::string& cores = "") {
-    json pod = {{"apiVersion", "v1"},
-                {"kind", "Pod"},
-                {"metadata", {{"name", name}, {"namespace", kNs}}},
-                {"spec",
-                 {{"terminationGracePeriodSeconds", 0},
-                  {"containers",
-                   {{{"name", "main"},
-                     {"image", "registry.invalid/gpu-workload:1"},
-                     {"resources", {{"limits", {{"tessera.dev/gpu-memory", memory}, {"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
-    if (!cores.empty()) pod["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-cores"] = cores;
+  Status CreatePod(const std::string& name, const std::string& memory,
+                   const std::string& cores = "") {
+    json pod = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", name}, {"namespace", kNs}}},
+        {"spec",
+         {{"terminationGracePeriodSeconds", 0},
+          {"containers",
+           {{{"name", "main"},
+             {"image", "registry.invalid/gpu-workload:1"},
+             {"resources",
+              {{"limits",
+                {{"tessera.dev/gpu-memory", memory}, {"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
+    if (!cores.empty())
+      pod["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-cores"] = cores;
     return api().Create(k8s::PodsPath(kNs), pod).status();
   }
 
@@ -244,7 +288,8 @@ class DevicePluginE2E : public ::testing::Test {
     auto parsed = prom::ParseExposition(res->body);
     return parsed.ok() ? std::move(*parsed) : std::vector<prom::Sample>{};
   }
-  static double PodMetric(const std::vector<prom::Sample>& samples, const std::string& name, const std::string& pod) {
+  static double PodMetric(const std::vector<prom::Sample>& samples, const std::string& name,
+                          const std::string& pod) {
     for (const prom::Sample& x : samples) {
       if (x.name == name && x.labels.count("pod") && x.labels.at("pod") == pod) return x.value;
     }
@@ -253,7 +298,8 @@ class DevicePluginE2E : public ::testing::Test {
   // The host folder of a pod's container (<state>/slots/<slot>) from kubelet's record.
   static std::string SlotDir(const std::string& pod) {
     for (const json& m : Result(pod).value("mounts", json::array())) {
-      if (m.value("containerPath", "") == "/etc/tessera") return std::filesystem::path(m.value("hostPath", "")).parent_path();
+      if (m.value("containerPath", "") == "/etc/tessera")
+        return std::filesystem::path(m.value("hostPath", "")).parent_path();
     }
     return "";
   }
@@ -263,7 +309,8 @@ class DevicePluginE2E : public ::testing::Test {
     auto list = api().List(k8s::EventsPath(kNs));
     if (!list.ok()) return reasons;
     for (const json& e : list->items) {
-      if (e["involvedObject"].value("name", "") == pod) reasons.push_back(e.value("reason", "") + ": " + e.value("message", ""));
+      if (e["involvedObject"].value("name", "") == pod)
+        reasons.push_back(e.value("reason", "") + ": " + e.value("message", ""));
     }
     return reasons;
   }
@@ -272,11 +319,14 @@ class DevicePluginE2E : public ::testing::Test {
 TEST_F(DevicePluginE2E, FiftyPodsBoundAtOnceEachGetsItsOwnDecision) {
   constexpr int kPods = 50;
   for (int i = 0; i < kPods; ++i) ASSERT_OK(CreatePod("p" + std::to_string(i), "512Mi"));
-  ASSERT_TRUE(WaitFor([&] {
-    int running = 0;
-    for (const json& p : Pods()) running += Phase(p) == "Running";
-    return running == kPods;
-  }, 180s)) << env->agent->LogTail(30);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int running = 0;
+        for (const json& p : Pods()) running += Phase(p) == "Running";
+        return running == kPods;
+      },
+      180s))
+      << env->agent->LogTail(30);
   std::set<std::string> slots, hosts;
   for (const json& pod : Pods()) {
     const std::string name = pod["metadata"]["name"];
@@ -310,7 +360,8 @@ TEST_F(DevicePluginE2E, FiftyPodsBoundAtOnceEachGetsItsOwnDecision) {
 // region's counters are what the arbiter reads.
 TEST_F(DevicePluginE2E, TheAgentsArbiterGovernsAContainerWithAComputeShare) {
   ASSERT_OK(CreatePod("shared", "1Gi", "30"));
-  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("shared")).ok(); }, 90s)) << env->agent->LogTail(30);
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("shared")).ok(); }, 90s))
+      << env->agent->LogTail(30);
   const json result = Result("shared");
   std::string etc;
   for (const json& m : result["mounts"]) {
@@ -323,11 +374,13 @@ TEST_F(DevicePluginE2E, TheAgentsArbiterGovernsAContainerWithAComputeShare) {
   auto region = shm::Mapping::Attach(etc + "/../run/region");
   ASSERT_OK(region);
   const shm::Compute& c = region->region()->compute[0];
-  ASSERT_TRUE(WaitFor([&] { return c.gate.load() != static_cast<std::uint32_t>(shm::Gate::kFree); }, 30s))
+  ASSERT_TRUE(
+      WaitFor([&] { return c.gate.load() != static_cast<std::uint32_t>(shm::Gate::kFree); }, 30s))
       << env->agent->LogTail(30);
   const std::uint64_t beat = c.arbiter_beat_ns.load();
   EXPECT_TRUE(WaitFor([&] { return c.arbiter_beat_ns.load() > beat; }, 10s));
-  EXPECT_EQ(c.gate.load(), static_cast<std::uint32_t>(shm::Gate::kOpen));  // nothing spent its share
+  EXPECT_EQ(c.gate.load(),
+            static_cast<std::uint32_t>(shm::Gate::kOpen));  // nothing spent its share
 }
 
 // /metrics carries what each container's region says (used, peak, denials, compute counters)
@@ -335,7 +388,8 @@ TEST_F(DevicePluginE2E, TheAgentsArbiterGovernsAContainerWithAComputeShare) {
 // cap become an Event on the pod.
 TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
   ASSERT_OK(CreatePod("metered", "2Gi", "40"));
-  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("metered")).ok(); }, 90s)) << env->agent->LogTail(30);
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("metered")).ok(); }, 90s))
+      << env->agent->LogTail(30);
   const json result = Result("metered");
   std::string etc;
   for (const json& m : result["mounts"]) {
@@ -358,10 +412,12 @@ TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
 
   std::vector<prom::Sample> samples;
   auto value = [&](const std::string& name) { return PodMetric(samples, name, "metered"); };
-  ASSERT_TRUE(WaitFor([&] {
-    samples = Scrape();
-    return value("tessera_container_gpu_oom_denials_total") == 2;
-  }, 30s))
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        samples = Scrape();
+        return value("tessera_container_gpu_oom_denials_total") == 2;
+      },
+      30s))
       << env->agent->LogTail(30);
   EXPECT_EQ(value("tessera_container_gpu_memory_limit_bytes"), 2048.0 * kMiB);
   EXPECT_EQ(value("tessera_container_gpu_memory_used_bytes"), 1536.0 * kMiB);
@@ -370,7 +426,8 @@ TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
   EXPECT_GE(value("tessera_container_gpu_busy_seconds_total"), 2.0);
   EXPECT_EQ(value("tessera_container_gpu_priority_holds_total"), 3);
   for (const prom::Sample& x : samples) {
-    if (x.name != "tessera_container_gpu_memory_used_bytes" || x.labels.at("pod") != "metered") continue;
+    if (x.name != "tessera_container_gpu_memory_used_bytes" || x.labels.at("pod") != "metered")
+      continue;
     EXPECT_EQ(x.labels.at("namespace"), kNs);
     EXPECT_EQ(x.labels.at("container"), "main");
     EXPECT_EQ(x.labels.at("UUID"), uuid);
@@ -388,26 +445,38 @@ TEST_F(DevicePluginE2E, MetricsShowEachContainersUsageAndDenialsBecomeEvents) {
   EXPECT_EQ(snapshot->gpus.size(), 2u);
   EXPECT_NE(observe::RenderTop(*snapshot).find(std::string(kNs) + "/metered"), std::string::npos);
   // The denials are told on the pod, once.
-  ASSERT_TRUE(WaitFor([&] {
-    for (const std::string& e : EventReasons("metered")) {
-      if (e.rfind("TesseraGpuMemoryDenied: container main: 2 allocation(s) refused at its cap of 2.00 GiB", 0) == 0) return true;
-    }
-    return false;
-  }, 30s)) << ::testing::PrintToString(EventReasons("metered"));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& e : EventReasons("metered")) {
+          if (e.rfind("TesseraGpuMemoryDenied: container main: 2 allocation(s) refused at its cap "
+                      "of 2.00 GiB",
+                      0) == 0)
+            return true;
+        }
+        return false;
+      },
+      30s))
+      << ::testing::PrintToString(EventReasons("metered"));
   // A further denial is counted at once; its Event waits for the minute since the last one
   // (a job retrying allocations does not post an Event every pass).
   EXPECT_FALSE(shm::Reserve(r, *slot, 0, 1024 * kMiB, 2048 * kMiB).ok());
-  EXPECT_TRUE(WaitFor([&] {
-    samples = Scrape();
-    return value("tessera_container_gpu_oom_denials_total") == 3;
-  }, 30s));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        samples = Scrape();
+        return value("tessera_container_gpu_oom_denials_total") == 3;
+      },
+      30s));
   shm::ReleaseSlot(r, *slot);
 }
 
 TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningContainer) {
   ASSERT_OK(CreatePod("keep", "1Gi"));
   ASSERT_OK(CreatePod("go", "1Gi"));
-  ASSERT_TRUE(WaitFor([&] { return Pods().size() == 2 && Phase(Pods()[0]) == "Running" && Phase(Pods()[1]) == "Running"; }, 90s));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return Pods().size() == 2 && Phase(Pods()[0]) == "Running" && Phase(Pods()[1]) == "Running";
+      },
+      90s));
   const json keep = Result("keep"), gone = Result("go");
   auto keep_limits = MountedLimits(keep);
   ASSERT_OK(keep_limits);
@@ -427,7 +496,8 @@ TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningC
   std::this_thread::sleep_for(3s);  // a few clean-up rounds of the new agent
   struct stat after {};
   ASSERT_EQ(stat((keep_dir + "/../run/region").c_str(), &after), 0);
-  EXPECT_EQ(after.st_ino, before.st_ino);  // the same region (the GPU's arbiter writes its verdicts into it)
+  EXPECT_EQ(after.st_ino,
+            before.st_ino);  // the same region (the GPU's arbiter writes its verdicts into it)
   EXPECT_EQ(Slurp(keep_dir + "/limits"), FormatLimitsFile(*keep_limits));
   // A released slot loses its files (and its CDI spec).
   k8s::DeleteOptions o;
@@ -437,7 +507,8 @@ TEST_F(DevicePluginE2E, ReleasedSlotsAreCleanedAndAgentRestartDisturbsNoRunningC
   EXPECT_TRUE(std::filesystem::exists(keep_dir + "/limits"));
   // And the restarted agent serves new containers.
   ASSERT_OK(CreatePod("after-restart", "1Gi"));
-  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("after-restart")).ok(); }, 60s)) << env->agent->LogTail(30);
+  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("after-restart")).ok(); }, 60s))
+      << env->agent->LogTail(30);
 }
 
 TEST_F(DevicePluginE2E, KubeletRestartMakesTheAgentRegisterAgain) {
@@ -446,10 +517,13 @@ TEST_F(DevicePluginE2E, KubeletRestartMakesTheAgentRegisterAgain) {
   // The restarted device manager knows no plugin (the Node's allocatable still shows the old
   // figure) until tessera-node registers again: ask kubelet itself what it can allocate.
   PodResourcesClient kubelet(env->dir("pod-resources.sock"));
-  ASSERT_TRUE(WaitFor([&] {
-    auto ids = kubelet.AllocatableDevices("tessera.dev/gpu-slot");
-    return ids.ok() && ids->size() == 64;
-  }, 60s)) << env->agent->LogTail(30);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto ids = kubelet.AllocatableDevices("tessera.dev/gpu-slot");
+        return ids.ok() && ids->size() == 64;
+      },
+      60s))
+      << env->agent->LogTail(30);
   ASSERT_OK(CreatePod("after-kubelet-restart", "1Gi"));
   EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("after-kubelet-restart")).ok(); }, 60s))
       << env->agent->LogTail(30) << env->kubelet->LogTail(30);
@@ -465,10 +539,12 @@ TEST_F(DevicePluginE2E, MissingMalformedOrBorrowedDecisionsGetAnEventAndNoGpu) {
   const json& donor_ann = donor["metadata"]["annotations"];
   const std::map<std::string, json> cases = {
       {"no-decision", json::object()},
-      {"malformed", {{"tessera.dev/decision", "{\"apiVersion\":"}, {"tessera.dev/decision-signature", "AAAA"}}},
+      {"malformed",
+       {{"tessera.dev/decision", "{\"apiVersion\":"}, {"tessera.dev/decision-signature", "AAAA"}}},
       // A valid, signed decision of another pod: its uid does not match.
-      {"borrowed", {{"tessera.dev/decision", donor_ann["tessera.dev/decision"]},
-                    {"tessera.dev/decision-signature", donor_ann["tessera.dev/decision-signature"]}}}};
+      {"borrowed",
+       {{"tessera.dev/decision", donor_ann["tessera.dev/decision"]},
+        {"tessera.dev/decision-signature", donor_ann["tessera.dev/decision-signature"]}}}};
   for (const auto& [name, annotations] : cases) {
     json pod = {{"apiVersion", "v1"},
                 {"kind", "Pod"},
@@ -482,20 +558,28 @@ TEST_F(DevicePluginE2E, MissingMalformedOrBorrowedDecisionsGetAnEventAndNoGpu) {
                      {"resources", {{"limits", {{"tessera.dev/gpu-slot", "1"}}}}}}}}}}};
     ASSERT_OK(api().Create(k8s::PodsPath(kNs), pod).status());
   }
-  const std::map<std::string, std::string> why = {{"no-decision", "has no tessera.dev/decision annotation"},
-                                                  {"malformed", "the decision is malformed"},
-                                                  {"borrowed", "not this pod"}};
+  const std::map<std::string, std::string> why = {
+      {"no-decision", "has no tessera.dev/decision annotation"},
+      {"malformed", "the decision is malformed"},
+      {"borrowed", "not this pod"}};
   for (const auto& [pod_name, pod_reason] : why) {
     const std::string name = pod_name, reason = pod_reason;  // lambdas capture these (clang 14)
-    EXPECT_TRUE(WaitFor([&] { return Result(name).is_object() && Result(name).contains("error"); }, 60s)) << name;
-    EXPECT_NE(Result(name).value("error", "").find(reason), std::string::npos) << Result(name).dump();
+    EXPECT_TRUE(
+        WaitFor([&] { return Result(name).is_object() && Result(name).contains("error"); }, 60s))
+        << name;
+    EXPECT_NE(Result(name).value("error", "").find(reason), std::string::npos)
+        << Result(name).dump();
     EXPECT_FALSE(MountedLimits(Result(name)).ok()) << name << " got limits";
-    EXPECT_TRUE(WaitFor([&] {
-      for (const std::string& e : EventReasons(name)) {
-        if (e.rfind("TesseraDecisionRejected: ", 0) == 0 && e.find(reason) != std::string::npos) return true;
-      }
-      return false;
-    }, 30s)) << name;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          for (const std::string& e : EventReasons(name)) {
+            if (e.rfind("TesseraDecisionRejected: ", 0) == 0 && e.find(reason) != std::string::npos)
+              return true;
+          }
+          return false;
+        },
+        30s))
+        << name;
     // kubelet does not start the container (it retries PreStartContainer, as it does for any
     // container-config error): the pod never runs.
     auto pod = api().Get(k8s::PodPath(kNs, name));
@@ -513,13 +597,17 @@ TEST_F(DevicePluginE2E, AnUnhealthyGpuLosesItsSlotsAndItsPodsAreTold) {
   const std::string physical = uuid.substr(uuid.size() - 2);  // GPU-face...00NN
   std::ofstream(env->dir("xid")) << std::stoi(physical, nullptr, 16) << ":79\n";
   EXPECT_TRUE(WaitFor([] { return Allocatable("tessera.dev/gpu-slot") == "32"; }, 60s))
-      << "allocatable " << Allocatable("tessera.dev/gpu-slot") << "\n" << env->agent->LogTail(20);
-  EXPECT_TRUE(WaitFor([&] {
-    for (const std::string& e : EventReasons("on-gpu")) {
-      if (e.rfind("TesseraGpuUnhealthy: ", 0) == 0 && e.find("XID 79") != std::string::npos) return true;
-    }
-    return false;
-  }, 30s));
+      << "allocatable " << Allocatable("tessera.dev/gpu-slot") << "\n"
+      << env->agent->LogTail(20);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& e : EventReasons("on-gpu")) {
+          if (e.rfind("TesseraGpuUnhealthy: ", 0) == 0 && e.find("XID 79") != std::string::npos)
+            return true;
+        }
+        return false;
+      },
+      30s));
   // New pods go to the healthy GPU only.
   ASSERT_OK(CreatePod("after-xid", "1Gi"));
   ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("after-xid")).ok(); }, 60s));
@@ -531,7 +619,8 @@ TEST_F(DevicePluginE2E, AnUnhealthyGpuLosesItsSlotsAndItsPodsAreTold) {
 // accounts it (metrics, drift) and serves new containers.
 TEST_F(DevicePluginE2E, AnUpgradedAgentServesContainersOfThePreviousLibrary) {
   ASSERT_OK(CreatePod("old-library", "2Gi"));
-  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("old-library")).ok(); }, 60s)) << env->agent->LogTail(20);
+  ASSERT_TRUE(WaitFor([&] { return MountedLimits(Result("old-library")).ok(); }, 60s))
+      << env->agent->LogTail(20);
   const std::string dir = SlotDir("old-library");
   const std::string region_path = dir + "/run/region", limits_text = Slurp(dir + "/etc/limits");
   // The container's process (its slot's robust mutex stays locked by this thread, so the
@@ -547,21 +636,31 @@ TEST_F(DevicePluginE2E, AnUpgradedAgentServesContainersOfThePreviousLibrary) {
   ASSERT_EQ(stat(region_path.c_str(), &before), 0);
   ASSERT_OK(StartAgent());
   std::vector<prom::Sample> samples;
-  EXPECT_TRUE(WaitFor([&] {
-    samples = Scrape();
-    return PodMetric(samples, "tessera_container_gpu_memory_used_bytes", "old-library") == 1536.0 * kMiB;
-  }, 60s)) << env->agent->LogTail(30);
-  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_memory_limit_bytes", "old-library"), 2048.0 * kMiB);
-  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_busy_seconds_total", "old-library"), -1);  // layout 1 has none
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        samples = Scrape();
+        return PodMetric(samples, "tessera_container_gpu_memory_used_bytes", "old-library") ==
+               1536.0 * kMiB;
+      },
+      60s))
+      << env->agent->LogTail(30);
+  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_memory_limit_bytes", "old-library"),
+            2048.0 * kMiB);
+  EXPECT_EQ(PodMetric(samples, "tessera_container_gpu_busy_seconds_total", "old-library"),
+            -1);  // layout 1 has none
   struct stat after {};
   ASSERT_EQ(stat(region_path.c_str(), &after), 0);
   EXPECT_EQ(after.st_ino, before.st_ino);
-  EXPECT_EQ(after.st_size, before.st_size);  // not re-created in the new layout under the old library
+  EXPECT_EQ(after.st_size,
+            before.st_size);  // not re-created in the new layout under the old library
   EXPECT_EQ(Slurp(dir + "/etc/limits"), limits_text);
   ASSERT_OK(CreatePod("new-library", "1Gi"));
-  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("new-library")).ok(); }, 60s)) << env->agent->LogTail(30);
-  EXPECT_EQ(shm::Mapping::Attach(SlotDir("new-library") + "/run/region")->layout_version(), shm::kLayoutVersion);
-  shm::ReleaseSlot(*region->region(), *slot);  // the container's process exits (slots are in layout 1 too)
+  EXPECT_TRUE(WaitFor([&] { return MountedLimits(Result("new-library")).ok(); }, 60s))
+      << env->agent->LogTail(30);
+  EXPECT_EQ(shm::Mapping::Attach(SlotDir("new-library") + "/run/region")->layout_version(),
+            shm::kLayoutVersion);
+  shm::ReleaseSlot(*region->region(),
+                   *slot);  // the container's process exits (slots are in layout 1 too)
 }
 
 // Uninstall: refused while a container runs on a tessera GPU; then nothing of tessera is left on
@@ -581,9 +680,22 @@ TEST_F(DevicePluginE2E, UninstallLeavesNothingBehind) {
   std::filesystem::copy_file(TESSERA_HOOK_LIBRARY, installed);
   auto uninstall = [&](bool force) {
     e2e::ChildOptions o;
-    o.argv = {TESSERA_NODE_BINARY, "--uninstall", "--node-name", kNode, "--kubeconfig", env->cluster->kubeconfig(),
-              "--state-dir", env->dir("state"), "--cdi-dir", env->dir("cdi"), "--device-plugin-dir", env->dir("plugins"),
-              "--pod-resources-socket", env->dir("pod-resources.sock"), "--hook-library", installed};
+    o.argv = {TESSERA_NODE_BINARY,
+              "--uninstall",
+              "--node-name",
+              kNode,
+              "--kubeconfig",
+              env->cluster->kubeconfig(),
+              "--state-dir",
+              env->dir("state"),
+              "--cdi-dir",
+              env->dir("cdi"),
+              "--device-plugin-dir",
+              env->dir("plugins"),
+              "--pod-resources-socket",
+              env->dir("pod-resources.sock"),
+              "--hook-library",
+              installed};
     if (force) o.argv.push_back("--force");
     o.log_path = env->dir(std::string("uninstall") + (force ? "-force" : "") + ".log");
     auto child = e2e::ChildProcess::Spawn(std::move(o));
@@ -602,15 +714,18 @@ TEST_F(DevicePluginE2E, UninstallLeavesNothingBehind) {
   EXPECT_EQ(uninstall(false), 1) << Slurp(env->dir("uninstall.log"));
   k8s::DeleteOptions gone;
   gone.grace_period_seconds = 0;
-  for (const json& p : Pods()) (void)api().Delete(k8s::PodPath(kNs, p["metadata"]["name"].get<std::string>()), gone);
+  for (const json& p : Pods())
+    (void)api().Delete(k8s::PodPath(kNs, p["metadata"]["name"].get<std::string>()), gone);
   ASSERT_TRUE(WaitFor([&] { return Pods().empty(); }, 60s));
   int rc = 1;
-  ASSERT_TRUE(WaitFor([&] { return (rc = uninstall(false)) == 0; }, 60s)) << Slurp(env->dir("uninstall.log"));
+  ASSERT_TRUE(WaitFor([&] { return (rc = uninstall(false)) == 0; }, 60s))
+      << Slurp(env->dir("uninstall.log"));
   EXPECT_FALSE(std::filesystem::exists(env->dir("state")));
   EXPECT_FALSE(std::filesystem::exists(env->dir("host-lib/tessera")));
   for (const char* folder : {"cdi", "plugins"}) {
     for (const auto& entry : std::filesystem::directory_iterator(env->dir(folder))) {
-      EXPECT_EQ(entry.path().filename().string().find("tessera"), std::string::npos) << entry.path();
+      EXPECT_EQ(entry.path().filename().string().find("tessera"), std::string::npos)
+          << entry.path();
     }
   }
   auto node = api().Get(k8s::NodePath(kNode));

@@ -6,19 +6,21 @@
 #include <set>
 #include <sstream>
 
+#include "tessera/file.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
-#include "tessera/file.h"
 
 namespace tessera::agent {
 namespace {
 
-// Whether a cgroup path names the pod: cgroupfs ("pod<uid>") or systemd ("pod<uid_with_underscores>").
+// Whether a cgroup path names the pod: cgroupfs ("pod<uid>") or systemd
+// ("pod<uid_with_underscores>").
 bool CgroupNamesPod(const std::string& cgroup, const std::string& uid) {
   if (uid.empty() || cgroup.empty()) return false;
   std::string systemd = uid;
   std::replace(systemd.begin(), systemd.end(), '-', '_');
-  return cgroup.find("pod" + uid) != std::string::npos || cgroup.find("pod" + systemd) != std::string::npos;
+  return cgroup.find("pod" + uid) != std::string::npos ||
+         cgroup.find("pod" + systemd) != std::string::npos;
 }
 
 struct RegionView {
@@ -28,13 +30,16 @@ struct RegionView {
 
 RegionView ReadRegion(const std::string& path) {
   RegionView view;
-  auto m = shm::RegionCopy::Read(path);  // a private copy (truncation-safe); the previous layout too
+  auto m =
+      shm::RegionCopy::Read(path);  // a private copy (truncation-safe); the previous layout too
   if (!m.ok()) return view;
   const shm::Region& r = m->region();
   for (const auto& slot : r.slots) {
-    if (slot.state.load() == 1 && slot.pid > 0) view.pids.insert(static_cast<unsigned int>(slot.pid));
+    if (slot.state.load() == 1 && slot.pid > 0)
+      view.pids.insert(static_cast<unsigned int>(slot.pid));
   }
-  for (std::uint32_t d = 0; d < std::min<std::uint32_t>(r.header.device_count, shm::kMaxDevices); ++d) {
+  for (std::uint32_t d = 0; d < std::min<std::uint32_t>(r.header.device_count, shm::kMaxDevices);
+       ++d) {
     const std::string uuid(r.devices[d].uuid, strnlen(r.devices[d].uuid, shm::kUuidBytes));
     view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
   }
@@ -64,7 +69,9 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
         bool on_gpu = false;
         for (const auto& d : containers[i].limits.devices) on_gpu |= d.uuid == uuid;
         if (!on_gpu) continue;
-        if (CgroupNamesPod(cgroup, containers[i].limits.pod_uid) || regions[i].pids.count(p.pid) != 0) owner = i;
+        if (CgroupNamesPod(cgroup, containers[i].limits.pod_uid) ||
+            regions[i].pids.count(p.pid) != 0)
+          owner = i;
       }
       if (owner) {
         owned[*owner].push_back(p);
@@ -99,11 +106,12 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
 std::string FormatDrift(const DriftReport& report) {
   std::ostringstream out;
   for (const ContainerDrift& c : report.containers) {
-    out << (c.over_cap() ? "OVER CAP " : "ok       ") << c.pod << " " << c.container << " on " << c.uuid
-        << ": NVML " << FormatBytesHuman(c.nvml_bytes) << ", region " << FormatBytesHuman(c.region_bytes)
-        << ", cap " << FormatBytesHuman(c.cap_bytes) << ", drift "
-        << (c.drift_bytes() < 0 ? "-" : "+")
-        << FormatBytesHuman(static_cast<std::uint64_t>(c.drift_bytes() < 0 ? -c.drift_bytes() : c.drift_bytes()))
+    out << (c.over_cap() ? "OVER CAP " : "ok       ") << c.pod << " " << c.container << " on "
+        << c.uuid << ": NVML " << FormatBytesHuman(c.nvml_bytes) << ", region "
+        << FormatBytesHuman(c.region_bytes) << ", cap " << FormatBytesHuman(c.cap_bytes)
+        << ", drift " << (c.drift_bytes() < 0 ? "-" : "+")
+        << FormatBytesHuman(
+               static_cast<std::uint64_t>(c.drift_bytes() < 0 ? -c.drift_bytes() : c.drift_bytes()))
         << " (" << c.pids.size() << " process(es))\n";
   }
   for (const UnattributedProcess& u : report.unattributed) {

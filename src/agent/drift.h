@@ -15,10 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "agent/nvml.h"
-#include "observe/observe.h"
 #include "tessera/limits.h"
 #include "tessera/status.h"
+
+#include "agent/nvml.h"
+#include "observe/observe.h"
 
 namespace tessera::agent {
 
@@ -27,10 +28,10 @@ using WatchedContainer = observe::ContainerSource;
 
 struct ContainerDrift {
   std::string id;
-  std::string pod;        // namespace/name
+  std::string pod;  // namespace/name
   std::string pod_uid;
   std::string container;
-  std::string uuid;       // the GPU
+  std::string uuid;  // the GPU
   std::uint64_t cap_bytes = 0;
   std::uint64_t region_bytes = 0;  // what the preload library accounted
   std::uint64_t nvml_bytes = 0;    // what NVML says the container's processes hold

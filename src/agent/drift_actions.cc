@@ -1,10 +1,9 @@
 #include "agent/drift_actions.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
+#include <signal.h>
 #include <sstream>
+#include <unistd.h>
 #include <utility>
 
 #include "tessera/file.h"
@@ -27,9 +26,7 @@ unsigned int ProcParentOf(unsigned int pid) {
   return static_cast<unsigned int>(ppid);
 }
 
-bool IsOwnChild(unsigned int pid) {
-  return static_cast<pid_t>(ProcParentOf(pid)) == getpid();
-}
+bool IsOwnChild(unsigned int pid) { return static_cast<pid_t>(ProcParentOf(pid)) == getpid(); }
 
 void KillProcess(unsigned int pid) { kill(static_cast<pid_t>(pid), SIGKILL); }
 
@@ -128,14 +125,12 @@ void DriftActions::Sample(const std::map<std::string, std::uint64_t>& nvml_by_ke
         (told.at == DriftDeps::Clock::time_point{} || now - told.at >= std::chrono::minutes(1))) {
       const k8s::Json pod = {
           {"metadata", {{"namespace", row.ns}, {"name", row.pod}, {"uid", row.pod_uid}}}};
-      deps_.api->WarnPod(pod, names::kEventGpuMemoryDenied,
-                         "container " + row.container + ": " +
-                             std::to_string(row.oom_denials - told.count) +
-                             " allocation(s) refused at its cap of " +
-                             FormatBytesHuman(row.limit_bytes) + " on " + row.uuid + " (in use " +
-                             FormatBytesHuman(row.used_bytes) + ", peak " +
-                             FormatBytesHuman(row.peak_bytes) +
-                             "); the application saw out-of-memory");
+      deps_.api->WarnPod(
+          pod, names::kEventGpuMemoryDenied,
+          "container " + row.container + ": " + std::to_string(row.oom_denials - told.count) +
+              " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " +
+              row.uuid + " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " +
+              FormatBytesHuman(row.peak_bytes) + "); the application saw out-of-memory");
       told = {row.oom_denials, now};
     }
     denials[row.Key()] = told;

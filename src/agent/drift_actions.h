@@ -23,13 +23,14 @@
 #include <string_view>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "agent/drift.h"
 #include "agent/nvml.h"
 #include "agent/slot_binder.h"
 #include "k8s/watch.h"
 #include "observe/observe.h"
 #include "policy/policy.h"
-#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -105,8 +106,8 @@ class DriftActions {
   std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
   std::set<std::string> drifting_;                 // drift episodes already reported
   struct Told {
-    std::uint64_t count = 0;                      // denials already told (or there at start)
-    DriftDeps::Clock::time_point at{};            // when the last Event went out
+    std::uint64_t count = 0;            // denials already told (or there at start)
+    DriftDeps::Clock::time_point at{};  // when the last Event went out
   };
   std::map<std::string, Told> denials_;  // by container key
   bool sampled_once_ = false;

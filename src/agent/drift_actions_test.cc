@@ -1,12 +1,13 @@
 #include "agent/drift_actions.h"
 
-#include <gtest/gtest.h>
-
 #include <optional>
 
-#include "agent/agent_testing.h"
+#include <gtest/gtest.h>
+
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "agent/agent_testing.h"
 
 namespace tessera::agent {
 namespace {
@@ -40,10 +41,9 @@ class FakeApi : public DriftApi {
   StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
     gets.push_back(std::string(ns) + "/" + std::string(name));
     if (!pod_error.ok()) return pod_error;
-    return k8s::Json{{"metadata",
-                      {{"namespace", std::string(ns)},
-                       {"name", std::string(name)},
-                       {"uid", "uid-from-api"}}}};
+    return k8s::Json{
+        {"metadata",
+         {{"namespace", std::string(ns)}, {"name", std::string(name)}, {"uid", "uid-from-api"}}}};
   }
   void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
     const auto& meta = pod["metadata"];
@@ -169,8 +169,8 @@ TEST_F(DriftActionsTest, UnderCapAndSmallDriftDoesNothing) {
   containers_ = {Container(2 * kGiB)};
   Holds(100 * kMiB);  // under the cap, and drift (its region says 0) under 256 MiB
   const auto nvml = drift.Check();
-  EXPECT_EQ(nvml, (std::map<std::string, std::uint64_t>{
-                      {"slot-0/team/job/main/" + kGpu, 100 * kMiB}}));
+  EXPECT_EQ(nvml,
+            (std::map<std::string, std::uint64_t>{{"slot-0/team/job/main/" + kGpu, 100 * kMiB}}));
   EXPECT_TRUE(api_.events.empty());
   EXPECT_TRUE(api_.gets.empty());
   EXPECT_TRUE(killed_.empty());
@@ -188,10 +188,9 @@ TEST_F(DriftActionsTest, OverCapIsActedOnOncePerEpisode) {
   std::vector<Event> over = api_.Of(names::kEventMemoryOverCap);
   ASSERT_EQ(over.size(), 1u);
   EXPECT_EQ(over[0].target, "Pod team/job");
-  EXPECT_EQ(over[0].message,
-            "container main holds " + FormatBytesHuman(kGiB + kMiB) + " on " + kGpu +
-                " (NVML), above its cap of " + FormatBytesHuman(kGiB) + "; its region says " +
-                FormatBytesHuman(0) + "; reported");
+  EXPECT_EQ(over[0].message, "container main holds " + FormatBytesHuman(kGiB + kMiB) + " on " +
+                                 kGpu + " (NVML), above its cap of " + FormatBytesHuman(kGiB) +
+                                 "; its region says " + FormatBytesHuman(0) + "; reported");
   EXPECT_EQ(drift.counts().over_cap, 1u);
   EXPECT_TRUE(killed_.empty());
 
@@ -335,12 +334,12 @@ TEST_F(DriftActionsTest, PassSamplesTheMetricsWithNvmlsFiguresAndTheCounts) {
   Holds(kGiB + kMiB);
   drift.Pass();
   ASSERT_EQ(sampled_.size(), 1u);
-  EXPECT_EQ(sampled_[0], (std::map<std::string, std::uint64_t>{
-                             {"slot-0/team/job/main/" + kGpu, kGiB + kMiB}}));
-  EXPECT_EQ(sampled_at_[0], static_cast<std::uint64_t>(
-                                std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                    now_.time_since_epoch())
-                                    .count()));
+  EXPECT_EQ(sampled_[0],
+            (std::map<std::string, std::uint64_t>{{"slot-0/team/job/main/" + kGpu, kGiB + kMiB}}));
+  EXPECT_EQ(
+      sampled_at_[0],
+      static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now_.time_since_epoch()).count()));
   ASSERT_EQ(counts_.size(), 1u);
   EXPECT_EQ(counts_[0].over_cap, 1u);
   EXPECT_EQ(counts_[0].events_dropped, 7u);

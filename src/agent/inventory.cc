@@ -31,7 +31,8 @@ StatusOr<ManagedSpec> ParseManagedSpec(std::string_view text) {
     const std::string item = Trim(std::string_view(all).substr(start, comma - start));
     start = comma + 1;
     if (item.empty()) return InvalidArgumentError("--gpus: \"" + all + "\": empty item");
-    if (item == "all") return InvalidArgumentError("--gpus: \"all\" cannot be combined with a list");
+    if (item == "all")
+      return InvalidArgumentError("--gpus: \"all\" cannot be combined with a list");
     if (!seen.insert(item).second) {
       return InvalidArgumentError("--gpus: \"" + item + "\" listed twice");
     }

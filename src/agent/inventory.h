@@ -11,9 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "agent/nvml.h"
 #include "contract/inventory_schema.h"
-#include "tessera/status.h"
 
 namespace tessera::agent {
 

@@ -3,9 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tessera/names.h"
+
 #include "agent/agent_testing.h"
 #include "contract/inventory.h"
-#include "tessera/names.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::agent {
@@ -23,7 +24,8 @@ json NodeWith(const std::string& annotation, const std::string& name = "gpu-node
 std::vector<GpuFacts> ThreeGpus() {
   std::vector<GpuFacts> gpus = {MakeGpu(0), MakeGpu(1), MakeGpu(2)};
   gpus[2].mig_enabled = true;
-  gpus[2].mig_instances = {{"MIG-a", "1g.10gb", 10ULL << 30, 16}, {"MIG-b", "2g.20gb", 20ULL << 30, 32}};
+  gpus[2].mig_instances = {{"MIG-a", "1g.10gb", 10ULL << 30, 16},
+                           {"MIG-b", "2g.20gb", 20ULL << 30, 32}};
   return gpus;
 }
 
@@ -67,7 +69,8 @@ TEST(Inventory, RoundTripsThroughTheSchedulersParser) {
   EXPECT_EQ(g2["healthReason"], "XID 79");
   EXPECT_EQ(g2["mig"]["mode"], "enabled");
   EXPECT_EQ(g2["mig"]["instances"][1],
-            json::parse(R"({"uuid":"MIG-b","profile":"2g.20gb","memoryBytes":21474836480,"smCount":32})"));
+            json::parse(
+                R"({"uuid":"MIG-b","profile":"2g.20gb","memoryBytes":21474836480,"smCount":32})"));
   std::vector<std::string> keys;
   for (const auto& [key, value] : g2.items()) keys.push_back(key);
   EXPECT_EQ(keys.size(), 10u);  // exactly the contract's fields
@@ -104,7 +107,8 @@ TEST(InventoryTracker, GenerationMovesOnlyWithTheContent) {
   EXPECT_EQ(tracker.current().generation, 2);
   EXPECT_EQ(tracker.current().updated_at, t0 + std::chrono::hours(2));
   // So does ownership.
-  EXPECT_TRUE(tracker.Update(BuildContent("n", "v", gpus, {gpus[0].uuid}, {{gpus[1].uuid, "XID 48"}}), t0));
+  EXPECT_TRUE(
+      tracker.Update(BuildContent("n", "v", gpus, {gpus[0].uuid}, {{gpus[1].uuid, "XID 48"}}), t0));
   EXPECT_EQ(tracker.current().generation, 3);
 }
 
@@ -125,9 +129,10 @@ TEST(Inventory, SumsManagedHealthyGpusOnly) {
   const auto quantities = ResourceQuantities(sums);
   ASSERT_EQ(quantities.size(), 4u);
   EXPECT_EQ(quantities[0], std::make_pair(std::string("tessera.dev/gpu"), std::string("1")));
-  EXPECT_EQ(quantities[1], std::make_pair(std::string("tessera.dev/gpu-memory"),
-                                          std::to_string(80ULL << 30)));
-  EXPECT_EQ(quantities[2], std::make_pair(std::string("tessera.dev/gpu-cores"), std::string("100")));
+  EXPECT_EQ(quantities[1],
+            std::make_pair(std::string("tessera.dev/gpu-memory"), std::to_string(80ULL << 30)));
+  EXPECT_EQ(quantities[2],
+            std::make_pair(std::string("tessera.dev/gpu-cores"), std::string("100")));
   EXPECT_EQ(quantities[3], std::make_pair(std::string("tessera.dev/gpu-slot"), std::string("32")));
 }
 

@@ -1,12 +1,11 @@
 #include "agent/local_gpu.h"
 
-#include <dlfcn.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
+#include <dlfcn.h>
+#include <signal.h>
 #include <string>
+#include <unistd.h>
 
 #include <cuda.h>
 #include <nvml.h>
@@ -50,18 +49,20 @@ constexpr int kProbeStreams = 128;
   auto uuid_fn = cuda ? Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2") : nullptr;
   auto name_fn = cuda ? Sym<decltype(&cuDeviceGetName)>(cuda, "cuDeviceGetName") : nullptr;
   auto total_fn = cuda ? Sym<decltype(&cuDeviceTotalMem_v2)>(cuda, "cuDeviceTotalMem_v2") : nullptr;
-  auto retain = cuda ? Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain") : nullptr;
+  auto retain =
+      cuda ? Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain") : nullptr;
   auto set_current = cuda ? Sym<decltype(&cuCtxSetCurrent)>(cuda, "cuCtxSetCurrent") : nullptr;
   auto stream_create = cuda ? Sym<decltype(&cuStreamCreate)>(cuda, "cuStreamCreate") : nullptr;
   if (init && count_fn && get && uuid_fn && name_fn && total_fn && retain && set_current &&
-      (reply.status = init(0)) == CUDA_SUCCESS && (reply.status = count_fn(&reply.count)) == CUDA_SUCCESS) {
+      (reply.status = init(0)) == CUDA_SUCCESS &&
+      (reply.status = count_fn(&reply.count)) == CUDA_SUCCESS) {
     reply.status = -1;
     for (int i = 0; i < reply.count; ++i) {
       CUdevice dev = 0;
       CUuuid uuid{};
       if (get(&dev, i) != CUDA_SUCCESS || uuid_fn(&uuid, dev) != CUDA_SUCCESS) continue;
       const std::string id = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
-      const bool match = selector.empty() ? i == 0
+      const bool match = selector.empty()                 ? i == 0
                          : selector.rfind("GPU-", 0) == 0 ? id == selector
                                                           : std::to_string(i) == selector;
       if (!match) continue;
@@ -160,8 +161,8 @@ StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_conte
   (void)Wait(child);
   if (n != sizeof(reply)) return UnavailableError("the GPU probe died (is libcuda.so.1 loadable?)");
   if (reply.status == -1) {
-    return InvalidArgumentError("--gpu: \"" + QuoteForMessage(selector) + "\" matches none of the " +
-                                std::to_string(reply.count) +
+    return InvalidArgumentError("--gpu: \"" + QuoteForMessage(selector) +
+                                "\" matches none of the " + std::to_string(reply.count) +
                                 " CUDA devices; accepted: a CUDA index (0.." +
                                 std::to_string(reply.count - 1) + ") or a GPU UUID (GPU-…)");
   }

@@ -43,7 +43,9 @@ Status RunAgentLoop(const LoopOptions& options, GpuSource& source, const Publish
   const auto drop_taken = [&](std::set<std::string>& m) {
     if (!options.taken_by_others) return;
     for (const std::string& uuid : options.taken_by_others()) {
-      if (m.erase(uuid) != 0) TESSERA_LOG(kInfo, kAgent, "GPU %s is held through another device plugin: not managed", uuid.c_str());
+      if (m.erase(uuid) != 0)
+        TESSERA_LOG(kInfo, kAgent, "GPU %s is held through another device plugin: not managed",
+                    uuid.c_str());
     }
   };
   drop_taken(managed);
@@ -79,9 +81,9 @@ Status RunAgentLoop(const LoopOptions& options, GpuSource& source, const Publish
       dirty = true;
     }
     if (dirty || now >= retry_at) {
-      if (tracker.Update(BuildContent(options.node_name, options.agent_version, gpus, managed,
-                                      unhealthy),
-                         std::chrono::system_clock::now())) {
+      if (tracker.Update(
+              BuildContent(options.node_name, options.agent_version, gpus, managed, unhealthy),
+              std::chrono::system_clock::now())) {
         TESSERA_LOG(kInfo, kAgent, "inventory generation %lld",
                     static_cast<long long>(tracker.current().generation));
       }
@@ -102,8 +104,8 @@ Status RunAgentLoop(const LoopOptions& options, GpuSource& source, const Publish
     }
     now = SteadyClock::now();
     const auto until = std::min({next_refresh, retry_at, now + milliseconds(1000)});
-    const auto wait = std::max(milliseconds(0),
-                               std::chrono::duration_cast<milliseconds>(until - now));
+    const auto wait =
+        std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(until - now));
     if (events_broken) {
       std::this_thread::sleep_for(wait);
       continue;

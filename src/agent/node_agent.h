@@ -9,9 +9,10 @@
 #include <set>
 #include <string>
 
+#include "tessera/status.h"
+
 #include "agent/inventory.h"
 #include "agent/nvml.h"
-#include "tessera/status.h"
 
 namespace tessera::agent {
 

@@ -1,9 +1,8 @@
 #include "agent/node_agent.h"
 
-#include <gtest/gtest.h>
-
 #include <sstream>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/agent_testing.h"
@@ -103,17 +102,20 @@ TEST(RunAgentLoop, ContinuesAfterTheNodesGeneration) {
   LoopOptions o = Fast();
   o.continue_after_generation = 7;
   std::int64_t generation = 0;
-  ASSERT_OK(RunAgentLoop(o, source, [&](const Inventory& i) {
-    generation = i.generation;
-    return Status::Ok();
-  }, [&] { return generation != 0; }));
+  ASSERT_OK(RunAgentLoop(
+      o, source,
+      [&](const Inventory& i) {
+        generation = i.generation;
+        return Status::Ok();
+      },
+      [&] { return generation != 0; }));
   EXPECT_EQ(generation, 8);
 }
 
 TEST(RunAgentLoop, UnknownManagedGpuIsAnError) {
   FakeGpuSource source({MakeGpu(0)});
-  const Status ran = RunAgentLoop(Fast("1"), source, [](const Inventory&) { return Status::Ok(); },
-                                  [] { return false; });
+  const Status ran = RunAgentLoop(
+      Fast("1"), source, [](const Inventory&) { return Status::Ok(); }, [] { return false; });
   EXPECT_EQ(ran.code(), StatusCode::kInvalidArgument);
 }
 

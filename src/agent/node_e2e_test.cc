@@ -2,18 +2,19 @@
 // with the fake NVML: a Node object gets the inventory annotation, the gpu-node label and the
 // node-level sums; an XID injected into the running agent makes that GPU unhealthy on the Node.
 // Needs TESSERA_TESTCLUSTER (fails without it).
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <thread>
 
-#include "e2e/testcluster.h"
+#include <gtest/gtest.h>
+
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
 #include "contract/inventory.h"
+#include "e2e/testcluster.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/paths.h"
-#include "tessera/names.h"
-#include "tessera/quantity.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::agent {
@@ -61,18 +62,28 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
   // A Node as a kubelet would have registered it, with an annotation and a resource of its own
   // that tessera-node must leave alone.
   const std::string name = "gpu-node-e2e";
-  ASSERT_OK(api.Create(k8s::NodesPath(),
-                       Json{{"metadata", {{"name", name}, {"annotations", {{"keep.me/a", "1"}}}}}}));
+  ASSERT_OK(
+      api.Create(k8s::NodesPath(),
+                 Json{{"metadata", {{"name", name}, {"annotations", {{"keep.me/a", "1"}}}}}}));
   ASSERT_OK(api.Patch(k8s::NodeStatusPath(name),
-                      Json{{"status", {{"capacity", {{"example.com/dongle", "3"}}},
-                                       {"allocatable", {{"example.com/dongle", "3"}}}}}},
+                      Json{{"status",
+                            {{"capacity", {{"example.com/dongle", "3"}}},
+                             {"allocatable", {{"example.com/dongle", "3"}}}}}},
                       k8s::PatchType::kMerge));
 
   const std::string xid_file = (*cluster)->dir() + "/xid";
   e2e::ChildOptions options;
-  options.argv = {TESSERA_NODE_BINARY, "--node-name", name, "--kubeconfig",
-                  (*cluster)->kubeconfig(), "--interval-s", "1", "--gpus", "0,1,2",
-                  "--log-level", "debug"};
+  options.argv = {TESSERA_NODE_BINARY,
+                  "--node-name",
+                  name,
+                  "--kubeconfig",
+                  (*cluster)->kubeconfig(),
+                  "--interval-s",
+                  "1",
+                  "--gpus",
+                  "0,1,2",
+                  "--log-level",
+                  "debug"};
   options.log_path = (*cluster)->dir() + "/tessera-node.log";
   options.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_NVML_DIR},
                  {"TESSERA_FAKE_GPUS", "4"},
@@ -116,9 +127,8 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
     std::ofstream(xid_file + ".tmp") << "0:13,1:79\n";
     ASSERT_EQ(std::rename((xid_file + ".tmp").c_str(), xid_file.c_str()), 0);
   }
-  node = WaitForNode(api, name, [&](const Json& n) {
-    return Quantity(Allocatable(n, "tessera.dev/gpu")) == 2;
-  });
+  node = WaitForNode(
+      api, name, [&](const Json& n) { return Quantity(Allocatable(n, "tessera.dev/gpu")) == 2; });
   parsed = contract::ParseNodeInventory(node);
   ASSERT_OK(parsed);
   ASSERT_EQ(parsed->gpus.size(), 3u);

@@ -1,8 +1,8 @@
 #include "agent/node_flags.h"
 
-#include <CLI/CLI.hpp>
-
 #include <cstdio>
+
+#include <CLI/CLI.hpp>
 
 #include "tessera/log.h"
 

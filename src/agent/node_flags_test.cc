@@ -1,9 +1,9 @@
 #include "agent/node_flags.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tessera/log.h"
 
@@ -30,10 +30,30 @@ TEST(NodeFlagsTest, DefaultsWithoutFlags) {
 
 TEST(NodeFlagsTest, FlagsFillTheOptions) {
   NodeOptions o;
-  EXPECT_EQ(Parse({"--node-name", "n1", "--gpus", "0,2", "--interval-s", "5", "--print-inventory",
-                   "--device-plugin-dir", "/dp", "--state-dir", "/st", "--decision-keys", "/k",
-                   "--metrics-listen", "", "--cleanup-interval-s", "9", "--foreign-gpu-resource",
-                   "a.com/gpu", "--uninstall", "--force", "--hold", "--log-level", "info"},
+  EXPECT_EQ(Parse({"--node-name",
+                   "n1",
+                   "--gpus",
+                   "0,2",
+                   "--interval-s",
+                   "5",
+                   "--print-inventory",
+                   "--device-plugin-dir",
+                   "/dp",
+                   "--state-dir",
+                   "/st",
+                   "--decision-keys",
+                   "/k",
+                   "--metrics-listen",
+                   "",
+                   "--cleanup-interval-s",
+                   "9",
+                   "--foreign-gpu-resource",
+                   "a.com/gpu",
+                   "--uninstall",
+                   "--force",
+                   "--hold",
+                   "--log-level",
+                   "info"},
                   o),
             std::nullopt);
   EXPECT_EQ(o.node_name, "n1");
@@ -50,9 +70,10 @@ TEST(NodeFlagsTest, FlagsFillTheOptions) {
 }
 
 TEST(NodeFlagsTest, MalformedFlagsExitTwo) {
-  for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"--interval-s", "0"}, {"--cleanup-interval-s", "3601"},
-        {"--bogus"}, {"--log-level", "loud"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--interval-s", "0"},
+                                               {"--cleanup-interval-s", "3601"},
+                                               {"--bogus"},
+                                               {"--log-level", "loud"}}) {
     NodeOptions o;
     EXPECT_EQ(Parse(args, o), 2) << args[0];
   }

@@ -1,22 +1,19 @@
 // tessera-node --print-inventory as a process, against the fake libnvidia-ml.so.1 (loaded by
 // dlopen through LD_LIBRARY_PATH, as on a node): GPUs, SM count, NUMA, MIG, an injected XID,
 // and the exit codes for bad flags and a missing NVML.
-#include <gtest/gtest.h>
-
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
-
-#include <nlohmann/json.hpp>
-
-#include "contract/inventory.h"
-#include "tessera/names.h"
-
 #include <unistd.h>
 
-#include <cstdio>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tessera/names.h"
+
+#include "contract/inventory.h"
 
 namespace tessera::agent {
 namespace {
@@ -58,9 +55,10 @@ nlohmann::json Parse(const Result& run) {
 }
 
 TEST(NodeIntegration, PrintsTheFakeGpus) {
-  const Result run = RunNode("TESSERA_FAKE_GPUS=3 TESSERA_FAKE_GPU_MEMORY=17179869184 "
-                          "TESSERA_FAKE_SM_COUNT=132 TESSERA_FAKE_NUMA_NODE=1",
-                          "--print-inventory --node-name fake-node --gpus 0,GPU-face0000-0000-0000-0000-000000000002");
+  const Result run = RunNode(
+      "TESSERA_FAKE_GPUS=3 TESSERA_FAKE_GPU_MEMORY=17179869184 "
+      "TESSERA_FAKE_SM_COUNT=132 TESSERA_FAKE_NUMA_NODE=1",
+      "--print-inventory --node-name fake-node --gpus 0,GPU-face0000-0000-0000-0000-000000000002");
   const nlohmann::json j = Parse(run);
   ASSERT_EQ(j["gpus"].size(), 3u);
   EXPECT_EQ(j["node"], "fake-node");
@@ -99,8 +97,9 @@ TEST(NodeIntegration, WithoutAttributesSmCountAndNumaAreUnknown) {
 
 TEST(NodeIntegration, CriticalXidAndDoubleBitEccMakeAGpuUnhealthy) {
   // 13 is an application XID and 1:sbe a single-bit ECC error: neither is node health.
-  const nlohmann::json j = Parse(RunNode("TESSERA_FAKE_GPUS=4 TESSERA_FAKE_XID=0:13,1:79,2:sbe,3:dbe",
-                                         "--print-inventory --node-name n"));
+  const nlohmann::json j =
+      Parse(RunNode("TESSERA_FAKE_GPUS=4 TESSERA_FAKE_XID=0:13,1:79,2:sbe,3:dbe",
+                    "--print-inventory --node-name n"));
   ASSERT_EQ(j["gpus"].size(), 4u);
   EXPECT_EQ(j["gpus"][0]["health"], "healthy");
   EXPECT_EQ(j["gpus"][1]["health"], "unhealthy");
@@ -129,11 +128,11 @@ TEST(NodeIntegration, BadFlagsExitTwoNamingTheFlag) {
     const char* args;
     const char* names;
   };
-  for (const Case& c : {Case{"--print-inventory --gpus 0,,1", "--gpus"},
-                        Case{"--print-inventory --gpus 7", "--gpus"},
-                        Case{"--print-inventory --interval-s 0", "--interval-s"},
-                        Case{"--print-inventory --bogus", "--bogus"},
-                        Case{"--gpus all", "--node-name"}}) {
+  for (const Case& c :
+       {Case{"--print-inventory --gpus 0,,1", "--gpus"},
+        Case{"--print-inventory --gpus 7", "--gpus"},
+        Case{"--print-inventory --interval-s 0", "--interval-s"},
+        Case{"--print-inventory --bogus", "--bogus"}, Case{"--gpus all", "--node-name"}}) {
     const Result run = RunNode("TESSERA_FAKE_GPUS=2", c.args);
     EXPECT_EQ(run.exit_code, 2) << c.args << ": " << run.err;
     EXPECT_NE(run.err.find(c.names), std::string::npos) << c.args << ": " << run.err;

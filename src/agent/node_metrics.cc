@@ -1,9 +1,9 @@
 #include "agent/node_metrics.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <thread>
+
+#include <httplib.h>
 
 #include "k8s/listen.h"
 
@@ -27,10 +27,11 @@ void NodeMetrics::SetCounts(const observe::NodeCounts& counts) {
   counts_ = counts;
 }
 
-std::vector<observe::ContainerRow> NodeMetrics::Sample(const std::map<std::string, std::uint64_t>& nvml_by_key,
-                                                       std::uint64_t now_ns) {
+std::vector<observe::ContainerRow> NodeMetrics::Sample(
+    const std::map<std::string, std::uint64_t>& nvml_by_key, std::uint64_t now_ns) {
   if (state_dir_.empty()) return {};
-  std::vector<observe::ContainerRow> rows = observe::ReadContainers(observe::StateDirContainers(state_dir_));
+  std::vector<observe::ContainerRow> rows =
+      observe::ReadContainers(observe::StateDirContainers(state_dir_));
   std::lock_guard<std::mutex> lock(mu_);
   meter_.Update(rows, now_ns);
   delivered_.clear();
@@ -46,7 +47,8 @@ observe::Snapshot NodeMetrics::Snapshot() {
   observe::Snapshot s;
   s.node = node_;
   s.version = version_;
-  if (!state_dir_.empty()) s.containers = observe::ReadContainers(observe::StateDirContainers(state_dir_));
+  if (!state_dir_.empty())
+    s.containers = observe::ReadContainers(observe::StateDirContainers(state_dir_));
   std::lock_guard<std::mutex> lock(mu_);
   s.gpus = gpus_;
   s.counts = counts_;
@@ -62,7 +64,8 @@ struct MetricsServer::Impl {
   std::thread thread;
 };
 
-StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen, NodeMetrics* metrics) {
+StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& listen,
+                                                              NodeMetrics* metrics) {
   auto address = k8s::ParseListenAddress(listen);
   if (!address.ok()) return address.status();
   std::unique_ptr<MetricsServer> server(new MetricsServer());
@@ -72,10 +75,14 @@ StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string&
   http.Get("/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics->Render(), "text/plain; version=0.0.4");
   });
-  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok", "text/plain"); });
+  http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
   const auto& [host, port] = *address;
-  server->port_ = port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
-  if (server->port_ < 0) return UnavailableError(listen + ": cannot listen (in use, or not an address of this host)");
+  server->port_ =
+      port == 0 ? http.bind_to_any_port(host) : (http.bind_to_port(host, port) ? port : -1);
+  if (server->port_ < 0)
+    return UnavailableError(listen + ": cannot listen (in use, or not an address of this host)");
   server->impl_->thread = std::thread([&http] { http.listen_after_bind(); });
   // stop() does nothing until the server runs: wait for it, so that a destructor right after
   // Start() cannot wait for ever.

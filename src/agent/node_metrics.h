@@ -9,9 +9,10 @@
 #include <mutex>
 #include <string>
 
+#include "tessera/status.h"
+
 #include "agent/inventory.h"
 #include "observe/observe.h"
-#include "tessera/status.h"
 
 namespace tessera::agent {
 
@@ -44,7 +45,8 @@ class NodeMetrics {
 class MetricsServer {
  public:
   // `listen`: HOST:PORT (port 0: any; see port()).
-  static StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen, NodeMetrics* metrics);
+  static StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen,
+                                                        NodeMetrics* metrics);
   ~MetricsServer();
   int port() const { return port_; }
 

@@ -1,45 +1,45 @@
 #include "agent/nvml.h"
 
-#include <cuda.h>
-#include <dlfcn.h>
-
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <dlfcn.h>
 #include <fstream>
 #include <map>
 #include <string_view>
 
-#include "tessera/nvml_api.h"
-#include "tessera/log.h"
+#include <cuda.h>
+
 #include "tessera/file.h"
+#include "tessera/log.h"
+#include "tessera/nvml_api.h"
 
 namespace tessera::agent {
 
 // The entry points the agent uses: X(symbol, required). Optional ones may be missing from an
 // older driver; the facts they give are then left at "unknown".
-#define TESSERA_AGENT_NVML(X)                    \
-  X(nvmlInit_v2, true)                           \
-  X(nvmlShutdown, true)                          \
-  X(nvmlDeviceGetCount_v2, true)                 \
-  X(nvmlDeviceGetHandleByIndex_v2, true)         \
-  X(nvmlDeviceGetUUID, true)                     \
-  X(nvmlDeviceGetName, true)                     \
-  X(nvmlDeviceGetMemoryInfo, true)               \
-  X(nvmlErrorString, false)                      \
-  X(nvmlDeviceGetAttributes_v2, false)           \
-  X(nvmlDeviceGetNumaNodeId, false)              \
-  X(nvmlDeviceGetPciInfo_v3, false)              \
-  X(nvmlDeviceGetMigMode, false)                 \
-  X(nvmlDeviceGetMaxMigDeviceCount, false)       \
-  X(nvmlDeviceGetMigDeviceHandleByIndex, false)  \
-  X(nvmlEventSetCreate, false)                   \
-  X(nvmlEventSetFree, false)                     \
-  X(nvmlDeviceGetSupportedEventTypes, false)     \
-  X(nvmlDeviceRegisterEvents, false)             \
-  X(nvmlEventSetWait_v2, false)                  \
-  X(nvmlDeviceGetHandleByUUID, false)            \
+#define TESSERA_AGENT_NVML(X)                   \
+  X(nvmlInit_v2, true)                          \
+  X(nvmlShutdown, true)                         \
+  X(nvmlDeviceGetCount_v2, true)                \
+  X(nvmlDeviceGetHandleByIndex_v2, true)        \
+  X(nvmlDeviceGetUUID, true)                    \
+  X(nvmlDeviceGetName, true)                    \
+  X(nvmlDeviceGetMemoryInfo, true)              \
+  X(nvmlErrorString, false)                     \
+  X(nvmlDeviceGetAttributes_v2, false)          \
+  X(nvmlDeviceGetNumaNodeId, false)             \
+  X(nvmlDeviceGetPciInfo_v3, false)             \
+  X(nvmlDeviceGetMigMode, false)                \
+  X(nvmlDeviceGetMaxMigDeviceCount, false)      \
+  X(nvmlDeviceGetMigDeviceHandleByIndex, false) \
+  X(nvmlEventSetCreate, false)                  \
+  X(nvmlEventSetFree, false)                    \
+  X(nvmlDeviceGetSupportedEventTypes, false)    \
+  X(nvmlDeviceRegisterEvents, false)            \
+  X(nvmlEventSetWait_v2, false)                 \
+  X(nvmlDeviceGetHandleByUUID, false)           \
   X(nvmlDeviceGetComputeRunningProcesses_v3, false)
 
 struct NvmlGpuSource::Api {
@@ -92,10 +92,10 @@ std::string Fixed(const char* text, std::size_t size) {
 
 // "1g.18gb" from a MIG device's attributes.
 std::string MigProfile(unsigned int slices, unsigned long long memory_mib) {
-  const auto gb = static_cast<unsigned long long>(std::llround(static_cast<double>(memory_mib) / 1024.0));
+  const auto gb =
+      static_cast<unsigned long long>(std::llround(static_cast<double>(memory_mib) / 1024.0));
   return std::to_string(slices) + "g." + std::to_string(gb) + "gb";
 }
-
 
 // /sys/bus/pci/devices/<domain:bus:device.function>/numa_node for NVML's bus id
 // ("00000000:1B:00.0": an 8-digit domain, upper case). -1 when unknown.
@@ -142,9 +142,9 @@ std::map<std::string, std::uint32_t> CudaSmCounts() {
       char text[64];
       std::snprintf(text, sizeof(text),
                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6],
-                    bytes[7], bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13],
-                    bytes[14], bytes[15]);
+                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+                    bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14],
+                    bytes[15]);
       out[text] = static_cast<std::uint32_t>(sms);
     }
   }
@@ -182,9 +182,9 @@ StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open(const std::string& 
   }
   source->api_ = std::make_unique<Api>();
   Api& api = *source->api_;
-#define TESSERA_AGENT_NVML_LOAD(sym, required)                                           \
-  api.sym = reinterpret_cast<decltype(&::sym)>(dlsym(source->library_, #sym));           \
-  if ((required) && api.sym == nullptr) {                                                \
+#define TESSERA_AGENT_NVML_LOAD(sym, required)                                                  \
+  api.sym = reinterpret_cast<decltype(&::sym)>(dlsym(source->library_, #sym));                  \
+  if ((required) && api.sym == nullptr) {                                                       \
     return UnavailableError("NVML " + library + ": no entry point " #sym " (driver too old?)"); \
   }
   TESSERA_AGENT_NVML(TESSERA_AGENT_NVML_LOAD)
@@ -208,8 +208,10 @@ NvmlGpuSource::~NvmlGpuSource() {
 
 StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uuid) {
   const Api& api = *api_;
-  if (api.nvmlDeviceGetHandleByUUID == nullptr || api.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) {
-    return FailedPreconditionError("this NVML has no per-process memory (nvmlDeviceGetComputeRunningProcesses_v3)");
+  if (api.nvmlDeviceGetHandleByUUID == nullptr ||
+      api.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) {
+    return FailedPreconditionError(
+        "this NVML has no per-process memory (nvmlDeviceGetComputeRunningProcesses_v3)");
   }
   nvmlDevice_t device = nullptr;
   if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
@@ -218,20 +220,24 @@ StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uu
   std::vector<nvmlProcessInfo_t> infos(64);
   for (int attempt = 0; attempt < 4; ++attempt) {
     unsigned int count = static_cast<unsigned int>(infos.size());
-    const nvmlReturn_t rc = api.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data());
+    const nvmlReturn_t rc =
+        api.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data());
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
       infos.resize(count + 16);
       continue;
     }
-    if (rc != NVML_SUCCESS) return CallError(api, "nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + ")", rc);
+    if (rc != NVML_SUCCESS)
+      return CallError(api, "nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + ")", rc);
     std::vector<GpuProcess> out;
     for (unsigned int i = 0; i < count; ++i) {
-      const bool known = infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
+      const bool known =
+          infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
       out.push_back({infos[i].pid, known ? infos[i].usedGpuMemory : 0});
     }
     return out;
   }
-  return UnavailableError("nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + "): the list kept growing");
+  return UnavailableError("nvmlDeviceGetComputeRunningProcesses_v3(" + uuid +
+                          "): the list kept growing");
 }
 
 StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
@@ -305,8 +311,10 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
         nvmlDevice_t mig = nullptr;
         nvmlReturn_t rc = api.nvmlDeviceGetMigDeviceHandleByIndex(device, m, &mig);
         if (rc == NVML_ERROR_NOT_FOUND) continue;  // an empty slot
-        const std::string mig_where = "(GPU " + std::to_string(i) + " MIG " + std::to_string(m) + ")";
-        if (rc != NVML_SUCCESS) return CallError(api, "nvmlDeviceGetMigDeviceHandleByIndex" + mig_where, rc);
+        const std::string mig_where =
+            "(GPU " + std::to_string(i) + " MIG " + std::to_string(m) + ")";
+        if (rc != NVML_SUCCESS)
+          return CallError(api, "nvmlDeviceGetMigDeviceHandleByIndex" + mig_where, rc);
         MigInstance instance;
         if (rc = api.nvmlDeviceGetUUID(mig, text, sizeof(text)); rc != NVML_SUCCESS) {
           return CallError(api, "nvmlDeviceGetUUID" + mig_where, rc);
@@ -321,7 +329,8 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
           nvmlDeviceAttributes_t attributes{};
           if (api.nvmlDeviceGetAttributes_v2(mig, &attributes) == NVML_SUCCESS) {
             instance.sm_count = attributes.multiprocessorCount;
-            instance.profile = MigProfile(attributes.gpuInstanceSliceCount, attributes.memorySizeMB);
+            instance.profile =
+                MigProfile(attributes.gpuInstanceSliceCount, attributes.memorySizeMB);
           }
         }
         gpu.mig_instances.push_back(std::move(instance));
@@ -355,8 +364,9 @@ Status NvmlGpuSource::RegisterEvents() {
   if (nvmlReturn_t rc = api.nvmlDeviceGetCount_v2(&count); rc != NVML_SUCCESS) {
     return CallError(api, "nvmlDeviceGetCount_v2", rc);
   }
-  constexpr unsigned long long kWanted =
-      nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccError;
+  constexpr unsigned long long kWanted = nvmlEventTypeXidCriticalError |
+                                         nvmlEventTypeDoubleBitEccError |
+                                         nvmlEventTypeSingleBitEccError;
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t device = nullptr;
     if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByIndex_v2(i, &device); rc != NVML_SUCCESS) {
@@ -376,7 +386,8 @@ Status NvmlGpuSource::RegisterEvents() {
     if (nvmlReturn_t rc = api.nvmlDeviceRegisterEvents(device, types, set); rc != NVML_SUCCESS) {
       TESSERA_LOG(kWarn, kAgent, "%s; its health is not watched",
                   CallError(api, "nvmlDeviceRegisterEvents(GPU " + std::to_string(i) + ")", rc)
-                      .message().c_str());
+                      .message()
+                      .c_str());
     }
   }
   events_registered_ = true;

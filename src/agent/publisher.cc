@@ -1,9 +1,10 @@
 #include "agent/publisher.h"
 
-#include "k8s/object.h"
-#include "k8s/paths.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "k8s/object.h"
+#include "k8s/paths.h"
 
 namespace tessera::agent {
 namespace {
@@ -69,8 +70,8 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   Json resources = Json::object();
   for (const auto& [name, quantity] : quantities) {
     if (kubelet_owned_.count(name) != 0) continue;
-    same = same && SameQuantity(capacity, name, quantity) &&
-           SameQuantity(allocatable, name, quantity);
+    same =
+        same && SameQuantity(capacity, name, quantity) && SameQuantity(allocatable, name, quantity);
     resources[name] = quantity;
   }
   if (!same) {

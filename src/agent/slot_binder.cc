@@ -1,10 +1,8 @@
 #include "agent/slot_binder.h"
 
 #include <charconv>
-
-#include <sys/stat.h>
-
 #include <filesystem>
+#include <sys/stat.h>
 
 #include "tessera/log.h"
 #include "tessera/names.h"
@@ -47,9 +45,11 @@ StatusOr<Limits> LimitsFor(const contract::Decision& decision, std::string_view 
     if (candidate.name == container) c = &candidate;
   }
   if (c == nullptr) {
-    return NotFoundError("the decision has no entry for container \"" + std::string(container) + "\"");
+    return NotFoundError("the decision has no entry for container \"" + std::string(container) +
+                         "\"");
   }
-  if (c->devices.empty()) return InvalidArgumentError("the decision gives container \"" + c->name + "\" no GPU");
+  if (c->devices.empty())
+    return InvalidArgumentError("the decision gives container \"" + c->name + "\" no GPU");
   Limits limits;
   limits.pod_uid = decision.pod_uid;
   limits.pod = decision.pod_namespace + "/" + decision.pod_name;
@@ -61,8 +61,11 @@ StatusOr<Limits> LimitsFor(const contract::Decision& decision, std::string_view 
   limits.compute_window_ms = c->compute_window_ms;
   for (const auto& d : c->devices) {
     const auto gpu = gpus.find(d.uuid);
-    if (gpu == gpus.end()) return NotFoundError("the decision names GPU " + d.uuid + ", which this node does not have");
-    if (!gpu->second.managed) return FailedPreconditionError("the decision names GPU " + d.uuid + ", which tessera does not manage here");
+    if (gpu == gpus.end())
+      return NotFoundError("the decision names GPU " + d.uuid + ", which this node does not have");
+    if (!gpu->second.managed)
+      return FailedPreconditionError("the decision names GPU " + d.uuid +
+                                     ", which tessera does not manage here");
     if (!gpu->second.healthy) {
       return FailedPreconditionError("the decision names GPU " + d.uuid + ", which is unhealthy (" +
                                      gpu->second.health_reason + ")");
@@ -90,23 +93,27 @@ Status SlotBinder::Allocate(std::string_view slot) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   using std::filesystem::perms;
-  TESSERA_RETURN_IF_ERROR(MakeDirs(p.etc_dir, perms::owner_all | perms::group_read | perms::group_exec |
-                                                  perms::others_read | perms::others_exec));
+  TESSERA_RETURN_IF_ERROR(MakeDirs(p.etc_dir, perms::owner_all | perms::group_read |
+                                                  perms::group_exec | perms::others_read |
+                                                  perms::others_exec));
   // Every UID of the container accounts into the region.
   return MakeDirs(p.run_dir, perms::all);
 }
 
 SlotAllocation SlotBinder::AllocationOf(std::string_view slot) const {
-  return AllocationFor(PathsOf(options_.state_dir, options_.cdi_dir, slot), slot, options_.hook_library,
-                       options_.ld_so_preload);
+  return AllocationFor(PathsOf(options_.state_dir, options_.cdi_dir, slot), slot,
+                       options_.hook_library, options_.ld_so_preload);
 }
 
 StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner) {
   const std::string text = AnnotationOf(pod, names::kAnnotationDecision);
   const std::string signature = AnnotationOf(pod, names::kAnnotationDecisionSignature);
-  if (text.empty()) return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecision) + " annotation");
+  if (text.empty())
+    return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecision) +
+                                   " annotation");
   if (signature.empty()) {
-    return FailedPreconditionError("the pod has no " + std::string(names::kAnnotationDecisionSignature) + " annotation");
+    return FailedPreconditionError(
+        "the pod has no " + std::string(names::kAnnotationDecisionSignature) + " annotation");
   }
   auto decision = contract::ParseDecision(text);
   if (!decision.ok()) return decision.status().WithContext("the decision is malformed");
@@ -115,16 +122,19 @@ StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOw
     return PermissionDeniedError("the decision is signed with key \"" + decision->key_id +
                                  "\", which this node does not hold");
   }
-  TESSERA_RETURN_IF_ERROR(key->second->Verify(text, signature).WithContext("the decision's signature"));
+  TESSERA_RETURN_IF_ERROR(
+      key->second->Verify(text, signature).WithContext("the decision's signature"));
   if (decision->pod_uid != MetaOf(pod, "uid")) {
-    return PermissionDeniedError("the decision is for pod uid " + decision->pod_uid + ", not this pod");
+    return PermissionDeniedError("the decision is for pod uid " + decision->pod_uid +
+                                 ", not this pod");
   }
   if (decision->pod_namespace != owner.pod_namespace || decision->pod_name != owner.pod_name) {
     return PermissionDeniedError("the decision is for pod " + decision->pod_namespace + "/" +
                                  decision->pod_name + ", not this pod");
   }
   if (decision->node != options_.node_name) {
-    return PermissionDeniedError("the decision is for node " + decision->node + ", not " + options_.node_name);
+    return PermissionDeniedError("the decision is for node " + decision->node + ", not " +
+                                 options_.node_name);
   }
   return LimitsFor(*decision, owner.container, Gpus(), options_.policy);
 }
@@ -146,13 +156,16 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   std::vector<Mount> mps_mounts;
   std::vector<std::string> mps_env;
   if (limits.mode == SharingMode::kMps) {
-    if (options_.mps == nullptr) return FailedPreconditionError("mode mps: this node runs no MPS daemons");
-    if (limits.devices.size() != 1) return FailedPreconditionError("mode mps: one GPU per container");
+    if (options_.mps == nullptr)
+      return FailedPreconditionError("mode mps: this node runs no MPS daemons");
+    if (limits.devices.size() != 1)
+      return FailedPreconditionError("mode mps: one GPU per container");
     const std::string user = AnnotationOf(pod, names::kAnnotationMpsUser);
     unsigned long uid = 0;
     const auto [end, ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
     if (user.empty() || ec != std::errc() || end != user.data() + user.size()) {
-      return FailedPreconditionError("mode mps: annotation " + std::string(names::kAnnotationMpsUser) +
+      return FailedPreconditionError("mode mps: annotation " +
+                                     std::string(names::kAnnotationMpsUser) +
                                      " must name the numeric user ID the GPU processes run as");
     }
     auto endpoint = options_.mps->Ensure(limits.devices[0].uuid, static_cast<uid_t>(uid));
@@ -160,25 +173,31 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
     // The pipe folder only: the daemon (root, host namespaces) writes its logs elsewhere, out
     // of the tenant's reach.
     mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false}};
-    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), "", limits.devices[0].memory_bytes,
+    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), "",
+                                             limits.devices[0].memory_bytes,
                                              limits.devices[0].cores_percent, limits.priority);
   }
   auto region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
-  return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minor, options_.driver_files, mps_mounts, mps_env), 0644);
+  return WriteFileAtomically(
+      p.cdi_spec, CdiSpec(slot, minor, options_.driver_files, mps_mounts, mps_env), 0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
   auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
-  if (!owner.ok()) return owner.status().WithContext("asking kubelet's PodResources API who holds " + std::string(slot));
+  if (!owner.ok())
+    return owner.status().WithContext("asking kubelet's PodResources API who holds " +
+                                      std::string(slot));
   if (!owner->has_value()) {
-    return NotFoundError("kubelet's PodResources API names no container holding " + std::string(slot));
+    return NotFoundError("kubelet's PodResources API names no container holding " +
+                         std::string(slot));
   }
   const DeviceOwner& o = **owner;
   auto pod = pods_->GetPod(o.pod_namespace, o.pod_name);
-  if (!pod.ok()) return pod.status().WithContext("reading pod " + o.pod_namespace + "/" + o.pod_name);
+  if (!pod.ok())
+    return pod.status().WithContext("reading pod " + o.pod_namespace + "/" + o.pod_name);
   // Whatever happens next, the slot must not keep a previous container's limits.
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   std::error_code ec;

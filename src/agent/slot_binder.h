@@ -17,13 +17,14 @@
 #include <string_view>
 #include <vector>
 
-#include "agent/slots.h"
-#include "governor/mps.h"
-#include "contract/decision.h"
-#include "k8s/watch.h"
-#include "policy/policy.h"
 #include "tessera/limits.h"
 #include "tessera/status.h"
+
+#include "agent/slots.h"
+#include "contract/decision.h"
+#include "governor/mps.h"
+#include "k8s/watch.h"
+#include "policy/policy.h"
 
 namespace tessera::agent {
 
@@ -68,8 +69,8 @@ struct BinderOptions {
   std::string node_name;
   std::string state_dir;
   std::string cdi_dir;
-  std::string hook_library;   // the preload library on the host
-  std::string ld_so_preload;  // the host file naming it (written at start)
+  std::string hook_library;               // the preload library on the host
+  std::string ld_so_preload;              // the host file naming it (written at start)
   std::vector<std::string> driver_files;  // host driver libraries the CDI spec mounts
   policy::Policy policy;
   // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.

@@ -1,13 +1,14 @@
 #include "agent/slot_binder.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include <gtest/gtest.h>
+
 #include "tessera/names.h"
 #include "tessera/region.h"
+
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
 
@@ -21,7 +22,8 @@ constexpr std::uint64_t kGiB = 1ULL << 30;
 class TableOwners : public DeviceOwners {
  public:
   std::map<std::string, DeviceOwner> held;
-  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource, std::string_view device) override {
+  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view resource,
+                                               std::string_view device) override {
     EXPECT_EQ(resource, names::kResourceGpuSlot);
     auto it = held.find(std::string(device));
     return it == held.end() ? std::optional<DeviceOwner>() : std::optional<DeviceOwner>(it->second);
@@ -35,7 +37,7 @@ class TableOwners : public DeviceOwners {
 
 class TablePods : public PodApi {
  public:
-  std::map<std::string, k8s::Json> pods;  // "ns/name"
+  std::map<std::string, k8s::Json> pods;                      // "ns/name"
   std::vector<std::pair<std::string, std::string>> warnings;  // (reason, message)
   StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
     auto it = pods.find(std::string(ns) + "/" + std::string(name));
@@ -109,14 +111,17 @@ class SlotBinderTest : public ::testing::Test {
     owners_.held[slot] = {"ml", decision.pod_name, "main"};
   }
 
-  SlotPaths Paths(const std::string& slot) { return PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", slot); }
+  SlotPaths Paths(const std::string& slot) {
+    return PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", slot);
+  }
 
   void ExpectRefused(const std::string& slot, const std::string& why) {
     ASSERT_OK(binder_->Allocate(slot));
     const Status s = binder_->Prepare(slot);
     EXPECT_FALSE(s.ok());
     EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
-    EXPECT_FALSE(std::filesystem::exists(Paths(slot).limits)) << "a refused slot must have no limits";
+    EXPECT_FALSE(std::filesystem::exists(Paths(slot).limits))
+        << "a refused slot must have no limits";
     EXPECT_FALSE(std::filesystem::exists(Paths(slot).cdi_spec));
     ASSERT_FALSE(pods_.warnings.empty());
     EXPECT_EQ(pods_.warnings.back().first, names::kEventDecisionRejected);
@@ -175,18 +180,24 @@ TEST_F(SlotBinderTest, MpsNeedsTheUserAndTheNodesMpsDaemon) {
   d.tier = TrustTier::kTeam;
   d.containers[0].mode = SharingMode::kMps;
   AddPod("slot-0004", d);
-  pods_.pods["ml/mps-b"]["metadata"]["annotations"][std::string(names::kAnnotationMpsUser)] = "1000";
+  pods_.pods["ml/mps-b"]["metadata"]["annotations"][std::string(names::kAnnotationMpsUser)] =
+      "1000";
   ExpectRefused("slot-0004", "mode mps: no-such-mps-control not found on this node");
 }
 
 TEST(Slots, AnMpsContainersCdiDeviceCarriesThePipeFolderAndTheClientEnvironment) {
-  const std::string spec =
-      CdiSpec("slot-0002", 1, {}, {{std::string(kMpsPipeInContainer), "/var/lib/tessera/mps/GPU-a/pipe", false}},
-              {"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
-  EXPECT_NE(spec.find("\"env\":[\"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe\",\"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\"]"),
-            std::string::npos) << spec;
-  EXPECT_NE(spec.find("\"hostPath\":\"/var/lib/tessera/mps/GPU-a/pipe\",\"containerPath\":\"/run/tessera-mps/pipe\",\"options\":[\"rw\""),
-            std::string::npos) << spec;
+  const std::string spec = CdiSpec(
+      "slot-0002", 1, {},
+      {{std::string(kMpsPipeInContainer), "/var/lib/tessera/mps/GPU-a/pipe", false}},
+      {"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
+  EXPECT_NE(spec.find("\"env\":[\"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/"
+                      "pipe\",\"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\"]"),
+            std::string::npos)
+      << spec;
+  EXPECT_NE(spec.find("\"hostPath\":\"/var/lib/tessera/mps/GPU-a/pipe\",\"containerPath\":\"/run/"
+                      "tessera-mps/pipe\",\"options\":[\"rw\""),
+            std::string::npos)
+      << spec;
   EXPECT_EQ(CdiSpec("slot-0002", 1, {}).find("\"env\""), std::string::npos);  // shared mode: none
 }
 
@@ -195,7 +206,8 @@ TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
   EXPECT_EQ(a.cdi_device, "tessera.dev/gpu=slot-0001");
   bool limits_ro = false, run_rw = false, preload = false;
   for (const Mount& m : a.mounts) {
-    limits_ro |= m.container_path == "/etc/tessera" && m.host_path == Paths("slot-0001").etc_dir && m.read_only;
+    limits_ro |= m.container_path == "/etc/tessera" && m.host_path == Paths("slot-0001").etc_dir &&
+                 m.read_only;
     run_rw |= m.container_path == "/run/tessera" && !m.read_only;
     preload |= m.container_path == "/etc/ld.so.preload" && m.read_only;
   }

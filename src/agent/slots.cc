@@ -1,16 +1,16 @@
 #include "agent/slots.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-
-#include "observe/observe.h"
 #include "tessera/json_writer.h"
 #include "tessera/names.h"
+
+#include "observe/observe.h"
 
 namespace tessera::agent {
 
@@ -23,12 +23,14 @@ std::string SlotId(int n) {
 StatusOr<int> ParseSlotId(std::string_view id) {
   constexpr std::string_view kPrefix = "slot-";
   if (id.size() != kPrefix.size() + 4 || id.substr(0, kPrefix.size()) != kPrefix) {
-    return InvalidArgumentError("device \"" + std::string(id) + "\" is not a tessera slot (slot-NNNN)");
+    return InvalidArgumentError("device \"" + std::string(id) +
+                                "\" is not a tessera slot (slot-NNNN)");
   }
   int n = 0;
   for (char c : id.substr(kPrefix.size())) {
     if (c < '0' || c > '9') {
-      return InvalidArgumentError("device \"" + std::string(id) + "\" is not a tessera slot (slot-NNNN)");
+      return InvalidArgumentError("device \"" + std::string(id) +
+                                  "\" is not a tessera slot (slot-NNNN)");
     }
     n = n * 10 + (c - '0');
   }
@@ -68,8 +70,10 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
   return a;
 }
 
-std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files,
-                    const std::vector<Mount>& extra_mounts, const std::vector<std::string>& extra_env) {
+std::string CdiSpec(std::string_view slot, int gpu_minor,
+                    const std::vector<std::string>& driver_files,
+                    const std::vector<Mount>& extra_mounts,
+                    const std::vector<std::string>& extra_env) {
   std::string out;
   {
     ObjectWriter spec(out);
@@ -82,38 +86,45 @@ std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std:
       device.Str("name", slot);
       ObjectWriter edits(device.Field("containerEdits"));
       const std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(gpu_minor)};
-      AppendJsonArray(edits.Field("deviceNodes"), nodes, [](const std::string& path, std::string& o) {
-        ObjectWriter node(o);
-        node.Str("path", path);
-      });
+      AppendJsonArray(edits.Field("deviceNodes"), nodes,
+                      [](const std::string& path, std::string& o) {
+                        ObjectWriter node(o);
+                        node.Str("path", path);
+                      });
       if (!extra_env.empty()) {
-        AppendJsonArray(edits.Field("env"), extra_env, [](const std::string& e, std::string& o) { AppendJsonString(o, e); });
+        AppendJsonArray(edits.Field("env"), extra_env,
+                        [](const std::string& e, std::string& o) { AppendJsonString(o, e); });
       }
       if (!extra_mounts.empty()) {
         AppendJsonArray(edits.Field("mounts"), extra_mounts, [](const Mount& m, std::string& o) {
           ObjectWriter mount(o);
           mount.Str("hostPath", m.host_path);
           mount.Str("containerPath", m.container_path);
-          AppendJsonArray(mount.Field("options"),
-                          std::vector<std::string>{m.read_only ? "ro" : "rw", "nosuid", "nodev", "bind"},
-                          [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
+          AppendJsonArray(
+              mount.Field("options"),
+              std::vector<std::string>{m.read_only ? "ro" : "rw", "nosuid", "nodev", "bind"},
+              [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
         });
       }
     }
     devices += ']';
     ObjectWriter common(spec.Field("containerEdits"));
-    const std::vector<std::string> control = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
-    AppendJsonArray(common.Field("deviceNodes"), control, [](const std::string& path, std::string& o) {
-      ObjectWriter node(o);
-      node.Str("path", path);
-    });
-    AppendJsonArray(common.Field("mounts"), driver_files, [](const std::string& path, std::string& o) {
-      ObjectWriter mount(o);
-      mount.Str("hostPath", path);
-      mount.Str("containerPath", path);
-      AppendJsonArray(mount.Field("options"), std::vector<std::string>{"ro", "nosuid", "nodev", "bind"},
-                      [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
-    });
+    const std::vector<std::string> control = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                              "/dev/nvidia-uvm-tools"};
+    AppendJsonArray(common.Field("deviceNodes"), control,
+                    [](const std::string& path, std::string& o) {
+                      ObjectWriter node(o);
+                      node.Str("path", path);
+                    });
+    AppendJsonArray(
+        common.Field("mounts"), driver_files, [](const std::string& path, std::string& o) {
+          ObjectWriter mount(o);
+          mount.Str("hostPath", path);
+          mount.Str("containerPath", path);
+          AppendJsonArray(mount.Field("options"),
+                          std::vector<std::string>{"ro", "nosuid", "nodev", "bind"},
+                          [](const std::string& opt, std::string& x) { AppendJsonString(x, opt); });
+        });
   }
   out += '\n';
   return out;

@@ -25,12 +25,12 @@ StatusOr<int> ParseSlotId(std::string_view id);
 
 // Where a slot's files live on the node (under --state-dir) and in the container.
 struct SlotPaths {
-  std::string dir;        // <state>/slots/<slot>
-  std::string etc_dir;    // <dir>/etc  -> /etc/tessera (read-only)
-  std::string limits;     // <etc_dir>/limits
-  std::string run_dir;    // <dir>/run  -> /run/tessera (read-write)
-  std::string region;     // <run_dir>/region
-  std::string cdi_spec;   // <cdi-dir>/tessera.dev-gpu-<slot>.json
+  std::string dir;       // <state>/slots/<slot>
+  std::string etc_dir;   // <dir>/etc  -> /etc/tessera (read-only)
+  std::string limits;    // <etc_dir>/limits
+  std::string run_dir;   // <dir>/run  -> /run/tessera (read-write)
+  std::string region;    // <run_dir>/region
+  std::string cdi_spec;  // <cdi-dir>/tessera.dev-gpu-<slot>.json
 };
 SlotPaths PathsOf(const std::string& state_dir, const std::string& cdi_dir, std::string_view slot);
 
@@ -58,8 +58,10 @@ inline constexpr std::string_view kCdiKind = "tessera.dev/gpu";
 // libraries (`driver_files`, bind-mounted read-only at the same paths).
 // `extra_mounts` and `extra_env` ("KEY=VALUE") go to the device's edits (an MPS container's pipe
 // folder and client environment).
-std::string CdiSpec(std::string_view slot, int gpu_minor, const std::vector<std::string>& driver_files,
-                    const std::vector<Mount>& extra_mounts = {}, const std::vector<std::string>& extra_env = {});
+std::string CdiSpec(std::string_view slot, int gpu_minor,
+                    const std::vector<std::string>& driver_files,
+                    const std::vector<Mount>& extra_mounts = {},
+                    const std::vector<std::string>& extra_env = {});
 
 // Where an MPS container finds the node's MPS daemon (its pipe folder, mounted).
 inline constexpr std::string_view kMpsPipeInContainer = names::kPathMpsPipe;

@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "k8s/client.h"
 #include "tessera/status.h"
+
+#include "k8s/client.h"
 
 namespace tessera::agent {
 
@@ -24,7 +25,8 @@ struct UninstallPaths {
 
 // The containers still there: a slot kubelet holds (`held_slots`, from PodResources), a region
 // with an active slot, or a region that cannot be read (counted as in use: fail closed).
-std::vector<std::string> ContainersInUse(const std::string& state_dir, const std::set<std::string>& held_slots);
+std::vector<std::string> ContainersInUse(const std::string& state_dir,
+                                         const std::set<std::string>& held_slots);
 
 // Removes tessera's files from the host; returns what it removed. FailedPrecondition (naming
 // the containers) while ContainersInUse is not empty and !force: nothing is removed then.

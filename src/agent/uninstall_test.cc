@@ -1,11 +1,12 @@
 #include "agent/uninstall.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 
+#include <gtest/gtest.h>
+
 #include "tessera/region.h"
+
 #include "testutil/temp_dir.h"
 
 namespace tessera::agent {
@@ -19,11 +20,15 @@ class Uninstall : public ::testing::Test {
   void SetUp() override {
     paths_ = {dir_.path() + "/state", dir_.path() + "/cdi", dir_.path() + "/plugins",
               dir_.path() + "/state/lib/libtessera-cuda.so"};
-    for (const char* d : {"state/slots/slot-0001/etc", "state/slots/slot-0001/run", "state/lib", "cdi", "plugins"}) {
+    for (const char* d : {"state/slots/slot-0001/etc", "state/slots/slot-0001/run", "state/lib",
+                          "cdi", "plugins"}) {
       fs::create_directories(dir_.path() + "/" + d);
     }
-    std::ofstream(paths_.state_dir + "/slots/slot-0001/etc/limits") << "version 1\npod u ml/a main\ndevice GPU-1 memory=1024\n";
-    ASSERT_TRUE(shm::Mapping::Create(paths_.state_dir + "/slots/slot-0001/run/region", {{"GPU-1", 1024, 0}}).ok());
+    std::ofstream(paths_.state_dir + "/slots/slot-0001/etc/limits")
+        << "version 1\npod u ml/a main\ndevice GPU-1 memory=1024\n";
+    ASSERT_TRUE(
+        shm::Mapping::Create(paths_.state_dir + "/slots/slot-0001/run/region", {{"GPU-1", 1024, 0}})
+            .ok());
     std::ofstream(paths_.hook_library) << "elf";
     std::ofstream(paths_.cdi_dir + "/tessera.dev-gpu-slot-0001.json") << "{}";
     std::ofstream(paths_.cdi_dir + "/nvidia.json") << "{}";
@@ -47,7 +52,8 @@ TEST_F(Uninstall, RemovesOnlyTesserasFiles) {
 TEST_F(Uninstall, RefusesWhileKubeletHoldsASlotOrARegionCannotBeRead) {
   auto held = RemoveNodeFiles(paths_, false, {"slot-0001"});
   ASSERT_FALSE(held.ok());
-  EXPECT_NE(held.status().message().find("slot-0001 (ml/a; kubelet still holds its slot)"), std::string::npos);
+  EXPECT_NE(held.status().message().find("slot-0001 (ml/a; kubelet still holds its slot)"),
+            std::string::npos);
   // A region the tenant broke is counted as in use (fail closed), never locked or trusted.
   std::ofstream(paths_.state_dir + "/slots/slot-0001/run/region", std::ios::trunc) << "garbage";
   auto broken = RemoveNodeFiles(paths_, false, {});

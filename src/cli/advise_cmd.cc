@@ -61,14 +61,16 @@ Status RunAdvise(const AdviseOptions& o, std::ostream& out) {
 void AddAdviseCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code) {
   auto options = std::make_shared<AdviseOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "advise", "Recommend GPU sharing modes for a trust tier (the seeds' decision framework); "
-                "with --policy, validate and explain a policy file");
+      "advise",
+      "Recommend GPU sharing modes for a trust tier (the seeds' decision framework); "
+      "with --policy, validate and explain a policy file");
   cmd->add_option("--trust", options->trust, "trust tier: " + AcceptedTrustTiers());
   cmd->add_option("--gpu", options->gpu, "GPU model: " + advise::AcceptedGpuModels());
   cmd->add_option("--workloads", options->workloads,
                   "comma-separated workload mix: inference, training, batch");
   cmd->add_flag("--vgpu-licensed", options->vgpu_licensed, "NVIDIA vGPU licences are available");
-  cmd->add_option("--policy", options->policy_file, "policy file (version v1) to validate and apply");
+  cmd->add_option("--policy", options->policy_file,
+                  "policy file (version v1) to validate and apply");
   cmd->add_flag("--json", options->json, "machine-readable output");
   cmd->callback([options, &out, &err, exit_code] {
     const Status status = RunAdvise(*options, out);

@@ -1,9 +1,9 @@
 #include "cli/cli.h"
 
-#include <CLI/CLI.hpp>
-
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "cli/advise_cmd.h"
 #include "cli/core_commands.h"
@@ -36,8 +36,10 @@ int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   app.add_subcommand("names", "List every resource, annotation, label, env var and path");
   app.add_subcommand("inventory",
                      "Print this machine's GPU inventory as tessera-node publishes it (NVML)");
-  app.add_subcommand("drift", "Compare NVML with containers' regions and caps (tessera drift DIR...)");
-  app.add_subcommand("top", "Live view per GPU and container: memory vs cap, compute share, holds, denials");
+  app.add_subcommand("drift",
+                     "Compare NVML with containers' regions and caps (tessera drift DIR...)");
+  app.add_subcommand(
+      "top", "Live view per GPU and container: memory vs cap, compute share, holds, denials");
   app.add_subcommand("doctor", "Measure what each sharing mode really isolates on this node's GPU");
   app.add_subcommand("sim", "Replay a GPU trace through placement policies (tessera sim --help)");
   try {

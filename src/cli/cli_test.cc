@@ -1,11 +1,11 @@
 #include "cli/cli.h"
 
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace tessera::cli {
 namespace {
@@ -68,7 +68,6 @@ TEST(Cli, ListsNames) {
   EXPECT_NE(r.out.find("resource\ttessera.dev/gpu-memory"), std::string::npos);
 }
 
-
 std::string WriteManifest(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + "/explain-" + name + ".yaml";
   std::ofstream(path) << text;
@@ -92,16 +91,20 @@ spec:
 )");
   Result r = RunCli({"explain", "pod", "-f", path.c_str()});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("ask: 1.95 GiB (compute: best effort) on one shared GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ask: 1.95 GiB (compute: best effort) on one shared GPU"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("priority latency-critical (PriorityClass tessera-latency-critical)"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   // The seed manifest names no priorityClassName: the mutating webhook would set it, the
   // validating one alone (what -f can run) says what is missing.
-  EXPECT_NE(r.out.find("maps to PriorityClass tessera-latency-critical"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("maps to PriorityClass tessera-latency-critical"), std::string::npos)
+      << r.out;
 }
 
 TEST(Cli, ExplainsWhyAManifestIsDenied) {
-  const std::string policy = WriteManifest("policy", "version: v1\ntierAssignment:\n  namespaces:\n    vault: regulated\n");
+  const std::string policy = WriteManifest(
+      "policy", "version: v1\ntierAssignment:\n  namespaces:\n    vault: regulated\n");
   const std::string path = WriteManifest("vault", R"(apiVersion: v1
 kind: Pod
 metadata: {name: frac, namespace: vault}
@@ -121,7 +124,6 @@ spec:
   Result missing = RunCli({"explain", "pod", "-f", "/nonexistent.yaml"});
   EXPECT_EQ(missing.code, 2);
 }
-
 
 TEST(Cli, InventoryRefusesBadFlags) {
   Result r = RunCli({"inventory", "--gpus", "0,,1"});

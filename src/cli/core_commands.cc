@@ -5,17 +5,17 @@
 #include <set>
 #include <sstream>
 
-#include "agent/drift.h"
-#include "agent/node_agent.h"
-#include "agent/nvml.h"
-
-#include "cli/doctor_cmd.h"
-#include "cli/run_cmd.h"
-#include "cli/top_cmd.h"
+#include "tessera/file.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
-#include "tessera/file.h"
+
+#include "agent/drift.h"
+#include "agent/node_agent.h"
+#include "agent/nvml.h"
+#include "cli/doctor_cmd.h"
+#include "cli/run_cmd.h"
+#include "cli/top_cmd.h"
 
 namespace tessera::cli {
 
@@ -118,7 +118,8 @@ int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (args[0] == "drift") return DriftCommand(rest, out, err);
   if (args[0] == "top") return TopCommand(rest, out, err);
   if (args[0] == "names") {
-    for (const auto& n : names::kAllNames) out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
+    for (const auto& n : names::kAllNames)
+      out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
     return 0;
   }
   return -1;

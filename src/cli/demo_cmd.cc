@@ -1,15 +1,15 @@
 #include "cli/demo_cmd.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <unistd.h>
 #include <vector>
+
+#include "tessera/quantity.h"
 
 #include "cli/cli.h"
 #include "demo/demo.h"
-#include "tessera/quantity.h"
 
 namespace tessera::cli {
 namespace {
@@ -67,17 +67,20 @@ int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
 void AddDemoCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* cmd = app.add_subcommand(
-      "demo", "Replay the seeds' GPU-sharing scenarios on a local control plane with simulated "
-              "GPU nodes, and show placements, ledgers, denials and enforcement (docs/demo.md)");
+      "demo",
+      "Replay the seeds' GPU-sharing scenarios on a local control plane with simulated "
+      "GPU nodes, and show placements, ledgers, denials and enforcement (docs/demo.md)");
   cmd->add_option("--testcluster", flags->options.testcluster,
                   "tessera-testcluster (test/e2e/harness/build.sh; default $TESSERA_TESTCLUSTER, "
                   "else found from this binary)");
   cmd->add_option("--scheduler-binary", flags->options.scheduler,
                   "tessera-scheduler (default: found from this binary)");
-  cmd->add_option("--node-binary", flags->options.node, "tessera-node (default: found from this binary)");
+  cmd->add_option("--node-binary", flags->options.node,
+                  "tessera-node (default: found from this binary)");
   cmd->add_option("--fake-nvml-dir", flags->options.fake_nvml_dir,
                   "folder of the fake libnvidia-ml.so.1 (default: found from this binary)");
-  cmd->add_option("--only", flags->only, "scenarios to run, comma-separated: " + demo::ScenarioIds());
+  cmd->add_option("--only", flags->only,
+                  "scenarios to run, comma-separated: " + demo::ScenarioIds());
   cmd->add_flag("--json", flags->json, "print a machine-readable summary instead of the story");
   cmd->add_flag("--keep", flags->options.keep,
                 "keep the temporary folder (process logs, cluster state) and say where");

@@ -1,7 +1,8 @@
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <ostream>
+
+#include <CLI/CLI.hpp>
 
 namespace tessera::cli {
 

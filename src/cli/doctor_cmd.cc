@@ -1,11 +1,10 @@
 #include "cli/doctor_cmd.h"
 
-#include <unistd.h>
-
 #include <climits>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <unistd.h>
 
 #include "doctor/doctor.h"
 #include "doctor/worker.h"
@@ -14,7 +13,8 @@ namespace tessera::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: tessera doctor [--gpu INDEX|UUID] [--modes native,shared,mps] [--json] [--json-file FILE]\n"
+    "usage: tessera doctor [--gpu INDEX|UUID] [--modes native,shared,mps] [--json] [--json-file "
+    "FILE]\n"
     "                      [--policy FILE] [--keep]";
 
 std::string SelfPath() {
@@ -74,7 +74,8 @@ int DoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
     }
     auto loaded = load_policy(policy_path);
     if (!loaded.ok()) {
-      err << "tessera doctor: --policy " << policy_path << ": " << loaded.status().message() << "\n";
+      err << "tessera doctor: --policy " << policy_path << ": " << loaded.status().message()
+          << "\n";
       return 2;
     }
     policy = std::move(*loaded);

@@ -1,6 +1,6 @@
-// `tessera doctor [--gpu N|UUID] [--modes native,shared,mps] [--json] [--json-file F] [--policy FILE]`: measure on
-// this node what each sharing mode really isolates (src/doctor). Dependency-free; reading a
-// policy file needs the control-plane build, which passes its loader in.
+// `tessera doctor [--gpu N|UUID] [--modes native,shared,mps] [--json] [--json-file F] [--policy
+// FILE]`: measure on this node what each sharing mode really isolates (src/doctor).
+// Dependency-free; reading a policy file needs the control-plane build, which passes its loader in.
 #pragma once
 
 #include <functional>
@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "policy/policy.h"
 #include "tessera/status.h"
+
+#include "policy/policy.h"
 
 namespace tessera::cli {
 

@@ -1,20 +1,21 @@
 #include "cli/explain_cmd.h"
 
-#include <httplib.h>
-#include <yaml-cpp/yaml.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
+
+#include <httplib.h>
+#include <yaml-cpp/yaml.h>
+
+#include "tessera/names.h"
+#include "tessera/quantity.h"
 
 #include "contract/decision.h"
 #include "contract/pod_ask.h"
 #include "k8s/client.h"
 #include "k8s/paths.h"
 #include "policy/policy.h"
-#include "tessera/names.h"
-#include "tessera/quantity.h"
 #include "webhook/admission.h"
 #include "webhook/webhook.h"
 
@@ -76,8 +77,8 @@ std::string Describe(const contract::PodAsk& ask, const policy::Policy& policy) 
       << " on one shared GPU";
   }
   s << ", mode " << Name(q.mode) << ", priority " << Name(ask.priority) << " (PriorityClass "
-    << policy.KubernetesPriorityClass(ask.priority) << "), tier " << Name(q.tier)
-    << " (co-tenancy " << policy::Name(q.co_tenancy) << ")";
+    << policy.KubernetesPriorityClass(ask.priority) << "), tier " << Name(q.tier) << " (co-tenancy "
+    << policy::Name(q.co_tenancy) << ")";
   return s.str();
 }
 
@@ -85,7 +86,8 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   policy::Policy policy = policy::DefaultPolicy();
   std::string policy_file = args.policy_file;
   if (policy_file.empty()) {
-    if (const char* env = std::getenv(std::string(names::kEnvPolicyFile).c_str())) policy_file = env;
+    if (const char* env = std::getenv(std::string(names::kEnvPolicyFile).c_str()))
+      policy_file = env;
   }
   if (!policy_file.empty()) {
     auto p = policy::LoadPolicyFile(policy_file);
@@ -131,7 +133,8 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   }
 
   const contract::PodAsk id = contract::PodIdentity(pod);
-  const std::string phase = pod.value("/status/phase"_json_pointer, std::string(client ? "" : "(manifest)"));
+  const std::string phase =
+      pod.value("/status/phase"_json_pointer, std::string(client ? "" : "(manifest)"));
   out << "pod " << id.key() << ": " << phase;
   if (!id.node_name.empty()) out << " on " << id.node_name;
   out << "\n";
@@ -157,19 +160,23 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     webhook::Admission admission(&policy, webhook::WebhookOptions{}, webhook::ClusterView{},
                                  nullptr);
     json review = {{"apiVersion", "admission.k8s.io/v1"},
-                   {"request", {{"uid", "explain"}, {"operation", "CREATE"},
-                                {"resource", {{"resource", "pods"}}},
-                                {"namespace", id.namespace_name}, {"name", id.name},
-                                {"object", pod}}}};
+                   {"request",
+                    {{"uid", "explain"},
+                     {"operation", "CREATE"},
+                     {"resource", {{"resource", "pods"}}},
+                     {"namespace", id.namespace_name},
+                     {"name", id.name},
+                     {"object", pod}}}};
     const json res = admission.Validate(review)["response"];
     out << "  admission: "
-        << (res.value("allowed", false) ? std::string("allowed by the policy")
-                                        : "denied: " + res.value("/status/message"_json_pointer,
-                                                                 std::string()))
+        << (res.value("allowed", false)
+                ? std::string("allowed by the policy")
+                : "denied: " + res.value("/status/message"_json_pointer, std::string()))
         << "\n";
   }
   const std::string decision = pod.value(
-      json::json_pointer("/metadata/annotations/" + webhook::JsonPointerEscape(std::string(names::kAnnotationDecision))),
+      json::json_pointer("/metadata/annotations/" +
+                         webhook::JsonPointerEscape(std::string(names::kAnnotationDecision))),
       std::string());
   if (!decision.empty()) {
     auto d = contract::ParseDecision(decision);
@@ -214,7 +221,8 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
       ++refusals[g.value("why", std::string())];
       out << "    " << g.value("node", std::string()) << " " << g.value("uuid", std::string())
           << ": " << FormatBytesHuman(g.value("memoryFree", std::uint64_t{0})) << " free, "
-          << g.value("coresFree", 0) << " % compute free: " << g.value("why", std::string()) << "\n";
+          << g.value("coresFree", 0) << " % compute free: " << g.value("why", std::string())
+          << "\n";
     }
     out << "  " << fitting << " GPU(s) could take it now\n";
   }
@@ -225,11 +233,13 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
 
 void AddExplainCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* exit_code) {
   auto* explain = app.add_subcommand("explain", "Why a pod is where it is, Pending, or denied");
-  auto* pod = explain->add_subcommand("pod", "Explain one pod (from the API, or a manifest with -f)");
+  auto* pod =
+      explain->add_subcommand("pod", "Explain one pod (from the API, or a manifest with -f)");
   auto args = std::make_shared<ExplainArgs>();
   pod->add_option("name", args->pod, "NAMESPACE/NAME");
   pod->add_option("-f,--file", args->file, "a pod manifest (YAML or JSON) instead of the API");
-  pod->add_option("--kubeconfig", args->kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
+  pod->add_option("--kubeconfig", args->kubeconfig,
+                  "kubeconfig (default: $KUBECONFIG, in-cluster)");
   pod->add_option("--scheduler", args->scheduler,
                   "tessera-scheduler's URL (http://host:8888): adds every candidate GPU's verdict");
   pod->add_option("--policy", args->policy_file, "the policy file (default: $TESSERA_POLICY_FILE)");

@@ -1,37 +1,39 @@
 #include "cli/run_cmd.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <charconv>
-#include <cerrno>
-#include <climits>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-
-#include "agent/local_gpu.h"
-#include "governor/arbiter_host.h"
-#include "governor/mps.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
 #include "tessera/subprocess.h"
 
+#include "agent/local_gpu.h"
+#include "governor/arbiter_host.h"
+#include "governor/mps.h"
+
 namespace tessera::cli {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute hard|work-conserving] [--compute-window MS] "
+    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute "
+    "hard|work-conserving] [--compute-window MS] "
     "[--priority latency-critical|normal|best-effort] [--mode shared|mps] "
     "[--gpu UUID|INDEX[,UUID|INDEX...]] [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] "
-    "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, --mode)";
+    "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, "
+    "--mode)";
 
 Status UsageError(const std::string& what) {
   return InvalidArgumentError(what + "\n" + std::string(kUsage));
@@ -47,9 +49,11 @@ std::string FindHookLibrary(const std::string& flag) {
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
   const auto bin = exe.parent_path();
-  for (const auto& candidate : {bin / "../lib/libtessera-cuda.so", bin / "../../src/hook/libtessera-cuda.so",
-                                bin / "libtessera-cuda.so"}) {
-    if (std::filesystem::exists(candidate, ec)) return std::filesystem::weakly_canonical(candidate, ec).string();
+  for (const auto& candidate :
+       {bin / "../lib/libtessera-cuda.so", bin / "../../src/hook/libtessera-cuda.so",
+        bin / "libtessera-cuda.so"}) {
+    if (std::filesystem::exists(candidate, ec))
+      return std::filesystem::weakly_canonical(candidate, ec).string();
   }
   return {};
 }
@@ -87,7 +91,8 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       unsigned cores = 0;
       const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), cores);
       if (ec != std::errc() || end != v.data() + v.size() || cores < 1 || cores > 100) {
-        return UsageError("--gpu-cores: \"" + QuoteForMessage(v) + "\" is not a whole percent of one GPU, 1-100");
+        return UsageError("--gpu-cores: \"" + QuoteForMessage(v) +
+                          "\" is not a whole percent of one GPU, 1-100");
       }
       o.gpu_cores = cores;
       have_ask = true;
@@ -100,8 +105,8 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
       const auto ms = ParseComputeWindowMs(v);
       if (!ms) {
-        return UsageError("--compute-window: \"" + QuoteForMessage(v) + "\" is not a whole number of ms, " +
-                          ComputeWindowRange());
+        return UsageError("--compute-window: \"" + QuoteForMessage(v) +
+                          "\" is not a whole number of ms, " + ComputeWindowRange());
       }
       o.compute_window_ms = *ms;
     } else if (a == "--priority") {
@@ -115,7 +120,8 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       auto m = ParseSharingMode(v);
       if (!m.ok()) return m.status().WithContext("--mode");
       if (*m != SharingMode::kShared && *m != SharingMode::kMps) {
-        return UsageError("--mode: tessera run runs shared or mps (\"" + QuoteForMessage(v) + "\" is not local)");
+        return UsageError("--mode: tessera run runs shared or mps (\"" + QuoteForMessage(v) +
+                          "\" is not local)");
       }
       o.mode = *m;
       have_ask = true;
@@ -128,8 +134,10 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       std::size_t start = 0;
       while (true) {
         const std::size_t comma = list.find(',', start);
-        std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        if (item.empty()) return UsageError("--gpu: an empty entry in \"" + QuoteForMessage(list) + "\"");
+        std::string item =
+            list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (item.empty())
+          return UsageError("--gpu: an empty entry in \"" + QuoteForMessage(list) + "\"");
         if (std::find(o.gpus.begin(), o.gpus.end(), item) != o.gpus.end()) {
           return UsageError("--gpu: \"" + QuoteForMessage(item) + "\" is listed twice");
         }
@@ -157,7 +165,8 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       return UsageError("unknown argument \"" + QuoteForMessage(a) + "\"");
     }
   }
-  if (!have_ask) return UsageError("nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode");
+  if (!have_ask)
+    return UsageError("nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode");
   if (o.compute_window_ms != 0 && (o.gpu_cores == 0 || o.compute != ComputeMode::kHard)) {
     return UsageError("--compute-window: applies to a hard share (--gpu-cores N --compute hard)");
   }
@@ -171,11 +180,13 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
 StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   const std::string hook = FindHookLibrary(o.hook_library);
   if (hook.empty() || access(hook.c_str(), R_OK) != 0) {
-    return NotFoundError("cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
+    return NotFoundError(
+        "cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
   }
   std::vector<agent::LocalGpu> gpus;
   for (const std::string& selector : o.gpus.empty() ? std::vector<std::string>{""} : o.gpus) {
-    TESSERA_ASSIGN_OR_RETURN(agent::LocalGpu gpu, agent::ProbeLocalGpu(selector, o.measure_context));
+    TESSERA_ASSIGN_OR_RETURN(agent::LocalGpu gpu,
+                             agent::ProbeLocalGpu(selector, o.measure_context));
     if (o.gpu_memory_bytes > gpu.memory_bytes) {
       return InvalidArgumentError("--gpu-memory: " + FormatQuantity(o.gpu_memory_bytes) +
                                   " is more than GPU " + gpu.uuid + " has (" +
@@ -234,10 +245,12 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   if (!region.ok()) return region.status();
   // The GPU's compute arbiter, shared with every other `tessera run` of the machine, and in
   // mode mps its MPS daemon. Both are left before the folder is removed.
-  const std::string arbiter_dir = o.arbiter_dir.empty() ? governor::DefaultLocalArbiterDir() : o.arbiter_dir;
+  const std::string arbiter_dir =
+      o.arbiter_dir.empty() ? governor::DefaultLocalArbiterDir() : o.arbiter_dir;
   std::unique_ptr<governor::LocalMps> mps;
   if (o.mode == SharingMode::kMps) {
-    auto joined = governor::LocalMps::Join(arbiter_dir + "/" + uuids.front() + "/mps", uuids.front(), o.mps_control);
+    auto joined = governor::LocalMps::Join(arbiter_dir + "/" + uuids.front() + "/mps",
+                                           uuids.front(), o.mps_control);
     if (!joined.ok()) return joined.status();
     mps = std::move(joined).value();
   }
@@ -258,8 +271,8 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   env.push_back(std::string(names::kEnvRegionFile) + "=" + region_path);
   env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
   if (mps) {
-    for (std::string& e : governor::MpsClientEnvironment(mps->pipe_dir(), mps->log_dir(), o.gpu_memory_bytes,
-                                                         o.gpu_cores, o.priority)) {
+    for (std::string& e : governor::MpsClientEnvironment(
+             mps->pipe_dir(), mps->log_dir(), o.gpu_memory_bytes, o.gpu_cores, o.priority)) {
       env.push_back(std::move(e));
     }
   }
@@ -269,15 +282,19 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
         << " (context " << FormatBytesHuman(gpu.context_bytes);
     if (gpu.stream_bytes != 0) err << ", streams " << FormatBytesHuman(gpu.stream_bytes) << " each";
     err << (gpu.context_measured ? ", measured" : "") << "), compute "
-        << (o.gpu_cores != 0 ? std::to_string(o.gpu_cores) + " % " + std::string(Name(o.compute)) : std::string("no share"))
+        << (o.gpu_cores != 0 ? std::to_string(o.gpu_cores) + " % " + std::string(Name(o.compute))
+                             : std::string("no share"))
         << ", priority " << Name(o.priority) << ", mode " << Name(o.mode)
-        << (mps ? std::string(mps->started_daemon() ? " (started the GPU's MPS daemon)" : " (joined the GPU's MPS daemon)") : "")
+        << (mps ? std::string(mps->started_daemon() ? " (started the GPU's MPS daemon)"
+                                                    : " (joined the GPU's MPS daemon)")
+                : "")
         << "\n";
   }
   // Like system(): the terminal's SIGINT/SIGQUIT reach the child through the process group,
   // so the parent ignores them; SIGTERM/SIGHUP sent to us are forwarded. The child starts with
   // default dispositions.
-  struct sigaction ignore {}, forward {}, old_int {}, old_quit {}, old_term {}, old_hup {};
+  struct sigaction ignore {
+  }, forward{}, old_int{}, old_quit{}, old_term{}, old_hup{};
   ignore.sa_handler = SIG_IGN;
   forward.sa_handler = Forward;
   sigaction(SIGINT, &ignore, &old_int);

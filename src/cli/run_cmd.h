@@ -24,15 +24,15 @@ struct RunOptions {
   std::uint32_t compute_window_ms = 0;  // --compute-window; 0: the default bucket
   PriorityClass priority = PriorityClass::kNormal;
   SharingMode mode = SharingMode::kShared;
-  std::string arbiter_dir;             // "" = governor::DefaultLocalArbiterDir()
+  std::string arbiter_dir;  // "" = governor::DefaultLocalArbiterDir()
   std::string mps_control = "nvidia-cuda-mps-control";
-  std::vector<std::string> gpus;   // CUDA indices or UUIDs; empty = device 0. The cap applies
-                                   // to each GPU separately.
-  bool measure_context = true;     // --context-bytes auto (default)
-  std::uint64_t context_bytes = 0; // when not measured
+  std::vector<std::string> gpus;    // CUDA indices or UUIDs; empty = device 0. The cap applies
+                                    // to each GPU separately.
+  bool measure_context = true;      // --context-bytes auto (default)
+  std::uint64_t context_bytes = 0;  // when not measured
   bool fail_closed = false;
   bool keep = false;
-  std::string hook_library;        // "" = find it next to the binary
+  std::string hook_library;  // "" = find it next to the binary
   std::vector<std::string> command;
 };
 

@@ -3,13 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "tessera/quantity.h"
+
 #include "testutil/status_matchers.h"
 
 namespace tessera::cli {
 namespace {
 
 TEST(RunArgs, ParsesTheCommandVerbatim) {
-  auto o = ParseRunArgs({"--gpu-memory", "4Gi", "--gpu", "1", "--", "python3", "-c", "--gpu-memory"});
+  auto o =
+      ParseRunArgs({"--gpu-memory", "4Gi", "--gpu", "1", "--", "python3", "-c", "--gpu-memory"});
   ASSERT_OK(o);
   EXPECT_EQ(o->gpu_memory_bytes, 4 * kGiB);
   EXPECT_EQ(o->gpus, std::vector<std::string>{"1"});
@@ -34,8 +36,8 @@ TEST(RunArgs, ContextBytes) {
 }
 
 TEST(RunArgs, ComputeSharePriorityAndMode) {
-  auto o = ParseRunArgs({"--gpu-cores", "30", "--compute", "work-conserving", "--priority", "best-effort",
-                         "--mode", "mps", "--", "x"});
+  auto o = ParseRunArgs({"--gpu-cores", "30", "--compute", "work-conserving", "--priority",
+                         "best-effort", "--mode", "mps", "--", "x"});
   ASSERT_OK(o);
   EXPECT_EQ(o->gpu_memory_bytes, 0u);  // no memory cap asked
   EXPECT_EQ(o->gpu_cores, 30u);
@@ -55,7 +57,8 @@ TEST(RunArgs, ComputeSharePriorityAndMode) {
 TEST(RunArgs, BadInputNamesTheFlag) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
       {{"--", "x"}, "nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode"},
-      {{"--gpu-cores", "0", "--", "x"}, "--gpu-cores: \"0\" is not a whole percent of one GPU, 1-100"},
+      {{"--gpu-cores", "0", "--", "x"},
+       "--gpu-cores: \"0\" is not a whole percent of one GPU, 1-100"},
       {{"--gpu-cores", "101", "--", "x"}, "--gpu-cores: \"101\" is not a whole percent"},
       {{"--gpu-cores", "30%", "--", "x"}, "--gpu-cores: \"30%\""},
       {{"--gpu-cores", "30", "--compute", "soft", "--", "x"}, "--compute"},
@@ -76,7 +79,8 @@ TEST(RunArgs, BadInputNamesTheFlag) {
       {{"--gpu-memory", "0", "--", "x"}, "--gpu-memory: must be more than 0"},
       {{"--gpu-memory"}, "--gpu-memory needs a value"},
       {{"--gpu-memory", "1Gi", "--colour", "--", "x"}, "unknown argument \"--colour\""},
-      {{"--gpu-memory", "1Gi", "--context-bytes", "lots", "--", "x"}, "--context-bytes (auto or a quantity)"},
+      {{"--gpu-memory", "1Gi", "--context-bytes", "lots", "--", "x"},
+       "--context-bytes (auto or a quantity)"},
   };
   for (const auto& [args, want] : cases) {
     auto o = ParseRunArgs(args);

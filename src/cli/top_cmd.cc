@@ -1,23 +1,23 @@
 #include "cli/top_cmd.h"
 
-#include <csignal>
-#include <unistd.h>
-
 #include <charconv>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
+
+#include "tessera/file.h"
+#include "tessera/names.h"
 
 #include "agent/drift.h"
 #include "agent/nvml.h"
 #include "governor/arbiter_host.h"
 #include "observe/observe.h"
-#include "tessera/names.h"
-#include "tessera/file.h"
 
 namespace tessera::cli {
 namespace {
@@ -41,12 +41,13 @@ constexpr const char* kUsage =
 
 StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
   TopOptions o;
-  auto number = [](const std::string& flag, const std::string& text, int low, int high) -> StatusOr<int> {
+  auto number = [](const std::string& flag, const std::string& text, int low,
+                   int high) -> StatusOr<int> {
     int v = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (ec != std::errc() || end != text.data() + text.size() || v < low || v > high) {
-      return InvalidArgumentError(flag + " " + text + ": expected an integer from " + std::to_string(low) + " to " +
-                                  std::to_string(high));
+      return InvalidArgumentError(flag + " " + text + ": expected an integer from " +
+                                  std::to_string(low) + " to " + std::to_string(high));
     }
     return v;
   };
@@ -56,7 +57,8 @@ StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
       o.once = true;
       continue;
     }
-    if (i + 1 >= args.size()) return InvalidArgumentError(flag + ": unknown flag, or its value is missing");
+    if (i + 1 >= args.size())
+      return InvalidArgumentError(flag + ": unknown flag, or its value is missing");
     const std::string& value = args[++i];
     if (flag == "--interval-s") {
       auto v = number(flag, value, 1, 3600);
@@ -95,11 +97,13 @@ class LocalSource {
     char host[256] = {};
     if (gethostname(host, sizeof(host) - 1) == 0) s.node = host;
     std::vector<observe::ContainerSource> sources = observe::StateDirContainers(o_.state_dir);
-    for (observe::ContainerSource& c : observe::LocalRunContainers(o_.local_dir)) sources.push_back(std::move(c));
+    for (observe::ContainerSource& c : observe::LocalRunContainers(o_.local_dir))
+      sources.push_back(std::move(c));
     s.containers = observe::ReadContainers(sources);
     if (nvml_) {
       if (auto facts = nvml_->Discover(); facts.ok()) {
-        for (const agent::GpuFacts& f : *facts) s.gpus.push_back({f.index, f.uuid, f.model, f.memory_bytes, true});
+        for (const agent::GpuFacts& f : *facts)
+          s.gpus.push_back({f.index, f.uuid, f.model, f.memory_bytes, true});
       }
       std::map<std::string, std::vector<agent::GpuProcess>> processes;
       std::set<std::string> uuids;
@@ -110,15 +114,17 @@ class LocalSource {
       const agent::DriftReport report = agent::CheckDrift(sources, processes, agent::ProcCgroupOf);
       for (observe::ContainerRow& row : s.containers) {
         for (const agent::ContainerDrift& d : report.containers) {
-          if (processes.count(row.uuid) && d.pod == row.ns + "/" + row.pod && d.container == row.container &&
-              d.uuid == row.uuid) {
+          if (processes.count(row.uuid) && d.pod == row.ns + "/" + row.pod &&
+              d.container == row.container && d.uuid == row.uuid) {
             row.nvml_bytes = d.nvml_bytes;
           }
         }
       }
     }
     meter_.Update(s.containers, static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count()));
+                                    std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count()));
     return s;
   }
 
@@ -149,7 +155,8 @@ StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
 
 }  // namespace
 
-int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err, const TopHooks& hooks) {
+int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+               const TopHooks& hooks) {
   auto options = ParseTopOptions(args);
   if (!options.ok()) {
     err << "tessera top: " << options.status().message() << "\n" << kUsage;
@@ -160,7 +167,8 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   const bool once = o.once || o.from == "-";
   auto stop = hooks.stop ? hooks.stop : [] { return g_interrupted != 0; };
   auto sleep = hooks.sleep ? hooks.sleep : [](int s) {
-    for (int i = 0; i < s * 10 && g_interrupted == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < s * 10 && g_interrupted == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
   };
   if (!hooks.stop) std::signal(SIGINT, OnTopInterrupt);
   std::unique_ptr<LocalSource> local;
@@ -173,7 +181,8 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   }
   const bool live = !once && isatty(STDOUT_FILENO) && &out == &std::cout;
   while (true) {
-    StatusOr<observe::Snapshot> s = local ? StatusOr<observe::Snapshot>(local->Read()) : ReadFrom(o.from);
+    StatusOr<observe::Snapshot> s =
+        local ? StatusOr<observe::Snapshot>(local->Read()) : ReadFrom(o.from);
     if (!s.ok()) {
       err << "tessera top: " << s.status().message() << "\n";
       return 2;

@@ -1,13 +1,14 @@
 #include "cli/top_cmd.h"
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "observe/observe.h"
+#include <gtest/gtest.h>
+
 #include "tessera/region.h"
+
+#include "observe/observe.h"
 #include "testutil/temp_dir.h"
 
 namespace tessera::cli {
@@ -23,8 +24,9 @@ class TopCommandTest : public ::testing::Test {
     std::filesystem::create_directories(slot + "/etc");
     std::filesystem::create_directories(slot + "/run");
     std::filesystem::create_directories(dir_.path() + "/local");
-    std::ofstream(slot + "/etc/limits") << "version 1\npod u1 team-a/serve-0 server\npriority latency-critical\n"
-                                        << "device GPU-1111 memory=" << 4 * kGiB << " cores=50\n";
+    std::ofstream(slot + "/etc/limits")
+        << "version 1\npod u1 team-a/serve-0 server\npriority latency-critical\n"
+        << "device GPU-1111 memory=" << 4 * kGiB << " cores=50\n";
     auto m = shm::Mapping::Create(slot + "/run/region", {{"GPU-1111", 4 * kGiB, 50}});
     ASSERT_TRUE(m.ok());
     mapping_ = std::move(*m);
@@ -49,13 +51,14 @@ class TopCommandTest : public ::testing::Test {
 
 TEST_F(TopCommandTest, ShowsTheNodesContainersAgainstTheirCaps) {
   std::string out, err;
-  ASSERT_EQ(Top({"--once", "--state-dir", dir_.path() + "/state", "--local-dir", dir_.path() + "/local",
-                 "--nvml-library", dir_.path() + "/no-nvml.so"},
+  ASSERT_EQ(Top({"--once", "--state-dir", dir_.path() + "/state", "--local-dir",
+                 dir_.path() + "/local", "--nvml-library", dir_.path() + "/no-nvml.so"},
                 &out, &err),
             0)
       << err;
   EXPECT_NE(out.find("team-a/serve-0"), std::string::npos) << out;
-  EXPECT_NE(out.find("GPU ?  GPU-1111"), std::string::npos) << out;  // no NVML: the GPU from the container
+  EXPECT_NE(out.find("GPU ?  GPU-1111"), std::string::npos)
+      << out;  // no NVML: the GPU from the container
   EXPECT_NE(out.find("3.0G used, 4.0G capped"), std::string::npos) << out;
   EXPECT_NE(out.find(" LC "), std::string::npos) << out;
   EXPECT_NE(out.find("50%"), std::string::npos) << out;
@@ -63,12 +66,14 @@ TEST_F(TopCommandTest, ShowsTheNodesContainersAgainstTheirCaps) {
 
 TEST_F(TopCommandTest, RedrawsUntilStopped) {
   std::string out, err;
-  ASSERT_EQ(Top({"--state-dir", dir_.path() + "/state", "--local-dir", dir_.path() + "/local", "--nvml-library",
-                 dir_.path() + "/no-nvml.so"},
+  ASSERT_EQ(Top({"--state-dir", dir_.path() + "/state", "--local-dir", dir_.path() + "/local",
+                 "--nvml-library", dir_.path() + "/no-nvml.so"},
                 &out, &err),
             0);
   std::size_t frames = 0;
-  for (std::size_t at = out.find("tessera top"); at != std::string::npos; at = out.find("tessera top", at + 1)) ++frames;
+  for (std::size_t at = out.find("tessera top"); at != std::string::npos;
+       at = out.find("tessera top", at + 1))
+    ++frames;
   EXPECT_EQ(frames, 2u) << out;
 }
 
@@ -92,7 +97,8 @@ TEST_F(TopCommandTest, ReadsANodesMetrics) {
 TEST_F(TopCommandTest, BadInputNamesTheFlag) {
   std::string out, err;
   EXPECT_EQ(Top({"--interval-s", "0"}, &out, &err), 2);
-  EXPECT_NE(err.find("--interval-s 0: expected an integer from 1 to 3600"), std::string::npos) << err;
+  EXPECT_NE(err.find("--interval-s 0: expected an integer from 1 to 3600"), std::string::npos)
+      << err;
   EXPECT_EQ(Top({"--columns", "wide"}, &out, &err), 2);
   EXPECT_NE(err.find("--columns wide"), std::string::npos) << err;
   EXPECT_EQ(Top({"--colour"}, &out, &err), 2);

@@ -14,12 +14,12 @@ struct PodSpec {
   std::string ns = "default";
   std::string name = "p";
   std::string uid = "uid-p";
-  std::map<std::string, std::string> limits;       // resource -> quantity text
+  std::map<std::string, std::string> limits;  // resource -> quantity text
   std::map<std::string, std::string> annotations;
   std::int32_t priority = 0;
   std::string node;  // spec.nodeName
   std::string phase = "Pending";
-  bool host_pid = false;  // spec.hostPID (mode mps needs it)
+  bool host_pid = false;          // spec.hostPID (mode mps needs it)
   std::int64_t run_as_user = -1;  // spec.securityContext.runAsUser; -1: unset
 };
 
@@ -32,8 +32,7 @@ inline nlohmann::json MakePod(const PodSpec& s) {
       {"metadata", {{"namespace", s.ns}, {"name", s.name}, {"uid", s.uid}}},
       {"spec",
        {{"priority", s.priority},
-        {"containers",
-         {{{"name", "main"}, {"image", "x"}, {"resources", {{"limits", limits}}}}}}}},
+        {"containers", {{{"name", "main"}, {"image", "x"}, {"resources", {{"limits", limits}}}}}}}},
       {"status", {{"phase", s.phase}}}};
   if (!s.annotations.empty()) pod["metadata"]["annotations"] = s.annotations;
   if (!s.node.empty()) pod["spec"]["nodeName"] = s.node;
@@ -57,7 +56,7 @@ inline nlohmann::json FractionalPod(const std::string& name, const std::string& 
 inline std::string GpuUuid(const std::string& node, int index) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "GPU-%08x-0000-0000-0000-%012d",
-                static_cast<unsigned>(std::hash<std::string>{}(node) & 0xffffffffU), index);
+                static_cast<unsigned>(std::hash<std::string>{}(node)&0xffffffffU), index);
   return buf;
 }
 

@@ -1,10 +1,9 @@
 #include "contract/decision.h"
 
-#include <openssl/evp.h>
-
 #include <ctime>
 
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
 
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
@@ -22,8 +21,8 @@ using k8s::PkeyPtr;
 
 std::string Base64(const unsigned char* data, std::size_t size) {
   std::string out(4 * ((size + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data,
-                                static_cast<int>(size));
+  const int n =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), data, static_cast<int>(size));
   out.resize(static_cast<std::size_t>(n));
   return out;
 }
@@ -129,9 +128,11 @@ StatusOr<Decision> ParseDecision(std::string_view text) {
     TESSERA_ASSIGN_OR_RETURN(std::string mode, NeedString(c, "mode", where));
     TESSERA_ASSIGN_OR_RETURN(out.mode, ParseSharingMode(mode));
     if (auto compute = c.find("compute"); compute != c.end()) {  // optional: hard
-      if (!compute->is_string()) return InvalidArgumentError("decision: " + where + "compute: expected a string");
+      if (!compute->is_string())
+        return InvalidArgumentError("decision: " + where + "compute: expected a string");
       auto mode_of_share = ParseComputeMode(compute->get<std::string>());
-      if (!mode_of_share.ok()) return mode_of_share.status().WithContext("decision: " + where + "compute");
+      if (!mode_of_share.ok())
+        return mode_of_share.status().WithContext("decision: " + where + "compute");
       out.compute = *mode_of_share;
     }
     if (auto window = c.find("computeWindowMs"); window != c.end()) {  // optional: none
@@ -182,8 +183,9 @@ Signer::~Signer() = default;
 StatusOr<Signer> Signer::FromPem(std::string_view pem) {
   PkeyPtr key = k8s::ReadPrivateKey(pem);
   if (!key || EVP_PKEY_get_base_id(key.get()) != EVP_PKEY_ED25519) {
-    return InvalidArgumentError("signing key: expected an Ed25519 private key in PEM (PKCS#8); "
-                                "e.g. `openssl genpkey -algorithm ed25519`");
+    return InvalidArgumentError(
+        "signing key: expected an Ed25519 private key in PEM (PKCS#8); "
+        "e.g. `openssl genpkey -algorithm ed25519`");
   }
   return Signer(std::make_unique<Key>(Key{std::move(key)}));
 }

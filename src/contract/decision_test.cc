@@ -54,7 +54,8 @@ TEST(Decision, TheComputeModeAndPeriodTravelWhenNotTheDefault) {
   const std::pair<std::string, std::string> edits[] = {
       {"\"compute\":\"work-conserving\"", "\"compute\":\"soft\""},
       {"\"compute\":\"work-conserving\"", "\"compute\":3"},
-      {"\"compute\":\"work-conserving\"", "\"compute\":\"work-conserving\",\"computeWindowMs\":1000"},
+      {"\"compute\":\"work-conserving\"",
+       "\"compute\":\"work-conserving\",\"computeWindowMs\":1000"},
       {"\"compute\":\"work-conserving\"", "\"computeWindowMs\":5"},
   };
   for (const auto& [from, to] : edits) {

@@ -3,9 +3,10 @@
 #include <set>
 #include <string_view>
 
-#include "k8s/object.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "k8s/object.h"
 
 namespace tessera::contract {
 
@@ -22,8 +23,8 @@ StatusOr<placement::Node> ParseNodeInventory(const json& node) {
   const json* meta = Find(node, "metadata");
   if (meta != nullptr) out.name = StringAt(*meta, "name");
   if (out.name.empty()) return InvalidArgumentError("node: metadata.name: missing");
-  const std::string where = "node " + out.name + ": annotation " +
-                            std::string(names::kAnnotationInventory);
+  const std::string where =
+      "node " + out.name + ": annotation " + std::string(names::kAnnotationInventory);
   const json* annotations = meta != nullptr ? Find(*meta, "annotations") : nullptr;
   const std::string text =
       annotations != nullptr ? StringAt(*annotations, names::kAnnotationInventory) : std::string();
@@ -63,8 +64,8 @@ StatusOr<placement::Node> ParseNodeInventory(const json& node) {
     const json& g = (*gpus)[i];
     const std::string field = where + ": gpus[" + std::to_string(i) + "]";
     if (!g.is_object()) return InvalidArgumentError(field + ": expected an object");
-    if (const json* managed = Find(g, "managed"); managed != nullptr && managed->is_boolean() &&
-                                                  !managed->get<bool>()) {
+    if (const json* managed = Find(g, "managed");
+        managed != nullptr && managed->is_boolean() && !managed->get<bool>()) {
       continue;
     }
     placement::Gpu gpu;

@@ -7,9 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/status.h"
+
 #include "contract/inventory_schema.h"
 #include "placement/cluster.h"
-#include "tessera/status.h"
 
 namespace tessera::contract {
 

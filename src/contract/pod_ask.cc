@@ -5,16 +5,17 @@
 #include <string_view>
 #include <vector>
 
-#include "k8s/object.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
+#include "k8s/object.h"
+
 namespace tessera::contract {
 
+using k8s::AnnotationOf;
 using k8s::Find;
 using k8s::StringAt;
-using k8s::AnnotationOf;
 namespace {
 
 using nlohmann::json;
@@ -154,7 +155,8 @@ Status ReadKaiAsk(const json& pod, const std::string& where, const std::string& 
   if (!kai_memory && !kai_fraction) return Status::Ok();
   const std::string kai = kai_memory ? "annotation gpu-memory" : "annotation gpu-fraction";
   if (kai_memory && kai_fraction) {
-    return InvalidArgumentError(where + ": annotations gpu-memory and gpu-fraction say the same "
+    return InvalidArgumentError(where +
+                                ": annotations gpu-memory and gpu-fraction say the same "
                                 "thing twice; give one");
   }
   if (!asking->empty()) {
@@ -265,10 +267,10 @@ Status ChooseMode(const json& pod, const std::string& where, const policy::TierR
     return InvalidArgumentError(mode_field + ": native is a measurement baseline, never scheduled");
   }
   if (whole != (q->mode == SharingMode::kExclusive)) {
-    return InvalidArgumentError(
-        mode_field + ": mode " + std::string(Name(q->mode)) +
-        (whole ? " cannot hold whole GPUs (tessera.dev/gpu); use exclusive"
-               : " is for whole GPUs; a fractional ask needs shared or mps"));
+    return InvalidArgumentError(mode_field + ": mode " + std::string(Name(q->mode)) +
+                                (whole
+                                     ? " cannot hold whole GPUs (tessera.dev/gpu); use exclusive"
+                                     : " is for whole GPUs; a fractional ask needs shared or mps"));
   }
   return Status::Ok();
 }

@@ -9,10 +9,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "placement/cluster.h"
-#include "policy/policy.h"
 #include "tessera/model.h"
 #include "tessera/status.h"
+
+#include "placement/cluster.h"
+#include "policy/policy.h"
 
 namespace tessera::contract {
 
@@ -20,15 +21,15 @@ struct PodAsk {
   std::string uid;
   std::string namespace_name;
   std::string name;
-  std::string node_name;       // spec.nodeName; empty while unbound
+  std::string node_name;          // spec.nodeName; empty while unbound
   std::int32_t k8s_priority = 0;  // spec.priority (set by admission from the PriorityClass)
-  bool terminal = false;       // phase Succeeded or Failed: holds no GPU any more
+  bool terminal = false;          // phase Succeeded or Failed: holds no GPU any more
   // The GPU ask. `container` is empty for a pod that asks tessera for nothing.
   std::string container;
   PriorityClass priority = PriorityClass::kNormal;
   ComputeMode compute = ComputeMode::kHard;  // tessera.dev/compute
   std::uint32_t compute_window_ms = 0;       // tessera.dev/compute-window-ms (hard shares)
-  placement::Request request;  // valid when wants_gpu()
+  placement::Request request;                // valid when wants_gpu()
 
   bool wants_gpu() const { return !container.empty(); }
   std::string key() const { return namespace_name + "/" + name; }

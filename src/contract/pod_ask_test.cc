@@ -117,13 +117,16 @@ TEST(PodAsk, MpsNeedsTheContainerToRunAsTheNamedUser) {
   s.host_pid = true;
   auto unset = Ask(s);
   ASSERT_FALSE(unset.ok());
-  EXPECT_NE(unset.status().message().find("needs securityContext.runAsUser (pod or container main) equal to "
-                                          "tessera.dev/mps-user 1000 (none is set)"),
-            std::string::npos) << unset.status().message();
+  EXPECT_NE(unset.status().message().find(
+                "needs securityContext.runAsUser (pod or container main) equal to "
+                "tessera.dev/mps-user 1000 (none is set)"),
+            std::string::npos)
+      << unset.status().message();
   s.run_as_user = 0;
   auto other = Ask(s);
   ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("(it is 0)"), std::string::npos) << other.status().message();
+  EXPECT_NE(other.status().message().find("(it is 0)"), std::string::npos)
+      << other.status().message();
   s.run_as_user = 1000;
   EXPECT_TRUE(Ask(s).ok());
 }
@@ -176,17 +179,27 @@ INSTANTIATE_TEST_SUITE_P(
     Table, PodAskErrors,
     ::testing::Values(
         BadCase{"cores over 100", {{"tessera.dev/gpu-cores", "150"}}, {}, "whole percent, 1-100"},
-        BadCase{"compute mode unknown", {{"tessera.dev/gpu-cores", "30"}},
-                {{"tessera.dev/compute", "soft"}}, "annotation tessera.dev/compute"},
-        BadCase{"compute period too short", {{"tessera.dev/gpu-cores", "30"}},
-                {{"tessera.dev/compute-window-ms", "5"}}, "expected whole ms, 10-60000"},
-        BadCase{"compute period not a number", {{"tessera.dev/gpu-cores", "30"}},
-                {{"tessera.dev/compute-window-ms", "1s"}}, "tessera.dev/compute-window-ms: \"1s\""},
-        BadCase{"compute period on a lending share", {{"tessera.dev/gpu-cores", "30"}},
-                {{"tessera.dev/compute", "work-conserving"}, {"tessera.dev/compute-window-ms", "1000"}},
+        BadCase{"compute mode unknown",
+                {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute", "soft"}},
+                "annotation tessera.dev/compute"},
+        BadCase{"compute period too short",
+                {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute-window-ms", "5"}},
+                "expected whole ms, 10-60000"},
+        BadCase{"compute period not a number",
+                {{"tessera.dev/gpu-cores", "30"}},
+                {{"tessera.dev/compute-window-ms", "1s"}},
+                "tessera.dev/compute-window-ms: \"1s\""},
+        BadCase{
+            "compute period on a lending share",
+            {{"tessera.dev/gpu-cores", "30"}},
+            {{"tessera.dev/compute", "work-conserving"}, {"tessera.dev/compute-window-ms", "1000"}},
+            "on a hard tessera.dev/gpu-cores share"},
+        BadCase{"compute period without cores",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/compute-window-ms", "1000"}},
                 "on a hard tessera.dev/gpu-cores share"},
-        BadCase{"compute period without cores", {{"tessera.dev/gpu-memory", "1Gi"}},
-                {{"tessera.dev/compute-window-ms", "1000"}}, "on a hard tessera.dev/gpu-cores share"},
         BadCase{"cores zero", {{"tessera.dev/gpu-cores", "0"}}, {}, "whole percent, 1-100"},
         BadCase{"cores fraction", {{"tessera.dev/gpu-cores", "2.5"}}, {}, "gpu-cores]"},
         BadCase{"memory garbage", {{"tessera.dev/gpu-memory", "lots"}}, {}, "gpu-memory]"},
@@ -223,14 +236,15 @@ INSTANTIATE_TEST_SUITE_P(
                 {{"tessera.dev/gpu-memory", "1Gi"}},
                 {{"tessera.dev/mode", "mps"}},
                 "mps-user"},
-        BadCase{"native", {{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/mode", "native"}},
+        BadCase{"native",
+                {{"tessera.dev/gpu-memory", "1Gi"}},
+                {{"tessera.dev/mode", "native"}},
                 "not allowed"}));
 
 TEST(PodAsk, RequestsMustEqualLimits) {
   nlohmann::json pod = MakePod(PodSpec{});
-  pod["spec"]["containers"][0]["resources"] = {
-      {"limits", {{"tessera.dev/gpu-memory", "2Gi"}}},
-      {"requests", {{"tessera.dev/gpu-memory", "1Gi"}}}};
+  pod["spec"]["containers"][0]["resources"] = {{"limits", {{"tessera.dev/gpu-memory", "2Gi"}}},
+                                               {"requests", {{"tessera.dev/gpu-memory", "1Gi"}}}};
   auto a = ParsePodAsk(pod, policy::DefaultPolicy());
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("requests must equal limits"), std::string::npos);

@@ -1,10 +1,10 @@
 #include "tessera/exec_args.h"
-#include "tessera/file.h"
-
-#include <sys/wait.h>
 
 #include <deque>
 #include <sstream>
+#include <sys/wait.h>
+
+#include "tessera/file.h"
 
 namespace tessera {
 

@@ -1,12 +1,11 @@
 #include "tessera/file.h"
 
+#include <fstream>
+#include <string>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <fstream>
-#include <string>
 
 #include <gtest/gtest.h>
 

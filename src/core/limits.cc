@@ -12,7 +12,8 @@ namespace {
 
 constexpr std::string_view kLimitsForm =
     "accepted lines: 'version 1', 'pod UID NAMESPACE/NAME CONTAINER', "
-    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard [window=MS]|work-conserving', "
+    "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard "
+    "[window=MS]|work-conserving', "
     "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES] [stream=BYTES]', comments (#)";
 
 std::vector<std::string_view> Split(std::string_view line) {
@@ -40,8 +41,8 @@ StatusOr<std::uint64_t> ParseUnsigned(std::string_view text, std::uint64_t max) 
 }
 
 Status LineError(std::size_t line, std::string_view what) {
-  return InvalidArgumentError("limits file line " + std::to_string(line) + ": " + std::string(what) +
-                              "; " + std::string(kLimitsForm));
+  return InvalidArgumentError("limits file line " + std::to_string(line) + ": " +
+                              std::string(what) + "; " + std::string(kLimitsForm));
 }
 
 }  // namespace
@@ -53,7 +54,8 @@ bool IsComputeWindowMs(std::uint64_t ms) {
 std::optional<std::uint32_t> ParseComputeWindowMs(std::string_view text) {
   std::uint64_t ms = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), ms);
-  if (ec != std::errc() || end != text.data() + text.size() || !IsComputeWindowMs(ms)) return std::nullopt;
+  if (ec != std::errc() || end != text.data() + text.size() || !IsComputeWindowMs(ms))
+    return std::nullopt;
   return static_cast<std::uint32_t>(ms);
 }
 
@@ -74,7 +76,8 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
     const auto words = Split(line);
     if (words.empty() || words[0].front() == '#') continue;
     for (char c : line) {
-      if (static_cast<unsigned char>(c) >= 0x80 || (static_cast<unsigned char>(c) < 0x20 && c != '\t')) {
+      if (static_cast<unsigned char>(c) >= 0x80 ||
+          (static_cast<unsigned char>(c) < 0x20 && c != '\t')) {
         return LineError(line_no, "contains a non-ASCII or control byte");
       }
     }
@@ -119,7 +122,8 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
         const std::string_view w = words[2];
         const auto ms = w.starts_with("window=") ? ParseComputeWindowMs(w.substr(7)) : std::nullopt;
         if (*c != ComputeMode::kHard || !ms) {
-          return LineError(line_no, "\"" + QuoteForMessage(w) + "\": only compute hard takes window=MS, " +
+          return LineError(line_no, "\"" + QuoteForMessage(w) +
+                                        "\": only compute hard takes window=MS, " +
                                         ComputeWindowRange() + " ms");
         }
         limits.compute_window_ms = *ms;
@@ -133,25 +137,30 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       for (std::size_t i = 2; i < words.size(); ++i) {
         const std::size_t eq = words[i].find('=');
         if (eq == std::string_view::npos) {
-          return LineError(line_no, "device field \"" + QuoteForMessage(words[i]) + "\" is not key=value");
+          return LineError(line_no,
+                           "device field \"" + QuoteForMessage(words[i]) + "\" is not key=value");
         }
         const std::string_view k = words[i].substr(0, eq), v = words[i].substr(eq + 1);
         if (k == "memory") {
           auto n = ParseUnsigned(v, kMaxQuantity);
-          if (!n.ok()) return LineError(line_no, "memory=\"" + QuoteForMessage(v) + "\" is not a byte count");
+          if (!n.ok())
+            return LineError(line_no, "memory=\"" + QuoteForMessage(v) + "\" is not a byte count");
           d.memory_bytes = *n;
           have_memory = true;
         } else if (k == "cores") {
           auto n = ParseUnsigned(v, 100);
-          if (!n.ok()) return LineError(line_no, "cores=\"" + QuoteForMessage(v) + "\" is not 0-100");
+          if (!n.ok())
+            return LineError(line_no, "cores=\"" + QuoteForMessage(v) + "\" is not 0-100");
           d.cores_percent = static_cast<std::uint32_t>(*n);
         } else if (k == "context") {
           auto n = ParseUnsigned(v, kMaxQuantity);
-          if (!n.ok()) return LineError(line_no, "context=\"" + QuoteForMessage(v) + "\" is not a byte count");
+          if (!n.ok())
+            return LineError(line_no, "context=\"" + QuoteForMessage(v) + "\" is not a byte count");
           d.context_bytes = *n;
         } else if (k == "stream") {
           auto n = ParseUnsigned(v, kMaxQuantity);
-          if (!n.ok()) return LineError(line_no, "stream=\"" + QuoteForMessage(v) + "\" is not a byte count");
+          if (!n.ok())
+            return LineError(line_no, "stream=\"" + QuoteForMessage(v) + "\" is not a byte count");
           d.stream_bytes = *n;
         } else {
           return LineError(line_no, "unknown device field \"" + QuoteForMessage(k) + "\"");
@@ -159,7 +168,8 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       }
       if (!have_memory) return LineError(line_no, "device needs memory=BYTES");
       for (const auto& other : limits.devices) {
-        if (other.uuid == d.uuid) return LineError(line_no, "device " + d.uuid + " is listed twice");
+        if (other.uuid == d.uuid)
+          return LineError(line_no, "device " + d.uuid + " is listed twice");
       }
       if (limits.devices.size() >= 16) return LineError(line_no, "more than 16 devices");
       limits.devices.push_back(std::move(d));
@@ -167,7 +177,8 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
       return LineError(line_no, "unknown keyword \"" + QuoteForMessage(key) + "\"");
     }
   }
-  if (!have_version) return InvalidArgumentError("limits file is empty; " + std::string(kLimitsForm));
+  if (!have_version)
+    return InvalidArgumentError("limits file is empty; " + std::string(kLimitsForm));
   return limits;
 }
 
@@ -199,21 +210,36 @@ std::optional<std::uint64_t> HamiLimits::ForIndex(int index) const {
 
 StatusOr<std::uint64_t> ParseHamiMemory(std::string_view text) {
   static constexpr std::string_view kForm =
-      "accepted: a whole number with an optional suffix g, m or k (GiB, MiB, KiB), e.g. 4096m or 4g";
+      "accepted: a whole number with an optional suffix g, m or k (GiB, MiB, KiB), e.g. 4096m or "
+      "4g";
   if (text.empty()) return InvalidArgumentError("is empty; " + std::string(kForm));
   std::uint64_t unit = 1;
   std::string_view digits = text;
   switch (text.back()) {
-    case 'g': case 'G': unit = kGiB; digits.remove_suffix(1); break;
-    case 'm': case 'M': unit = kMiB; digits.remove_suffix(1); break;
-    case 'k': case 'K': unit = kKiB; digits.remove_suffix(1); break;
-    default: break;
+    case 'g':
+    case 'G':
+      unit = kGiB;
+      digits.remove_suffix(1);
+      break;
+    case 'm':
+    case 'M':
+      unit = kMiB;
+      digits.remove_suffix(1);
+      break;
+    case 'k':
+    case 'K':
+      unit = kKiB;
+      digits.remove_suffix(1);
+      break;
+    default:
+      break;
   }
   auto n = ParseUnsigned(digits, kMaxQuantity / unit);
   if (!n.ok()) {
-    return InvalidArgumentError("\"" + QuoteForMessage(text) + "\" is " +
-                                (n.status().message() == "too large" ? "too large" : "not a HAMi memory size") +
-                                "; " + std::string(kForm));
+    return InvalidArgumentError(
+        "\"" + QuoteForMessage(text) + "\" is " +
+        (n.status().message() == "too large" ? "too large" : "not a HAMi memory size") + "; " +
+        std::string(kForm));
   }
   return *n * unit;
 }
@@ -253,9 +279,9 @@ StatusOr<HamiLimits> ParseHamiEnvironment(const char* const* environment) {
 std::string FormatGpuUuid(const unsigned char* b) {
   char out[48];
   std::snprintf(out, sizeof(out),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                b[15]);
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tessera/quantity.h"
+
 #include "testutil/status_matchers.h"
 
 namespace tessera {
@@ -28,7 +29,8 @@ TEST(LimitsFile, ParsesAndRoundTrips) {
   ASSERT_OK(again);
   EXPECT_EQ(FormatLimitsFile(*again), FormatLimitsFile(*l));
   EXPECT_EQ(l->compute_window_ms, 0u);
-  auto windowed = ParseLimitsFile("version 1\ncompute hard window=1000\ndevice GPU-a memory=1 cores=30\n");
+  auto windowed =
+      ParseLimitsFile("version 1\ncompute hard window=1000\ndevice GPU-a memory=1 cores=30\n");
   ASSERT_OK(windowed);
   EXPECT_EQ(windowed->compute, ComputeMode::kHard);
   EXPECT_EQ(windowed->compute_window_ms, 1000u);
@@ -47,15 +49,19 @@ TEST(LimitsFile, RejectsBadFilesNamingTheLine) {
       {"version 1\ndevice GPU-a memory=4Gi\n", "line 2: memory=\"4Gi\" is not a byte count"},
       {"version 1\ndevice GPU-a memory=1 cores=101\n", "cores=\"101\" is not 0-100"},
       {"version 1\ndevice GPU-a memory=1 colour=red\n", "unknown device field \"colour\""},
-      {"version 1\ndevice GPU-a memory=1 stream=big\n", "line 2: stream=\"big\" is not a byte count"},
-      {"version 1\ndevice GPU-a memory=1\ndevice GPU-a memory=2\n", "line 3: device GPU-a is listed twice"},
+      {"version 1\ndevice GPU-a memory=1 stream=big\n",
+       "line 2: stream=\"big\" is not a byte count"},
+      {"version 1\ndevice GPU-a memory=1\ndevice GPU-a memory=2\n",
+       "line 3: device GPU-a is listed twice"},
       {"version 1\nlimit 5\n", "line 2: unknown keyword \"limit\""},
       {"version 1\nenforcement strict\n", "enforcement must be fail-open or fail-closed"},
       {"version 1\npriority urgent\n", "\"urgent\" is not a priority class"},
       {"version 1\nmode timeslice\n", "\"timeslice\" is not a sharing mode"},
-      {"version 1\ncompute soft\n", "line 2: \"soft\" is not a compute mode; accepted: hard, work-conserving"},
+      {"version 1\ncompute soft\n",
+       "line 2: \"soft\" is not a compute mode; accepted: hard, work-conserving"},
       {"version 1\ncompute\n", "line 2: compute needs one of: hard, work-conserving"},
-      {"version 1\ncompute hard window=5\n", "line 2: \"window=5\": only compute hard takes window=MS, 10-60000 ms"},
+      {"version 1\ncompute hard window=5\n",
+       "line 2: \"window=5\": only compute hard takes window=MS, 10-60000 ms"},
       {"version 1\ncompute hard window=1s\n", "\"window=1s\": only compute hard takes window=MS"},
       {"version 1\ncompute hard burst=100\n", "\"burst=100\""},
       {"version 1\ncompute work-conserving window=1000\n", "only compute hard takes window=MS"},
@@ -85,9 +91,12 @@ TEST(Hami, MemoryUnitsAreHamisNotKubernetes) {
 }
 
 TEST(Hami, ReadsTheEnvironmentContract) {
-  const char* env[] = {"PATH=/bin", "CUDA_DEVICE_MEMORY_LIMIT=4096m",
-                       "CUDA_DEVICE_MEMORY_LIMIT_1=2g", "CUDA_DEVICE_SM_LIMIT=30",
-                       "CUDA_DEVICE_MEMORY_LIMIT_X=ignored", nullptr};
+  const char* env[] = {"PATH=/bin",
+                       "CUDA_DEVICE_MEMORY_LIMIT=4096m",
+                       "CUDA_DEVICE_MEMORY_LIMIT_1=2g",
+                       "CUDA_DEVICE_SM_LIMIT=30",
+                       "CUDA_DEVICE_MEMORY_LIMIT_X=ignored",
+                       nullptr};
   auto h = ParseHamiEnvironment(env);
   ASSERT_OK(h);
   EXPECT_TRUE(h->any());

@@ -1,11 +1,10 @@
 #include "tessera/log.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 
 #include "tessera/quantity.h"
 
@@ -19,11 +18,10 @@ constexpr std::size_t kLineMax = 1024;
 
 void WriteStderr(Level level, Component component, std::string_view line) {
   char buffer[kLineMax + 96];
-  const int prefix =
-      std::snprintf(buffer, sizeof(buffer), "[tessera %.*s pid=%d %.*s] ",
-                    static_cast<int>(Name(component).size()), Name(component).data(),
-                    static_cast<int>(getpid()), static_cast<int>(Name(level).size()),
-                    Name(level).data());
+  const int prefix = std::snprintf(buffer, sizeof(buffer), "[tessera %.*s pid=%d %.*s] ",
+                                   static_cast<int>(Name(component).size()), Name(component).data(),
+                                   static_cast<int>(getpid()), static_cast<int>(Name(level).size()),
+                                   Name(level).data());
   if (prefix < 0) return;
   std::size_t used = static_cast<std::size_t>(prefix);
   const std::size_t room = sizeof(buffer) - used - 1;

@@ -1,9 +1,9 @@
 #include "tessera/log.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace tessera::log {
 namespace {

@@ -4,7 +4,8 @@
 
 namespace tessera {
 Status UnknownNameError(std::string_view text, std::string_view what, const std::string& accepted) {
-  const bool vowel = !what.empty() && std::string_view("aeiou").find(what.front()) != std::string_view::npos;
+  const bool vowel =
+      !what.empty() && std::string_view("aeiou").find(what.front()) != std::string_view::npos;
   return InvalidArgumentError("\"" + QuoteForMessage(text) + "\" is not " + (vowel ? "an " : "a ") +
                               std::string(what) + "; accepted: " + accepted);
 }

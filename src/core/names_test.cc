@@ -1,11 +1,11 @@
 #include "tessera/names.h"
 
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace tessera::names {
 namespace {

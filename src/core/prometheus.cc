@@ -18,7 +18,8 @@ const names::MetricInfo* Find(std::string_view name) {
   return nullptr;
 }
 
-std::string LabelText(const Labels& labels, std::string_view extra_key = {}, std::string_view extra_value = {}) {
+std::string LabelText(const Labels& labels, std::string_view extra_key = {},
+                      std::string_view extra_value = {}) {
   if (labels.empty() && extra_key.empty()) return "";
   std::string out = "{";
   bool first = true;
@@ -43,7 +44,8 @@ void Histogram::Observe(double seconds) {
     }
   }
   count_.fetch_add(1, std::memory_order_relaxed);
-  sum_ns_.fetch_add(static_cast<std::uint64_t>(std::llround(seconds * 1e9)), std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<std::uint64_t>(std::llround(seconds * 1e9)),
+                    std::memory_order_relaxed);
 }
 
 std::string FormatValue(double value) {
@@ -55,9 +57,10 @@ std::string FormatValue(double value) {
   // Fixed notation in the usual range ("0.0001", as Prometheus' own clients write bucket bounds).
   char buffer[400];
   const double magnitude = std::fabs(value);
-  auto [end, ec] = magnitude >= 1e-6 && magnitude < 1e15
-                       ? std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::fixed)
-                       : std::to_chars(buffer, buffer + sizeof(buffer), value);
+  auto [end, ec] =
+      magnitude >= 1e-6 && magnitude < 1e15
+          ? std::to_chars(buffer, buffer + sizeof(buffer), value, std::chars_format::fixed)
+          : std::to_chars(buffer, buffer + sizeof(buffer), value);
   return ec == std::errc() ? std::string(buffer, end) : "NaN";
 }
 
@@ -65,10 +68,14 @@ std::string EscapeLabelValue(std::string_view value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -79,7 +86,12 @@ void Exposition::Add(std::string_view name, const Labels& labels, double value) 
     ++unknown_;
     return;
   }
-  lines_[m->name].append(m->name).append(LabelText(labels)).append(" ").append(FormatValue(value)).append("\n");
+  lines_[m->name]
+      .append(m->name)
+      .append(LabelText(labels))
+      .append(" ")
+      .append(FormatValue(value))
+      .append("\n");
 }
 
 void Exposition::Add(std::string_view name, const Labels& labels, const Histogram& h) {
@@ -132,7 +144,9 @@ StatusOr<std::vector<Sample>> ParseExposition(std::string_view text) {
     };
     Sample s;
     std::size_t i = 0;
-    while (i < line.size() && (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_' || line[i] == ':')) ++i;
+    while (i < line.size() &&
+           (std::isalnum(static_cast<unsigned char>(line[i])) || line[i] == '_' || line[i] == ':'))
+      ++i;
     if (i == 0) return bad("no metric name");
     s.name = std::string(line.substr(0, i));
     if (i < line.size() && line[i] == '{') {

@@ -30,8 +30,19 @@ struct Suffix {
   int binary_exponent;
 };
 constexpr std::array<Suffix, 13> kSuffixes = {{
-    {"Ki", 0, 10}, {"Mi", 0, 20}, {"Gi", 0, 30}, {"Ti", 0, 40}, {"Pi", 0, 50}, {"Ei", 0, 60},
-    {"m", -3, 0}, {"k", 3, 0}, {"M", 6, 0}, {"G", 9, 0}, {"T", 12, 0}, {"P", 15, 0}, {"E", 18, 0},
+    {"Ki", 0, 10},
+    {"Mi", 0, 20},
+    {"Gi", 0, 30},
+    {"Ti", 0, 40},
+    {"Pi", 0, 50},
+    {"Ei", 0, 60},
+    {"m", -3, 0},
+    {"k", 3, 0},
+    {"M", 6, 0},
+    {"G", 9, 0},
+    {"T", 12, 0},
+    {"P", 15, 0},
+    {"E", 18, 0},
 }};
 
 Status Invalid(std::string_view text, std::string_view what, std::string_view form) {

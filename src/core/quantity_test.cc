@@ -1,10 +1,10 @@
 #include "tessera/quantity.h"
 
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <ostream>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 
@@ -39,10 +39,10 @@ constexpr GoodCase kGoodQuantities[] = {
     {"1e9", 1'000'000'000},
     {"1E9", 1'000'000'000},
     {"1e+3", 1000},
-    {"12e-1", 2},              // 1.2 rounds up
-    {"1.5", 2},                // rounds up, as Quantity.Value()
+    {"12e-1", 2},  // 1.2 rounds up
+    {"1.5", 2},    // rounds up, as Quantity.Value()
     {"0.1", 1},
-    {"500m", 1},               // 0.5 rounds up
+    {"500m", 1},  // 0.5 rounds up
     {"1000m", 1},
     {"2500m", 3},
     {"0.000001Ki", 1},
@@ -123,8 +123,8 @@ TEST_P(QuantityBadTest, RejectsWithReasonAndAcceptedForm) {
 INSTANTIATE_TEST_SUITE_P(Table, QuantityBadTest, ::testing::ValuesIn(kBadQuantities));
 
 TEST(Quantity, FormatRoundTrips) {
-  const std::uint64_t values[] = {0,        1,           1023,         1024,        1536 * kMiB,
-                                  4 * kGiB, 1ULL << 60,  kMaxQuantity, 500'000'000, 3 * kKiB + 1};
+  const std::uint64_t values[] = {0,        1,          1023,         1024,        1536 * kMiB,
+                                  4 * kGiB, 1ULL << 60, kMaxQuantity, 500'000'000, 3 * kKiB + 1};
   for (std::uint64_t v : values) {
     auto back = ParseQuantity(FormatQuantity(v));
     ASSERT_OK(back);
@@ -147,9 +147,9 @@ struct PercentCase {
   std::uint32_t want;
 };
 constexpr PercentCase kPercents[] = {
-    {"30", true, 30},   {"30%", true, 30},   {"100", true, 100},  {"0", true, 0},
-    {"250%", true, 250}, {"12.5", false, 0}, {"%", false, 0},     {"-5", false, 0},
-    {"30 %", false, 0}, {"abc", false, 0},   {"", false, 0},      {"0.3", false, 0},
+    {"30", true, 30},       {"30%", true, 30},  {"100", true, 100}, {"0", true, 0},
+    {"250%", true, 250},    {"12.5", false, 0}, {"%", false, 0},    {"-5", false, 0},
+    {"30 %", false, 0},     {"abc", false, 0},  {"", false, 0},     {"0.3", false, 0},
     {"99999999", false, 0}, {"+30", false, 0},
 };
 
@@ -172,10 +172,18 @@ struct KaiMemoryCase {
   std::uint64_t want;
 };
 constexpr KaiMemoryCase kKaiMemory[] = {
-    {"2000", true, 2000 * kMiB},  {"8000", true, 8000 * kMiB}, {"0", true, 0},
-    {"4Gi", true, 4 * kGiB},      {"1.5Gi", true, 1610612736},  {"2000Mi", true, 2000 * kMiB},
-    {"abc", false, 0},            {"-2000", false, 0},          {"2000 ", false, 0},
-    {"20 00", false, 0},          {"2GB", false, 0},            {"", false, 0},
+    {"2000", true, 2000 * kMiB},
+    {"8000", true, 8000 * kMiB},
+    {"0", true, 0},
+    {"4Gi", true, 4 * kGiB},
+    {"1.5Gi", true, 1610612736},
+    {"2000Mi", true, 2000 * kMiB},
+    {"abc", false, 0},
+    {"-2000", false, 0},
+    {"2000 ", false, 0},
+    {"20 00", false, 0},
+    {"2GB", false, 0},
+    {"", false, 0},
     {"99999999999999999999", false, 0},
 };
 
@@ -198,13 +206,12 @@ struct FractionCase {
   std::uint32_t want;
 };
 constexpr FractionCase kFractions[] = {
-    {"0.5", true, 500'000},  {"1", true, 1'000'000},   {"1.0", true, 1'000'000},
-    {"0.25", true, 250'000}, {".5", true, 500'000},    {"0.000001", true, 1},
-    {"0.333333", true, 333'333},
-    {"0", false, 0},         {"0.0", false, 0},        {"1.5", false, 0},
-    {"2", false, 0},         {"-0.5", false, 0},       {"0.5Gi", false, 0},
-    {"50%", false, 0},       {"0.0000001", false, 0},  {"abc", false, 0},
-    {"", false, 0},          {"0..5", false, 0},
+    {"0.5", true, 500'000},      {"1", true, 1'000'000}, {"1.0", true, 1'000'000},
+    {"0.25", true, 250'000},     {".5", true, 500'000},  {"0.000001", true, 1},
+    {"0.333333", true, 333'333}, {"0", false, 0},        {"0.0", false, 0},
+    {"1.5", false, 0},           {"2", false, 0},        {"-0.5", false, 0},
+    {"0.5Gi", false, 0},         {"50%", false, 0},      {"0.0000001", false, 0},
+    {"abc", false, 0},           {"", false, 0},         {"0..5", false, 0},
 };
 
 TEST(Quantity, ParsesKaiGpuFraction) {
@@ -223,8 +230,7 @@ TEST(Quantity, ParsesKaiGpuFraction) {
 TEST(Quantity, ErrorCarriesFieldNameWithContext) {
   auto got = ParseQuantity("4 Gi");
   ASSERT_FALSE(got.ok());
-  const std::string message =
-      got.status().WithContext("tessera.dev/gpu-memory").ToString();
+  const std::string message = got.status().WithContext("tessera.dev/gpu-memory").ToString();
   EXPECT_EQ(message.rfind("invalid_argument: tessera.dev/gpu-memory: \"4 Gi\"", 0), 0u) << message;
 }
 

@@ -1,16 +1,15 @@
 #include "tessera/region.h"
 
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <errno.h>
 #include <fcntl.h>
+#include <new>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cstddef>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 
 namespace tessera::shm {
 namespace {
@@ -90,7 +89,8 @@ bool TryTakeDeadSlot(Region& region, std::uint32_t s) {
 
 }  // namespace
 
-Mapping::Mapping(Mapping&& other) noexcept : region_(other.region_), layout_(other.layout_), bytes_(other.bytes_) {
+Mapping::Mapping(Mapping&& other) noexcept
+    : region_(other.region_), layout_(other.layout_), bytes_(other.bytes_) {
   other.region_ = nullptr;
 }
 Mapping& Mapping::operator=(Mapping&& other) noexcept {
@@ -112,19 +112,20 @@ namespace {
 // A header of a layout from `oldest` to kLayoutVersion, its sizes those of that layout.
 Status ValidateLayouts(const Header& header, std::uint64_t file_bytes, std::uint32_t oldest) {
   if (file_bytes < sizeof(Header)) {
-    return DataLossError("region is " + std::to_string(file_bytes) + " bytes, smaller than its header");
+    return DataLossError("region is " + std::to_string(file_bytes) +
+                         " bytes, smaller than its header");
   }
   if (header.magic != kMagic) return DataLossError("region has a wrong magic number");
   if (header.layout_version < oldest || header.layout_version > kLayoutVersion) {
     return DataLossError("region layout version " + std::to_string(header.layout_version) +
                          ", this library reads version " +
-                         (oldest == kLayoutVersion ? std::to_string(kLayoutVersion)
-                                                   : std::to_string(oldest) + " to " + std::to_string(kLayoutVersion)));
+                         (oldest == kLayoutVersion
+                              ? std::to_string(kLayoutVersion)
+                              : std::to_string(oldest) + " to " + std::to_string(kLayoutVersion)));
   }
   const std::uint64_t bytes = RegionBytesOfLayout(header.layout_version);
   if (header.header_bytes != sizeof(Header) || header.region_bytes != bytes ||
-      file_bytes != bytes || header.max_devices != kMaxDevices ||
-      header.max_slots != kMaxSlots) {
+      file_bytes != bytes || header.max_devices != kMaxDevices || header.max_slots != kMaxSlots) {
     return DataLossError("region size " + std::to_string(file_bytes) + " does not match ABI " +
                          AbiVersion());
   }
@@ -182,7 +183,8 @@ Status CheckDevices(const std::vector<DeviceLimit>& devices) {
 
 }  // namespace
 
-StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<DeviceLimit>& devices) {
+StatusOr<Mapping> Mapping::Create(const std::string& path,
+                                  const std::vector<DeviceLimit>& devices) {
   TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
   // Build in a temporary file, then rename: attachers never see a half-initialized region.
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
@@ -215,7 +217,8 @@ StatusOr<Mapping> Mapping::Create(const std::string& path, const std::vector<Dev
 StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
                                           const std::vector<DeviceLimit>& devices) {
   TESSERA_RETURN_IF_ERROR(CheckDevices(devices));
-  if (auto existing = Attach(path); existing.ok() || existing.status().code() != StatusCode::kNotFound) {
+  if (auto existing = Attach(path);
+      existing.ok() || existing.status().code() != StatusCode::kNotFound) {
     return existing;
   }
   // Build a complete region in a private file, then publish it with link(), which fails if
@@ -232,7 +235,9 @@ StatusOr<Mapping> Mapping::CreateOrAttach(const std::string& path,
   return UnavailableError(Errno("cannot publish region", path));
 }
 
-StatusOr<Mapping> Mapping::Attach(const std::string& path) { return AttachLayouts(path, kLayoutVersion); }
+StatusOr<Mapping> Mapping::Attach(const std::string& path) {
+  return AttachLayouts(path, kLayoutVersion);
+}
 
 StatusOr<Mapping> Mapping::AttachForReading(const std::string& path) {
   return AttachLayouts(path, kOldestReadableLayout);
@@ -282,8 +287,8 @@ std::uint32_t LayoutOfSize(std::uint64_t file_bytes, std::uint32_t oldest) {
 }
 
 Status WrongSize(const std::string& path, std::uint64_t file_bytes) {
-  return DataLossError("region " + path + " is " + std::to_string(file_bytes) + " bytes; ABI " + AbiVersion() +
-                       " needs " + std::to_string(kRegionBytes));
+  return DataLossError("region " + path + " is " + std::to_string(file_bytes) + " bytes; ABI " +
+                       AbiVersion() + " needs " + std::to_string(kRegionBytes));
 }
 
 }  // namespace
@@ -321,8 +326,8 @@ StatusOr<Mapping> Mapping::AttachLayouts(const std::string& path, std::uint32_t 
   if (!valid.ok()) return valid.WithContext("region " + path);
   if (mapping.region()->header.layout_version != layout) {
     return DataLossError("region " + path + ": header says layout " +
-                         std::to_string(mapping.region()->header.layout_version) + ", its size layout " +
-                         std::to_string(layout));
+                         std::to_string(mapping.region()->header.layout_version) +
+                         ", its size layout " + std::to_string(layout));
   }
   return mapping;
 }
@@ -363,8 +368,9 @@ StatusOr<RegionCopy> RegionCopy::Read(const std::string& path) {
   const Status valid = ValidateLayouts(h, file_bytes, kOldestReadableLayout);
   if (!valid.ok()) return valid.WithContext("region " + path);
   if (h.layout_version != layout) {
-    return DataLossError("region " + path + ": header says layout " + std::to_string(h.layout_version) +
-                         ", its size layout " + std::to_string(layout));
+    return DataLossError("region " + path + ": header says layout " +
+                         std::to_string(h.layout_version) + ", its size layout " +
+                         std::to_string(layout));
   }
   copy.layout_ = layout;
   return copy;
@@ -411,8 +417,8 @@ void ReleaseSlot(Region& region, std::uint32_t slot) {
 }
 
 int FindDevice(const Region& region, std::string_view uuid) {
-  const std::uint32_t n = region.header.device_count < kMaxDevices ? region.header.device_count
-                                                                     : kMaxDevices;
+  const std::uint32_t n =
+      region.header.device_count < kMaxDevices ? region.header.device_count : kMaxDevices;
   for (std::uint32_t d = 0; d < n; ++d) {
     const char* have = region.devices[d].uuid;
     if (uuid == std::string_view(have, strnlen(have, kUuidBytes))) return static_cast<int>(d);
@@ -430,7 +436,8 @@ Status Reserve(Region& region, std::uint32_t slot, int device, std::uint64_t byt
     LockRegion(region);
     if (region.slots[slot].state.load(std::memory_order_relaxed) != 1) {
       UnlockRegion(region);
-      return FailedPreconditionError("reserve: process slot " + std::to_string(slot) + " is not active");
+      return FailedPreconditionError("reserve: process slot " + std::to_string(slot) +
+                                     " is not active");
     }
     const std::uint64_t used = d.used_bytes.load(std::memory_order_relaxed);
     if (bytes <= limit_bytes && used <= limit_bytes - bytes) {

@@ -1,21 +1,22 @@
 #include "tessera/region.h"
 
-#include <gtest/gtest.h>
-#include <sched.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdio>
+#include <sched.h>
+#include <signal.h>
 #include <string>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "tessera/quantity.h"
-#include "testutil/status_matchers.h"
+
 #include "testutil/old_region.h"
+#include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
 
 namespace tessera::shm {
@@ -153,7 +154,8 @@ TEST_F(RegionTest, SixteenProcessesNeverExceedTheCapInSum) {
       if (!m.ok()) _exit(2);
       auto slot = ClaimSlot(*m->region(), getpid(), 1);
       if (!slot.ok()) _exit(3);
-      while (Reserve(*m->region(), *slot, 0, 64 * kMiB, 4 * kGiB).ok()) granted->fetch_add(64 * kMiB);
+      while (Reserve(*m->region(), *slot, 0, 64 * kMiB, 4 * kGiB).ok())
+        granted->fetch_add(64 * kMiB);
       const char byte = 1;
       if (write(done[1], &byte, 1) != 1) _exit(4);
       char ignored = 0;
@@ -235,7 +237,8 @@ TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
     }
     auto m = Mapping::Attach(path_);
     auto slot = ClaimSlot(*m->region(), getpid(), 1);
-    if (!slot.ok() || getpid() != 1 || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok()) _exit(1);
+    if (!slot.ok() || getpid() != 1 || !Reserve(*m->region(), *slot, 0, 3 * kGiB, 4 * kGiB).ok())
+      _exit(1);
     const char byte = 1;
     if (write(ready[1], &byte, 1) != 1) _exit(1);
     pause();
@@ -252,7 +255,8 @@ TEST_F(RegionTest, SigkilledProcessInAnotherPidNamespaceIsReclaimed) {
     waitpid(outer, &status, 0);
     close(pid_pipe[0]);
     close(ready[0]);
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 77) GTEST_SKIP() << "unshare(CLONE_NEWPID) not permitted";
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+      GTEST_SKIP() << "unshare(CLONE_NEWPID) not permitted";
     FAIL() << "the process in the new PID namespace failed";
   }
   EXPECT_EQ(UsedBytes(region(), 0), 3 * kGiB);

@@ -2,9 +2,9 @@
 // changed: bump kLayoutVersion and update docs/protocol.md, never just the numbers here.
 #include "tessera/shm_layout.h"
 
-#include <gtest/gtest.h>
-
 #include <cstddef>
+
+#include <gtest/gtest.h>
 
 namespace tessera::shm {
 namespace {

@@ -1,9 +1,9 @@
 #include "tessera/status.h"
 
-#include <gtest/gtest.h>
-
 #include <memory>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 
@@ -25,8 +25,8 @@ TEST(Status, EveryCodeHasItsName) {
 }
 
 TEST(Status, EveryErrorCodeHasItsFactory) {
-#define TESSERA_CHECK_FACTORY(name, label)                   \
-  EXPECT_EQ(name##Error("m").code(), StatusCode::k##name);   \
+#define TESSERA_CHECK_FACTORY(name, label)                 \
+  EXPECT_EQ(name##Error("m").code(), StatusCode::k##name); \
   EXPECT_EQ(name##Error("m").ToString(), std::string(label) + ": m");
   TESSERA_STATUS_ERROR_CODES(TESSERA_CHECK_FACTORY)
 #undef TESSERA_CHECK_FACTORY

@@ -1,5 +1,8 @@
 #include "tessera/subprocess.h"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
@@ -7,12 +10,8 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
 #include <thread>
+#include <unistd.h>
 
 #include "tessera/quantity.h"
 
@@ -200,8 +199,8 @@ Status ReportedError(const SpawnOptions& o, const Report& r) {
     case Stage::kChdir:
       return UnavailableError(what + Errno("chdir " + o.working_directory, r.error));
     case Stage::kUser:
-      return PermissionDeniedError(
-          what + Errno("switch to user " + std::to_string(*o.user), r.error));
+      return PermissionDeniedError(what +
+                                   Errno("switch to user " + std::to_string(*o.user), r.error));
   }
   return InternalError(what + "unknown failure");
 }

@@ -1,24 +1,24 @@
 #include "tessera/subprocess.h"
 
+#include <algorithm>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <poll.h>
 #include <signal.h>
+#include <sstream>
 #include <stdlib.h>
+#include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
-#include <string>
 #include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "tessera/exec_args.h"
+
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
 
@@ -323,7 +323,8 @@ TEST(Spawn, TerminateKillsTheGroupOfAChildThatIgnoresSigterm) {
 
 // Signals: ignored ones stay ignored unless named; the mask is inherited unless cleared.
 TEST(Spawn, SignalDispositionsAndMask) {
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ASSERT_EQ(sigaction(SIGUSR1, &ignore, &previous), 0);

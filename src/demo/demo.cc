@@ -1,8 +1,5 @@
 #include "demo/demo.h"
 
-#include <httplib.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,26 +11,29 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "agent/slot_binder.h"
+#include "contract/decision.h"
 #include "demo/pki.h"
 #include "demo/printer.h"
 #include "demo/process.h"
 #include "scheduler/daemon.h"
-#include "contract/decision.h"
 // The kube-scheduler and webhook configurations the e2e tests use (inline, header only).
-#include "k8s/listen.h"
-#include "scheduler/kube_config.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/paths.h"
-#include "policy/policy.h"
 #include "tessera/limits.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "k8s/listen.h"
+#include "k8s/paths.h"
+#include "policy/policy.h"
+#include "scheduler/kube_config.h"
 
 namespace tessera::demo {
 namespace {
@@ -44,9 +44,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kContainer = "main";
-constexpr auto kPodLimit = 90s;          // a pod's outcome
-constexpr auto kPlacedGrace = 30s;       // a pod expected to be placed, after a FailedScheduling
-constexpr auto kSettleLimit = 60s;       // a scenario's pods gone from the API and the ledger
+constexpr auto kPodLimit = 90s;     // a pod's outcome
+constexpr auto kPlacedGrace = 30s;  // a pod expected to be placed, after a FailedScheduling
+constexpr auto kSettleLimit = 60s;  // a scenario's pods gone from the API and the ledger
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -94,17 +94,21 @@ json PodManifest(const PodSpec& p, const std::string& node) {
   json annotations = json::object();
   if (!p.priority.empty()) annotations[std::string(names::kAnnotationPriority)] = p.priority;
   if (!p.mode.empty()) annotations[std::string(names::kAnnotationMode)] = p.mode;
-  if (!p.kai_memory_mib.empty()) annotations[std::string(names::kAnnotationKaiGpuMemory)] = p.kai_memory_mib;
-  if (!p.kai_fraction.empty()) annotations[std::string(names::kAnnotationKaiGpuFraction)] = p.kai_fraction;
+  if (!p.kai_memory_mib.empty())
+    annotations[std::string(names::kAnnotationKaiGpuMemory)] = p.kai_memory_mib;
+  if (!p.kai_fraction.empty())
+    annotations[std::string(names::kAnnotationKaiGpuFraction)] = p.kai_fraction;
   json container = {{"name", kContainer}, {"image", "registry.invalid/tessera-demo/workload:1"}};
   if (!p.command.empty()) container["command"] = Words(p.command);
   if (!limits.empty()) container["resources"] = {{"limits", limits}};
-  json pod = {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata", {{"name", p.name}, {"namespace", p.ns}}},
-              {"spec", {{"terminationGracePeriodSeconds", 0}, {"containers", json::array({container})}}}};
+  json pod = {
+      {"apiVersion", "v1"},
+      {"kind", "Pod"},
+      {"metadata", {{"name", p.name}, {"namespace", p.ns}}},
+      {"spec", {{"terminationGracePeriodSeconds", 0}, {"containers", json::array({container})}}}};
   if (!annotations.empty()) pod["metadata"]["annotations"] = annotations;
-  if (!p.kai_memory_mib.empty() || !p.kai_fraction.empty()) pod["spec"]["schedulerName"] = "kai-scheduler";
+  if (!p.kai_memory_mib.empty() || !p.kai_fraction.empty())
+    pod["spec"]["schedulerName"] = "kai-scheduler";
   if (!node.empty()) pod["spec"]["nodeSelector"] = {{"kubernetes.io/hostname", node}};
   return pod;
 }
@@ -136,7 +140,8 @@ std::vector<std::string> AdmittedAs(const json& sent, const json& stored) {
     }
   }
   for (const auto& [key, value] : b.items()) {
-    if (!a.contains(key) && !explained.contains(key)) out.push_back("+ " + key + ": " + value.get<std::string>());
+    if (!a.contains(key) && !explained.contains(key))
+      out.push_back("+ " + key + ": " + value.get<std::string>());
   }
   if (Str(sent, "/spec/priorityClassName"_json_pointer).empty()) {
     const std::string pc = Str(stored, "/spec/priorityClassName"_json_pointer);
@@ -169,7 +174,8 @@ void Explain(const Limits& l, const policy::Policy& policy, const std::string& t
              PodResult& p) {
   const DeviceLimits& d = l.devices.front();
   if (l.mode == SharingMode::kExclusive) {
-    p.enforcement.push_back("the whole GPU (" + GiB(d.memory_bytes) + "); no other pod is placed on it");
+    p.enforcement.push_back("the whole GPU (" + GiB(d.memory_bytes) +
+                            "); no other pod is placed on it");
   } else {
     p.enforcement.push_back(
         "cap " + GiB(d.memory_bytes) + "; compute: " +
@@ -180,11 +186,13 @@ void Explain(const Limits& l, const policy::Policy& policy, const std::string& t
              : std::string("no share reserved, it takes turns by measured GPU time")));
   }
   if (l.priority == PriorityClass::kLatencyCritical) {
-    p.enforcement.push_back("latency-critical: while it has work, the GPU's arbiter holds lower "
-                            "classes' launches and keeps their work in flight under 500 µs");
+    p.enforcement.push_back(
+        "latency-critical: while it has work, the GPU's arbiter holds lower "
+        "classes' launches and keeps their work in flight under 500 µs");
   } else if (l.priority == PriorityClass::kBestEffort) {
-    p.enforcement.push_back("best-effort: held while a latency-critical pod has work and, with "
-                            "no share of its own, while normal work wants the GPU");
+    p.enforcement.push_back(
+        "best-effort: held while a latency-critical pod has work and, with "
+        "no share of its own, while normal work wants the GPU");
   }
   auto tier = ParseTrustTier(tier_name);
   if (!tier.ok()) return;
@@ -288,8 +296,12 @@ Status Demo::Prepare() {
   result_->placement = scheduler::SchedulerOptions{}.placement;  // the demo passes no --placement
   for (const auto& row : kTrustTiers) {
     const policy::TierRule& rule = policy_.Rule(row.value);
-    PolicyRow p{std::string(row.name), JoinNames(rule.modes), std::string(policy::Name(rule.co_tenancy)),
-                std::string(policy::Name(rule.enforcement)), std::string(policy::Name(rule.on_drift)), {}};
+    PolicyRow p{std::string(row.name),
+                JoinNames(rule.modes),
+                std::string(policy::Name(rule.co_tenancy)),
+                std::string(policy::Name(rule.enforcement)),
+                std::string(policy::Name(rule.on_drift)),
+                {}};
     if (policy_.default_tier == row.value) p.namespaces.push_back("*");
     for (const auto& [ns, tier] : policy_.namespaces) {
       if (tier == row.value) p.namespaces.push_back(ns);
@@ -322,7 +334,7 @@ Status Demo::StartControlPlane() {
   kubeconfig_ = dir_ + "/kubeconfig";
   SpawnOptions s;
   s.name = "tessera-testcluster up";
-  s.argv = {o_.testcluster, "up", "--kubeconfig", kubeconfig_, "--dir", dir_ + "/cluster",
+  s.argv = {o_.testcluster,       "up",  "--kubeconfig", kubeconfig_, "--dir", dir_ + "/cluster",
             "--scheduler-config", config};
   s.log_path = dir_ + "/testcluster.log";
   TESSERA_ASSIGN_OR_RETURN(testcluster_, Process::Spawn(std::move(s)));
@@ -345,9 +357,9 @@ Status Demo::StartNodes() {
     SpawnOptions s;
     s.name = "simnodes " + n.name;
     const std::string ready = dir_ + "/simnodes-" + n.name + ".ready";
-    s.argv = {o_.testcluster, "simnodes", "--kubeconfig", kubeconfig_, "--nodes", "1",
-              "--prefix", n.name.substr(0, n.name.size() - 3), "--gpus-per-node", "0",
-              "--ready-file", ready};
+    s.argv = {o_.testcluster,    "simnodes", "--kubeconfig", kubeconfig_,
+              "--nodes",         "1",        "--prefix",     n.name.substr(0, n.name.size() - 3),
+              "--gpus-per-node", "0",        "--ready-file", ready};
     s.log_path = dir_ + "/simnodes-" + n.name + ".log";
     TESSERA_ASSIGN_OR_RETURN(auto p, Process::Spawn(std::move(s)));
     simnodes_.push_back(std::move(p));
@@ -362,11 +374,27 @@ Status Demo::StartNodes() {
     fs::create_directories(home);
     SpawnOptions s;
     s.name = "tessera-node " + n.name;
-    s.argv = {o_.node, "--node-name", n.name, "--kubeconfig", kubeconfig_, "--gpus", gpus,
-              "--interval-s", "5", "--device-plugin-dir", home + "/no-kubelet",
-              "--pod-resources-socket", home + "/no-kubelet/kubelet.sock", "--state-dir",
-              home + "/state", "--cdi-dir", home + "/cdi", "--policy", dir_ + "/policy.yaml",
-              "--log-level", "info"};
+    s.argv = {o_.node,
+              "--node-name",
+              n.name,
+              "--kubeconfig",
+              kubeconfig_,
+              "--gpus",
+              gpus,
+              "--interval-s",
+              "5",
+              "--device-plugin-dir",
+              home + "/no-kubelet",
+              "--pod-resources-socket",
+              home + "/no-kubelet/kubelet.sock",
+              "--state-dir",
+              home + "/state",
+              "--cdi-dir",
+              home + "/cdi",
+              "--policy",
+              dir_ + "/policy.yaml",
+              "--log-level",
+              "info"};
     s.log_path = dir_ + "/tessera-node-" + n.name + ".log";
     s.env = {{"LD_LIBRARY_PATH", o_.fake_nvml_dir},
              {"TESSERA_FAKE_GPUS", std::to_string(total)},
@@ -402,7 +430,8 @@ Status Demo::Configure() {
                                      {"kind", "PriorityClass"},
                                      {"metadata", {{"name", name}}},
                                      {"value", value}});
-    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) return created.status();
+    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists)
+      return created.status();
   }
   auto [mutating, validating] =
       scheduler::WebhookConfigurations(webhook_port_, contract::Base64Encode(ca_pem_));
@@ -410,24 +439,28 @@ Status Demo::Configure() {
       api_->Create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", mutating)
           .status());
   TESSERA_RETURN_IF_ERROR(
-      api_->Create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations", validating)
+      api_->Create("/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                   validating)
           .status());
   for (const Scenario& s : Scenarios()) {
-    if (!o_.only.empty() && std::find(o_.only.begin(), o_.only.end(), s.id) == o_.only.end()) continue;
+    if (!o_.only.empty() && std::find(o_.only.begin(), o_.only.end(), s.id) == o_.only.end())
+      continue;
     for (const PodSpec& p : s.pods) namespaces_.insert(p.ns);
   }
   for (const std::string& ns : namespaces_) {
-    auto created = api_->Create("/api/v1/namespaces", json{{"apiVersion", "v1"},
-                                                           {"kind", "Namespace"},
-                                                           {"metadata", {{"name", ns}}}});
-    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) return created.status();
+    auto created = api_->Create(
+        "/api/v1/namespaces",
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
+    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists)
+      return created.status();
     // No controller-manager runs here: the "default" ServiceAccount its token controller would
     // create, which the ServiceAccount admission plugin wants.
     created = api_->Create("/api/v1/namespaces/" + ns + "/serviceaccounts",
                            json{{"apiVersion", "v1"},
                                 {"kind", "ServiceAccount"},
                                 {"metadata", {{"name", "default"}, {"namespace", ns}}}});
-    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) return created.status();
+    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists)
+      return created.status();
   }
   return Status::Ok();
 }
@@ -451,13 +484,15 @@ Status Demo::WaitUntilReady() {
     auto ledger = Ledger();
     std::size_t gpus = 0;
     if (ledger.ok()) gpus = (*ledger).value("gpus", json::array()).size();
-    if (gpus != want) missing = "tessera-scheduler books " + std::to_string(gpus) + " of " +
-                                std::to_string(want) + " GPUs";
+    if (gpus != want)
+      missing = "tessera-scheduler books " + std::to_string(gpus) + " of " + std::to_string(want) +
+                " GPUs";
     for (const SimNode& n : SimulatedNodes()) {
       auto node = api_->Get(k8s::NodePath(n.name));
       const std::string count =
           node.ok() ? Str(*node, json::json_pointer("/status/allocatable/tessera.dev~1gpu")) : "";
-      if (count != std::to_string(n.gpus)) missing = "node " + n.name + " does not show its GPUs yet";
+      if (count != std::to_string(n.gpus))
+        missing = "node " + n.name + " does not show its GPUs yet";
     }
     if (missing.empty()) {
       // A pod the validating webhook refuses, as a dry run: the webhooks answer once it is refused.
@@ -482,7 +517,8 @@ Status Demo::WaitUntilReady() {
     NodeResult nr;
     nr.spec = n;
     TESSERA_ASSIGN_OR_RETURN(json node, api_->Get(k8s::NodePath(n.name)));
-    const std::string text = Str(node, json::json_pointer("/metadata/annotations/tessera.dev~1gpu-inventory"));
+    const std::string text =
+        Str(node, json::json_pointer("/metadata/annotations/tessera.dev~1gpu-inventory"));
     const json inventory = json::parse(text, nullptr, false);
     for (const json& g : inventory.value("gpus", json::array())) {
       if (!g.value("managed", false)) continue;
@@ -500,7 +536,8 @@ StatusOr<json> Demo::Ledger() {
   c.set_read_timeout(10);
   auto res = c.Get("/ledger");
   if (!res) return UnavailableError("GET /ledger: " + httplib::to_string(res.error()));
-  if (res->status != 200) return UnavailableError("GET /ledger: HTTP " + std::to_string(res->status));
+  if (res->status != 200)
+    return UnavailableError("GET /ledger: HTTP " + std::to_string(res->status));
   json ledger = json::parse(res->body, nullptr, false);
   if (ledger.is_discarded()) return InternalError("GET /ledger: not JSON");
   return ledger;
@@ -556,7 +593,8 @@ Status Demo::Placed(const json& pod, PodResult& r) {
   const std::string text = ann.value(std::string(names::kAnnotationDecision), "");
   const std::string signature = ann.value(std::string(names::kAnnotationDecisionSignature), "");
   TESSERA_ASSIGN_OR_RETURN(contract::Decision d, contract::ParseDecision(text));
-  TESSERA_ASSIGN_OR_RETURN(contract::Verifier verifier, contract::Verifier::FromPem(public_key_pem_));
+  TESSERA_ASSIGN_OR_RETURN(contract::Verifier verifier,
+                           contract::Verifier::FromPem(public_key_pem_));
   TESSERA_RETURN_IF_ERROR(verifier.Verify(text, signature).WithContext("decision signature"));
   if (d.containers.empty() || d.containers[0].devices.empty()) {
     return InternalError("the decision of " + r.spec.name + " names no GPU");
@@ -638,7 +676,8 @@ Status Demo::Replay(const Scenario& s, const PodSpec& spec, PodResult& r) {
     if (Clock::now() - start >= kPodLimit) {
       return UnavailableError(spec.ns + "/" + spec.name + ": neither bound nor refused within " +
                               std::to_string(kPodLimit.count()) +
-                              " s; the last lines of tessera-scheduler's log:\n" + scheduler_->LogTail());
+                              " s; the last lines of tessera-scheduler's log:\n" +
+                              scheduler_->LogTail());
     }
     SleepUnlessInterrupted(200ms);
   }
@@ -777,7 +816,8 @@ void FillDefaults(DemoOptions& o, const std::string& exe_dir) {
     for (const std::string& c : candidates) {
       if (IsExecutableFile(c)) return fs::path(c).lexically_normal().string();
     }
-    return candidates.empty() ? std::string() : fs::path(candidates.back()).lexically_normal().string();
+    return candidates.empty() ? std::string()
+                              : fs::path(candidates.back()).lexically_normal().string();
   };
   const std::string d = exe_dir.empty() ? "." : exe_dir;
   // Installed side by side, or a CMake build tree (build/<preset>/cmd/<binary>/<binary>).
@@ -801,7 +841,8 @@ void FillDefaults(DemoOptions& o, const std::string& exe_dir) {
         break;
       }
     }
-    if (o.fake_nvml_dir.empty()) o.fake_nvml_dir = fs::path(d + "/../../test/fakes/lib").lexically_normal().string();
+    if (o.fake_nvml_dir.empty())
+      o.fake_nvml_dir = fs::path(d + "/../../test/fakes/lib").lexically_normal().string();
   }
 }
 
@@ -815,22 +856,25 @@ Status ValidateOptions(const DemoOptions& o) {
       {"--testcluster", o.testcluster,
        "the control-plane harness; build it with test/e2e/harness/build.sh build/e2e, or set "
        "TESSERA_TESTCLUSTER"},
-      {"--scheduler-binary", o.scheduler, "build it with cmake --build BUILD --target tessera-scheduler"},
+      {"--scheduler-binary", o.scheduler,
+       "build it with cmake --build BUILD --target tessera-scheduler"},
       {"--node-binary", o.node, "build it with cmake --build BUILD --target tessera-node"},
   };
   for (const Binary& b : binaries) {
     if (!IsExecutableFile(b.path)) {
-      return InvalidArgumentError(std::string(b.flag) + ": " +
-                                  (b.path.empty() ? std::string("not given")
-                                                  : "\"" + QuoteForMessage(b.path) + "\" is not an executable file") +
-                                  "; accepted: the path of an executable (" + b.how + ")");
+      return InvalidArgumentError(
+          std::string(b.flag) + ": " +
+          (b.path.empty() ? std::string("not given")
+                          : "\"" + QuoteForMessage(b.path) + "\" is not an executable file") +
+          "; accepted: the path of an executable (" + b.how + ")");
     }
   }
   if (!fs::exists(o.fake_nvml_dir + "/libnvidia-ml.so.1")) {
     return InvalidArgumentError(
         "--fake-nvml-dir: " +
-        (o.fake_nvml_dir.empty() ? std::string("not given")
-                                 : "\"" + QuoteForMessage(o.fake_nvml_dir) + "\" holds no libnvidia-ml.so.1") +
+        (o.fake_nvml_dir.empty()
+             ? std::string("not given")
+             : "\"" + QuoteForMessage(o.fake_nvml_dir) + "\" holds no libnvidia-ml.so.1") +
         "; accepted: the folder of the fake NVML (cmake --build BUILD --target tessera_fake_nvml "
         "puts it in BUILD/test/fakes/lib)");
   }
@@ -838,8 +882,9 @@ Status ValidateOptions(const DemoOptions& o) {
     bool known = false;
     for (const Scenario& s : Scenarios()) known = known || s.id == id;
     if (!known) {
-      return InvalidArgumentError("--only: \"" + QuoteForMessage(id) + "\" is not a scenario; accepted: " +
-                                  ScenarioIds() + " (comma-separated)");
+      return InvalidArgumentError("--only: \"" + QuoteForMessage(id) +
+                                  "\" is not a scenario; accepted: " + ScenarioIds() +
+                                  " (comma-separated)");
     }
   }
   return Status::Ok();

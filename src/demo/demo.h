@@ -44,11 +44,11 @@ struct PodSpec {
 };
 
 struct Scenario {
-  std::string id;     // "showdown": --only takes these
-  std::string title;  // one line
-  std::string seed;   // where the story comes from
+  std::string id;                  // "showdown": --only takes these
+  std::string title;               // one line
+  std::string seed;                // where the story comes from
   std::vector<std::string> story;  // what is about to happen, a few short lines
-  std::string node;   // the node its pods are pinned to (nodeSelector), "" for any
+  std::string node;                // the node its pods are pinned to (nodeSelector), "" for any
   std::vector<PodSpec> pods;
   std::vector<std::string> moral;  // what it showed, a few short lines
   std::string show_limits_of;      // this pod's limits file is printed in full
@@ -60,7 +60,7 @@ struct SimNode {
   int gpus = 0;
   std::uint64_t gpu_memory = 0;  // bytes per GPU
   int sm_count = 0;
-  std::string stands_for;        // "the seeds' Tesla T4"
+  std::string stands_for;  // "the seeds' Tesla T4"
 };
 
 const std::vector<Scenario>& Scenarios();
@@ -76,25 +76,25 @@ std::string ScenarioIds();
 
 struct PodResult {
   PodSpec spec;
-  std::string tier;            // of its namespace, by the policy
+  std::string tier;  // of its namespace, by the policy
   Outcome outcome = Outcome::kDenied;
   bool as_expected = false;
   // Placed:
   std::string node;
-  int gpu = -1;                // position among the node's GPUs
+  int gpu = -1;  // position among the node's GPUs
   std::string uuid;
   std::uint64_t memory_bytes = 0;
-  std::uint32_t cores = 0;     // percent; 0: no share reserved
-  std::string mode;            // shared, mps, exclusive
-  std::string priority;        // tessera priority class
-  std::string priority_class;  // the Kubernetes PriorityClass it runs with
+  std::uint32_t cores = 0;               // percent; 0: no share reserved
+  std::string mode;                      // shared, mps, exclusive
+  std::string priority;                  // tessera priority class
+  std::string priority_class;            // the Kubernetes PriorityClass it runs with
   std::vector<std::string> admitted_as;  // what the mutating webhook changed, one item a line
-  std::string limits_file;     // what tessera-node would write for it
+  std::string limits_file;               // what tessera-node would write for it
   std::vector<std::string> enforcement;  // what would act, one sentence a line
   std::vector<std::string> tier_rules;   // what its tier adds (machinery failure, drift)
-  std::string run_command;     // the same limits on a GPU host, without Kubernetes
+  std::string run_command;               // the same limits on a GPU host, without Kubernetes
   // Denied or unschedulable:
-  std::string reason;          // the webhook's message, or the FailedScheduling event's
+  std::string reason;                 // the webhook's message, or the FailedScheduling event's
   std::vector<std::string> verdicts;  // unschedulable: tessera's per-GPU dry run (explain)
 };
 
@@ -104,7 +104,7 @@ struct GpuRow {
   std::string uuid;
   std::uint64_t memory_bytes = 0;
   std::uint64_t memory_used = 0;
-  int cores_used = 0;  // percent
+  int cores_used = 0;             // percent
   std::vector<std::string> pods;  // names
 };
 
@@ -134,21 +134,21 @@ struct DemoResult {
   std::vector<std::string> priorities;  // "latency-critical -> tessera-latency-critical (1000000)"
   std::string placement;                // the scheduler's placement policy
   double startup_seconds = 0;
-  bool gpu_present = false;             // this machine has an NVIDIA GPU
+  bool gpu_present = false;  // this machine has an NVIDIA GPU
   std::vector<ScenarioResult> scenarios;
-  bool completed = false;               // every selected scenario ran
+  bool completed = false;  // every selected scenario ran
   int unexpected() const;
 };
 
 // ---- running it -----------------------------------------------------------------------------
 
 struct DemoOptions {
-  std::string testcluster;     // tessera-testcluster (test/e2e/harness/build.sh)
-  std::string scheduler;       // tessera-scheduler
-  std::string node;            // tessera-node
-  std::string fake_nvml_dir;   // the folder holding the fake libnvidia-ml.so.1
+  std::string testcluster;        // tessera-testcluster (test/e2e/harness/build.sh)
+  std::string scheduler;          // tessera-scheduler
+  std::string node;               // tessera-node
+  std::string fake_nvml_dir;      // the folder holding the fake libnvidia-ml.so.1
   std::vector<std::string> only;  // scenario ids; empty: all
-  bool keep = false;           // keep the temporary folder (logs, state) and say where
+  bool keep = false;              // keep the temporary folder (logs, state) and say where
 };
 
 // Fills empty paths with the defaults found from `exe_dir` (the tessera binary's folder, in a

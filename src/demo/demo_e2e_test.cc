@@ -3,18 +3,17 @@
 // summary, the human pages' headings; the tessera binary with --json and with bad flags; Ctrl-C
 // in the middle. After each run nothing may be left: no process still running that the demo
 // started, no temporary folder.
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <stdlib.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <signal.h>
 #include <sstream>
+#include <stdlib.h>
 #include <thread>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "demo/demo.h"
@@ -55,7 +54,8 @@ class Sandbox {
   std::vector<std::string> Leftovers() const {
     std::vector<std::string> out;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir_, ec)) out.push_back("file " + e.path().string());
+    for (const auto& e : fs::directory_iterator(dir_, ec))
+      out.push_back("file " + e.path().string());
     for (const auto& e : fs::directory_iterator("/proc", ec)) {
       const std::string pid = e.path().filename().string();
       if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -243,10 +243,10 @@ TEST(DemoE2E, TheWholeStoryEndsAsToldAndLeavesNothingBehind) {
 
   // The pages a person reads.
   const std::string text = human.str();
-  for (const char* heading : {"tessera demo", "Cluster (local processes", "Policy in force",
-                              "━━ 1/6  The showdown", "━━ 6/6  Packing", "Refused, and why",
-                              "GPU ledger afterwards", "Enforcement (", "Admitted as",
-                              "━━ Summary", "No GPU was booked past its memory"}) {
+  for (const char* heading :
+       {"tessera demo", "Cluster (local processes", "Policy in force", "━━ 1/6  The showdown",
+        "━━ 6/6  Packing", "Refused, and why", "GPU ledger afterwards", "Enforcement (",
+        "Admitted as", "━━ Summary", "No GPU was booked past its memory"}) {
     EXPECT_TRUE(Has(text, heading)) << heading << "\n" << text;
   }
   std::istringstream lines(text);
@@ -264,8 +264,16 @@ TEST(DemoE2E, TheBinaryPrintsJsonAndRefusesBadFlags) {
   const std::string out = sandbox.dir() + ".out";  // beside it: the sandbox must stay empty
   {
     SpawnOptions s;
-    s.argv = {TESSERA_BINARY, "demo", "--json", "--only", "quota", "--scheduler-binary",
-              TESSERA_SCHEDULER_BINARY, "--node-binary", TESSERA_NODE_BINARY, "--fake-nvml-dir",
+    s.argv = {TESSERA_BINARY,
+              "demo",
+              "--json",
+              "--only",
+              "quota",
+              "--scheduler-binary",
+              TESSERA_SCHEDULER_BINARY,
+              "--node-binary",
+              TESSERA_NODE_BINARY,
+              "--fake-nvml-dir",
               TESSERA_FAKE_NVML_DIR};
     s.log_path = out;
     auto p = Process::Spawn(s);
@@ -290,7 +298,8 @@ TEST(DemoE2E, TheBinaryPrintsJsonAndRefusesBadFlags) {
   const Bad cases[] = {
       {{"--scheduler-binary", "/nonexistent/tessera-scheduler"},
        "--scheduler-binary: \"/nonexistent/tessera-scheduler\" is not an executable file"},
-      {{"--fake-nvml-dir", "/nonexistent"}, "--fake-nvml-dir: \"/nonexistent\" holds no libnvidia-ml.so.1"},
+      {{"--fake-nvml-dir", "/nonexistent"},
+       "--fake-nvml-dir: \"/nonexistent\" holds no libnvidia-ml.so.1"},
       {{"--only", "showdown,nope"}, "--only: \"nope\" is not a scenario; accepted: showdown,"},
       {{"--only", "showdown,,quota"}, "--only: an empty entry"},
   };
@@ -319,8 +328,10 @@ TEST(DemoE2E, CtrlCStopsEverythingAndRemovesTheFolder) {
   Sandbox sandbox;
   const std::string out = sandbox.dir() + ".out";
   SpawnOptions s;
-  s.argv = {TESSERA_BINARY, "demo", "--scheduler-binary", TESSERA_SCHEDULER_BINARY,
-            "--node-binary", TESSERA_NODE_BINARY, "--fake-nvml-dir", TESSERA_FAKE_NVML_DIR};
+  s.argv = {TESSERA_BINARY,       "demo",
+            "--scheduler-binary", TESSERA_SCHEDULER_BINARY,
+            "--node-binary",      TESSERA_NODE_BINARY,
+            "--fake-nvml-dir",    TESSERA_FAKE_NVML_DIR};
   s.log_path = out;
   auto p = Process::Spawn(s);
   ASSERT_OK(p);

@@ -14,11 +14,16 @@ namespace {
 // The code point at `text[i]` and its length in bytes (invalid bytes count as one each).
 std::pair<char32_t, std::size_t> Decode(std::string_view text, std::size_t i) {
   const auto b = static_cast<unsigned char>(text[i]);
-  std::size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+  std::size_t n = b < 0x80           ? 1
+                  : (b >> 5) == 0x6  ? 2
+                  : (b >> 4) == 0xE  ? 3
+                  : (b >> 3) == 0x1E ? 4
+                                     : 1;
   if (i + n > text.size()) n = 1;
   if (n == 1) return {b, 1};
   char32_t cp = b & (0xFF >> (n + 1));
-  for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
+  for (std::size_t k = 1; k < n; ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
   return {cp, n};
 }
 
@@ -192,7 +197,8 @@ std::string Table::Render(std::size_t indent) const {
     widths[c] = DisplayWidth(columns_[c].header);
     for (const auto& row : rows_) widths[c] = std::max(widths[c], DisplayWidth(row[c]));
     if (columns_[c].max_width != 0) {
-      widths[c] = std::min(widths[c], std::max(columns_[c].max_width, DisplayWidth(columns_[c].header)));
+      widths[c] =
+          std::min(widths[c], std::max(columns_[c].max_width, DisplayWidth(columns_[c].header)));
     }
   }
   auto render_row = [&](const std::vector<std::string>& cells) {
@@ -200,7 +206,7 @@ std::string Table::Render(std::size_t indent) const {
     std::size_t height = 1;
     for (std::size_t c = 0; c < cells.size(); ++c) {
       parts[c] = DisplayWidth(cells[c]) > widths[c] ? Wrap(cells[c], widths[c])
-                                                     : std::vector<std::string>{cells[c]};
+                                                    : std::vector<std::string>{cells[c]};
       height = std::max(height, parts[c].size());
     }
     std::string out;
@@ -258,15 +264,19 @@ std::string RenderBanner() {
 
 std::string RenderCluster(const DemoResult& r) {
   std::string out = "\nCluster (local processes; up in " + Seconds(r.startup_seconds) + ")\n";
-  out += "  control plane      etcd, kube-apiserver, kube-scheduler (upstream), kube-scheduler calling\n"
-         "                     tessera-scheduler as its extender\n";
+  out +=
+      "  control plane      etcd, kube-apiserver, kube-scheduler (upstream), kube-scheduler "
+      "calling\n"
+      "                     tessera-scheduler as its extender\n";
   out += "  tessera-scheduler  placement " + r.placement +
          ", admission webhooks over TLS (a CA made for this run),\n"
          "                     decisions signed with an Ed25519 key made for this run\n";
-  out += "  GPU nodes          simulated (no kubelet or container runtime here): each Node is\n"
-         "                     registered by simnodes and its GPUs published by a real tessera-node\n"
-         "                     reading the fake NVML\n\n";
-  Table t({{"node"}, {"GPUs", Table::Align::kRight}, {"each", Table::Align::kRight}, {"stands for"}});
+  out +=
+      "  GPU nodes          simulated (no kubelet or container runtime here): each Node is\n"
+      "                     registered by simnodes and its GPUs published by a real tessera-node\n"
+      "                     reading the fake NVML\n\n";
+  Table t(
+      {{"node"}, {"GPUs", Table::Align::kRight}, {"each", Table::Align::kRight}, {"stands for"}});
   for (const NodeResult& n : r.nodes) {
     t.Add({n.spec.name, std::to_string(n.uuids.size()), GiB(n.spec.gpu_memory), n.spec.stands_for});
   }
@@ -274,8 +284,13 @@ std::string RenderCluster(const DemoResult& r) {
 }
 
 std::string RenderPolicy(const DemoResult& r) {
-  std::string out = "\nPolicy in force (tessera policy file v1; tiers it leaves out keep the seeds' defaults)\n";
-  Table t({{"tier"}, {"modes, preferred first"}, {"co-tenancy"}, {"on failure"}, {"on drift"},
+  std::string out =
+      "\nPolicy in force (tessera policy file v1; tiers it leaves out keep the seeds' defaults)\n";
+  Table t({{"tier"},
+           {"modes, preferred first"},
+           {"co-tenancy"},
+           {"on failure"},
+           {"on drift"},
            {"namespaces", Table::Align::kLeft, 22}});
   for (const PolicyRow& p : r.policy) {
     t.Add({p.tier, p.modes, p.co_tenancy, p.enforcement, p.on_drift,
@@ -294,7 +309,8 @@ std::string RenderPolicy(const DemoResult& r) {
 
 std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index, int count,
                            bool gpu_present) {
-  std::string out = "\n" + Rule(std::to_string(index) + "/" + std::to_string(count) + "  " + s.title) + "\n";
+  std::string out =
+      "\n" + Rule(std::to_string(index) + "/" + std::to_string(count) + "  " + s.title) + "\n";
   out += Paragraph("  from", 8, s.seed);
   for (const std::string& line : s.story) out += "  " + line + "\n";
   // Who is asking: namespaces with their tiers.
@@ -304,17 +320,24 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
     if (seen.insert(p.spec.ns).second) tenants.push_back(p.spec.ns + " (" + p.tier + ")");
   }
   const bool one_namespace = seen.size() == 1;
-  std::string where = s.node.empty() ? "any node" : s.node + " (a nodeSelector pins the pods there)";
+  std::string where =
+      s.node.empty() ? "any node" : s.node + " (a nodeSelector pins the pods there)";
   out += Paragraph("  tenants", 12, Join(tenants, ", ") + "; on " + where);
   out += "\n";
 
-  Table pods({{"pod"}, {"asks"}, {"priority/mode"}, {"result"}, {"GPU"}, {"memory", Table::Align::kRight},
+  Table pods({{"pod"},
+              {"asks"},
+              {"priority/mode"},
+              {"result"},
+              {"GPU"},
+              {"memory", Table::Align::kRight},
               {"cores", Table::Align::kRight}});
   for (const PodResult& p : r.pods) {
     std::string cls = p.spec.priority;
     if (!p.spec.mode.empty()) cls += (cls.empty() ? "" : ", ") + std::string("mode ") + p.spec.mode;
-    std::string result = p.outcome == Outcome::kPlaced ? "placed"
-                         : p.outcome == Outcome::kDenied ? "denied" : "waits";
+    std::string result = p.outcome == Outcome::kPlaced   ? "placed"
+                         : p.outcome == Outcome::kDenied ? "denied"
+                                                         : "waits";
     if (!p.as_expected) result += " (!)";
     const bool placed = p.outcome == Outcome::kPlaced;
     pods.Add({one_namespace ? p.spec.name : p.spec.ns + "/" + p.spec.name, AskText(p.spec),
@@ -339,7 +362,8 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
       }
       if (everywhere) common.push_back(item);
     }
-    if (translated.size() > 1 && !common.empty()) out += Paragraph("  every pod", 18, Join(common, "; "));
+    if (translated.size() > 1 && !common.empty())
+      out += Paragraph("  every pod", 18, Join(common, "; "));
     for (const PodResult* p : translated) {
       std::vector<std::string> own;
       for (const std::string& item : p->admitted_as) {
@@ -361,7 +385,8 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
     const std::string name = "  " + (one_namespace ? p.spec.name : p.spec.ns + "/" + p.spec.name);
     const std::size_t indent = 6;
     out += name + "\n";
-    const std::string by = p.outcome == Outcome::kDenied ? "admission webhook: " : "kube-scheduler: ";
+    const std::string by =
+        p.outcome == Outcome::kDenied ? "admission webhook: " : "kube-scheduler: ";
     out += Paragraph("", indent, by + p.reason);
     for (const std::string& v : p.verdicts) out += Paragraph("", indent, "tessera, per GPU: " + v);
     if (!p.as_expected) {
@@ -371,7 +396,10 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
 
   // The books.
   out += "\n  GPU ledger afterwards (tessera-scheduler's /ledger)\n";
-  Table ledger({{"GPU"}, {"memory"}, {"used / total", Table::Align::kRight}, {"cores", Table::Align::kRight},
+  Table ledger({{"GPU"},
+                {"memory"},
+                {"used / total", Table::Align::kRight},
+                {"cores", Table::Align::kRight},
                 {"pods", Table::Align::kLeft, 30}});
   for (const GpuRow& g : r.gpus) {
     char used[64];
@@ -391,17 +419,17 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
     any_shared = any_shared || (p.outcome == Outcome::kPlaced && p.mode != "exclusive");
   }
   if (any_placed) {
-    out += gpu_present
-               ? "\n  Enforcement (this machine has a GPU: the $ lines show it for real)\n"
-               : "\n  Enforcement (no GPU here): where it would act\n";
-    out += Paragraph("  ", 2,
-                     std::string(any_shared ? "Past its cap, an allocation (cudaMalloc, cuMemAlloc, "
-                                              "pools, VMM, graphs) fails with "
-                                              "CUDA_ERROR_OUT_OF_MEMORY in that pod alone, and "
-                                              "cudaMemGetInfo and NVML report the cap as the total. "
-                                            : "") +
-                         "Each $ line runs a command under the same limits on a GPU host, without "
-                         "Kubernetes.");
+    out += gpu_present ? "\n  Enforcement (this machine has a GPU: the $ lines show it for real)\n"
+                       : "\n  Enforcement (no GPU here): where it would act\n";
+    out +=
+        Paragraph("  ", 2,
+                  std::string(any_shared ? "Past its cap, an allocation (cudaMalloc, cuMemAlloc, "
+                                           "pools, VMM, graphs) fails with "
+                                           "CUDA_ERROR_OUT_OF_MEMORY in that pod alone, and "
+                                           "cudaMemGetInfo and NVML report the cap as the total. "
+                                         : "") +
+                      "Each $ line runs a command under the same limits on a GPU host, without "
+                      "Kubernetes.");
     std::vector<std::pair<std::string, std::string>> tier_rules;  // tier, rule
     for (const PodResult& p : r.pods) {
       if (p.outcome != Outcome::kPlaced) continue;
@@ -447,9 +475,13 @@ std::string RenderScenario(const Scenario& s, const ScenarioResult& r, int index
 
 std::string RenderSummary(const DemoResult& r) {
   std::string out = "\n" + Rule("Summary") + "\n";
-  Table t({{"scenario"}, {"placed", Table::Align::kRight}, {"denied", Table::Align::kRight},
-           {"waiting", Table::Align::kRight}, {"GPUs used", Table::Align::kRight},
-           {"idle GPUs", Table::Align::kRight}, {"stranded", Table::Align::kRight},
+  Table t({{"scenario"},
+           {"placed", Table::Align::kRight},
+           {"denied", Table::Align::kRight},
+           {"waiting", Table::Align::kRight},
+           {"GPUs used", Table::Align::kRight},
+           {"idle GPUs", Table::Align::kRight},
+           {"stranded", Table::Align::kRight},
            {"as expected", Table::Align::kRight}});
   int placed = 0, denied = 0, waiting = 0, expected = 0, pods = 0;
   std::uint64_t stranded = 0;
@@ -488,8 +520,9 @@ std::string RenderSummary(const DemoResult& r) {
   out += Paragraph("  ", 2,
                    "GPUs used: of the GPUs the scenario could use. Stranded: free memory left on "
                    "used GPUs that is smaller than any of the scenario's asks.");
-  out += over.empty() ? Paragraph("  ", 2, "No GPU was booked past its memory or 100 % of its compute.")
-                      : Paragraph("  (!) ", 6, "over-committed: " + Join(over, ", "));
+  out += over.empty()
+             ? Paragraph("  ", 2, "No GPU was booked past its memory or 100 % of its compute.")
+             : Paragraph("  (!) ", 6, "over-committed: " + Join(over, ", "));
   return out;
 }
 

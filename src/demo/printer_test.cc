@@ -1,11 +1,10 @@
 // The demo's printer and tables on known inputs (no cluster), and the scenario table itself.
 #include "demo/printer.h"
 
-#include <gtest/gtest.h>
-
 #include <set>
 #include <sstream>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "demo/demo.h"
@@ -58,10 +57,10 @@ TEST(Printer, BarsShowUseInProportion) {
   EXPECT_EQ(Bar(0, 16 * kGiB, 8), "[░░░░░░░░]");
   EXPECT_EQ(Bar(8 * kGiB, 16 * kGiB, 8), "[████░░░░]");
   EXPECT_EQ(Bar(16 * kGiB, 16 * kGiB, 8), "[████████]");
-  EXPECT_EQ(Bar(1, 16 * kGiB, 8), "[█░░░░░░░]");               // anything used shows
-  EXPECT_EQ(Bar(16 * kGiB - 1, 16 * kGiB, 8), "[███████░]");   // not full is not shown full
-  EXPECT_EQ(Bar(17 * kGiB, 16 * kGiB, 4), "[████]!");          // over-committed
-  EXPECT_EQ(Bar(0, 0, 3), "[███]");                             // nothing to give
+  EXPECT_EQ(Bar(1, 16 * kGiB, 8), "[█░░░░░░░]");              // anything used shows
+  EXPECT_EQ(Bar(16 * kGiB - 1, 16 * kGiB, 8), "[███████░]");  // not full is not shown full
+  EXPECT_EQ(Bar(17 * kGiB, 16 * kGiB, 4), "[████]!");         // over-committed
+  EXPECT_EQ(Bar(0, 0, 3), "[███]");                           // nothing to give
   EXPECT_EQ(Bar(1, 2, 0), "[]");
 }
 
@@ -130,22 +129,32 @@ ScenarioResult Showdown() {
       used += p.memory_bytes;
       p.mode = "shared";
       p.priority = "normal";
-      p.enforcement = {"memory cap " + GiB(p.memory_bytes) + ": an allocation past it fails with "
-                       "CUDA_ERROR_OUT_OF_MEMORY in " + spec.name + " alone; cudaMemGetInfo and "
-                       "NVML report " + GiB(p.memory_bytes) + " total",
+      p.enforcement = {"memory cap " + GiB(p.memory_bytes) +
+                           ": an allocation past it fails with "
+                           "CUDA_ERROR_OUT_OF_MEMORY in " +
+                           spec.name +
+                           " alone; cudaMemGetInfo and "
+                           "NVML report " +
+                           GiB(p.memory_bytes) + " total",
                        "compute: no share reserved"};
       p.tier_rules = {"team: fail-open: if tessera's own machinery fails, GPU calls pass through"};
       p.run_command = "tessera run --gpu-memory " + spec.memory + " -- " + spec.command;
       p.limits_file = "# tessera limits v1\nversion 1\nmode shared\n";
     } else {
-      p.reason = "0/3 nodes are available: 1 Insufficient tessera.dev/gpu-memory, 2 node(s) "
-                 "didn't match Pod's node affinity/selector. preemption: 0/3 nodes are "
-                 "available: 3 Preemption is not helpful for scheduling.";
+      p.reason =
+          "0/3 nodes are available: 1 Insufficient tessera.dev/gpu-memory, 2 node(s) "
+          "didn't match Pod's node affinity/selector. preemption: 0/3 nodes are "
+          "available: 3 Preemption is not helpful for scheduling.";
       p.verdicts = {"t4-000 gpu0: memory: 1.07 GiB free, asks 2.00 GiB"};
     }
     r.pods.push_back(p);
   }
-  r.gpus = {{"t4-000", 0, "GPU-face0000-0000-0000-0000-000000000000", 16 * kGiB, used, 0,
+  r.gpus = {{"t4-000",
+             0,
+             "GPU-face0000-0000-0000-0000-000000000000",
+             16 * kGiB,
+             used,
+             0,
              {"inference-1", "inference-2", "training", "preprocessing"}}};
   r.seconds = 2.5;
   return r;
@@ -154,12 +163,13 @@ ScenarioResult Showdown() {
 TEST(Printer, ScenarioPageHasItsSectionsAndStaysNarrow) {
   const ScenarioResult r = Showdown();
   const std::string page = RenderScenario(Scenarios().front(), r, 1, 6, /*gpu_present=*/false);
-  for (const char* heading : {"━━ 1/6  The showdown", "Refused, and why", "GPU ledger afterwards",
-                              "Enforcement (no GPU here)", "/etc/tessera/limits of training",
-                              "    $ tessera run --gpu-memory 8Gi -- python3 train.py",
-                              "team tier", "CUDA_ERROR_OUT_OF_MEMORY in that pod alone", "kube-scheduler: 0/3 nodes are available",
-                              "tessera, per GPU: t4-000 gpu0: memory: 1.07 GiB free, asks 2.00 GiB",
-                              "14.93 / 16.00 GiB", "inference-3"}) {
+  for (const char* heading :
+       {"━━ 1/6  The showdown", "Refused, and why", "GPU ledger afterwards",
+        "Enforcement (no GPU here)", "/etc/tessera/limits of training",
+        "    $ tessera run --gpu-memory 8Gi -- python3 train.py", "team tier",
+        "CUDA_ERROR_OUT_OF_MEMORY in that pod alone", "kube-scheduler: 0/3 nodes are available",
+        "tessera, per GPU: t4-000 gpu0: memory: 1.07 GiB free, asks 2.00 GiB", "14.93 / 16.00 GiB",
+        "inference-3"}) {
     EXPECT_NE(page.find(heading), std::string::npos) << heading << "\n" << page;
   }
   EXPECT_EQ(page.find("(!)"), std::string::npos) << page;  // everything as expected
@@ -210,17 +220,25 @@ TEST(Printer, ClusterAndPolicyPagesStayNarrow) {
     nr.uuids.assign(static_cast<std::size_t>(n.gpus), "GPU-x");
     result.nodes.push_back(nr);
   }
-  result.policy = {{"team", "shared,mps,mig,exclusive", "any", "fail-open", "report",
+  result.policy = {{"team",
+                    "shared,mps,mig,exclusive",
+                    "any",
+                    "fail-open",
+                    "report",
                     {"*", "engineering", "marketing"}},
-                   {"customer", "exclusive,mig,shared", "same-namespace", "fail-closed", "evict",
+                   {"customer",
+                    "exclusive,mig,shared",
+                    "same-namespace",
+                    "fail-closed",
+                    "evict",
                     {"acme-corp", "globex"}}};
   result.quotas = {"data-analytics: GPU memory 8Gi"};
   result.priorities = {"latency-critical → PriorityClass tessera-latency-critical (1000000)"};
   result.placement = "best-fit";
   const std::string page = RenderBanner() + RenderCluster(result) + RenderPolicy(result);
-  for (const char* text : {"t4-000", "the seeds' Tesla T4", "16.00 GiB", "same-namespace",
-                           "*, engineering,", "quota", "data-analytics: GPU memory 8Gi",
-                           "latency-critical → PriorityClass"}) {
+  for (const char* text :
+       {"t4-000", "the seeds' Tesla T4", "16.00 GiB", "same-namespace", "*, engineering,", "quota",
+        "data-analytics: GPU memory 8Gi", "latency-critical → PriorityClass"}) {
     EXPECT_NE(page.find(text), std::string::npos) << text << "\n" << page;
   }
   ExpectNarrow(page);
@@ -287,8 +305,9 @@ TEST(Options, BadPathsNameTheFlagAndTheAcceptedForm) {
   o.testcluster = "/nonexistent/tessera-testcluster";
   Status st = ValidateOptions(o);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("--testcluster: \"/nonexistent/tessera-testcluster\" is not an executable"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("--testcluster: \"/nonexistent/tessera-testcluster\" is not an executable"),
+      std::string::npos)
       << st.message();
   EXPECT_NE(st.message().find("test/e2e/harness/build.sh"), std::string::npos) << st.message();
   o.testcluster = "/bin/sh";

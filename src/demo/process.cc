@@ -1,15 +1,14 @@
 #include "demo/process.h"
 
-#include <signal.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
 
 #include "tessera/exec_args.h"
 #include "tessera/subprocess.h"
@@ -43,7 +42,8 @@ InterruptScope::InterruptScope() {
 }
 
 InterruptScope::~InterruptScope() {
-  for (std::size_t i = 0; i < std::size(kHandled); ++i) sigaction(kHandled[i], &g_previous[i], nullptr);
+  for (std::size_t i = 0; i < std::size(kHandled); ++i)
+    sigaction(kHandled[i], &g_previous[i], nullptr);
 }
 
 bool Interrupted() { return g_signal != 0; }
@@ -106,7 +106,9 @@ std::string Process::Describe() {
   return DescribeWaitStatus(s);
 }
 
-std::string Process::LogTail(std::size_t lines) const { return TailOfFile(options_.log_path, lines); }
+std::string Process::LogTail(std::size_t lines) const {
+  return TailOfFile(options_.log_path, lines);
+}
 
 Status WaitForFile(Process& process, const std::string& file, milliseconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
@@ -144,4 +146,3 @@ bool IsExecutableFile(const std::string& path) {
 }
 
 }  // namespace tessera::demo
-

@@ -9,12 +9,11 @@
 //   - SIGINT/SIGTERM/SIGHUP only raise a flag (Interrupted()) that every wait polls.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <sys/types.h>
 #include <utility>
 #include <vector>
 
@@ -56,9 +55,9 @@ class WorkFolder {
 };
 
 struct SpawnOptions {
-  std::string name;               // for messages ("tessera-scheduler")
-  std::vector<std::string> argv;  // argv[0] is the program's path
-  std::string log_path;           // stdout and stderr go here (appended)
+  std::string name;                                      // for messages ("tessera-scheduler")
+  std::vector<std::string> argv;                         // argv[0] is the program's path
+  std::string log_path;                                  // stdout and stderr go here (appended)
   std::vector<std::pair<std::string, std::string>> env;  // added to, or replacing, ours
 };
 

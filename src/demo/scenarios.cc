@@ -56,7 +56,8 @@ std::vector<Scenario> MakeScenarios() {
     s.moral = {
         "The four share the one GPU, and the fifth is told why it waits instead of being",
         "squeezed in. Each cap is in the pod's own read-only limits file: training's growth past",
-        "8 GiB (its CUDA context counts) fails inside training, so preprocessing keeps its 3000 MiB",
+        "8 GiB (its CUDA context counts) fails inside training, so preprocessing keeps its 3000 "
+        "MiB",
         "(measured on an H200: docs/benchmarks.md, the showdown under tessera run).",
     };
     s.show_limits_of = "training";
@@ -201,9 +202,12 @@ std::vector<Scenario> MakeScenarios() {
 
 std::string_view Name(Outcome outcome) {
   switch (outcome) {
-    case Outcome::kPlaced: return "placed";
-    case Outcome::kDenied: return "denied";
-    case Outcome::kUnschedulable: return "unschedulable";
+    case Outcome::kPlaced:
+      return "placed";
+    case Outcome::kDenied:
+      return "denied";
+    case Outcome::kUnschedulable:
+      return "unschedulable";
   }
   return "unknown";
 }
@@ -223,7 +227,8 @@ const std::vector<SimNode>& SimulatedNodes() {
 }
 
 const std::string& DemoPolicyYaml() {
-  static const std::string yaml = R"(# tessera demo: the administrator's policy (api/config/v1/policy.example.yaml explains it).
+  static const std::string yaml =
+      R"(# tessera demo: the administrator's policy (api/config/v1/policy.example.yaml explains it).
 version: v1
 tierAssignment:
   defaultTier: team

@@ -1,32 +1,32 @@
 #include "doctor/doctor.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
 #include <cerrno>
-#include <cstdarg>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <poll.h>
+#include <signal.h>
 #include <sstream>
+#include <sys/stat.h>
 #include <thread>
+#include <unistd.h>
+
+#include "tessera/file.h"
+#include "tessera/quantity.h"
+#include "tessera/subprocess.h"
 
 #include "doctor/worker.h"
 #include "governor/mps.h"
-#include "tessera/quantity.h"
-#include "tessera/subprocess.h"
-#include "tessera/file.h"
 
 namespace tessera::doctor {
 namespace {
@@ -68,7 +68,9 @@ class Tenant {
       return UnavailableError("pipe failed");
     }
     // An unopenable log leaves stderr inherited, as it always did.
-    const int log = spec.log.empty() ? -1 : open(spec.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    const int log = spec.log.empty()
+                        ? -1
+                        : open(spec.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     SpawnOptions spawn;
     spawn.argv = spec.argv;
     spawn.env_mode = SpawnOptions::Env::kReplace;
@@ -161,9 +163,11 @@ class Tenant {
   pid_t pid_;
   int in_, out_;
   bool eof_ = false, reaped_ = false;
-  // Reads what is available (waiting up to `deadline`); false once the output ended or time ran out.
+  // Reads what is available (waiting up to `deadline`); false once the output ended or time ran
+  // out.
   bool ReadSome(Clock::time_point deadline) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0 || eof_) return false;
     pollfd p{out_, POLLIN, 0};
     if (poll(&p, 1, static_cast<int>(left.count())) <= 0) return true;  // re-checks the time
@@ -196,9 +200,9 @@ class Tenant {
 // The environment every tenant starts from: ours, without anything that would steer the GPU,
 // the preload or MPS, then the GPU under test.
 std::vector<std::string> BaseEnvironment(const std::string& gpu) {
-  std::vector<std::string> env = InheritedEnvironment({"CUDA_VISIBLE_DEVICES=", "CUDA_MPS_",
-                                                       "LD_PRELOAD=", "TESSERA_LIMITS_FILE=",
-                                                       "TESSERA_REGION_FILE="});
+  std::vector<std::string> env =
+      InheritedEnvironment({"CUDA_VISIBLE_DEVICES=", "CUDA_MPS_",
+                            "LD_PRELOAD=", "TESSERA_LIMITS_FILE=", "TESSERA_REGION_FILE="});
   env.push_back("CUDA_VISIBLE_DEVICES=" + gpu);
   return env;
 }
@@ -207,7 +211,8 @@ std::vector<std::string> BaseEnvironment(const std::string& gpu) {
 // a client's fault may take the server down with it, so every experiment gets a fresh one.
 class MpsDaemon {
  public:
-  static StatusOr<std::unique_ptr<MpsDaemon>> Start(const std::string& control, const std::string& dir,
+  static StatusOr<std::unique_ptr<MpsDaemon>> Start(const std::string& control,
+                                                    const std::string& dir,
                                                     const std::vector<std::string>& base_env) {
     auto d = std::unique_ptr<MpsDaemon>(new MpsDaemon(control, dir));
     std::error_code ec;
@@ -227,7 +232,8 @@ class MpsDaemon {
     const auto end = Clock::now() + 5s;
     while (!std::filesystem::exists(d->pipe_ + "/control", ec)) {
       if (Clock::now() > end || d->daemon_->Reap(0ms)) {
-        return UnavailableError("the MPS control daemon did not start (see " + d->log_ + "/control.log)");
+        return UnavailableError("the MPS control daemon did not start (see " + d->log_ +
+                                "/control.log)");
       }
       std::this_thread::sleep_for(10ms);
     }
@@ -324,7 +330,8 @@ class Doctor {
 
   // How a tenant of the current mode starts: `role` for the worker, `extra_env` on top.
   // `run_flags` go to `tessera run` in the modes tessera enforces (e.g. a compute share).
-  Tenant::Spec SpecFor(const std::vector<std::string>& role, const std::vector<std::string>& extra_env = {},
+  Tenant::Spec SpecFor(const std::vector<std::string>& role,
+                       const std::vector<std::string>& extra_env = {},
                        const std::vector<std::string>& program = {},
                        const std::vector<std::string>& run_flags = {}) const {
     Tenant::Spec spec;
@@ -376,7 +383,8 @@ class Doctor {
     }
     report_.gpu_uuid = uuid_ = *uuid;
     report_.gpu_name = (*t)->Await("name", end).value_or("?");
-    report_.gpu_memory_bytes = static_cast<std::uint64_t>((*t)->AwaitNumber("total", end).value_or(0));
+    report_.gpu_memory_bytes =
+        static_cast<std::uint64_t>((*t)->AwaitNumber("total", end).value_or(0));
     const auto cuda = (*t)->AwaitNumber("cuda", end).value_or(0);
     report_.driver = "CUDA " + std::to_string(cuda / 1000) + "." + std::to_string(cuda % 1000 / 10);
     std::istringstream version(ReadFile("/proc/driver/nvidia/version", 64u << 10).value_or(""));
@@ -386,7 +394,8 @@ class Doctor {
       std::istringstream words(line);
       std::string w;
       while (words >> w) {
-        if (!w.empty() && std::isdigit(static_cast<unsigned char>(w[0])) && w.find('.') != std::string::npos) {
+        if (!w.empty() && std::isdigit(static_cast<unsigned char>(w[0])) &&
+            w.find('.') != std::string::npos) {
           report_.driver = w + " (" + report_.driver + ")";
           break;
         }
@@ -401,18 +410,22 @@ class Doctor {
     auto t = Tenant::Start(SpecFor({"scrub", std::to_string(kGiB)}));
     if (!t.ok()) return;
     const auto end = Clock::now() + o_.experiment_limit;
-    if ((*t)->AwaitNumber("scrub", end) == 0) report_.scrub_ms_per_gib = (*t)->AwaitReal("ms_per_gib", end);
+    if ((*t)->AwaitNumber("scrub", end) == 0)
+      report_.scrub_ms_per_gib = (*t)->AwaitReal("ms_per_gib", end);
   }
 
   // 1. A tenant takes all the memory it can get; can its neighbour still allocate and run?
   void MemoryHog() {
     auto neighbour = Start({"hold", std::to_string(256 * kMiB)});
-    if (!neighbour.ok()) return Add(Property::kMemoryHog, Outcome::kNotMeasured, std::string(neighbour.status().message()));
+    if (!neighbour.ok())
+      return Add(Property::kMemoryHog, Outcome::kNotMeasured,
+                 std::string(neighbour.status().message()));
     if (!(*neighbour)->Await("ready", deadline_)) {
       return Add(Property::kMemoryHog, Outcome::kNotMeasured, "neighbour: " + (*neighbour)->Why());
     }
     auto hog = Start({"hog", std::to_string(kGiB)});
-    if (!hog.ok()) return Add(Property::kMemoryHog, Outcome::kNotMeasured, std::string(hog.status().message()));
+    if (!hog.ok())
+      return Add(Property::kMemoryHog, Outcome::kNotMeasured, std::string(hog.status().message()));
     const auto hogged = (*hog)->AwaitNumber("hogged", deadline_);
     if (!hogged) return Add(Property::kMemoryHog, Outcome::kNotMeasured, "hog: " + (*hog)->Why());
     (*neighbour)->Send("grow " + std::to_string(kGiB));
@@ -422,10 +435,13 @@ class Doctor {
     const bool ok = grow == 0 && alive == 0;
     std::string measured = "hog took " + FormatBytesHuman(static_cast<std::uint64_t>(*hogged)) +
                            "; the neighbour's next 1 GiB: " +
-                           (grow == 0 ? "ok" : grow ? "refused (CUresult " + std::to_string(*grow) + ")" : "no answer") +
+                           (grow == 0 ? "ok"
+                            : grow    ? "refused (CUresult " + std::to_string(*grow) + ")"
+                                      : "no answer") +
                            ", its kernels: " + (alive == 0 ? "ok" : "failed");
     Add(Property::kMemoryHog, ok ? Outcome::kHolds : Outcome::kFails, measured,
-        {{"hogBytes", static_cast<double>(*hogged)}, {"growResult", static_cast<double>(grow.value_or(-1))}});
+        {{"hogBytes", static_cast<double>(*hogged)},
+         {"growResult", static_cast<double>(grow.value_or(-1))}});
   }
 
   // 2. A tenant writes a pattern and exits (or is killed); a new tenant reads what it is given.
@@ -433,7 +449,8 @@ class Doctor {
     const Property property = kill ? Property::kResidualKill : Property::kResidualExit;
     const std::uint64_t fill = std::min<std::uint64_t>(2 * kGiB, Cap() / 4 / kMiB * kMiB);
     auto filler = Start({"fill", std::to_string(fill)});
-    if (!filler.ok()) return Add(property, Outcome::kNotMeasured, std::string(filler.status().message()));
+    if (!filler.ok())
+      return Add(property, Outcome::kNotMeasured, std::string(filler.status().message()));
     if (const auto r = (*filler)->AwaitNumber("fill", deadline_); r != 0) {
       return Add(property, Outcome::kNotMeasured,
                  "filler: " + (r ? "CUresult " + std::to_string(*r) : (*filler)->Why()));
@@ -444,9 +461,11 @@ class Doctor {
     } else {
       (*filler)->CloseInput();
     }
-    (*filler)->Reap(std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
+    (*filler)->Reap(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()));
     auto scanner = Start({"scan", std::to_string(2 * fill)});
-    if (!scanner.ok()) return Add(property, Outcome::kNotMeasured, std::string(scanner.status().message()));
+    if (!scanner.ok())
+      return Add(property, Outcome::kNotMeasured, std::string(scanner.status().message()));
     const auto matches = (*scanner)->AwaitNumber("matches", deadline_);
     const auto scanned = (*scanner)->AwaitNumber("scanned", deadline_);
     if (!matches || !scanned || *scanned == 0) {
@@ -457,9 +476,11 @@ class Doctor {
                            (kill ? "killed" : "exited") + "; a new tenant read " +
                            FormatBytesHuman(static_cast<std::uint64_t>(*scanned)) + ": " +
                            (*matches == 0 ? "no pattern left"
-                                          : FormatBytesHuman(static_cast<std::uint64_t>(found)) + " of it still there");
+                                          : FormatBytesHuman(static_cast<std::uint64_t>(found)) +
+                                                " of it still there");
     Add(property, *matches == 0 ? Outcome::kHolds : Outcome::kFails, measured,
-        {{"writtenBytes", static_cast<double>(fill)}, {"scannedBytes", static_cast<double>(*scanned)},
+        {{"writtenBytes", static_cast<double>(fill)},
+         {"scannedBytes", static_cast<double>(*scanned)},
          {"foundBytes", found}});
   }
 
@@ -488,15 +509,18 @@ class Doctor {
   // client its share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
   void Interference() {
     const std::vector<std::string> env =
-        mode_ == SharingMode::kMps ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"}
-                                   : std::vector<std::string>{};
+        mode_ == SharingMode::kMps
+            ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"}
+            : std::vector<std::string>{};
     const std::string how = mode_ == SharingMode::kMps ? " (each client 50 % of the threads)" : "";
     std::string why;
     bool starved = false;
     const auto alone = ProbeLatency(env, 5s, &starved, &why);
     if (!alone) return Add(Property::kInterference, Outcome::kNotMeasured, why);
     auto spinner = Start({"spin"}, env);
-    if (!spinner.ok()) return Add(Property::kInterference, Outcome::kNotMeasured, std::string(spinner.status().message()));
+    if (!spinner.ok())
+      return Add(Property::kInterference, Outcome::kNotMeasured,
+                 std::string(spinner.status().message()));
     if (const auto r = (*spinner)->AwaitNumber("spin", deadline_); r != 0) {
       return Add(Property::kInterference, Outcome::kNotMeasured,
                  "hog: " + (r ? "CUresult " + std::to_string(*r) : (*spinner)->Why()));
@@ -506,18 +530,25 @@ class Doctor {
     const auto beside = ProbeLatency(env, kWindow, &starved, &why);
     (*spinner)->CloseInput();
     if (!beside && starved) {
-      return Add(Property::kInterference, Outcome::kFails,
-                 Format("p50/p99 %.0f/%.0f us alone; beside the hog 300 probes did not finish in %d s "
-                        "(starved)", alone->first, alone->second, static_cast<int>(kWindow.count())) + how,
-                 {{"aloneP50Us", alone->first}, {"aloneP99Us", alone->second}, {"starved", 1}});
+      return Add(
+          Property::kInterference, Outcome::kFails,
+          Format("p50/p99 %.0f/%.0f us alone; beside the hog 300 probes did not finish in %d s "
+                 "(starved)",
+                 alone->first, alone->second, static_cast<int>(kWindow.count())) +
+              how,
+          {{"aloneP50Us", alone->first}, {"aloneP99Us", alone->second}, {"starved", 1}});
     }
     if (!beside) return Add(Property::kInterference, Outcome::kNotMeasured, why);
     const double ratio = alone->second > 0 ? beside->second / alone->second : 0;
     Add(Property::kInterference, ratio <= 2.0 ? Outcome::kHolds : Outcome::kFails,
         Format("p50/p99 %.0f/%.0f us alone, %.0f/%.0f us beside the hog (p99 %.1fx)", alone->first,
-               alone->second, beside->first, beside->second, ratio) + how,
-        {{"aloneP50Us", alone->first}, {"aloneP99Us", alone->second}, {"besideP50Us", beside->first},
-         {"besideP99Us", beside->second}, {"p99Ratio", ratio}});
+               alone->second, beside->first, beside->second, ratio) +
+            how,
+        {{"aloneP50Us", alone->first},
+         {"aloneP99Us", alone->second},
+         {"besideP50Us", beside->first},
+         {"besideP99Us", beside->second},
+         {"p99Ratio", ratio}});
   }
 
   // 4. One tenant faults (illegal address); do three neighbours still run kernels?
@@ -526,18 +557,23 @@ class Doctor {
     std::vector<std::unique_ptr<Tenant>> neighbours;
     for (int i = 0; i < kNeighbours; ++i) {
       auto n = Start({"hold", std::to_string(64 * kMiB)});
-      if (!n.ok()) return Add(Property::kFaultIsolation, Outcome::kNotMeasured, std::string(n.status().message()));
+      if (!n.ok())
+        return Add(Property::kFaultIsolation, Outcome::kNotMeasured,
+                   std::string(n.status().message()));
       if (!(*n)->Await("ready", deadline_)) {
         return Add(Property::kFaultIsolation, Outcome::kNotMeasured, "neighbour: " + (*n)->Why());
       }
       neighbours.push_back(std::move(*n));
     }
     auto faulty = Start({"fault"});
-    if (!faulty.ok()) return Add(Property::kFaultIsolation, Outcome::kNotMeasured, std::string(faulty.status().message()));
+    if (!faulty.ok())
+      return Add(Property::kFaultIsolation, Outcome::kNotMeasured,
+                 std::string(faulty.status().message()));
     const auto fault = (*faulty)->AwaitNumber("fault", deadline_);
     if (!fault || *fault == 0) {
-      return Add(Property::kFaultIsolation, Outcome::kNotMeasured,
-                 fault ? "the illegal store did not fault" : "faulting tenant: " + (*faulty)->Why());
+      return Add(
+          Property::kFaultIsolation, Outcome::kNotMeasured,
+          fault ? "the illegal store did not fault" : "faulting tenant: " + (*faulty)->Why());
     }
     int survived = 0;
     for (auto& n : neighbours) {
@@ -546,21 +582,27 @@ class Doctor {
     }
     Add(Property::kFaultIsolation, survived == kNeighbours ? Outcome::kHolds : Outcome::kFails,
         "a tenant's illegal-address fault (CUresult " + std::to_string(*fault) + ") ended " +
-            std::to_string(kNeighbours - survived) + " of " + std::to_string(kNeighbours) + " neighbours",
-        {{"neighbours", kNeighbours}, {"survived", survived}, {"faultResult", static_cast<double>(*fault)}});
+            std::to_string(kNeighbours - survived) + " of " + std::to_string(kNeighbours) +
+            " neighbours",
+        {{"neighbours", kNeighbours},
+         {"survived", survived},
+         {"faultResult", static_cast<double>(*fault)}});
   }
 
   // 5. What a tenant is told about memory: the driver (cuMemGetInfo) and nvidia-smi.
   void QuotaHonesty() {
     auto q = Start({"quota"});
-    if (!q.ok()) return Add(Property::kQuotaHonesty, Outcome::kNotMeasured, std::string(q.status().message()));
+    if (!q.ok())
+      return Add(Property::kQuotaHonesty, Outcome::kNotMeasured, std::string(q.status().message()));
     const auto total = (*q)->AwaitNumber("total", deadline_);
-    if (!total) return Add(Property::kQuotaHonesty, Outcome::kNotMeasured, "tenant: " + (*q)->Why());
+    if (!total)
+      return Add(Property::kQuotaHonesty, Outcome::kNotMeasured, "tenant: " + (*q)->Why());
     std::string smi = "nvidia-smi not found";
     std::optional<std::uint64_t> smi_total;
     if (const std::string path = governor::FindInPath(o_.nvidia_smi); !path.empty()) {
-      Tenant::Spec spec = SpecFor({}, {}, {path, "--query-gpu=memory.total", "--format=csv,noheader,nounits",
-                                          "--id=" + uuid_});
+      Tenant::Spec spec = SpecFor(
+          {}, {},
+          {path, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "--id=" + uuid_});
       auto s = Tenant::Start(spec);
       if (s.ok()) {
         (*s)->CloseInput();
@@ -570,7 +612,8 @@ class Doctor {
             break;
           }
         }
-        smi = smi_total ? "nvidia-smi " + FormatBytesHuman(*smi_total * kMiB) : "nvidia-smi: no answer";
+        smi = smi_total ? "nvidia-smi " + FormatBytesHuman(*smi_total * kMiB)
+                        : "nvidia-smi: no answer";
       }
     }
     const auto t = static_cast<std::uint64_t>(*total);
@@ -583,7 +626,8 @@ class Doctor {
     const bool smi_ok = !smi_total || *smi_total == Cap() / kMiB;
     Add(Property::kQuotaHonesty, driver_ok && smi_ok ? Outcome::kHolds : Outcome::kFails,
         measured + " (cap " + FormatBytesHuman(Cap()) + ")",
-        {{"cuMemGetInfoTotal", static_cast<double>(t)}, {"cap", static_cast<double>(Cap())},
+        {{"cuMemGetInfoTotal", static_cast<double>(t)},
+         {"cap", static_cast<double>(Cap())},
          {"nvidiaSmiTotalMiB", smi_total ? static_cast<double>(*smi_total) : -1}});
   }
 
@@ -592,17 +636,23 @@ class Doctor {
   // given MPS's own thread percentage, as tessera's MPS backend does.
   void ComputeShare() {
     if (mode_ == SharingMode::kNative) {
-      return Add(Property::kComputeShare, Outcome::kNotApplicable, "native sharing has no compute shares");
+      return Add(Property::kComputeShare, Outcome::kNotApplicable,
+                 "native sharing has no compute shares");
     }
     auto solo = Start({"burn", "1500"});
-    if (!solo.ok()) return Add(Property::kComputeShare, Outcome::kNotMeasured, std::string(solo.status().message()));
+    if (!solo.ok())
+      return Add(Property::kComputeShare, Outcome::kNotMeasured,
+                 std::string(solo.status().message()));
     const auto full = (*solo)->AwaitReal("rate", deadline_);
     solo->reset();
     auto capped = Start({"burn", "1500"},
-                        mode_ == SharingMode::kMps ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"}
-                                                   : std::vector<std::string>{},
+                        mode_ == SharingMode::kMps
+                            ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"}
+                            : std::vector<std::string>{},
                         {"--gpu-cores", "30"});
-    if (!capped.ok()) return Add(Property::kComputeShare, Outcome::kNotMeasured, std::string(capped.status().message()));
+    if (!capped.ok())
+      return Add(Property::kComputeShare, Outcome::kNotMeasured,
+                 std::string(capped.status().message()));
     const auto part = (*capped)->AwaitReal("rate", deadline_);
     if (!full || !part || *full <= 0) {
       return Add(Property::kComputeShare, Outcome::kNotMeasured, "burn: " + (*capped)->Why());
@@ -618,13 +668,15 @@ class Doctor {
   // 7. Two MPS clients of different users: the second should wait for the first.
   void MpsUsers() {
     if (geteuid() != 0) {
-      return Add(Property::kMpsUsers, Outcome::kNotMeasured, "needs root to start a client as another user");
+      return Add(Property::kMpsUsers, Outcome::kNotMeasured,
+                 "needs root to start a client as another user");
     }
     if (!mps_) return Add(Property::kMpsUsers, Outcome::kNotMeasured, mps_error_);
     // The second user's client runs this program from a copy it can read.
     const std::string copy = dir_ + "/tessera-worker";
     std::error_code ec;
-    std::filesystem::copy_file(o_.self, copy, std::filesystem::copy_options::overwrite_existing, ec);
+    std::filesystem::copy_file(o_.self, copy, std::filesystem::copy_options::overwrite_existing,
+                               ec);
     chmod(copy.c_str(), 0755);
     auto first = Start({"hold", std::to_string(64 * kMiB)});
     if (!first.ok() || !(*first)->Await("ready", deadline_)) {
@@ -637,7 +689,9 @@ class Doctor {
     spec.uid = kOtherUid;
     const auto t0 = Clock::now();
     auto second = Tenant::Start(spec);
-    if (!second.ok()) return Add(Property::kMpsUsers, Outcome::kNotMeasured, std::string(second.status().message()));
+    if (!second.ok())
+      return Add(Property::kMpsUsers, Outcome::kNotMeasured,
+                 std::string(second.status().message()));
     constexpr auto kHoldFor = 2s;
     const bool early = (*second)->Await("p50_us", t0 + kHoldFor).has_value();
     (*first)->CloseInput();
@@ -645,12 +699,14 @@ class Doctor {
     const bool late = early || (*second)->Await("p50_us", deadline_).has_value();
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!late) {
-      return Add(Property::kMpsUsers, Outcome::kNotMeasured, "second user's client: " + (*second)->Why());
+      return Add(Property::kMpsUsers, Outcome::kNotMeasured,
+                 "second user's client: " + (*second)->Why());
     }
     Add(Property::kMpsUsers, early ? Outcome::kHolds : Outcome::kFails,
         early ? "a second user's client ran while the first user's client was connected"
               : Format("a second user's client waited %.1f s, until the first user's client ended "
-                       "(co-tenants on one MPS GPU must share a user ID)", waited),
+                       "(co-tenants on one MPS GPU must share a user ID)",
+                       waited),
         {{"waitedSeconds", early ? 0.0 : waited}});
   }
 
@@ -676,7 +732,8 @@ StatusOr<std::vector<SharingMode>> ParseDoctorModes(std::string_view text) {
     auto mode = ParseSharingMode(item);
     if (!mode.ok() || (*mode != SharingMode::kNative && *mode != SharingMode::kShared &&
                        *mode != SharingMode::kMps)) {
-      return InvalidArgumentError("--modes: \"" + item + "\" is not a mode doctor measures; accepted: "
+      return InvalidArgumentError("--modes: \"" + item +
+                                  "\" is not a mode doctor measures; accepted: "
                                   "native, shared, mps (comma-separated)");
     }
     for (SharingMode m : modes) {

@@ -11,19 +11,20 @@
 #include <string_view>
 #include <vector>
 
-#include "doctor/report.h"
 #include "tessera/status.h"
+
+#include "doctor/report.h"
 
 namespace tessera::doctor {
 
 struct DoctorOptions {
-  std::string self;                  // this tessera binary: `doctor-worker` and `run` subcommands
-  std::string gpu;                   // CUDA index or GPU UUID; empty: device 0
+  std::string self;  // this tessera binary: `doctor-worker` and `run` subcommands
+  std::string gpu;   // CUDA index or GPU UUID; empty: device 0
   std::vector<SharingMode> modes = {SharingMode::kNative, SharingMode::kShared, SharingMode::kMps};
   std::string mps_control = "nvidia-cuda-mps-control";  // looked up in PATH unless a path
   std::string nvidia_smi = "nvidia-smi";
-  std::chrono::milliseconds experiment_limit{10000};    // each experiment, start to cleanup
-  std::string date;                                     // for the report (YYYY-MM-DD)
+  std::chrono::milliseconds experiment_limit{10000};  // each experiment, start to cleanup
+  std::string date;                                   // for the report (YYYY-MM-DD)
   bool keep = false;  // keep the work folder (tenants' stderr, MPS logs) and say where
 };
 

@@ -8,17 +8,23 @@
 
 namespace tessera::doctor {
 
-std::string_view Key(Property property) { return kProperties[static_cast<std::size_t>(property)].key; }
+std::string_view Key(Property property) {
+  return kProperties[static_cast<std::size_t>(property)].key;
+}
 std::string_view Meaning(Property property) {
   return kProperties[static_cast<std::size_t>(property)].meaning;
 }
 
 std::string_view Name(Outcome outcome) {
   switch (outcome) {
-    case Outcome::kHolds: return "yes";
-    case Outcome::kFails: return "NO";
-    case Outcome::kNotApplicable: return "n/a";
-    case Outcome::kNotMeasured: return "?";
+    case Outcome::kHolds:
+      return "yes";
+    case Outcome::kFails:
+      return "NO";
+    case Outcome::kNotApplicable:
+      return "n/a";
+    case Outcome::kNotMeasured:
+      return "?";
   }
   return "?";
 }
@@ -90,19 +96,26 @@ namespace {
 
 std::string_view SafetyName(Verdict::Safety s) {
   switch (s) {
-    case Verdict::Safety::kSafe: return "safe";
-    case Verdict::Safety::kNotSafe: return "NOT safe";
-    case Verdict::Safety::kUnknown: return "unknown";
+    case Verdict::Safety::kSafe:
+      return "safe";
+    case Verdict::Safety::kNotSafe:
+      return "NOT safe";
+    case Verdict::Safety::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
 
 std::string ModeTitle(SharingMode mode) {
   switch (mode) {
-    case SharingMode::kNative: return "native (no tessera; the baseline)";
-    case SharingMode::kShared: return "shared (time-sliced, tessera's caps)";
-    case SharingMode::kMps: return "mps (one MPS server, tessera's caps)";
-    default: return std::string(tessera::Name(mode));
+    case SharingMode::kNative:
+      return "native (no tessera; the baseline)";
+    case SharingMode::kShared:
+      return "shared (time-sliced, tessera's caps)";
+    case SharingMode::kMps:
+      return "mps (one MPS server, tessera's caps)";
+    default:
+      return std::string(tessera::Name(mode));
   }
 }
 
@@ -119,7 +132,8 @@ std::string FormatText(const Report& report, const std::vector<Verdict>& verdict
   for (const auto& row : kProperties) width = std::max(width, row.meaning.size());
   for (SharingMode mode : report.modes) {
     out << "\nmode " << ModeTitle(mode) << "\n";
-    out << "  " << std::string("property") << std::string(width - 8 + 2, ' ') << "holds  measured\n";
+    out << "  " << std::string("property") << std::string(width - 8 + 2, ' ')
+        << "holds  measured\n";
     for (const auto& row : kProperties) {
       const Finding* f = report.Find(row.property, mode);
       if (f == nullptr) continue;
@@ -157,9 +171,8 @@ std::string FormatJson(const Report& report, const std::vector<Verdict>& verdict
     }
     root.Str("date", report.date);
     root.Str("policy", policy_source);
-    AppendJsonArray(root.Field("modes"), report.modes, [](SharingMode m, std::string& o) {
-      AppendJsonString(o, tessera::Name(m));
-    });
+    AppendJsonArray(root.Field("modes"), report.modes,
+                    [](SharingMode m, std::string& o) { AppendJsonString(o, tessera::Name(m)); });
     AppendJsonArray(root.Field("unavailable"), report.unavailable,
                     [](const std::string& u, std::string& o) { AppendJsonString(o, u); });
     if (report.scrub_ms_per_gib) root.Real("scrubMsPerGiB", *report.scrub_ms_per_gib);
@@ -167,10 +180,10 @@ std::string FormatJson(const Report& report, const std::vector<Verdict>& verdict
       ObjectWriter w(o);
       w.Str("property", Key(f.property));
       w.Str("mode", tessera::Name(f.mode));
-      w.Str("holds", f.outcome == Outcome::kHolds ? "yes"
-                     : f.outcome == Outcome::kFails ? "no"
+      w.Str("holds", f.outcome == Outcome::kHolds           ? "yes"
+                     : f.outcome == Outcome::kFails         ? "no"
                      : f.outcome == Outcome::kNotApplicable ? "not-applicable"
-                                                             : "not-measured");
+                                                            : "not-measured");
       w.Str("measured", f.measured);
       ObjectWriter values(w.Field("values"));
       for (const auto& [k, v] : f.values) values.Real(k, v);

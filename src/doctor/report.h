@@ -12,20 +12,22 @@
 #include <utility>
 #include <vector>
 
-#include "policy/policy.h"
 #include "tessera/model.h"
+
+#include "policy/policy.h"
 
 namespace tessera::doctor {
 
 // X(enumerator, "key", "what holds when the property holds")
-#define TESSERA_DOCTOR_PROPERTIES(X)                                                               \
-  X(kMemoryHog, "memory-hog", "a neighbour survives a memory hog")                                 \
-  X(kResidualExit, "residual-exit", "no data left behind by a tenant that exited")                 \
-  X(kResidualKill, "residual-kill", "no data left behind by a tenant that was killed")             \
-  X(kInterference, "interference", "a small kernel's p99 beside a long-kernel hog stays within 2x") \
-  X(kFaultIsolation, "fault-isolation", "neighbours survive a tenant's illegal-address fault")      \
-  X(kQuotaHonesty, "quota-honesty", "cuMemGetInfo and nvidia-smi report the tenant's cap")          \
-  X(kComputeShare, "compute-share", "a 30 % compute share is delivered within 5 points")            \
+#define TESSERA_DOCTOR_PROPERTIES(X)                                                           \
+  X(kMemoryHog, "memory-hog", "a neighbour survives a memory hog")                             \
+  X(kResidualExit, "residual-exit", "no data left behind by a tenant that exited")             \
+  X(kResidualKill, "residual-kill", "no data left behind by a tenant that was killed")         \
+  X(kInterference, "interference",                                                             \
+    "a small kernel's p99 beside a long-kernel hog stays within 2x")                           \
+  X(kFaultIsolation, "fault-isolation", "neighbours survive a tenant's illegal-address fault") \
+  X(kQuotaHonesty, "quota-honesty", "cuMemGetInfo and nvidia-smi report the tenant's cap")     \
+  X(kComputeShare, "compute-share", "a 30 % compute share is delivered within 5 points")       \
   X(kMpsUsers, "mps-users", "clients of two user IDs run at the same time")
 
 #define TESSERA_DOCTOR_ENUM(name, key, meaning) name,
@@ -56,8 +58,8 @@ struct Finding {
   Property property = Property::kMemoryHog;
   SharingMode mode = SharingMode::kNative;
   Outcome outcome = Outcome::kNotMeasured;
-  std::string measured;                                  // for people: what was seen
-  std::vector<std::pair<std::string, double>> values;    // for --json: the numbers
+  std::string measured;                                // for people: what was seen
+  std::vector<std::pair<std::string, double>> values;  // for --json: the numbers
 };
 
 struct Report {

@@ -1,7 +1,6 @@
 #include "doctor/report.h"
 
 #include <gtest/gtest.h>
-
 #include <nlohmann/json.hpp>
 
 #include "doctor/doctor.h"
@@ -57,7 +56,8 @@ TEST(Judge, AFailedNeededPropertyMakesTheTierUnsafeAndSaysWhy) {
   Set(r, kFaultIsolation, SharingMode::kMps, Outcome::kFails, "a fault ended 3 of 3 neighbours");
   const auto verdicts = Judge(r, policy::DefaultPolicy());
   // Team does not need fault isolation; department and customer do.
-  EXPECT_EQ(VerdictFor(verdicts, TrustTier::kTeam, SharingMode::kMps).safety, Verdict::Safety::kSafe);
+  EXPECT_EQ(VerdictFor(verdicts, TrustTier::kTeam, SharingMode::kMps).safety,
+            Verdict::Safety::kSafe);
   const Verdict& customer = VerdictFor(verdicts, TrustTier::kCustomer, SharingMode::kMps);
   EXPECT_EQ(customer.safety, Verdict::Safety::kNotSafe);
   EXPECT_EQ(customer.reason, "fault-isolation: a fault ended 3 of 3 neighbours");
@@ -75,7 +75,8 @@ TEST(Judge, UnmeasuredNeedsLeaveTheVerdictUnknownNotSafe) {
   const Verdict& customer = VerdictFor(verdicts, TrustTier::kCustomer, SharingMode::kShared);
   EXPECT_EQ(customer.safety, Verdict::Safety::kUnknown);
   EXPECT_EQ(customer.reason, "not measured: residual-kill");
-  EXPECT_EQ(VerdictFor(verdicts, TrustTier::kTeam, SharingMode::kShared).safety, Verdict::Safety::kSafe);
+  EXPECT_EQ(VerdictFor(verdicts, TrustTier::kTeam, SharingMode::kShared).safety,
+            Verdict::Safety::kSafe);
 }
 
 TEST(Judge, RegulatedNeverSharesWhateverWasMeasured) {
@@ -141,8 +142,8 @@ TEST(Modes, OnlyTheModesDoctorMeasuresAreAccepted) {
 TEST(Worker, PatternWordsAreCountedWholeWordsOnly) {
   std::vector<std::uint8_t> data(64, 0);
   for (std::size_t i = 8; i < 16; ++i) data[i] = kPatternByte;  // two whole words
-  data[20] = data[21] = data[22] = kPatternByte;         // three bytes: not a word
-  data[62] = data[63] = kPatternByte;                    // tail
+  data[20] = data[21] = data[22] = kPatternByte;                // three bytes: not a word
+  data[62] = data[63] = kPatternByte;                           // tail
   EXPECT_EQ(CountPatternWords(data.data(), data.size(), kPatternByte), 2u);
   EXPECT_EQ(CountPatternWords(data.data(), 3, kPatternByte), 0u);
 }

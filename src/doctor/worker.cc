@@ -1,16 +1,15 @@
 #include "doctor/worker.h"
 
-#include <dlfcn.h>
-#include <poll.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <dlfcn.h>
 #include <istream>
 #include <ostream>
+#include <poll.h>
 #include <thread>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -25,12 +24,24 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kDeadline = std::chrono::seconds(30);
 
 // The driver entry points a worker uses, typed by cuda.h.
-#define TESSERA_WORKER_CUDA(X)                                           \
-  X(cuInit) X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetUuid_v2)      \
-  X(cuDeviceTotalMem_v2) X(cuDeviceGetAttribute) X(cuDriverGetVersion)   \
-  X(cuDevicePrimaryCtxRetain) X(cuCtxSetCurrent) X(cuCtxSynchronize)     \
-  X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemsetD8_v2) X(cuMemcpyDtoH_v2)   \
-  X(cuMemGetInfo_v2) X(cuModuleLoadData) X(cuModuleGetFunction)          \
+#define TESSERA_WORKER_CUDA(X) \
+  X(cuInit)                    \
+  X(cuDeviceGet)               \
+  X(cuDeviceGetName)           \
+  X(cuDeviceGetUuid_v2)        \
+  X(cuDeviceTotalMem_v2)       \
+  X(cuDeviceGetAttribute)      \
+  X(cuDriverGetVersion)        \
+  X(cuDevicePrimaryCtxRetain)  \
+  X(cuCtxSetCurrent)           \
+  X(cuCtxSynchronize)          \
+  X(cuMemAlloc_v2)             \
+  X(cuMemFree_v2)              \
+  X(cuMemsetD8_v2)             \
+  X(cuMemcpyDtoH_v2)           \
+  X(cuMemGetInfo_v2)           \
+  X(cuModuleLoadData)          \
+  X(cuModuleGetFunction)       \
   X(cuLaunchKernel)
 
 struct Cuda {
@@ -45,8 +56,8 @@ struct Cuda {
 std::string Resolve(Cuda& c) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return std::string("dlopen libcuda.so.1: ") + dlerror();
-#define TESSERA_WORKER_RESOLVE(name)                                           \
-  c.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, #name));             \
+#define TESSERA_WORKER_RESOLVE(name)                               \
+  c.name = reinterpret_cast<decltype(&::name)>(dlsym(lib, #name)); \
   if (c.name == nullptr) return "libcuda.so.1 lacks " #name;
   TESSERA_WORKER_CUDA(TESSERA_WORKER_RESOLVE)
 #undef TESSERA_WORKER_RESOLVE

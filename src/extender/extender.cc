@@ -1,9 +1,9 @@
 #include "extender/extender.h"
 
-#include "k8s/object.h"
-
 #include "tessera/log.h"
 #include "tessera/names.h"
+
+#include "k8s/object.h"
 
 namespace tessera::extender {
 
@@ -55,8 +55,8 @@ json FilterError(const std::string& message) {
 
 }  // namespace
 
-Extender::Extender(Ledger* ledger, PodWriter* writer, const contract::Signer* signer, std::string key_id,
-                   std::function<std::int64_t()> unix_now)
+Extender::Extender(Ledger* ledger, PodWriter* writer, const contract::Signer* signer,
+                   std::string key_id, std::function<std::int64_t()> unix_now)
     : ledger_(ledger),
       writer_(writer),
       signer_(signer),
@@ -114,8 +114,9 @@ json Extender::Bind(const json& args) {
   const std::string uid = k8s::StringAt(args, "PodUID");
   const std::string node = k8s::StringAt(args, "Node");
   if (ns.empty() || name.empty() || uid.empty() || node.empty()) {
-    return fail("tessera-scheduler: ExtenderBindingArgs: PodNamespace, PodName, PodUID and Node "
-                "are required");
+    return fail(
+        "tessera-scheduler: ExtenderBindingArgs: PodNamespace, PodName, PodUID and Node "
+        "are required");
   }
   auto reservation = ledger_->BeginBind(uid, node);
   if (!reservation.ok()) return fail(reservation.status().message());

@@ -14,10 +14,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "contract/decision.h"
-#include "extender/ledger.h"
 #include "tessera/names.h"
 #include "tessera/status.h"
+
+#include "contract/decision.h"
+#include "extender/ledger.h"
 
 namespace tessera::extender {
 
@@ -42,7 +43,7 @@ class PodWriter {
 // /metrics exposes through ForEach: a counter without its metric row cannot be declared.
 struct ExtenderCounters {
 #define TESSERA_EXTENDER_COUNTER(member, constant, name, type, labels, help) \
-  static_assert(std::string_view(type) == "counter", name);                 \
+  static_assert(std::string_view(type) == "counter", name);                  \
   std::atomic<std::uint64_t> member{0};
   TESSERA_SCHEDULER_COUNTERS(TESSERA_EXTENDER_COUNTER)
 #undef TESSERA_EXTENDER_COUNTER

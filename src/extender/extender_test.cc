@@ -1,12 +1,12 @@
 #include "extender/extender.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <iterator>
 #include <map>
 #include <string_view>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 #include "contract/contract_testing.h"
 #include "testutil/status_matchers.h"
@@ -19,9 +19,9 @@ using contract::Signer;
 using contract::Verifier;
 namespace {
 
-using nlohmann::json;
 using contract::testing::FractionalPod;
 using contract::testing::MakeNode;
+using nlohmann::json;
 
 constexpr std::uint64_t kGiB = 1ULL << 30;
 
@@ -171,7 +171,8 @@ TEST_F(ExtenderTest, BadPodsAreUnresolvableEverywhereWithTheReason) {
   EXPECT_TRUE(f["NodeNames"].empty());
   EXPECT_NE(f["FailedAndUnresolvableNodes"]["g1"].get<std::string>().find("1-100"),
             std::string::npos);
-  EXPECT_EQ(extender_.Filter(json::object())["Error"], "tessera-scheduler: ExtenderArgs.Pod: missing");
+  EXPECT_EQ(extender_.Filter(json::object())["Error"],
+            "tessera-scheduler: ExtenderArgs.Pod: missing");
 }
 
 TEST_F(ExtenderTest, NothingIsAnsweredBeforeTheFirstSync) {

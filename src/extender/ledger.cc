@@ -4,11 +4,12 @@
 #include <charconv>
 #include <set>
 
-#include "contract/inventory.h"
-#include "k8s/object.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "contract/inventory.h"
+#include "k8s/object.h"
 
 namespace tessera::extender {
 
@@ -46,10 +47,10 @@ struct Ledger::Entry {
   State state = State::kReserved;
   std::chrono::steady_clock::time_point expires{};
   std::chrono::steady_clock::time_point bound_at{};
-  bool bound_here = false;  // this process posted the Binding
-  bool seen = false;        // present in the latest relist
-  bool unconfirmed = false; // kept across a relist that did not show it; the watch must
-  bool applied = false;     // counted on cluster_
+  bool bound_here = false;   // this process posted the Binding
+  bool seen = false;         // present in the latest relist
+  bool unconfirmed = false;  // kept across a relist that did not show it; the watch must
+  bool applied = false;      // counted on cluster_
 };
 
 namespace {
@@ -74,7 +75,6 @@ std::string DecisionText(const json& pod) {
 
 Ledger::Ledger(policy::Policy policy, LedgerOptions options, Clock& clock)
     : policy_(std::move(policy)), options_(std::move(options)), clock_(clock) {}
-
 
 Ledger::~Ledger() = default;
 
@@ -170,8 +170,8 @@ void Ledger::RebuildLocked() {
   std::unique_ptr<placement::Cluster> old_cluster = std::move(cluster_);
   std::unique_ptr<placement::PlacementPolicy> old_policy = std::move(placement_);
   cluster_ = std::make_unique<placement::Cluster>(*std::move(cluster));
-  placement_ = placement::MakePolicy(options_.placement, *cluster_, placement::WorkloadProfile{},
-                                     nullptr);
+  placement_ =
+      placement::MakePolicy(options_.placement, *cluster_, placement::WorkloadProfile{}, nullptr);
   scheduler_ = std::make_unique<placement::Scheduler>(cluster_.get(), placement_.get());
   node_index_.clear();
   gpu_index_.clear();
@@ -278,8 +278,10 @@ void Ledger::ObservePodLocked(const json& pod) {
   }
   if (options_.verify &&
       !options_.verify(text, AnnotationOf(pod, names::kAnnotationDecisionSignature).value_or(""))) {
-    TESSERA_LOG(kWarn, kScheduler, "pod %s: decision annotation ignored: its signature does not "
-                "verify with this scheduler's key", id.key().c_str());
+    TESSERA_LOG(kWarn, kScheduler,
+                "pod %s: decision annotation ignored: its signature does not "
+                "verify with this scheduler's key",
+                id.key().c_str());
     return;
   }
   const DecisionContainer& c = d->containers.front();
@@ -301,14 +303,15 @@ void Ledger::ObservePodLocked(const json& pod) {
   if (q.mode == SharingMode::kMps) {  // MPS co-tenants must share the user ID (not in the decision)
     const std::string user = AnnotationOf(pod, names::kAnnotationMpsUser).value_or("");
     std::uint32_t value = 0;
-    if (std::from_chars(user.data(), user.data() + user.size(), value).ec == std::errc()) q.uid = value;
+    if (std::from_chars(user.data(), user.data() + user.size(), value).ec == std::errc())
+      q.uid = value;
   }
   q.gpu_count = static_cast<std::uint32_t>(c.devices.size());
   q.gpu_milli = static_cast<std::int32_t>(c.devices.front().cores_percent) * 10;
   q.gpu_memory_bytes = c.devices.front().memory_bytes;
   for (const DecisionDevice& dev : c.devices) {
-    e.shares.push_back({dev.uuid, static_cast<std::int32_t>(dev.cores_percent) * 10,
-                        dev.memory_bytes});
+    e.shares.push_back(
+        {dev.uuid, static_cast<std::int32_t>(dev.cores_percent) * 10, dev.memory_bytes});
   }
   e.state = Entry::State::kBound;
   e.bound_at = clock_.Now();
@@ -441,7 +444,8 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
       if (listed) {
         out.nodes = {e.node};
       } else {
-        for (const std::string& n : nodes) out.unresolvable[n] = "tessera: pod already placed on " + e.node;
+        for (const std::string& n : nodes)
+          out.unresolvable[n] = "tessera: pod already placed on " + e.node;
       }
       return out;
     }
@@ -457,8 +461,8 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   for (const std::string& n : nodes) {
     if (auto it = node_index_.find(n); it != node_index_.end()) {
       candidates.push_back(it->second);
-    } else if (auto bad = bad_nodes_.find(n); bad != bad_nodes_.end() &&
-                                              bad->second.find("missing") == std::string::npos) {
+    } else if (auto bad = bad_nodes_.find(n);
+               bad != bad_nodes_.end() && bad->second.find("missing") == std::string::npos) {
       out.unresolvable[n] = "tessera: the node's GPU inventory is unusable";
     } else {
       out.unresolvable[n] = "tessera: no tessera GPUs on the node";
@@ -706,15 +710,15 @@ std::vector<GpuBooks> Ledger::Books() {
 
 std::size_t Ledger::reservations() const {
   std::lock_guard lock(mu_);
-  return static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), [](const auto& kv) {
-    return kv.second.state != Entry::State::kBound;
-  }));
+  return static_cast<std::size_t>(
+      std::count_if(entries_.begin(), entries_.end(),
+                    [](const auto& kv) { return kv.second.state != Entry::State::kBound; }));
 }
 
 std::size_t Ledger::bound() const {
   std::lock_guard lock(mu_);
-  return entries_.size() - static_cast<std::size_t>(std::count_if(
-                               entries_.begin(), entries_.end(), [](const auto& kv) {
+  return entries_.size() - static_cast<std::size_t>(
+                               std::count_if(entries_.begin(), entries_.end(), [](const auto& kv) {
                                  return kv.second.state != Entry::State::kBound;
                                }));
 }

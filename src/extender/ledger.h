@@ -22,14 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/clock.h"
+#include "tessera/status.h"
+
 #include "contract/decision.h"
 #include "contract/pod_ask.h"
 #include "placement/cluster.h"
 #include "placement/policies.h"
 #include "placement/scheduler.h"
 #include "policy/policy.h"
-#include "tessera/clock.h"
-#include "tessera/status.h"
 
 namespace tessera::extender {
 
@@ -48,10 +49,10 @@ struct LedgerOptions {
 
 // Filter's answer in kube-scheduler's terms.
 struct FilterOutcome {
-  std::vector<std::string> nodes;               // the one chosen node, or none
-  std::map<std::string, std::string> failed;    // preemption may help
+  std::vector<std::string> nodes;             // the one chosen node, or none
+  std::map<std::string, std::string> failed;  // preemption may help
   std::map<std::string, std::string> unresolvable;
-  std::string error;                            // the pod itself is wrong (names the field)
+  std::string error;  // the pod itself is wrong (names the field)
 };
 
 // What Bind writes: the reservation of one pod.
@@ -149,15 +150,15 @@ class Ledger {
   const LedgerOptions options_;
   Clock& clock_;
   mutable std::mutex mu_;
-  std::map<std::string, placement::Node> nodes_;      // by name, parsed inventories
-  std::map<std::string, std::string> bad_nodes_;      // name -> why the inventory is unusable
-  bool dirty_ = true;                                 // nodes_ changed: rebuild the cluster
+  std::map<std::string, placement::Node> nodes_;  // by name, parsed inventories
+  std::map<std::string, std::string> bad_nodes_;  // name -> why the inventory is unusable
+  bool dirty_ = true;                             // nodes_ changed: rebuild the cluster
   std::unique_ptr<placement::Cluster> cluster_;
   std::unique_ptr<placement::PlacementPolicy> placement_;
   std::unique_ptr<placement::Scheduler> scheduler_;
   std::map<std::string, std::uint32_t> node_index_;
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> gpu_index_;  // uuid -> node, gpu
-  std::map<std::string, Entry> entries_;  // by pod UID
+  std::map<std::string, Entry> entries_;                                      // by pod UID
   // UIDs of live pods the placement policy has been shown (Filter decided them once); dropped
   // when the pod is deleted, finishes or is missing from a relist; at most kMaxShown.
   static constexpr std::size_t kMaxShown = 100'000;

@@ -188,7 +188,8 @@ TEST_F(LedgerTest, DecisionsNamingAnotherPodOrNodeAreIgnored) {
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
+  r.container = {
+      "main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
   nlohmann::json pod = BoundPod(FractionalPod("a", "4Gi"), "g1", r);
   nlohmann::json copied = pod;
   copied["metadata"]["uid"] = "uid-other";  // annotation copied onto another pod
@@ -226,8 +227,8 @@ TEST_F(LedgerTest, DeletedAndFinishedPodsReleaseTheirGpus) {
 TEST_F(LedgerTest, NodeChangesRebuildWithoutLosingPods) {
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   ASSERT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
-  ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));     // new node: rebuild
-  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));     // unchanged
+  ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));  // new node: rebuild
+  ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));  // unchanged
   EXPECT_EQ(Place(FractionalPod("b", "14Gi"), {"g1", "g2"}), "g2");
   EXPECT_EQ(MemoryUsed("g1"), 4 * kGiB);
   ledger_.DeleteNode("g2");
@@ -238,7 +239,7 @@ TEST_F(LedgerTest, ThePolicyKeepsWhatItLearnedAcrossNodeChangesAndCountsEachPodO
   ledger_.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   EXPECT_EQ(Place(FractionalPod("a", "4Gi"), {"g1"}), "g1");
   EXPECT_EQ(Place(FractionalPod("b", "4Gi"), {"g1"}), "g1");
-  EXPECT_EQ(ledger_.arrivals_observed(), 2U);  // tessera's policy is the default
+  EXPECT_EQ(ledger_.arrivals_observed(), 2U);        // tessera's policy is the default
   ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));  // the cluster model is rebuilt
   EXPECT_EQ(Place(FractionalPod("c", "4Gi"), {"g1", "g2"}), "g1");
   EXPECT_EQ(ledger_.arrivals_observed(), 3U);
@@ -301,7 +302,6 @@ TEST_F(LedgerTest, PreemptChoosesTheFewestLowerPriorityPodsOnOneGpu) {
   EXPECT_TRUE(ledger_.Preempt(lc, {{"nowhere", {"x"}}}).empty());
 }
 
-
 TEST_F(LedgerTest, ExplainGivesEveryGpusVerdictAndReservesNothing) {
   nlohmann::json node = MakeNode("g1", 3, 16 * kGiB);
   node["metadata"]["annotations"]["tessera.dev/gpu-cordon"] = contract::testing::GpuUuid("g1", 2);
@@ -319,7 +319,6 @@ TEST_F(LedgerTest, ExplainGivesEveryGpusVerdictAndReservesNothing) {
   EXPECT_EQ(ledger_.reservations(), 0U);
   EXPECT_FALSE(ledger_.Explain(FractionalPod("bad", "1Gi", "900")).ok());
 }
-
 
 // Found by review: a running pod must stay counted whatever the GPU's state says later.
 TEST_F(LedgerTest, BoundPodsStayCountedOnCordonedGpusAcrossRebuilds) {
@@ -343,7 +342,8 @@ TEST_F(LedgerTest, APlacementLearnedAfterTheFactIsCountedEvenBeyondCapacity) {
   ASSERT_EQ(Place(FractionalPod("b", "10Gi"), {"g1"}), "g1");
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 10 * kGiB, 0}}};
+  r.container = {
+      "main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 10 * kGiB, 0}}};
   nlohmann::json a = BoundPod(FractionalPod("a", "10Gi"), "g1", r);
   ledger_.ObservePod(a);
   EXPECT_EQ(MemoryUsed("g1"), 16 * kGiB);  // full (4 GiB over-committed, on the books)
@@ -388,7 +388,8 @@ TEST_F(LedgerTest, APodKeptAcrossARelistIsReleasedIfTheWatchNeverShowsIt) {
 
 TEST_F(LedgerTest, TooManyGpuModelsLeavesTheNodeOutInsteadOfCrashing) {
   for (int i = 0; i < 64; ++i) {
-    ledger_.UpsertNode(MakeNode("n" + std::to_string(i), 1, 16 * kGiB, "model-" + std::to_string(i)));
+    ledger_.UpsertNode(
+        MakeNode("n" + std::to_string(i), 1, 16 * kGiB, "model-" + std::to_string(i)));
   }
   nlohmann::json extra = MakeNode("n64", 1, 16 * kGiB, "model-64");
   ledger_.UpsertNode(extra);
@@ -405,7 +406,8 @@ TEST_F(LedgerTest, DecisionsThatDoNotVerifyAreNotCounted) {
   ledger.UpsertNode(MakeNode("g1", 1, 16 * kGiB));
   Reservation r;
   r.node = "g1";
-  r.container = {"main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
+  r.container = {
+      "main", SharingMode::kShared, {{contract::testing::GpuUuid("g1", 0), 4 * kGiB, 0}}};
   nlohmann::json pod = BoundPod(FractionalPod("a", "4Gi"), "g1", r);
   pod["metadata"]["annotations"]["tessera.dev/decision-signature"] = "forged";
   ledger.ObservePod(pod);

@@ -26,9 +26,7 @@ Arbiter::Entry* Arbiter::Find(int id) {
   return nullptr;
 }
 
-const Arbiter::Entry* Arbiter::Find(int id) const {
-  return const_cast<Arbiter*>(this)->Find(id);
-}
+const Arbiter::Entry* Arbiter::Find(int id) const { return const_cast<Arbiter*>(this)->Find(id); }
 
 bool Arbiter::Has(int id) const { return Find(id) != nullptr; }
 
@@ -76,15 +74,15 @@ Verdict Arbiter::VerdictFor(int id) const {
 }
 
 void Arbiter::Decide(std::uint64_t now_ns) {
-  const double dt = last_now_ns_ == 0 || now_ns < last_now_ns_
-                        ? 0.0
-                        : static_cast<double>(now_ns - last_now_ns_);
+  const double dt =
+      last_now_ns_ == 0 || now_ns < last_now_ns_ ? 0.0 : static_cast<double>(now_ns - last_now_ns_);
   last_now_ns_ = now_ns;
 
   // 1. Charge the GPU time measured since the last decision; refill the buckets.
   for (Entry& e : entries_) {
     const std::uint64_t busy = e.seen.busy_ns;
-    const double charged = busy >= e.counted_busy_ns ? static_cast<double>(busy - e.counted_busy_ns) : 0.0;
+    const double charged =
+        busy >= e.counted_busy_ns ? static_cast<double>(busy - e.counted_busy_ns) : 0.0;
     e.counted_busy_ns = busy;  // a counter that went backwards (a new region) re-syncs
     if (HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard && e.tenant.window_ms != 0) {
       // A windowed share: a budget of share x window per period of `window`, as a CFS quota.
@@ -92,8 +90,8 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       const double period = static_cast<double>(e.tenant.window_ms) * 1e6;
       e.tokens_ns -= charged;
       if (e.period_start_ns == 0 || static_cast<double>(now_ns - e.period_start_ns) >= period) {
-        const bool late = e.period_start_ns == 0 ||
-                          static_cast<double>(now_ns - e.period_start_ns) >= 2 * period;
+        const bool late =
+            e.period_start_ns == 0 || static_cast<double>(now_ns - e.period_start_ns) >= 2 * period;
         e.period_start_ns = late ? now_ns : e.period_start_ns + e.tenant.window_ms * 1'000'000ULL;
         e.tokens_ns = std::min(e.tokens_ns, 0.0) + BurstNs(e);
       }
@@ -106,7 +104,8 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       if (!e.wanting) e.tokens_ns = std::min(e.tokens_ns, burst);
       // A work-conserving share borrows without debt: what it used beyond its share while
       // capacity was idle is not paid back later (its bucket bites only while it is capped).
-      if (e.tenant.compute == ComputeMode::kWorkConserving) e.tokens_ns = std::max(e.tokens_ns, -burst);
+      if (e.tenant.compute == ComputeMode::kWorkConserving)
+        e.tokens_ns = std::max(e.tokens_ns, -burst);
     }
     e.vtime += charged / Weight(e);
   }
@@ -115,7 +114,8 @@ void Arbiter::Decide(std::uint64_t now_ns) {
   // container waiting only for its own spent hard share does not hold back lower classes.
   bool any_share_cap = false, lc_present = false, lc_wanting = false, normal_wanting = false;
   for (Entry& e : entries_) {
-    const bool wanting = Recent(std::max(e.seen.active_ns, e.seen.waiting_ns), now_ns, options_.idle_after_ns);
+    const bool wanting =
+        Recent(std::max(e.seen.active_ns, e.seen.waiting_ns), now_ns, options_.idle_after_ns);
     if (wanting && !e.wanting) {  // back from idle: no banked credit
       double others = std::numeric_limits<double>::max();
       for (const Entry& o : entries_) {
@@ -124,7 +124,8 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       if (others != std::numeric_limits<double>::max()) e.vtime = std::max(e.vtime, others);
     }
     e.wanting = wanting;
-    const bool spent = HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard && e.tokens_ns <= 0;
+    const bool spent =
+        HasShare(e.tenant) && e.tenant.compute == ComputeMode::kHard && e.tokens_ns <= 0;
     const PriorityClass p = e.tenant.priority;
     lc_present |= p == PriorityClass::kLatencyCritical;
     lc_wanting |= wanting && !spent && p == PriorityClass::kLatencyCritical;
@@ -206,7 +207,8 @@ void Arbiter::Decide(std::uint64_t now_ns) {
     next = nullptr;
   } else {
     draining_ = -1;
-    if (candidates.size() == 1) return;  // the one candidate, and every idle eligible one, stay open
+    if (candidates.size() == 1)
+      return;  // the one candidate, and every idle eligible one, stay open
   }
   // Everyone else waits for the turn, except an idle latency-critical container: its next
   // launch must not wait for a decision (the following one holds the others instead).

@@ -32,15 +32,15 @@
 namespace tessera::governor {
 
 struct ArbiterOptions {
-  std::uint64_t idle_after_ns = 1'000'000;      // no launch and nothing in flight for this long
-  std::uint64_t quantum_ns = 10'000'000;        // virtual time a turn may lead by
-  std::uint64_t burst_ns = 50'000'000;          // a hard share's bucket: share x this window
-  std::uint32_t depth_us = 2000;                // in-flight work of a governed container
-  std::uint32_t shallow_depth_us = 500;         // ... below a latency-critical one on the GPU
-  std::uint32_t default_weight_percent = 10;    // turn weight of a container without a share
-  std::uint64_t handoff_drain_ns = 250'000;     // a turn passes once the last holder's work drained
-  std::uint64_t max_turn_ns = 50'000'000;       // wall time a turn lasts at most while others wait
-  std::uint64_t max_drain_ns = 5'000'000;       // the hand-off waits at most this long for a drain
+  std::uint64_t idle_after_ns = 1'000'000;    // no launch and nothing in flight for this long
+  std::uint64_t quantum_ns = 10'000'000;      // virtual time a turn may lead by
+  std::uint64_t burst_ns = 50'000'000;        // a hard share's bucket: share x this window
+  std::uint32_t depth_us = 2000;              // in-flight work of a governed container
+  std::uint32_t shallow_depth_us = 500;       // ... below a latency-critical one on the GPU
+  std::uint32_t default_weight_percent = 10;  // turn weight of a container without a share
+  std::uint64_t handoff_drain_ns = 250'000;   // a turn passes once the last holder's work drained
+  std::uint64_t max_turn_ns = 50'000'000;     // wall time a turn lasts at most while others wait
+  std::uint64_t max_drain_ns = 5'000'000;     // the hand-off waits at most this long for a drain
 };
 
 // What the node knows of a container on this GPU (from its read-only limits file).
@@ -109,9 +109,9 @@ class Arbiter {
   ArbiterOptions options_;
   std::vector<Entry> entries_;
   std::uint64_t last_now_ns_ = 0;
-  int turn_ = -1;      // id holding the turn, -1 none
+  int turn_ = -1;                    // id holding the turn, -1 none
   std::uint64_t turn_since_ns_ = 0;  // when the current turn began (and the drain with it)
-  int draining_ = -1;  // the previous holder, while its work in flight drains
+  int draining_ = -1;                // the previous holder, while its work in flight drains
   bool governing_ = false;
 };
 

@@ -1,24 +1,23 @@
 #include "governor/arbiter_host.h"
 
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
 #include <setjmp.h>
 #include <signal.h>
+#include <sstream>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <chrono>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <mutex>
-#include <set>
-#include <sstream>
-
-#include "tessera/log.h"
 #include "tessera/file.h"
+#include "tessera/log.h"
 
 namespace tessera::governor {
 namespace {
@@ -26,7 +25,8 @@ namespace {
 std::uint64_t MonotonicNs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<std::uint64_t>(ts.tv_nsec);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ULL +
+         static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
 std::uint64_t InodeOf(const std::string& path) {
@@ -52,12 +52,14 @@ extern "C" void OnRegionSigbus(int signal, siginfo_t* info, void* context) {
   if (t_guard != nullptr) siglongjmp(*t_guard, 1);
   // Not a guarded region access: what would have happened without us.
   if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
-    if (g_previous_sigbus.sa_sigaction != nullptr) return g_previous_sigbus.sa_sigaction(signal, info, context);
+    if (g_previous_sigbus.sa_sigaction != nullptr)
+      return g_previous_sigbus.sa_sigaction(signal, info, context);
   } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN &&
              g_previous_sigbus.sa_handler != nullptr) {
     return g_previous_sigbus.sa_handler(signal);
   }
-  sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // the faulting access runs again and dies as it would have
+  sigaction(SIGBUS, &g_previous_sigbus,
+            nullptr);  // the faulting access runs again and dies as it would have
 }
 
 void InstallSigbusGuard() {
@@ -121,7 +123,8 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
   // A region file re-created under the same path (a slot reused, a container restarted) is a new
   // region: the old mapping is let go and the new file attached.
   for (auto it = joined_.begin(); it != joined_.end();) {
-    if (wanted.count(it->first) == 0 || InodeOf(it->second->member.region_path) != it->second->inode) {
+    if (wanted.count(it->first) == 0 ||
+        InodeOf(it->second->member.region_path) != it->second->inode) {
       Release(*it->second);
       it = joined_.erase(it);
     } else {
@@ -132,7 +135,8 @@ Status ArbiterHost::SetMembers(const std::vector<Member>& members) {
   for (const auto& [key, m] : wanted) {
     if (auto it = joined_.find(key); it != joined_.end()) {
       it->second->member.tenant = m->tenant;
-      arbiters_.try_emplace(m->uuid, options_.arbiter).first->second.Join(it->second->id, m->tenant);
+      arbiters_.try_emplace(m->uuid, options_.arbiter)
+          .first->second.Join(it->second->id, m->tenant);
       continue;
     }
     const std::uint64_t inode = InodeOf(m->region_path);
@@ -164,9 +168,10 @@ bool ArbiterHost::Tick(std::uint64_t now_ns) {
     const shm::Compute& c = j->mapping.region()->compute[j->device];
     Observation o;
     j->broken = j->broken || !Guarded([&c, &o] {
-      o = Observation{c.busy_ns.load(std::memory_order_relaxed), c.active_ns.load(std::memory_order_relaxed),
-                      c.waiting_ns.load(std::memory_order_relaxed)};
-    });
+                  o = Observation{c.busy_ns.load(std::memory_order_relaxed),
+                                  c.active_ns.load(std::memory_order_relaxed),
+                                  c.waiting_ns.load(std::memory_order_relaxed)};
+                });
     if (!j->broken) arbiters_.at(j->member.uuid).Observe(j->id, o);
   }
   // A truncated region's container leaves its GPU's arbiter (its file is attached again only
@@ -176,7 +181,8 @@ bool ArbiterHost::Tick(std::uint64_t now_ns) {
       ++it;
       continue;
     }
-    TESSERA_LOG(kWarn, kGovernor, "region %s was truncated under the arbiter; its container is no longer governed",
+    TESSERA_LOG(kWarn, kGovernor,
+                "region %s was truncated under the arbiter; its container is no longer governed",
                 it->second->member.region_path.c_str());
     Release(*it->second);
     it = joined_.erase(it);
@@ -211,7 +217,8 @@ void ArbiterHost::Start() {
   thread_ = std::thread([this] {
     while (!stop_.load(std::memory_order_relaxed)) {
       const std::uint64_t ns = Tick(MonotonicNs()) ? options_.tick_ns : options_.idle_tick_ns;
-      const timespec nap{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+      const timespec nap{static_cast<time_t>(ns / 1'000'000'000ULL),
+                         static_cast<long>(ns % 1'000'000'000ULL)};
       nanosleep(&nap, nullptr);
     }
   });
@@ -243,7 +250,8 @@ std::vector<std::pair<std::string, std::string>> LocalRegistrations(const std::s
       const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
       if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) continue;
       auto registration = ReadRegistration(entry.path().string());
-      if (!registration.first.empty() && !registration.second.empty()) found.insert(std::move(registration));
+      if (!registration.first.empty() && !registration.second.empty())
+        found.insert(std::move(registration));
     }
   }
   return {found.begin(), found.end()};
@@ -253,9 +261,9 @@ std::string DefaultLocalArbiterDir() {
   return (std::filesystem::temp_directory_path() / "tessera-gpu").string();
 }
 
-StatusOr<std::unique_ptr<LocalArbiter>> LocalArbiter::Register(const std::string& dir, const std::string& limits_path,
-                                                               const std::string& region_path,
-                                                               const std::vector<std::string>& uuids) {
+StatusOr<std::unique_ptr<LocalArbiter>> LocalArbiter::Register(
+    const std::string& dir, const std::string& limits_path, const std::string& region_path,
+    const std::vector<std::string>& uuids) {
   std::unique_ptr<LocalArbiter> a(new LocalArbiter());
   a->dir_ = dir;
   a->uuids_ = uuids;

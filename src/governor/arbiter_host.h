@@ -13,19 +13,20 @@
 #include <thread>
 #include <vector>
 
-#include "governor/arbiter.h"
 #include "tessera/limits.h"
 #include "tessera/region.h"
 #include "tessera/status.h"
+
+#include "governor/arbiter.h"
 
 namespace tessera::governor {
 
 // One container on one GPU. The tenant comes from the container's read-only limits file,
 // never from its region (which the tenant can write).
 struct Member {
-  std::string key;          // stable while the container lives (e.g. its region path + GPU)
+  std::string key;  // stable while the container lives (e.g. its region path + GPU)
   std::string region_path;
-  std::string uuid;         // the GPU
+  std::string uuid;  // the GPU
   Tenant tenant;
 };
 
@@ -33,8 +34,9 @@ struct Member {
 std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path);
 
 struct ArbiterHostOptions {
-  std::uint64_t tick_ns = 200'000;        // while some container on a GPU is governed
-  std::uint64_t idle_tick_ns = 10'000'000;  // while every launch runs free (no thread wakes 5,000 times a second for nothing)
+  std::uint64_t tick_ns = 200'000;          // while some container on a GPU is governed
+  std::uint64_t idle_tick_ns = 10'000'000;  // while every launch runs free (no thread wakes 5,000
+                                            // times a second for nothing)
   ArbiterOptions arbiter;
 };
 
@@ -62,9 +64,9 @@ class ArbiterHost {
     Member member;
     shm::Mapping mapping;
     std::uint64_t inode = 0;  // of the region file attached: a re-created region is attached anew
-    int device = -1;  // index in the region
-    int id = 0;       // in its GPU's arbiter
-    bool broken = false;  // its file was truncated under the mapping (SIGBUS caught): let go
+    int device = -1;          // index in the region
+    int id = 0;               // in its GPU's arbiter
+    bool broken = false;      // its file was truncated under the mapping (SIGBUS caught): let go
   };
   void Release(Joined& j);
 
@@ -84,7 +86,8 @@ class ArbiterHost {
 class LocalArbiter {
  public:
   // `dir`: the machine-wide folder (DefaultLocalArbiterDir()).
-  static StatusOr<std::unique_ptr<LocalArbiter>> Register(const std::string& dir, const std::string& limits_path,
+  static StatusOr<std::unique_ptr<LocalArbiter>> Register(const std::string& dir,
+                                                          const std::string& limits_path,
                                                           const std::string& region_path,
                                                           const std::vector<std::string>& uuids);
   ~LocalArbiter();  // unregisters; stops hosting

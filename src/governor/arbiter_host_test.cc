@@ -1,7 +1,8 @@
 #include "governor/arbiter_host.h"
 
-#include <gtest/gtest.h>
 #include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
@@ -19,10 +20,12 @@ TEST(ArbiterHost, WritesVerdictsIntoTheRegionsAndFollowsARecreatedRegion) {
   auto first = shm::Mapping::Create(path, {{kGpu, 1 << 30, 30}});
   ASSERT_OK(first);
   ArbiterHost host;
-  const Member member{path + "#" + kGpu, path, kGpu, Tenant{30, ComputeMode::kHard, PriorityClass::kNormal}};
+  const Member member{path + "#" + kGpu, path, kGpu,
+                      Tenant{30, ComputeMode::kHard, PriorityClass::kNormal}};
   ASSERT_OK(host.SetMembers({member}));
   host.Tick(1'000'000);
-  EXPECT_EQ(GateIn(*first), static_cast<std::uint32_t>(shm::Gate::kOpen));  // a hard share is governed
+  EXPECT_EQ(GateIn(*first),
+            static_cast<std::uint32_t>(shm::Gate::kOpen));  // a hard share is governed
   EXPECT_EQ(first->region()->compute[0].arbiter_beat_ns.load(), 1'000'000u);
   // The slot is reused: a new region file under the same path. The host must govern the new one.
   auto second = shm::Mapping::Create(path, {{kGpu, 1 << 30, 30}});
@@ -53,10 +56,11 @@ TEST(ArbiterHost, ARegionTruncatedUnderTheArbiterIsLetGoNotACrash) {
   ASSERT_EQ(truncate(a.c_str(), 4096), 0);
   host.Tick(2'000'000);  // would have died of SIGBUS
   host.Tick(3'000'000);
-  EXPECT_EQ(host.VerdictFor("a").gate, shm::Gate::kFree);          // let go
+  EXPECT_EQ(host.VerdictFor("a").gate, shm::Gate::kFree);                  // let go
   EXPECT_EQ(rb->region()->compute[0].arbiter_beat_ns.load(), 3'000'000u);  // b still governed
   EXPECT_EQ(GateIn(*rb), static_cast<std::uint32_t>(shm::Gate::kOpen));
-  EXPECT_FALSE(host.SetMembers({{"a", a, kGpu, share}, {"b", b, kGpu, share}}).ok());  // named, not attached
+  EXPECT_FALSE(
+      host.SetMembers({{"a", a, kGpu, share}, {"b", b, kGpu, share}}).ok());  // named, not attached
 }
 
 TEST(ArbiterHost, ARegionThatCannotBeAttachedIsNamedAndTheOthersStillApply) {
@@ -66,7 +70,8 @@ TEST(ArbiterHost, ARegionThatCannotBeAttachedIsNamedAndTheOthersStillApply) {
   ASSERT_OK(region);
   ArbiterHost host;
   const Tenant normal{0, ComputeMode::kHard, PriorityClass::kNormal};
-  const Status s = host.SetMembers({{"a", path, kGpu, normal}, {"b", dir.path() + "/missing", kGpu, normal}});
+  const Status s =
+      host.SetMembers({{"a", path, kGpu, normal}, {"b", dir.path() + "/missing", kGpu, normal}});
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/missing"), std::string::npos) << s.message();
   host.Tick(1'000'000);

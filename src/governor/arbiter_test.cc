@@ -58,7 +58,8 @@ TEST(Arbiter, LatencyCriticalWorkHoldsLowerClasses) {
   a.Observe(3, {0, 10 * kMs, 13 * kMs});
   a.Decide(13 * kMs);
   EXPECT_EQ(a.VerdictFor(1).gate, shm::Gate::kOpen);  // idle: its next launch must not wait
-  const int open = (a.VerdictFor(2).gate == shm::Gate::kOpen) + (a.VerdictFor(3).gate == shm::Gate::kOpen);
+  const int open =
+      (a.VerdictFor(2).gate == shm::Gate::kOpen) + (a.VerdictFor(3).gate == shm::Gate::kOpen);
   EXPECT_EQ(open, 1);  // the two others take turns
 }
 
@@ -76,7 +77,8 @@ TEST(Arbiter, ATurnHolderWhoseTimeStopsGrowingLosesTheTurn) {
     held_ticks += a.VerdictFor(2).gate != shm::Gate::kOpen;
   }
   EXPECT_LT(held_ticks, 1000);  // 1,000 ticks = the whole 200 ms
-  EXPECT_EQ(a.VerdictFor(2).gate == shm::Gate::kOpen || a.VerdictFor(1).gate == shm::Gate::kOpen, true);
+  EXPECT_EQ(a.VerdictFor(2).gate == shm::Gate::kOpen || a.VerdictFor(1).gate == shm::Gate::kOpen,
+            true);
 }
 
 // A best-effort work-conserving share that borrowed alone is not starved for it afterwards.

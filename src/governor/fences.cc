@@ -137,7 +137,8 @@ void FenceTracker::FenceAll(std::uint64_t now_ns, MayRecord may_record) {
 
 void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record) {
   for (Stream& s : streams_) {
-    if (s.open_launches > 0 && s.last_launch_ns + idle_ns < now_ns && may_record(s.handle)) Close(s, now_ns, true);
+    if (s.open_launches > 0 && s.last_launch_ns + idle_ns < now_ns && may_record(s.handle))
+      Close(s, now_ns, true);
   }
 }
 
@@ -153,10 +154,13 @@ std::uint64_t FenceTracker::Poll() {
           api_->ElapsedNs(events_[static_cast<std::size_t>(seg.begin)].handle,
                           events_[static_cast<std::size_t>(seg.end)].handle, &ns)) {
         if (seg.late) {
-          if (s.per_launch_ns > 0) ns = std::min<std::uint64_t>(ns, static_cast<std::uint64_t>(seg.launches * s.per_launch_ns));
+          if (s.per_launch_ns > 0)
+            ns = std::min<std::uint64_t>(
+                ns, static_cast<std::uint64_t>(seg.launches * s.per_launch_ns));
         } else {
           const double per_launch = static_cast<double>(ns) / seg.launches;
-          s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * per_launch : per_launch;
+          s.per_launch_ns =
+              s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * per_launch : per_launch;
           s.per_launch_ns = std::max(s.per_launch_ns, 1.0);
         }
         busy += ns;
@@ -169,8 +173,8 @@ std::uint64_t FenceTracker::Poll() {
       Unref(seg.end);
     }
   }
-  // Idle streams keep their estimate; past kMaxStreams streams the idle ones are forgotten (a program
-  // that creates streams without end).
+  // Idle streams keep their estimate; past kMaxStreams streams the idle ones are forgotten (a
+  // program that creates streams without end).
   if (streams_.size() > kMaxStreams) {
     std::erase_if(streams_, [](const Stream& s) { return s.fenced.empty() && s.open_begin < 0; });
   }
@@ -206,7 +210,8 @@ bool FenceTracker::Learning() const {
 }
 
 bool FenceTracker::HasFenced() const {
-  return std::any_of(streams_.begin(), streams_.end(), [](const Stream& s) { return !s.fenced.empty(); });
+  return std::any_of(streams_.begin(), streams_.end(),
+                     [](const Stream& s) { return !s.fenced.empty(); });
 }
 
 bool FenceTracker::HasWork() const {

@@ -37,7 +37,7 @@ class EventApi {
 };
 
 struct FenceOptions {
-  std::uint64_t quantum_ns = 200'000;      // estimated work per segment
+  std::uint64_t quantum_ns = 200'000;  // estimated work per segment
   std::uint32_t max_segment_launches = 64;
 };
 

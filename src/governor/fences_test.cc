@@ -1,10 +1,10 @@
 #include "governor/fences.h"
 
-#include <gtest/gtest.h>
-
 #include <deque>
 #include <map>
 #include <memory>
+
+#include <gtest/gtest.h>
 
 namespace tessera::governor {
 namespace {
@@ -89,7 +89,7 @@ TEST(FenceTracker, InFlightEstimateFollowsTheWorkAndItsAge) {
 TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000});  // never fences on its own
-  LaunchOn(t, gpu, 10'000);  // learn the stream's 10 us per launch
+  LaunchOn(t, gpu, 10'000);                                 // learn the stream's 10 us per launch
   t.FenceAll(gpu.now);
   gpu.now += 1'000'000;
   EXPECT_EQ(t.Poll(), 10'000u);

@@ -1,26 +1,25 @@
 #include "governor/mps.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/file.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <signal.h>
 #include <sstream>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
-#include "tessera/subprocess.h"
 #include "tessera/file.h"
+#include "tessera/subprocess.h"
 
 namespace tessera::governor {
 namespace {
@@ -28,7 +27,8 @@ namespace {
 // Holds an exclusive flock on a file for its scope.
 class FileLock {
  public:
-  explicit FileLock(const std::string& path) : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666)) {
+  explicit FileLock(const std::string& path)
+      : fd_(open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666)) {
     if (fd_ >= 0) {
       fchmod(fd_, 0666);
       while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
@@ -67,8 +67,8 @@ std::vector<std::pair<pid_t, uid_t>> LiveClients(const std::string& dir) {
 }
 
 // Runs `control` with exactly `env`, feeding `input` on stdin; its exit status, or -1.
-int RunControl(const std::string& control, const std::vector<std::string>& env, const std::string& input,
-               const std::vector<std::string>& args) {
+int RunControl(const std::string& control, const std::vector<std::string>& env,
+               const std::string& input, const std::vector<std::string>& args) {
   int pipefd[2];
   if (pipe2(pipefd, O_CLOEXEC) != 0) return -1;
   SpawnOptions spawn;
@@ -135,17 +135,19 @@ bool DaemonAnswers(const std::string& pipe_dir) {
 namespace {
 
 // Starts the control daemon (`-d` daemonizes) and waits up to 5 s for it to answer.
-Status StartDaemon(const std::string& control, const std::vector<std::string>& env, const std::string& pipe_dir,
-                   const std::string& log_dir) {
+Status StartDaemon(const std::string& control, const std::vector<std::string>& env,
+                   const std::string& pipe_dir, const std::string& log_dir) {
   std::error_code ec;
   std::filesystem::remove(pipe_dir + "/control", ec);
   if (RunControl(control, env, "", {"-d"}) != 0) {
-    return UnavailableError("mode mps: " + control + " -d failed (see " + log_dir + "/control.log)");
+    return UnavailableError("mode mps: " + control + " -d failed (see " + log_dir +
+                            "/control.log)");
   }
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (!DaemonAnswers(pipe_dir)) {
     if (std::chrono::steady_clock::now() > end) {
-      return UnavailableError("mode mps: the MPS control daemon did not start (see " + log_dir + "/control.log)");
+      return UnavailableError("mode mps: the MPS control daemon did not start (see " + log_dir +
+                              "/control.log)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -155,7 +157,8 @@ Status StartDaemon(const std::string& control, const std::vector<std::string>& e
 }  // namespace
 
 std::string FindInPath(const std::string& program) {
-  if (program.find('/') != std::string::npos) return access(program.c_str(), X_OK) == 0 ? program : "";
+  if (program.find('/') != std::string::npos)
+    return access(program.c_str(), X_OK) == 0 ? program : "";
   const char* path = std::getenv("PATH");
   std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
   std::string dir;
@@ -166,9 +169,10 @@ std::string FindInPath(const std::string& program) {
   return "";
 }
 
-std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
-                                              std::uint64_t memory_bytes, std::uint32_t cores_percent,
-                                              PriorityClass priority) {
+std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir,
+                                              const std::string& log_dir,
+                                              std::uint64_t memory_bytes,
+                                              std::uint32_t cores_percent, PriorityClass priority) {
   std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe_dir};
   if (!log_dir.empty()) env.push_back("CUDA_MPS_LOG_DIRECTORY=" + log_dir);
   // The client sees one device (CUDA_VISIBLE_DEVICES is the daemon's): index 0, in whole MiB.
@@ -179,16 +183,18 @@ std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const
     env.push_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" + std::to_string(cores_percent));
   }
   // MPS has two client priorities: 0 normal, 1 below normal.
-  env.push_back(std::string("CUDA_MPS_CLIENT_PRIORITY=") + (priority == PriorityClass::kBestEffort ? "1" : "0"));
+  env.push_back(std::string("CUDA_MPS_CLIENT_PRIORITY=") +
+                (priority == PriorityClass::kBestEffort ? "1" : "0"));
   return env;
 }
 
 Status CheckMpsUser(uid_t uid, const std::vector<uid_t>& live_uids) {
   for (uid_t other : live_uids) {
     if (other != uid) {
-      return FailedPreconditionError("mode mps: this GPU's MPS clients run as user " + std::to_string(other) +
-                                     ", this one as user " + std::to_string(uid) +
-                                     "; co-tenants of one MPS GPU must share a user ID (tessera.dev/mps-user)");
+      return FailedPreconditionError(
+          "mode mps: this GPU's MPS clients run as user " + std::to_string(other) +
+          ", this one as user " + std::to_string(uid) +
+          "; co-tenants of one MPS GPU must share a user ID (tessera.dev/mps-user)");
     }
   }
   return Status::Ok();
@@ -241,14 +247,16 @@ StatusOr<NodeMps::Endpoint> NodeMps::Ensure(const std::string& uuid, uid_t uid) 
   if (running) {
     std::istringstream in(ReadFile(gpu_dir + "/user", 64).value_or(""));
     long user = -1;
-    if (in >> user && user >= 0) TESSERA_RETURN_IF_ERROR(CheckMpsUser(uid, {static_cast<uid_t>(user)}));
+    if (in >> user && user >= 0)
+      TESSERA_RETURN_IF_ERROR(CheckMpsUser(uid, {static_cast<uid_t>(user)}));
   }
   std::error_code ec;
   std::filesystem::create_directories(e.pipe_dir, ec);
   std::filesystem::create_directories(e.log_dir, ec);
   chmod(e.pipe_dir.c_str(), 0755);  // clients of the container's user reach the pipes
   if (!running) {
-    TESSERA_RETURN_IF_ERROR(StartDaemon(control, DaemonEnvironment(uuid, e.pipe_dir, e.log_dir), e.pipe_dir, e.log_dir));
+    TESSERA_RETURN_IF_ERROR(StartDaemon(control, DaemonEnvironment(uuid, e.pipe_dir, e.log_dir),
+                                        e.pipe_dir, e.log_dir));
   }
   std::ofstream(gpu_dir + "/user") << uid << "\n";
   ensured_[uuid] = std::chrono::steady_clock::now();
@@ -263,12 +271,14 @@ void NodeMps::Retain(const std::vector<std::string>& in_use) {
     const std::string uuid = entry.path().filename().string();
     if (std::find(in_use.begin(), in_use.end(), uuid) != in_use.end()) continue;
     if (auto it = ensured_.find(uuid);
-        it != ensured_.end() && std::chrono::steady_clock::now() - it->second < std::chrono::minutes(1)) {
+        it != ensured_.end() &&
+        std::chrono::steady_clock::now() - it->second < std::chrono::minutes(1)) {
       continue;
     }
     const std::string pipe = entry.path().string() + "/pipe";
     if (!control.empty() && DaemonAnswers(pipe)) {
-      RunControl(control, DaemonEnvironment(uuid, pipe, entry.path().string() + "/log"), "quit\n", {});
+      RunControl(control, DaemonEnvironment(uuid, pipe, entry.path().string() + "/log"), "quit\n",
+                 {});
     }
     std::filesystem::remove(entry.path().string() + "/user", ec);
   }
@@ -278,7 +288,8 @@ LocalMps::~LocalMps() {
   FileLock lock(dir_ + "/mps.lock");
   std::error_code ec;
   std::filesystem::remove(client_file_, ec);
-  if (LiveClients(dir_).empty()) RunControl(control_, DaemonEnvironment(uuid_, pipe_dir_, log_dir_), "quit\n", {});
+  if (LiveClients(dir_).empty())
+    RunControl(control_, DaemonEnvironment(uuid_, pipe_dir_, log_dir_), "quit\n", {});
 }
 
 }  // namespace tessera::governor

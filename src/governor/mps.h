@@ -10,13 +10,12 @@
 // enforce it (tessera.dev/mps-user); the node side refuses a client of another UID.
 #pragma once
 
-#include <sys/types.h>
-
 #include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <sys/types.h>
 #include <vector>
 
 #include "tessera/model.h"
@@ -34,9 +33,10 @@ std::string FindInPath(const std::string& program);
 // The client environment for a container's allocation on the daemon at `pipe_dir`/`log_dir`
 // (`log_dir` "": none; a node's containers do not get the daemon's logs).
 // `memory_bytes` 0: no pinned limit; `cores_percent` 0 or 100: no thread limit.
-std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir, const std::string& log_dir,
-                                              std::uint64_t memory_bytes, std::uint32_t cores_percent,
-                                              PriorityClass priority);
+std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir,
+                                              const std::string& log_dir,
+                                              std::uint64_t memory_bytes,
+                                              std::uint32_t cores_percent, PriorityClass priority);
 
 // Whether a client running as `uid` may join a GPU whose live MPS clients run as `live_uids`:
 // FailedPrecondition naming both user IDs when they differ.
@@ -53,7 +53,8 @@ class NodeMps {
     std::string pipe_dir, log_dir;  // on the node
   };
   // The daemons outlive the agent (a restart must not end running containers).
-  NodeMps(std::string dir, std::string control) : dir_(std::move(dir)), control_(std::move(control)) {}
+  NodeMps(std::string dir, std::string control)
+      : dir_(std::move(dir)), control_(std::move(control)) {}
   NodeMps(const NodeMps&) = delete;
   NodeMps& operator=(const NodeMps&) = delete;
 
@@ -77,7 +78,7 @@ class LocalMps {
  public:
   // `control`: the nvidia-cuda-mps-control binary (a path, or a name looked up in PATH).
   static StatusOr<std::unique_ptr<LocalMps>> Join(const std::string& dir, const std::string& uuid,
-                                                 const std::string& control);
+                                                  const std::string& control);
   ~LocalMps();
   LocalMps(const LocalMps&) = delete;
   LocalMps& operator=(const LocalMps&) = delete;

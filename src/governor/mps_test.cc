@@ -1,15 +1,15 @@
 #include "governor/mps.h"
 
-#include <gtest/gtest.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
 
 namespace tessera::governor {
 namespace {
@@ -39,14 +39,16 @@ TEST(Mps, ASecondUserIDIsRefusedWhileAnotherIsLive) {
   const Status other = CheckMpsUser(1000, {1000, 0});
   ASSERT_FALSE(other.ok());
   EXPECT_EQ(other.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(other.message().find("run as user 0, this one as user 1000"), std::string::npos) << other.message();
+  EXPECT_NE(other.message().find("run as user 0, this one as user 1000"), std::string::npos)
+      << other.message();
   EXPECT_NE(other.message().find("tessera.dev/mps-user"), std::string::npos);
 }
 
 TEST(Mps, AMissingControlProgramIsNamed) {
   auto joined = LocalMps::Join("/nonexistent-tessera-dir", "GPU-x", "no-such-mps-control-program");
   ASSERT_FALSE(joined.ok());
-  EXPECT_NE(joined.status().message().find("no-such-mps-control-program not found"), std::string::npos);
+  EXPECT_NE(joined.status().message().find("no-such-mps-control-program not found"),
+            std::string::npos);
 }
 
 // A socket of `type` bound at `path`, listening unless it is a datagram socket; its fd.

@@ -8,8 +8,8 @@ namespace tessera::hook {
 
 // Charges `bytes` on CUDA device `dev` around `call`, recording the result under `key(table)`.
 template <typename Call, typename Key>
-CUresult ChargedOnDevice(CUdevice dev, std::uint64_t bytes, const char* what, Table table, Call call,
-                         Key key) {
+CUresult ChargedOnDevice(CUdevice dev, std::uint64_t bytes, const char* what, Table table,
+                         Call call, Key key) {
   const DeviceQuota quota = QuotaForDevice(dev);
   if (!quota.limited) return call();
   if (quota.refuse || ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS ||
@@ -43,6 +43,5 @@ CUresult Uncharged(CUdeviceptr key, Table table, Call call) {
   ReleaseBytes(quota, bytes);
   return r;
 }
-
 
 }  // namespace tessera::hook

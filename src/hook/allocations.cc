@@ -4,8 +4,9 @@
 #include <mutex>
 #include <utility>
 
-#include "hook/process_state.h"
 #include "tessera/region.h"
+
+#include "hook/process_state.h"
 
 namespace tessera::hook {
 

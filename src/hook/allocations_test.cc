@@ -1,8 +1,8 @@
 // The allocation tables (state.h RecordAllocation / TakeAllocation): what a free returns. Runs
 // with tessera inactive (no limits in the test process), so no region is touched.
-#include <gtest/gtest.h>
-
 #include <cstdint>
+
+#include <gtest/gtest.h>
 
 #include "hook/state.h"
 

@@ -1,24 +1,24 @@
 // Configuration at load: the limits file (node-mounted, or named by the environment) or, without
 // one, HAMi-core's environment variables; attaching the container's region and claiming a slot.
-#include <fcntl.h>
-#include <pthread.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <mutex>
+#include <pthread.h>
 #include <string>
 #include <string_view>
+#include <unistd.h>
 #include <vector>
 
-#include "hook/process_state.h"
 #include "tessera/limits.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
+
+#include "hook/process_state.h"
 
 extern char** environ;
 
@@ -56,17 +56,16 @@ void Configure(State& s) {
   // The node-mounted limits file, when present, always wins: the environment belongs to the
   // tenant and may only *name* a file where the node mounted none (local `tessera run`).
   const bool node_file = access(std::string(names::kPathLimitsFile).c_str(), F_OK) == 0;
-  const char* limits_path =
-      node_file ? names::kPathLimitsFile.data()
-                : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
+  const char* limits_path = node_file ? names::kPathLimitsFile.data()
+                                      : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
   std::string text;
   errno = 0;
   const bool read = ReadSmallFile(limits_path, &text);
   if (!read && errno != ENOENT) {
     s.mode = Mode::kLimitsFile;
     s.fail_closed = true;  // a limits file we cannot read is not the absence of limits
-    MachineryFailed(s, std::string("cannot read limits file ") + limits_path + ": " +
-                           std::strerror(errno));
+    MachineryFailed(
+        s, std::string("cannot read limits file ") + limits_path + ": " + std::strerror(errno));
     return;
   }
   if (read) {
@@ -74,8 +73,8 @@ void Configure(State& s) {
     auto limits = ParseLimitsFile(text);
     if (!limits.ok()) {
       s.fail_closed = true;  // a corrupt node-written file is an anomaly: do not trust the cap
-      MachineryFailed(s, std::string("limits file ") + limits_path + ": " +
-                             limits.status().message());
+      MachineryFailed(s,
+                      std::string("limits file ") + limits_path + ": " + limits.status().message());
       return;
     }
     s.limits = std::move(limits).value();

@@ -48,7 +48,8 @@ CUresult ChargedInstantiate(CUgraphExec* exec, CUgraph graph, Call call) {
   std::array<DeviceQuota, kMaxGraphDevices> charged{};
   const auto roll_back = [&](int upto) {
     for (int d = 0; d < upto; ++d) {
-      if (charged[static_cast<std::size_t>(d)].limited) ReleaseBytes(charged[static_cast<std::size_t>(d)], bytes[static_cast<std::size_t>(d)]);
+      if (charged[static_cast<std::size_t>(d)].limited)
+        ReleaseBytes(charged[static_cast<std::size_t>(d)], bytes[static_cast<std::size_t>(d)]);
     }
   };
   for (int d = 0; d < kMaxGraphDevices; ++d) {
@@ -69,7 +70,9 @@ CUresult ChargedInstantiate(CUgraphExec* exec, CUgraph graph, Call call) {
   }
   for (int d = 0; d < kMaxGraphDevices; ++d) {
     const DeviceQuota& q = charged[static_cast<std::size_t>(d)];
-    if (q.limited) RecordAllocation(GraphKey(*exec, d), q.region_device, bytes[static_cast<std::size_t>(d)], Table::kHandles);
+    if (q.limited)
+      RecordAllocation(GraphKey(*exec, d), q.region_device, bytes[static_cast<std::size_t>(d)],
+                       Table::kHandles);
   }
   return r;
 }
@@ -95,8 +98,8 @@ CUresult Intercept<CudaHook::cuGraphInstantiateWithParams>(CUgraphExec* exec, CU
 }
 
 template <>
-CUresult Intercept<CudaHook::cuGraphInstantiateWithParams_ptsz>(CUgraphExec* exec, CUgraph graph,
-                                                                CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+CUresult Intercept<CudaHook::cuGraphInstantiateWithParams_ptsz>(
+    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   EnsureInitialized();
   const auto real = Real<CudaHook::cuGraphInstantiateWithParams_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
@@ -139,7 +142,8 @@ CUresult Intercept<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory,
   const auto call = [&] { return real(memory, desc); };
   CUdevice dev = 0;
   const auto get_device = Real<CudaHook::cuCtxGetDevice>();
-  if (desc == nullptr || memory == nullptr || get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) {
+  if (desc == nullptr || memory == nullptr || get_device == nullptr ||
+      get_device(&dev) != CUDA_SUCCESS) {
     return call();
   }
   return ChargedOnDevice(dev, desc->size, "cuImportExternalMemory", Table::kHandles, call, [&] {
@@ -152,8 +156,8 @@ CUresult Intercept<CudaHook::cuDestroyExternalMemory>(CUexternalMemory memory) {
   EnsureInitialized();
   const auto real = Real<CudaHook::cuDestroyExternalMemory>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return Uncharged(static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(memory)), Table::kHandles,
-                   [&] { return real(memory); });
+  return Uncharged(static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(memory)),
+                   Table::kHandles, [&] { return real(memory); });
 }
 
 }  // namespace tessera::hook

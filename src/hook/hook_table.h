@@ -45,9 +45,9 @@ inline constexpr CudaHookRow kCudaHooks[] = {
 template <CudaHook H>
 struct Hook;
 #define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) \
-  template <>                                                            \
-  struct Hook<CudaHook::sym> {                                           \
-    using Fn = decltype(&::sym);                                         \
+  template <>                                                              \
+  struct Hook<CudaHook::sym> {                                             \
+    using Fn = decltype(&::sym);                                           \
   };
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK

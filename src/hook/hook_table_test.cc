@@ -1,7 +1,7 @@
 // The tables generated from cuda_hooks.def and nvml_hooks.def: every row counted and in order,
 // the name lookup the dlsym override uses, the real-pointer -> trampoline table, and what the
 // exported cuGetProcAddress answers for a name, a CUDA version and the per-thread flag.
-#include <gtest/gtest.h>
+#include "hook/hook_table.h"
 
 #include <algorithm>
 #include <array>
@@ -16,7 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "hook/hook_table.h"
+#include <gtest/gtest.h>
+
 #include "hook/name_table.h"
 #include "hook/nvml_table.h"
 #include "hook/state.h"
@@ -88,9 +89,12 @@ std::string_view VariantName(Variant v) {
 
 std::string_view PolicyName(Policy p) {
   switch (p) {
-    case Policy::kPassThrough: return "kPassThrough";
-    case Policy::kEnforce: return "kEnforce";
-    case Policy::kGovern: return "kGovern";
+    case Policy::kPassThrough:
+      return "kPassThrough";
+    case Policy::kEnforce:
+      return "kEnforce";
+    case Policy::kGovern:
+      return "kGovern";
   }
   return "?";
 }
@@ -123,17 +127,17 @@ TEST(HookTableTest, EveryNvmlRowOfTheDefFileIsGeneratedInOrder) {
 
 // The enum, the row array and the trampoline array agree for every row.
 TEST(HookTableTest, EnumRowAndTrampolineOfEverySymbolAgree) {
-#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)                 \
-  EXPECT_EQ(kCudaHooks[static_cast<std::size_t>(CudaHook::sym)].symbol, #sym);            \
-  EXPECT_EQ(kCudaTrampolines[static_cast<std::size_t>(CudaHook::sym)],                     \
-            reinterpret_cast<void*>(&::sym))                                               \
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)     \
+  EXPECT_EQ(kCudaHooks[static_cast<std::size_t>(CudaHook::sym)].symbol, #sym); \
+  EXPECT_EQ(kCudaTrampolines[static_cast<std::size_t>(CudaHook::sym)],         \
+            reinterpret_cast<void*>(&::sym))                                   \
       << #sym;
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK
-#define TESSERA_NVML_HOOK(sym, policy, params, args)                                        \
-  EXPECT_EQ(kNvmlHooks[static_cast<std::size_t>(NvmlHook::sym)].symbol, #sym);            \
-  EXPECT_EQ(kNvmlTrampolines[static_cast<std::size_t>(NvmlHook::sym)],                     \
-            reinterpret_cast<void*>(&::sym))                                               \
+#define TESSERA_NVML_HOOK(sym, policy, params, args)                           \
+  EXPECT_EQ(kNvmlHooks[static_cast<std::size_t>(NvmlHook::sym)].symbol, #sym); \
+  EXPECT_EQ(kNvmlTrampolines[static_cast<std::size_t>(NvmlHook::sym)],         \
+            reinterpret_cast<void*>(&::sym))                                   \
       << #sym;
 #include "hook/nvml_hooks.def"
 #undef TESSERA_NVML_HOOK
@@ -249,8 +253,8 @@ CUresult FakeDriverLookup(const char* symbol, void** pfn, int cuda_version, cuui
   }
   if (best < 0) {
     if (status != nullptr) {
-      *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
-                      : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      *status =
+          known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
     return CUDA_ERROR_NOT_FOUND;
   }

@@ -35,15 +35,15 @@ inline CUresult Intercept(Args... args) {
 // Governed_<symbol> (launch_hooks.cc), which has the same parameters.
 #define TESSERA_FAST_kPassThrough(sym, params, args)
 #define TESSERA_FAST_kEnforce(sym, params, args)
-#define TESSERA_FAST_kGovern(sym, params, args)                                   \
-  CUresult Governed_##sym params;                                                 \
-  template <>                                                                     \
-  inline CUresult Intercept<CudaHook::sym> params {                               \
-    EnsureInitialized();                                                          \
-    const auto real = Real<CudaHook::sym>();                                      \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                             \
-    if (__builtin_expect(GovernedRegion() == nullptr, 1)) return real args;       \
-    return Governed_##sym args;                                                   \
+#define TESSERA_FAST_kGovern(sym, params, args)                             \
+  CUresult Governed_##sym params;                                           \
+  template <>                                                               \
+  inline CUresult Intercept<CudaHook::sym> params {                         \
+    EnsureInitialized();                                                    \
+    const auto real = Real<CudaHook::sym>();                                \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                       \
+    if (__builtin_expect(GovernedRegion() == nullptr, 1)) return real args; \
+    return Governed_##sym args;                                             \
   }
 #define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) \
   TESSERA_FAST_##policy(sym, params, args)

@@ -9,14 +9,12 @@
 //      is in flight.
 // Launches into a stream being captured are not launches (they become graph nodes) and pass.
 // Any failure of this machinery lets the launch through and is counted (fail-open).
-#include <time.h>
-
-#include <pthread.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <pthread.h>
+#include <time.h>
 
 #include "governor/fences.h"
 #include "hook/intercept.h"
@@ -39,23 +37,28 @@ class CudaEvents final : public governor::EventApi {
     return create != nullptr && create(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? e : nullptr;
   }
   void Destroy(void* event) override {
-    if (const auto destroy = Real<CudaHook::cuEventDestroy_v2>()) destroy(static_cast<CUevent>(event));
+    if (const auto destroy = Real<CudaHook::cuEventDestroy_v2>())
+      destroy(static_cast<CUevent>(event));
   }
   bool Record(void* event, void* stream) override {
     const auto record = Real<CudaHook::cuEventRecord>();
-    return record != nullptr && record(static_cast<CUevent>(event), static_cast<CUstream>(stream)) == CUDA_SUCCESS;
+    return record != nullptr &&
+           record(static_cast<CUevent>(event), static_cast<CUstream>(stream)) == CUDA_SUCCESS;
   }
   State Query(void* event) override {
     const auto query = Real<CudaHook::cuEventQuery>();
     if (query == nullptr) return State::kError;
     const CUresult r = query(static_cast<CUevent>(event));
-    return r == CUDA_SUCCESS ? State::kDone : r == CUDA_ERROR_NOT_READY ? State::kPending : State::kError;
+    return r == CUDA_SUCCESS           ? State::kDone
+           : r == CUDA_ERROR_NOT_READY ? State::kPending
+                                       : State::kError;
   }
   bool ElapsedNs(void* from, void* to, std::uint64_t* ns) override {
     auto elapsed = Real<CudaHook::cuEventElapsedTime>();
     if (elapsed == nullptr) elapsed = Real<CudaHook::cuEventElapsedTime_v2>();
     float ms = 0;
-    if (elapsed == nullptr || elapsed(&ms, static_cast<CUevent>(from), static_cast<CUevent>(to)) != CUDA_SUCCESS) {
+    if (elapsed == nullptr ||
+        elapsed(&ms, static_cast<CUevent>(from), static_cast<CUevent>(to)) != CUDA_SUCCESS) {
       return false;
     }
     *ns = ms > 0 ? static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6) : 0;
@@ -101,7 +104,8 @@ bool Stale(const shm::Compute& c, std::uint64_t now) {
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream of the context is
 // captured — it counts as captured: nothing of ours may go into it.
 bool Capturing(CUstream stream, bool per_thread) {
-  const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>() : Real<CudaHook::cuStreamIsCapturing>();
+  const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>()
+                                       : Real<CudaHook::cuStreamIsCapturing>();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   if (is_capturing == nullptr) return false;
   if (is_capturing(stream, &status) != CUDA_SUCCESS) return true;
@@ -133,7 +137,8 @@ class RelaxedCapture {
 // The stream a fence must be recorded on: a per-thread launch on the default stream means the
 // calling thread's stream, which the legacy cuEventRecord names CU_STREAM_PER_THREAD.
 void* StreamKey(CUstream stream, bool per_thread) {
-  return per_thread && stream == nullptr ? static_cast<void*>(CU_STREAM_PER_THREAD) : static_cast<void*>(stream);
+  return per_thread && stream == nullptr ? static_cast<void*>(CU_STREAM_PER_THREAD)
+                                         : static_cast<void*>(stream);
 }
 
 // Adds the watcher's findings to the region and counts the tracker's new failures.
@@ -149,7 +154,8 @@ void Publish(DeviceGovernor& d, shm::Compute& c, std::uint64_t busy, std::uint64
 // Whether the watcher thread may record a fence on an application stream: not on a per-thread
 // default stream (that name means the watcher's own), not into a capture.
 bool MayRecordFromWatcher(void* stream) {
-  return stream != static_cast<void*>(CU_STREAM_PER_THREAD) && !Capturing(static_cast<CUstream>(stream), false);
+  return stream != static_cast<void*>(CU_STREAM_PER_THREAD) &&
+         !Capturing(static_cast<CUstream>(stream), false);
 }
 
 void* WatcherMain(Governor* g, shm::Region* region);
@@ -232,7 +238,8 @@ bool WaitAtGate(shm::Compute& c) {
     c.waiting_ns.store(now, std::memory_order_relaxed);
     SleepNs(kGatePollNs);
     const std::uint64_t later = NowNs();
-    (priority ? c.priority_held_ns : c.throttled_ns).fetch_add(later - now, std::memory_order_relaxed);
+    (priority ? c.priority_held_ns : c.throttled_ns)
+        .fetch_add(later - now, std::memory_order_relaxed);
     now = later;
     gate = GateOf(c);
   }
@@ -254,7 +261,8 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   Governor& g = *g_governor;
   CUdevice dev = 0;
   DeviceQuota quota;
-  if (g.disabled || QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return launch();
+  if (g.disabled || QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0)
+    return launch();
   shm::Compute& c = region->compute[quota.region_device];
   if (GateOf(c) == shm::Gate::kFree || Capturing(stream, per_thread)) return launch();
   if (Stale(c, NowNs())) {
@@ -277,9 +285,11 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     const std::uint64_t started = now;
     while (waiting.tracker.OverDepth(depth_ns, now)) {
       // Normal: a few times the pending work's expected length (a 100 ms kernel is waited for).
-      const std::uint64_t patience = std::max(kMaxDepthWaitNs, 4 * waiting.tracker.LongestPendingEstimateNs());
+      const std::uint64_t patience =
+          std::max(kMaxDepthWaitNs, 4 * waiting.tracker.LongestPendingEstimateNs());
       if (now - started > patience) {
-        CountMachineryError("work in flight did not complete in time; a launch went past the depth");
+        CountMachineryError(
+            "work in flight did not complete in time; a launch went past the depth");
         break;
       }
       waiting.tracker.FenceAll(now, MayRecordFromCaller);
@@ -359,19 +369,20 @@ void ResetGovernorAfterFork() { g_governor = new Governor(); }
 void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, false); }
 
 // The governed path of each launch (the fast path is inline in intercept.h).
-#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)        \
-  CUresult Governed_##hook params {                                             \
-    const auto real = Real<CudaHook::hook>();                                   \
-    shm::Region* region = GovernedRegion();                                     \
-    if (region == nullptr) return real args;                                    \
-    return Governed(region, stream, per_thread, [&] { return real args; });     \
+#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)     \
+  CUresult Governed_##hook params {                                         \
+    const auto real = Real<CudaHook::hook>();                               \
+    shm::Region* region = GovernedRegion();                                 \
+    if (region == nullptr) return real args;                                \
+    return Governed(region, stream, per_thread, [&] { return real args; }); \
   }
-#define TESSERA_KERNEL_PARAMS                                                                    \
-  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
-   unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params, void** extra)
-#define TESSERA_COOPERATIVE_PARAMS                                                               \
-  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
-   unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params)
+#define TESSERA_KERNEL_PARAMS                                                                   \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,            \
+   unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params, \
+   void** extra)
+#define TESSERA_COOPERATIVE_PARAMS                                                   \
+  (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
+   unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params)
 TESSERA_GOVERNED_LAUNCH(cuLaunchKernel, false, stream, TESSERA_KERNEL_PARAMS,
                         (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra))
 TESSERA_GOVERNED_LAUNCH(cuLaunchKernel_ptsz, true, stream, TESSERA_KERNEL_PARAMS,
@@ -383,23 +394,26 @@ TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel_ptsz, true, stream, TESSERA_CO
 TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx, false, (config != nullptr ? config->hStream : nullptr),
                         (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
                         (config, f, params, extra))
-TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx_ptsz, true, (config != nullptr ? config->hStream : nullptr),
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx_ptsz, true,
+                        (config != nullptr ? config->hStream : nullptr),
                         (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
                         (config, f, params, extra))
-TESSERA_GOVERNED_LAUNCH(cuGraphLaunch, false, stream, (CUgraphExec exec, CUstream stream), (exec, stream))
-TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, (CUgraphExec exec, CUstream stream), (exec, stream))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch, false, stream, (CUgraphExec exec, CUstream stream),
+                        (exec, stream))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, (CUgraphExec exec, CUstream stream),
+                        (exec, stream))
 #undef TESSERA_GOVERNED_LAUNCH
 #undef TESSERA_KERNEL_PARAMS
 #undef TESSERA_COOPERATIVE_PARAMS
 
 #define TESSERA_FENCED_WAIT(hook, stream, per_thread, all, params, args) \
-  template <>                                                           \
-  CUresult Intercept<CudaHook::hook> params {                           \
-    EnsureInitialized();                                                \
-    const auto real = Real<CudaHook::hook>();                           \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                   \
-    FenceBeforeWait(stream, per_thread, all);                           \
-    return real args;                                                   \
+  template <>                                                            \
+  CUresult Intercept<CudaHook::hook> params {                            \
+    EnsureInitialized();                                                 \
+    const auto real = Real<CudaHook::hook>();                            \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                    \
+    FenceBeforeWait(stream, per_thread, all);                            \
+    return real args;                                                    \
   }
 TESSERA_FENCED_WAIT(cuStreamSynchronize, stream, false, false, (CUstream stream), (stream))
 TESSERA_FENCED_WAIT(cuStreamSynchronize_ptsz, stream, true, false, (CUstream stream), (stream))

@@ -14,8 +14,8 @@ std::uint64_t RoundUp(std::uint64_t v, std::uint64_t to) { return (v + to - 1) /
 
 // Real<H>() or CUDA_ERROR_NOT_FOUND when the driver lacks the entry point (our export exists
 // even where the driver's does not).
-#define TESSERA_REAL_OR_RETURN(var, hook)              \
-  const auto var = Real<CudaHook::hook>();             \
+#define TESSERA_REAL_OR_RETURN(var, hook)  \
+  const auto var = Real<CudaHook::hook>(); \
   if (var == nullptr) return CUDA_ERROR_NOT_FOUND
 
 // Allocation on the current context's device, charged `bytes`, tracked for the matching free.
@@ -67,7 +67,8 @@ CUresult Intercept<CudaHook::cuMemAllocManaged>(CUdeviceptr* dptr, size_t bytes,
                                                 unsigned int flags) {
   EnsureInitialized();
   TESSERA_REAL_OR_RETURN(real, cuMemAllocManaged);
-  return ChargedAllocation(bytes, "cuMemAllocManaged", dptr, [&] { return real(dptr, bytes, flags); });
+  return ChargedAllocation(bytes, "cuMemAllocManaged", dptr,
+                           [&] { return real(dptr, bytes, flags); });
 }
 
 template <>
@@ -200,7 +201,8 @@ CUresult Intercept<CudaHook::cuDevicePrimaryCtxRetain>(CUcontext* ctx, CUdevice 
 
 template <>
 CUresult Intercept<CudaHook::cuMemCreate>(CUmemGenericAllocationHandle* handle, size_t size,
-                                          const CUmemAllocationProp* prop, unsigned long long flags) {
+                                          const CUmemAllocationProp* prop,
+                                          unsigned long long flags) {
   EnsureInitialized();
   TESSERA_REAL_OR_RETURN(real, cuMemCreate);
   const auto call = [&] { return real(handle, size, prop, flags); };
@@ -232,12 +234,14 @@ CUresult Intercept<CudaHook::cuArrayCreate_v2>(CUarray* array, const CUDA_ARRAY_
   TESSERA_REAL_OR_RETURN(real, cuArrayCreate_v2);
   const auto call = [&] { return real(array, desc); };
   if (desc == nullptr || array == nullptr) return call();
-  return ChargedOnCurrentDevice(ArrayBytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels),
-                                "cuArrayCreate", call, [&] { return KeyOf(*array); });
+  return ChargedOnCurrentDevice(
+      ArrayBytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels), "cuArrayCreate",
+      call, [&] { return KeyOf(*array); });
 }
 
 template <>
-CUresult Intercept<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+CUresult Intercept<CudaHook::cuArray3DCreate_v2>(CUarray* array,
+                                                 const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   EnsureInitialized();
   TESSERA_REAL_OR_RETURN(real, cuArray3DCreate_v2);
   const auto call = [&] { return real(array, desc); };
@@ -271,7 +275,8 @@ CUresult Intercept<CudaHook::cuMipmappedArrayCreate>(CUmipmappedArray* array,
     h = h == 0 ? 0 : std::max<std::uint64_t>(h / 2, 1);
     d = d == 0 ? 0 : std::max<std::uint64_t>(d / 2, 1);
   }
-  return ChargedOnCurrentDevice(bytes, "cuMipmappedArrayCreate", call, [&] { return KeyOf(*array); });
+  return ChargedOnCurrentDevice(bytes, "cuMipmappedArrayCreate", call,
+                                [&] { return KeyOf(*array); });
 }
 
 template <>

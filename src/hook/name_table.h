@@ -20,7 +20,8 @@ constexpr std::uint32_t Fnv1a(std::string_view s) {
 
 // Slot -> row index + 1 (0 = empty). kSize must be a power of two above twice the rows.
 template <std::size_t kSize, std::size_t kRows>
-constexpr std::array<std::uint16_t, kSize> BuildNameTable(const std::array<std::string_view, kRows>& names) {
+constexpr std::array<std::uint16_t, kSize> BuildNameTable(
+    const std::array<std::string_view, kRows>& names) {
   static_assert((kSize & (kSize - 1)) == 0 && kRows * 2 <= kSize, "grow the name table");
   std::array<std::uint16_t, kSize> table{};
   for (std::size_t i = 0; i < kRows; ++i) {

@@ -1,10 +1,9 @@
 // NVML interception: trampolines for every row of nvml_hooks.def (pass-through by default) and
 // the memory views: inside a capped container, NVML reports the cap as the device's total and
 // the container's usage as used (nvidia-smi, PyTorch's OOM message, monitoring agents).
-#include <dlfcn.h>
-
 #include <atomic>
 #include <cstring>
+#include <dlfcn.h>
 #include <mutex>
 #include <string>
 
@@ -65,7 +64,8 @@ bool ViewOf(nvmlDevice_t device, std::uint64_t* limit, std::uint64_t* used) {
 }
 
 template <>
-nvmlReturn_t NvmlIntercept<NvmlHook::nvmlDeviceGetMemoryInfo>(nvmlDevice_t device, nvmlMemory_t* memory) {
+nvmlReturn_t NvmlIntercept<NvmlHook::nvmlDeviceGetMemoryInfo>(nvmlDevice_t device,
+                                                              nvmlMemory_t* memory) {
   EnsureNvml();
   const auto real = RealNvml<NvmlHook::nvmlDeviceGetMemoryInfo>();
   if (real == nullptr) return NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -127,9 +127,9 @@ NvmlHook FindNvmlHookByName(std::string_view name) {
 
 }  // namespace tessera::hook
 
-#define TESSERA_NVML_HOOK(sym, policy, params, args)                                   \
-  extern "C" TESSERA_EXPORT nvmlReturn_t sym params {                                  \
-    return ::tessera::hook::NvmlIntercept<::tessera::hook::NvmlHook::sym> args;        \
+#define TESSERA_NVML_HOOK(sym, policy, params, args)                            \
+  extern "C" TESSERA_EXPORT nvmlReturn_t sym params {                           \
+    return ::tessera::hook::NvmlIntercept<::tessera::hook::NvmlHook::sym> args; \
   }
 #include "hook/nvml_hooks.def"
 #undef TESSERA_NVML_HOOK

@@ -6,8 +6,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "hook/hook_table.h"
 #include "tessera/nvml_api.h"
+
+#include "hook/hook_table.h"
 
 namespace tessera::hook {
 

@@ -33,7 +33,8 @@ Pools& P() {
 std::uint64_t Reserved(CUmemoryPool pool) {
   cuuint64_t reserved = 0;
   const auto get = Real<CudaHook::cuMemPoolGetAttribute>();
-  if (get == nullptr || get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) {
+  if (get == nullptr ||
+      get(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS) {
     return 0;
   }
   return reserved;
@@ -42,7 +43,8 @@ std::uint64_t Reserved(CUmemoryPool pool) {
 // Brings the pool's charge to its reserved memory, counting `tentative` bytes already reserved
 // for it by the caller. False if growing the charge was refused (the charge is unchanged then,
 // and the tentative bytes are still the caller's).
-bool SettleLocked(CUmemoryPool pool, const DeviceQuota& quota, CUdevice dev, std::uint64_t tentative) {
+bool SettleLocked(CUmemoryPool pool, const DeviceQuota& quota, CUdevice dev,
+                  std::uint64_t tentative) {
   PoolCharge& c = P().charges[pool];
   c.region_device = quota.region_device;
   c.device = dev;
@@ -121,7 +123,8 @@ CUresult AllocAsync(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool, C
   }
   const DeviceQuota quota = QuotaForDevice(dev);
   if (!quota.limited) return call();
-  if (quota.refuse || ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (quota.refuse || ChargeContextOnce(dev, nullptr) != CUDA_SUCCESS)
+    return CUDA_ERROR_OUT_OF_MEMORY;
   if (!ReserveBytes(quota, bytes, "cuMemAllocAsync").ok() &&
       !(TrimPoolsForRetry() && ReserveBytes(quota, bytes, "cuMemAllocAsync").ok())) {
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -153,11 +156,13 @@ CUresult Intercept<CudaHook::cuMemAllocAsync>(CUdeviceptr* dptr, size_t bytes, C
 }
 
 template <>
-CUresult Intercept<CudaHook::cuMemAllocAsync_ptsz>(CUdeviceptr* dptr, size_t bytes, CUstream stream) {
+CUresult Intercept<CudaHook::cuMemAllocAsync_ptsz>(CUdeviceptr* dptr, size_t bytes,
+                                                   CUstream stream) {
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, nullptr, stream, Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
+  return AllocAsync(dptr, bytes, nullptr, stream,
+                    Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
                     [&] { return real(dptr, bytes, stream); });
 }
 
@@ -177,7 +182,8 @@ CUresult Intercept<CudaHook::cuMemAllocFromPoolAsync_ptsz>(CUdeviceptr* dptr, si
   EnsureInitialized();
   const auto real = Real<CudaHook::cuMemAllocFromPoolAsync_ptsz>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
-  return AllocAsync(dptr, bytes, pool, stream, Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
+  return AllocAsync(dptr, bytes, pool, stream,
+                    Capturing<CudaHook::cuStreamIsCapturing_ptsz>(stream),
                     [&] { return real(dptr, bytes, pool, stream); });
 }
 

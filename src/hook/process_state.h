@@ -15,11 +15,12 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tessera/limits.h"
+#include "tessera/region.h"
+
 #include "hook/hook_table.h"
 #include "hook/quota.h"
 #include "hook/state.h"
-#include "tessera/limits.h"
-#include "tessera/region.h"
 
 namespace tessera::hook {
 
@@ -47,9 +48,12 @@ struct State {
   AllocationMap* streams = new AllocationMap();
   AllocationMap* TableOf(Table table) {
     switch (table) {
-      case Table::kPointers: return allocations;
-      case Table::kHandles: return handles;
-      case Table::kStreams: return streams;
+      case Table::kPointers:
+        return allocations;
+      case Table::kHandles:
+        return handles;
+      case Table::kStreams:
+        return streams;
     }
     return handles;
   }

@@ -2,17 +2,17 @@
 // releasing against the region; the per-process context and per-stream charges; the NVML view.
 #include "hook/quota.h"
 
-#include <unistd.h>
-
 #include <cstdint>
 #include <string>
+#include <unistd.h>
 
-#include "hook/hook_table.h"
-#include "hook/process_state.h"
 #include "tessera/limits.h"
 #include "tessera/log.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
+
+#include "hook/hook_table.h"
+#include "hook/process_state.h"
 
 namespace tessera::hook {
 
@@ -119,7 +119,8 @@ CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev) {
 Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what) {
   State& s = S();
   if (quota.refuse) {
-    TESSERA_LOG(kWarn, kHook, "out of memory: %s of %llu bytes refused (device not entitled, or "
+    TESSERA_LOG(kWarn, kHook,
+                "out of memory: %s of %llu bytes refused (device not entitled, or "
                 "tessera's accounting is unavailable under fail-closed) pid %d",
                 what, static_cast<unsigned long long>(bytes), static_cast<int>(getpid()));
     return ResourceExhaustedError("refused");

@@ -7,15 +7,16 @@
 #include <atomic>
 #include <cstdint>
 
-#include "hook/state.h"
 #include "tessera/limits.h"
+
+#include "hook/state.h"
 
 namespace tessera::hook {
 
 enum class Mode : std::uint8_t {
-  kInactive,     // no limits file, no HAMi variables: everything passes through
-  kLimitsFile,   // node-written limits (authoritative)
-  kHamiEnv,      // HAMi-core's environment contract (weaker trust)
+  kInactive,    // no limits file, no HAMi variables: everything passes through
+  kLimitsFile,  // node-written limits (authoritative)
+  kHamiEnv,     // HAMi-core's environment contract (weaker trust)
 };
 
 // A CUDA ordinal's region device index is >= 0, -1 when no tessera limit applies to it, or:

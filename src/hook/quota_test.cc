@@ -3,10 +3,10 @@
 // device's cap comes from.
 #include "hook/quota.h"
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <cstdint>
+
+#include <gtest/gtest.h>
 
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
@@ -160,16 +160,16 @@ TEST(ConfiguredCapTest, LimitsFileCapsByUuid) {
   const Limits limits = TwoDeviceLimits();
   HamiLimits hami;
   hami.all_devices_bytes = 9 * kGiB;  // not consulted outside HAMi mode
-  EXPECT_EQ(ConfiguredCap(Mode::kLimitsFile, limits, hami,
-                          "GPU-11111111-2222-3333-4444-555555555555", 7),
-            4 * kGiB);
-  EXPECT_EQ(ConfiguredCap(Mode::kLimitsFile, limits, hami,
-                          "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", 0),
-            1 * kGiB);
+  EXPECT_EQ(
+      ConfiguredCap(Mode::kLimitsFile, limits, hami, "GPU-11111111-2222-3333-4444-555555555555", 7),
+      4 * kGiB);
+  EXPECT_EQ(
+      ConfiguredCap(Mode::kLimitsFile, limits, hami, "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", 0),
+      1 * kGiB);
   // A device the limits file does not name has no memory.
-  EXPECT_EQ(ConfiguredCap(Mode::kLimitsFile, limits, hami,
-                          "GPU-99999999-2222-3333-4444-555555555555", 0),
-            0u);
+  EXPECT_EQ(
+      ConfiguredCap(Mode::kLimitsFile, limits, hami, "GPU-99999999-2222-3333-4444-555555555555", 0),
+      0u);
   EXPECT_EQ(ConfiguredCap(Mode::kLimitsFile, limits, hami, "GPU-11111111", 0), 0u);
 }
 
@@ -180,9 +180,9 @@ TEST(ConfiguredCapTest, HamiCapsByCudaIndex) {
   // Without CUDA_DEVICE_MEMORY_LIMIT only the named index is capped.
   EXPECT_EQ(ConfiguredCap(Mode::kHamiEnv, limits, hami, "", 1), 2 * kGiB);
   EXPECT_EQ(ConfiguredCap(Mode::kHamiEnv, limits, hami, "", 0), kMaxQuantity);
-  EXPECT_EQ(ConfiguredCap(Mode::kHamiEnv, limits, hami,
-                          "GPU-11111111-2222-3333-4444-555555555555", 0),
-            kMaxQuantity);
+  EXPECT_EQ(
+      ConfiguredCap(Mode::kHamiEnv, limits, hami, "GPU-11111111-2222-3333-4444-555555555555", 0),
+      kMaxQuantity);
   // With it, the other indices get the all-devices cap; an index's own variable wins.
   hami.all_devices_bytes = 8 * kGiB;
   EXPECT_EQ(ConfiguredCap(Mode::kHamiEnv, limits, hami, "", 0), 8 * kGiB);

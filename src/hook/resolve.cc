@@ -1,16 +1,16 @@
 // Symbol resolution: glibc's own dlsym, and the first intercepted call's resolution of the real
 // driver functions (every row of cuda_hooks.def) from libcuda.so.1.
-#include <dlfcn.h>
-#include <sched.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <dlfcn.h>
+#include <sched.h>
 #include <string>
+
+#include "tessera/log.h"
 
 #include "hook/hook_table.h"
 #include "hook/process_state.h"
-#include "tessera/log.h"
 
 namespace tessera::hook {
 

@@ -1,18 +1,18 @@
 // This process's slot in the container's region: claimed at load, re-claimed by a fork child,
 // released at unload; the compute region the launch path tests; the region's process list.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <mutex>
+#include <unistd.h>
 #include <vector>
 
-#include "hook/process_state.h"
 #include "tessera/log.h"
 #include "tessera/region.h"
+
+#include "hook/process_state.h"
 
 namespace tessera::hook {
 

@@ -2,16 +2,16 @@
 // state.h are implemented by concern: see process_state.h.
 #include "hook/state.h"
 
-#include <time.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <time.h>
+
+#include "tessera/log.h"
 
 #include "hook/hook_table.h"
 #include "hook/process_state.h"
-#include "tessera/log.h"
 
 namespace tessera::hook {
 

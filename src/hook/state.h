@@ -10,9 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "hook/cuda_api.h"
 #include "tessera/shm_layout.h"
 #include "tessera/status.h"
+
+#include "hook/cuda_api.h"
 
 namespace tessera::hook {
 
@@ -30,8 +31,8 @@ inline void EnsureInitialized() {
 
 // What an enforcing hook learns about the device of the current context.
 struct DeviceQuota {
-  bool limited = false;      // false: no tessera limit applies (pass through)
-  bool refuse = false;       // machinery failed under fail-closed, or device not entitled
+  bool limited = false;  // false: no tessera limit applies (pass through)
+  bool refuse = false;   // machinery failed under fail-closed, or device not entitled
   int region_device = -1;
   std::uint64_t limit_bytes = 0;
 };
@@ -84,7 +85,8 @@ extern shm::Region* g_compute_region;    // set once a node-written limits file'
 extern std::uint32_t g_compute_devices;  // 0 while no such region applies
 inline shm::Region* GovernedRegion() {
   for (std::uint32_t d = 0; d < g_compute_devices; ++d) {
-    if (g_compute_region->compute[d].gate.load(std::memory_order_relaxed) != 0) return g_compute_region;
+    if (g_compute_region->compute[d].gate.load(std::memory_order_relaxed) != 0)
+      return g_compute_region;
   }
   return nullptr;
 }

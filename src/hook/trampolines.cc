@@ -67,12 +67,12 @@ void* TrampolineForReal(void* real) {
 
 // Exported trampolines. No noexcept: cuda.h declares them without it (the library is built
 // -fno-exceptions).
-#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)            \
-  extern "C" TESSERA_EXPORT CUresult sym params {                                     \
-    if (__builtin_expect(::tessera::hook::g_stats_enabled, 0)) {                      \
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)                  \
+  extern "C" TESSERA_EXPORT CUresult sym params {                                           \
+    if (__builtin_expect(::tessera::hook::g_stats_enabled, 0)) {                            \
       ::tessera::hook::CountCall(static_cast<std::size_t>(::tessera::hook::CudaHook::sym)); \
-    }                                                                                 \
-    return ::tessera::hook::Intercept<::tessera::hook::CudaHook::sym> args;           \
+    }                                                                                       \
+    return ::tessera::hook::Intercept<::tessera::hook::CudaHook::sym> args;                 \
   }
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK

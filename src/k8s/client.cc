@@ -5,13 +5,14 @@
 #include <atomic>
 #include <charconv>
 #include <condition_variable>
-#include <httplib.h>
 #include <mutex>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 #include <signal.h>
 #include <thread>
 #include <utility>
+
+#include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "k8s/backoff.h"
 #include "k8s/openssl.h"

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <fstream>
 #include <future>
-#include <gtest/gtest.h>
 #include <mutex>
 #include <netinet/in.h>
 #include <poll.h>
@@ -14,6 +13,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"

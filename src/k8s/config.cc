@@ -1,5 +1,4 @@
 #include "k8s/config.h"
-#include "tessera/file.h"
 
 #include <array>
 #include <cstdlib>
@@ -8,7 +7,10 @@
 #include <optional>
 #include <sstream>
 #include <utility>
+
 #include <yaml-cpp/yaml.h>
+
+#include "tessera/file.h"
 
 namespace tessera::k8s {
 namespace {

@@ -2,9 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"

@@ -1,7 +1,8 @@
 #include "k8s/errors.h"
 
-#include <gtest/gtest.h>
 #include <string>
+
+#include <gtest/gtest.h>
 
 namespace tessera::k8s {
 namespace {

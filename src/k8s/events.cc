@@ -2,8 +2,9 @@
 
 #include <ctime>
 
-#include "k8s/paths.h"
 #include "tessera/log.h"
+
+#include "k8s/paths.h"
 
 namespace tessera::k8s {
 namespace {
@@ -20,7 +21,8 @@ std::string Rfc3339(std::chrono::system_clock::time_point t) {
 }  // namespace
 
 Json WarningEvent(const Json& involved, std::string_view reason, std::string_view message,
-                  std::string_view component, std::string_view host, std::chrono::system_clock::time_point now) {
+                  std::string_view component, std::string_view host,
+                  std::chrono::system_clock::time_point now) {
   const std::string ns = involved.value("namespace", "default"), name = involved.value("name", "");
   const std::string stamp = Rfc3339(now);
   Json source = {{"component", std::string(component)}};
@@ -40,8 +42,12 @@ Json WarningEvent(const Json& involved, std::string_view reason, std::string_vie
           {"count", 1}};
 }
 
-EventRecorder::EventRecorder(Client& client, std::string component, std::string host, std::size_t queue_limit)
-    : client_(client), component_(std::move(component)), host_(std::move(host)), limit_(queue_limit) {
+EventRecorder::EventRecorder(Client& client, std::string component, std::string host,
+                             std::size_t queue_limit)
+    : client_(client),
+      component_(std::move(component)),
+      host_(std::move(host)),
+      limit_(queue_limit) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -62,7 +68,8 @@ bool EventRecorder::Warn(const Json& involved, std::string_view reason, std::str
       ++dropped_;
       return false;
     }
-    queue_.push_back(WarningEvent(involved, reason, message, component_, host_, std::chrono::system_clock::now()));
+    queue_.push_back(WarningEvent(involved, reason, message, component_, host_,
+                                  std::chrono::system_clock::now()));
   }
   cv_.notify_one();
   return true;
@@ -88,7 +95,8 @@ void EventRecorder::Run() {
   while (true) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stopping, nothing left
-    if (stop_ && std::chrono::steady_clock::now() > stop_deadline_) {  // a shutdown does not wait on the API
+    if (stop_ &&
+        std::chrono::steady_clock::now() > stop_deadline_) {  // a shutdown does not wait on the API
       dropped_ += queue_.size();
       queue_.clear();
       break;
@@ -100,8 +108,8 @@ void EventRecorder::Run() {
     const std::string ns = event["metadata"].value("namespace", "default");
     auto r = client_.Create(EventsPath(ns), event);
     if (!r.ok()) {
-      TESSERA_LOG(kWarn, kK8s, "posting a %s Event in %s: %s", event.value("reason", "").c_str(), ns.c_str(),
-                  r.status().ToString().c_str());
+      TESSERA_LOG(kWarn, kK8s, "posting a %s Event in %s: %s", event.value("reason", "").c_str(),
+                  ns.c_str(), r.status().ToString().c_str());
     }
     lock.lock();
     busy_ = false;

@@ -19,7 +19,8 @@ namespace tessera::k8s {
 class EventRecorder {
  public:
   // `component`: source.component (tessera-node, tessera-scheduler); `host`: source.host.
-  EventRecorder(Client& client, std::string component, std::string host, std::size_t queue_limit = 256);
+  EventRecorder(Client& client, std::string component, std::string host,
+                std::size_t queue_limit = 256);
   ~EventRecorder();  // posts what is queued for up to 3 s (plus one post in flight), drops the rest
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;
@@ -48,6 +49,7 @@ class EventRecorder {
 
 // The Event object (exposed for tests).
 Json WarningEvent(const Json& involved, std::string_view reason, std::string_view message,
-                  std::string_view component, std::string_view host, std::chrono::system_clock::time_point now);
+                  std::string_view component, std::string_view host,
+                  std::chrono::system_clock::time_point now);
 
 }  // namespace tessera::k8s

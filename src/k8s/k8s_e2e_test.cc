@@ -7,10 +7,11 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
-#include <gtest/gtest.h>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "e2e/testcluster.h"
 #include "k8s/client.h"

@@ -10,18 +10,16 @@ namespace tessera::k8s::testing {
 
 StatusOr<Pki> MakePki(const std::string& cn, const std::string& server_names) {
   TESSERA_ASSIGN_OR_RETURN(CertifiedKey ca, MintCa(cn, /*days=*/1));
-  TESSERA_ASSIGN_OR_RETURN(CertifiedKey server,
-                           MintLeaf(ca, {.common_name = "127.0.0.1",
-                                         .organization = "",
-                                         .usage = CertUsage::kServer,
-                                         .subject_alt_names = server_names,
-                                         .days = 1}));
-  TESSERA_ASSIGN_OR_RETURN(CertifiedKey client,
-                           MintLeaf(ca, {.common_name = "tessera-test",
-                                         .organization = "system:masters",
-                                         .usage = CertUsage::kClient,
-                                         .subject_alt_names = "",
-                                         .days = 1}));
+  TESSERA_ASSIGN_OR_RETURN(CertifiedKey server, MintLeaf(ca, {.common_name = "127.0.0.1",
+                                                              .organization = "",
+                                                              .usage = CertUsage::kServer,
+                                                              .subject_alt_names = server_names,
+                                                              .days = 1}));
+  TESSERA_ASSIGN_OR_RETURN(CertifiedKey client, MintLeaf(ca, {.common_name = "tessera-test",
+                                                              .organization = "system:masters",
+                                                              .usage = CertUsage::kClient,
+                                                              .subject_alt_names = "",
+                                                              .days = 1}));
   Pki pki;
   TESSERA_ASSIGN_OR_RETURN(pki.ca_pem, CertificatePem(ca.cert.get()));
   TESSERA_ASSIGN_OR_RETURN(pki.server_cert_pem, CertificatePem(server.cert.get()));

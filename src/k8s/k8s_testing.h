@@ -7,11 +7,12 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <httplib.h>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <httplib.h>
 
 #include "tessera/status.h"
 

@@ -16,12 +16,11 @@
 namespace tessera::k8s {
 namespace {
 
-using std::chrono::duration_cast;
 using k8s::IntAt;
 using k8s::StringAt;
+using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using std::chrono::nanoseconds;
-
 
 const Json& Spec(const Json& lease) {
   static const Json kEmpty = Json::object();

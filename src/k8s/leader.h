@@ -116,7 +116,7 @@ class LeaderElector {
 
   // The Run() thread's own state.
   bool leading_ = false;
-  std::string observed_version_;            // resourceVersion, holder and renewTime last seen
+  std::string observed_version_;      // resourceVersion, holder and renewTime last seen
   Clock::TimePoint observed_time_{};  // when they last changed
   std::chrono::seconds observed_duration_{0};
   std::string reported_leader_;

@@ -4,13 +4,14 @@
 #include "k8s/leader.h"
 
 #include <condition_variable>
-#include <gtest/gtest.h>
 #include <mutex>
 #include <optional>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"

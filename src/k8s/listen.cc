@@ -1,11 +1,10 @@
 #include "k8s/listen.h"
 
 #include <arpa/inet.h>
+#include <charconv>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <charconv>
 
 namespace tessera::k8s {
 

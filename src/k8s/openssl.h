@@ -4,16 +4,16 @@
 // certificate minting (k8s/pki.h) all use these. libcrypto only: nothing here needs libssl.
 #pragma once
 
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
-
-#include <memory>
-#include <string>
-#include <string_view>
-#include <vector>
 
 #include "tessera/status.h"
 
@@ -29,7 +29,7 @@ struct OpenSslFree {
   void operator()(X509_EXTENSION* p) const { X509_EXTENSION_free(p); }
   void operator()(EVP_MD_CTX* p) const { EVP_MD_CTX_free(p); }
   void operator()(BIGNUM* p) const { BN_free(p); }
-  void operator()(STACK_OF(X509)* p) const { sk_X509_pop_free(p, X509_free); }
+  void operator()(STACK_OF(X509) * p) const { sk_X509_pop_free(p, X509_free); }
 };
 
 using X509Ptr = std::unique_ptr<X509, OpenSslFree>;

@@ -1,10 +1,10 @@
 #include "k8s/pki.h"
 
-#include <openssl/err.h>
-#include <openssl/x509v3.h>
-
 #include <utility>
 #include <vector>
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
 
 namespace tessera::k8s {
 namespace {

@@ -2,11 +2,11 @@
 // and the PEM helpers (openssl.h) round-tripping what it mints.
 #include "k8s/pki.h"
 
+#include <string>
+
 #include <gtest/gtest.h>
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
-
-#include <string>
 
 #include "k8s/k8s_testing.h"
 #include "k8s/openssl.h"
@@ -59,12 +59,11 @@ bool IsP256(const EVP_PKEY* key) {
 TEST(Pki, ServingCertificateChainsToItsCaAndCarriesItsNames) {
   StatusOr<CertifiedKey> ca = MintCa("pki-test-ca", 2);
   ASSERT_OK(ca);
-  StatusOr<CertifiedKey> server =
-      MintLeaf(*ca, {.common_name = "tessera-webhook",
-                     .organization = "",
-                     .usage = CertUsage::kServer,
-                     .subject_alt_names = "IP:127.0.0.1,DNS:localhost",
-                     .days = 2});
+  StatusOr<CertifiedKey> server = MintLeaf(*ca, {.common_name = "tessera-webhook",
+                                                 .organization = "",
+                                                 .usage = CertUsage::kServer,
+                                                 .subject_alt_names = "IP:127.0.0.1,DNS:localhost",
+                                                 .days = 2});
   ASSERT_OK(server);
   EXPECT_EQ(ERR_peek_error(), 0UL);  // minting leaves the error queue empty
 

@@ -5,10 +5,11 @@
 #include <deque>
 #include <functional>
 #include <future>
-#include <gtest/gtest.h>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"

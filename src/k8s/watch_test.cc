@@ -1,9 +1,10 @@
 #include "k8s/watch.h"
 
-#include <gtest/gtest.h>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "k8s/errors.h"
 #include "testutil/status_matchers.h"

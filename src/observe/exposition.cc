@@ -3,9 +3,10 @@
 // pod, container (dcgm-exporter's Kubernetes mapping).
 #include <cmath>
 
-#include "observe/observe.h"
 #include "tessera/names.h"
 #include "tessera/prometheus.h"
+
+#include "observe/observe.h"
 
 namespace tessera::observe {
 namespace {
@@ -41,7 +42,9 @@ std::string Label(const prom::Sample& s, const std::string& key) {
   return it == s.labels.end() ? "" : it->second;
 }
 
-std::uint64_t Count(double v) { return v > 0 && std::isfinite(v) ? static_cast<std::uint64_t>(std::llround(v)) : 0; }
+std::uint64_t Count(double v) {
+  return v > 0 && std::isfinite(v) ? static_cast<std::uint64_t>(std::llround(v)) : 0;
+}
 
 }  // namespace
 
@@ -57,7 +60,8 @@ std::string RenderExposition(const Snapshot& s) {
       cores += c.cores_percent;
       ++containers;
     }
-    if (g.memory_total != 0) out.Add(n::kMetricGpuMemoryTotal, labels, static_cast<double>(g.memory_total));
+    if (g.memory_total != 0)
+      out.Add(n::kMetricGpuMemoryTotal, labels, static_cast<double>(g.memory_total));
     out.Add(n::kMetricGpuMemoryAllocated, labels, static_cast<double>(allocated));
     out.Add(n::kMetricGpuComputeAllocated, labels, static_cast<double>(cores) / 100.0);
     out.Add(n::kMetricGpuContainers, labels, static_cast<double>(containers));
@@ -71,8 +75,10 @@ std::string RenderExposition(const Snapshot& s) {
     info.push_back({"compute", std::string(Name(c.compute))});
     out.Add(n::kMetricContainerInfo, info, 1);
     out.Add(n::kMetricContainerMemoryLimit, labels, static_cast<double>(c.limit_bytes));
-    if (c.cores_percent != 0) out.Add(n::kMetricContainerShareTarget, labels, c.cores_percent / 100.0);
-    if (c.nvml_bytes) out.Add(n::kMetricContainerMemoryNvml, labels, static_cast<double>(*c.nvml_bytes));
+    if (c.cores_percent != 0)
+      out.Add(n::kMetricContainerShareTarget, labels, c.cores_percent / 100.0);
+    if (c.nvml_bytes)
+      out.Add(n::kMetricContainerMemoryNvml, labels, static_cast<double>(*c.nvml_bytes));
     if (auto drift = c.drift_bytes(); drift && c.region_readable) {
       out.Add(n::kMetricContainerMemoryDrift, labels, static_cast<double>(*drift));
     }
@@ -103,9 +109,9 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
   auto samples = prom::ParseExposition(text);
   if (!samples.ok()) return samples.status();
   Snapshot s;
-  std::map<std::string, GpuRow> gpus;           // by UUID, in first-seen order below
+  std::map<std::string, GpuRow> gpus;  // by UUID, in first-seen order below
   std::vector<std::string> gpu_order;
-  std::map<std::string, ContainerRow> rows;     // by key
+  std::map<std::string, ContainerRow> rows;  // by key
   std::vector<std::string> row_order;
   auto gpu_of = [&](const prom::Sample& x) -> GpuRow& {
     const std::string uuid = Label(x, "UUID");
@@ -184,8 +190,9 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
     }
   }
   if (s.node.empty() && rows.empty() && gpus.empty()) {
-    return InvalidArgumentError("metrics: no tessera_node_info and no tessera GPU or container family "
-                                "(is this a tessera-node /metrics endpoint?)");
+    return InvalidArgumentError(
+        "metrics: no tessera_node_info and no tessera GPU or container family "
+        "(is this a tessera-node /metrics endpoint?)");
   }
   for (const std::string& uuid : gpu_order) s.gpus.push_back(gpus[uuid]);
   for (const std::string& key : row_order) s.containers.push_back(rows[key]);

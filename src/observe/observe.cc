@@ -5,9 +5,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "governor/arbiter_host.h"
-#include "tessera/region.h"
 #include "tessera/file.h"
+#include "tessera/region.h"
+
+#include "governor/arbiter_host.h"
 
 namespace tessera::observe {
 namespace {
@@ -16,7 +17,8 @@ namespace {
 // folder may name anything: a FIFO would block, /dev/zero would never end).
 constexpr std::size_t kLimitsFileBytes = 64u << 10;
 
-std::optional<ContainerSource> Source(std::string id, const std::string& limits_path, std::string region_path) {
+std::optional<ContainerSource> Source(std::string id, const std::string& limits_path,
+                                      std::string region_path) {
   auto limits = ParseLimitsFile(ReadFile(limits_path, kLimitsFileBytes).value_or(""));
   if (!limits.ok()) return std::nullopt;  // released, or being written: the next read sees it
   return ContainerSource{std::move(id), std::move(*limits), std::move(region_path)};
@@ -33,7 +35,8 @@ std::vector<ContainerSource> StateDirContainers(const std::string& state_dir) {
                     dir + "/" + std::string(kSlotRegionFile));
     if (s) out.push_back(std::move(*s));
   }
-  std::sort(out.begin(), out.end(), [](const ContainerSource& a, const ContainerSource& b) { return a.id < b.id; });
+  std::sort(out.begin(), out.end(),
+            [](const ContainerSource& a, const ContainerSource& b) { return a.id < b.id; });
   return out;
 }
 
@@ -86,8 +89,9 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
         row.priority_holds = c.priority_holds.load(std::memory_order_relaxed);
         row.launches = c.launches.load(std::memory_order_relaxed);
         const std::uint32_t gate = c.gate.load(std::memory_order_relaxed);
-        row.gate = gate <= static_cast<std::uint32_t>(shm::Gate::kHeldPriority) ? static_cast<shm::Gate>(gate)
-                                                                                 : shm::Gate::kFree;
+        row.gate = gate <= static_cast<std::uint32_t>(shm::Gate::kHeldPriority)
+                       ? static_cast<shm::Gate>(gate)
+                       : shm::Gate::kFree;
       }
       rows.push_back(std::move(row));
     }

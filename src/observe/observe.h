@@ -42,9 +42,11 @@ struct ContainerRow {
   std::uint64_t limit_bytes = 0;
   std::uint32_t cores_percent = 0;  // 0: no compute share
   bool region_readable = false;     // false: the counters below are unknown (0)
-  bool compute_readable = false;    // false: a region of layout 1 (the previous library): no compute counters
+  bool compute_readable =
+      false;  // false: a region of layout 1 (the previous library): no compute counters
   std::uint64_t used_bytes = 0, peak_bytes = 0, oom_denials = 0;
-  std::uint64_t busy_ns = 0, throttled_ns = 0, priority_held_ns = 0, priority_holds = 0, launches = 0;
+  std::uint64_t busy_ns = 0, throttled_ns = 0, priority_held_ns = 0, priority_holds = 0,
+                launches = 0;
   shm::Gate gate = shm::Gate::kFree;
   std::optional<std::uint64_t> nvml_bytes;  // only the node agent knows (NVML)
   std::optional<double> delivered;          // busy per wall second over the last window
@@ -93,7 +95,8 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
 // `min_window_ns` apart (earlier calls keep the previous figure).
 class ShareMeter {
  public:
-  explicit ShareMeter(std::uint64_t min_window_ns = 1'000'000'000) : min_window_ns_(min_window_ns) {}
+  explicit ShareMeter(std::uint64_t min_window_ns = 1'000'000'000)
+      : min_window_ns_(min_window_ns) {}
   void Update(std::vector<ContainerRow>& rows, std::uint64_t now_ns);
 
  private:
@@ -105,7 +108,8 @@ class ShareMeter {
   std::map<std::string, Seen> seen_;
 };
 
-// Prometheus text of a snapshot (families of names::kAllMetrics with label sets node/gpu/container).
+// Prometheus text of a snapshot (families of names::kAllMetrics with label sets
+// node/gpu/container).
 std::string RenderExposition(const Snapshot& snapshot);
 // The snapshot a RenderExposition text describes (what `tessera top --from URL` reads).
 StatusOr<Snapshot> SnapshotFromExposition(std::string_view text);

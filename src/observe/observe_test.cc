@@ -1,18 +1,19 @@
 #include "observe/observe.h"
 
-#include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "tessera/names.h"
 #include "tessera/prometheus.h"
 #include "tessera/region.h"
+
 #include "testutil/old_region.h"
 #include "testutil/temp_dir.h"
 
@@ -107,8 +108,10 @@ class NodeState : public ::testing::Test {
     std::filesystem::create_directories(slot_ + "/run");
     std::ofstream(slot_ + "/etc/limits")
         << "version 1\npod 6b1f ml/train-0 trainer\npriority best-effort\ncompute work-conserving\n"
-           "device GPU-aaaa memory=" << 8 * kGiB << " cores=30\ndevice GPU-bbbb memory=" << 2 * kGiB << "\n";
-    auto m = shm::Mapping::Create(slot_ + "/run/region", {{"GPU-aaaa", 8 * kGiB, 30}, {"GPU-bbbb", 2 * kGiB, 0}});
+           "device GPU-aaaa memory="
+        << 8 * kGiB << " cores=30\ndevice GPU-bbbb memory=" << 2 * kGiB << "\n";
+    auto m = shm::Mapping::Create(slot_ + "/run/region",
+                                  {{"GPU-aaaa", 8 * kGiB, 30}, {"GPU-bbbb", 2 * kGiB, 0}});
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     mapping_ = std::move(*m);
     shm::Region& r = *mapping_.region();
@@ -190,16 +193,19 @@ TEST_F(NodeState, MetricsCarryTheKnownUsageWithDcgmLabels) {
   Snapshot s;
   s.node = "gpu-node-1";
   s.version = "0.9.0";
-  s.gpus = {{0, "GPU-aaaa", "NVIDIA H200", 141 * kGiB, true}, {1, "GPU-bbbb", "NVIDIA H200", 141 * kGiB, false}};
+  s.gpus = {{0, "GPU-aaaa", "NVIDIA H200", 141 * kGiB, true},
+            {1, "GPU-bbbb", "NVIDIA H200", 141 * kGiB, false}};
   s.containers = ReadContainers(StateDirContainers(dir_.path()));
   s.containers[0].nvml_bytes = 5 * kGiB + (300ULL << 20);
   s.containers[0].delivered = 0.3;
   s.counts = NodeCounts{2, 1, 0, 1, 0};
   auto samples = prom::ParseExposition(RenderExposition(s));
   ASSERT_TRUE(samples.ok()) << samples.status().ToString();
-  const std::map<std::string, std::string> a = {{"Hostname", "gpu-node-1"}, {"gpu", "0"}, {"UUID", "GPU-aaaa"},
-                                                {"device", "nvidia0"}, {"modelName", "NVIDIA H200"},
-                                                {"namespace", "ml"}, {"pod", "train-0"}, {"container", "trainer"}};
+  const std::map<std::string, std::string> a = {
+      {"Hostname", "gpu-node-1"},   {"gpu", "0"},
+      {"UUID", "GPU-aaaa"},         {"device", "nvidia0"},
+      {"modelName", "NVIDIA H200"}, {"namespace", "ml"},
+      {"pod", "train-0"},           {"container", "trainer"}};
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_memory_limit_bytes", a), 8.0 * kGiB);
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_memory_used_bytes", a), 5.0 * kGiB);
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_memory_peak_bytes", a), 6.0 * kGiB);
@@ -211,12 +217,16 @@ TEST_F(NodeState, MetricsCarryTheKnownUsageWithDcgmLabels) {
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_throttled_seconds_total", a), 1.5);
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_priority_held_seconds_total", a), 0.25);
   EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_priority_holds_total", a), 7);
-  EXPECT_EQ(ValueOf(*samples, "tessera_container_gpu_info", {{"UUID", "GPU-aaaa"}, {"priority", "best-effort"},
-                                                            {"compute", "work-conserving"}}), 1);
-  EXPECT_EQ(ValueOf(*samples, "tessera_gpu_memory_allocated_bytes", {{"UUID", "GPU-aaaa"}}), 8.0 * kGiB);
+  EXPECT_EQ(
+      ValueOf(*samples, "tessera_container_gpu_info",
+              {{"UUID", "GPU-aaaa"}, {"priority", "best-effort"}, {"compute", "work-conserving"}}),
+      1);
+  EXPECT_EQ(ValueOf(*samples, "tessera_gpu_memory_allocated_bytes", {{"UUID", "GPU-aaaa"}}),
+            8.0 * kGiB);
   EXPECT_EQ(ValueOf(*samples, "tessera_gpu_compute_allocated_ratio", {{"UUID", "GPU-aaaa"}}), 0.3);
   EXPECT_EQ(ValueOf(*samples, "tessera_gpu_healthy", {{"UUID", "GPU-bbbb"}}), 0);
-  EXPECT_EQ(ValueOf(*samples, "tessera_node_drift_over_cap_total", {{"Hostname", "gpu-node-1"}}), 2);
+  EXPECT_EQ(ValueOf(*samples, "tessera_node_drift_over_cap_total", {{"Hostname", "gpu-node-1"}}),
+            2);
   EXPECT_EQ(ValueOf(*samples, "tessera_node_drift_evictions_total"), 1);
   // No share target without a share; no NVML figure where the agent has none.
   for (const prom::Sample& x : *samples) {
@@ -231,7 +241,8 @@ TEST_F(NodeState, TopReadsTheSameSnapshotBackFromMetrics) {
   Snapshot s;
   s.node = "gpu-node-1";
   s.version = "0.9.0";
-  s.gpus = {{0, "GPU-aaaa", "NVIDIA H200", 141 * kGiB, true}, {1, "GPU-bbbb", "NVIDIA H200", 141 * kGiB, true}};
+  s.gpus = {{0, "GPU-aaaa", "NVIDIA H200", 141 * kGiB, true},
+            {1, "GPU-bbbb", "NVIDIA H200", 141 * kGiB, true}};
   s.containers = ReadContainers(StateDirContainers(dir_.path()));
   s.containers[0].delivered = 0.29;
   s.containers[0].nvml_bytes = 5 * kGiB;
@@ -242,7 +253,8 @@ TEST_F(NodeState, TopReadsTheSameSnapshotBackFromMetrics) {
   EXPECT_EQ(back->gpus[0].memory_total, 141 * kGiB);
   ASSERT_EQ(back->containers.size(), 2u);
   const ContainerRow& a = back->containers[0];
-  EXPECT_EQ(a.Key(), "/" + s.containers[0].ns + "/" + s.containers[0].pod + "/trainer/GPU-aaaa");  // no slot id
+  EXPECT_EQ(a.Key(), "/" + s.containers[0].ns + "/" + s.containers[0].pod +
+                         "/trainer/GPU-aaaa");  // no slot id
   EXPECT_EQ(a.used_bytes, s.containers[0].used_bytes);
   EXPECT_EQ(a.peak_bytes, s.containers[0].peak_bytes);
   EXPECT_EQ(a.cores_percent, 30u);
@@ -331,11 +343,13 @@ TEST(Dashboard, QueriesOnlyListedFamilies) {
   std::set<std::string> known;
   for (const names::MetricInfo& m : names::kAllMetrics) {
     known.insert(std::string(m.name));
-    for (const char* suffix : {"_bucket", "_sum", "_count"}) known.insert(std::string(m.name) + suffix);
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      known.insert(std::string(m.name) + suffix);
   }
   const std::regex family("tessera_[a-z_]+");
   int queries = 0;
-  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), family); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(dashboard.begin(), dashboard.end(), family);
+       it != std::sregex_iterator(); ++it) {
     ++queries;
     EXPECT_TRUE(known.count(it->str())) << it->str() << " is not a tessera metric family";
   }

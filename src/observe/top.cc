@@ -12,9 +12,12 @@ std::string Bytes(std::uint64_t b) {
   char text[32];
   const double g = static_cast<double>(b) / (1ULL << 30), m = static_cast<double>(b) / (1ULL << 20);
   if (b == 0) return "0";
-  if (g >= 100) std::snprintf(text, sizeof(text), "%.0fG", g);
-  else if (g >= 1) std::snprintf(text, sizeof(text), "%.1fG", g);
-  else std::snprintf(text, sizeof(text), "%.0fM", std::max(1.0, m));
+  if (g >= 100)
+    std::snprintf(text, sizeof(text), "%.0fG", g);
+  else if (g >= 1)
+    std::snprintf(text, sizeof(text), "%.1fG", g);
+  else
+    std::snprintf(text, sizeof(text), "%.0fM", std::max(1.0, m));
   return text;
 }
 
@@ -26,24 +29,32 @@ std::string Percent(double ratio) {
 
 std::string_view Class(PriorityClass p) {
   switch (p) {
-    case PriorityClass::kLatencyCritical: return "LC";
-    case PriorityClass::kBestEffort: return "BE";
-    default: return "N";
+    case PriorityClass::kLatencyCritical:
+      return "LC";
+    case PriorityClass::kBestEffort:
+      return "BE";
+    default:
+      return "N";
   }
 }
 
 std::string_view GateName(shm::Gate g) {
   switch (g) {
-    case shm::Gate::kOpen: return "run";
-    case shm::Gate::kHeldShare: return "held";
-    case shm::Gate::kHeldPriority: return "held!";
-    default: return "free";
+    case shm::Gate::kOpen:
+      return "run";
+    case shm::Gate::kHeldShare:
+      return "held";
+    case shm::Gate::kHeldPriority:
+      return "held!";
+    default:
+      return "free";
   }
 }
 
 // A bar of `width` cells, `used` of `total` filled.
 std::string Bar(double used, double total, int width) {
-  const int filled = total > 0 ? std::clamp(static_cast<int>(used / total * width + 0.5), 0, width) : 0;
+  const int filled =
+      total > 0 ? std::clamp(static_cast<int>(used / total * width + 0.5), 0, width) : 0;
   return "[" + std::string(static_cast<std::size_t>(filled), '#') +
          std::string(static_cast<std::size_t>(width - filled), '.') + "]";
 }
@@ -69,7 +80,8 @@ std::string Clamp(const std::string& screen, int columns) {
   while (start < screen.size()) {
     std::size_t end = screen.find('\n', start);
     if (end == std::string::npos) end = screen.size();
-    out += screen.substr(start, std::min<std::size_t>(end - start, static_cast<std::size_t>(columns)));
+    out +=
+        screen.substr(start, std::min<std::size_t>(end - start, static_cast<std::size_t>(columns)));
     if (end < screen.size()) out += '\n';
     start = end + 1;
   }
@@ -82,11 +94,12 @@ std::string RenderTop(const Snapshot& s, int columns) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof(line), "tessera top  node %s%s%s\n",
-                s.node.empty() ? "(local)" : Printable(s.node).c_str(), s.version.empty() ? "" : "  tessera ",
-                Printable(s.version).c_str());
+                s.node.empty() ? "(local)" : Printable(s.node).c_str(),
+                s.version.empty() ? "" : "  tessera ", Printable(s.version).c_str());
   out += line;
   if (s.counts) {
-    std::snprintf(line, sizeof(line), "drift: %llu over-cap episode(s), %llu unattributed process(es), "
+    std::snprintf(line, sizeof(line),
+                  "drift: %llu over-cap episode(s), %llu unattributed process(es), "
                   "%llu kill(s), %llu eviction(s)\n",
                   static_cast<unsigned long long>(s.counts->over_cap),
                   static_cast<unsigned long long>(s.counts->unattributed),
@@ -115,49 +128,59 @@ std::string RenderTop(const Snapshot& s, int columns) {
       ++count;
     }
     const std::string index = g.index >= 0 ? std::to_string(g.index) : "?";
-    std::snprintf(line, sizeof(line), "\nGPU %s  %s%s%s%s\n", index.c_str(), Printable(g.model).c_str(),
-                  g.model.empty() ? "" : "  ", Printable(g.uuid).c_str(), g.healthy ? "" : "  UNHEALTHY");
+    std::snprintf(line, sizeof(line), "\nGPU %s  %s%s%s%s\n", index.c_str(),
+                  Printable(g.model).c_str(), g.model.empty() ? "" : "  ",
+                  Printable(g.uuid).c_str(), g.healthy ? "" : "  UNHEALTHY");
     out += line;
     const double total = static_cast<double>(g.memory_total != 0 ? g.memory_total : allocated);
-    std::snprintf(line, sizeof(line), "  memory %s used, %s capped of %s %s  compute %s reserved  %d container(s)\n",
-                  Bytes(used).c_str(), Bytes(allocated).c_str(), g.memory_total ? Bytes(g.memory_total).c_str() : "?",
-                  Bar(static_cast<double>(allocated), total, 20).c_str(), Percent(static_cast<double>(cores) / 100.0).c_str(), count);
+    std::snprintf(line, sizeof(line),
+                  "  memory %s used, %s capped of %s %s  compute %s reserved  %d container(s)\n",
+                  Bytes(used).c_str(), Bytes(allocated).c_str(),
+                  g.memory_total ? Bytes(g.memory_total).c_str() : "?",
+                  Bar(static_cast<double>(allocated), total, 20).c_str(),
+                  Percent(static_cast<double>(cores) / 100.0).c_str(), count);
     out += line;
     if (count == 0) continue;
     std::snprintf(line, sizeof(line), "  %-*s %-10s %-2s %5s %5s %5s %5s %5s %5s %7s %6s %5s\n",
-                  static_cast<int>(pod_width), "POD", "CONTAINER", "PR", "CAP", "USED", "PEAK", "NVML", "SHARE",
-                  "GOT", "HELD", "DENIED", "GATE");
+                  static_cast<int>(pod_width), "POD", "CONTAINER", "PR", "CAP", "USED", "PEAK",
+                  "NVML", "SHARE", "GOT", "HELD", "DENIED", "GATE");
     out += line;
     std::vector<const ContainerRow*> rows;
     for (const ContainerRow& c : s.containers) {
       if (c.uuid == g.uuid) rows.push_back(&c);
     }
     std::sort(rows.begin(), rows.end(), [](const ContainerRow* a, const ContainerRow* b) {
-      return a->limit_bytes != b->limit_bytes ? a->limit_bytes > b->limit_bytes : a->Key() < b->Key();
+      return a->limit_bytes != b->limit_bytes ? a->limit_bytes > b->limit_bytes
+                                              : a->Key() < b->Key();
     });
     for (const ContainerRow* c : rows) {
       const std::string pod = c->ns.empty() ? c->pod : c->ns + "/" + c->pod;
-      const std::string share = c->cores_percent == 0 ? "-"
-                                : std::to_string(c->cores_percent) + (c->compute == ComputeMode::kWorkConserving ? "%w" : "%");
+      const std::string share = c->cores_percent == 0
+                                    ? "-"
+                                    : std::to_string(c->cores_percent) +
+                                          (c->compute == ComputeMode::kWorkConserving ? "%w" : "%");
       char held[16];
-      std::snprintf(held, sizeof(held), "%.1fs", static_cast<double>(c->throttled_ns + c->priority_held_ns) / 1e9);
-      std::snprintf(line, sizeof(line), "  %-*s %-10s %-2s %5s %5s %5s %5s %5s %5s %7s %6llu %5s\n",
-                    static_cast<int>(pod_width), Fit(pod, pod_width).c_str(), Fit(c->container, 10).c_str(),
-                    std::string(Class(c->priority)).c_str(), Bytes(c->limit_bytes).c_str(),
-                    c->region_readable ? Bytes(c->used_bytes).c_str() : "?",
-                    c->region_readable ? Bytes(c->peak_bytes).c_str() : "?",
-                    c->nvml_bytes ? Bytes(*c->nvml_bytes).c_str() : "-", share.c_str(),
-                    c->delivered ? Percent(*c->delivered).c_str() : "-", c->compute_readable ? held : "?",
-                    static_cast<unsigned long long>(c->oom_denials),
-                    c->compute_readable ? std::string(GateName(c->gate)).c_str() : "?");
+      std::snprintf(held, sizeof(held), "%.1fs",
+                    static_cast<double>(c->throttled_ns + c->priority_held_ns) / 1e9);
+      std::snprintf(
+          line, sizeof(line), "  %-*s %-10s %-2s %5s %5s %5s %5s %5s %5s %7s %6llu %5s\n",
+          static_cast<int>(pod_width), Fit(pod, pod_width).c_str(), Fit(c->container, 10).c_str(),
+          std::string(Class(c->priority)).c_str(), Bytes(c->limit_bytes).c_str(),
+          c->region_readable ? Bytes(c->used_bytes).c_str() : "?",
+          c->region_readable ? Bytes(c->peak_bytes).c_str() : "?",
+          c->nvml_bytes ? Bytes(*c->nvml_bytes).c_str() : "-", share.c_str(),
+          c->delivered ? Percent(*c->delivered).c_str() : "-", c->compute_readable ? held : "?",
+          static_cast<unsigned long long>(c->oom_denials),
+          c->compute_readable ? std::string(GateName(c->gate)).c_str() : "?");
       out += line;
     }
   }
   if (gpus.empty()) out += "\nno GPU and no container to show\n";
-  out += "\nPR: priority (LC latency-critical, N normal, BE best-effort)."
-         "\nSHARE: compute share (w: work-conserving). GOT: delivered over the last window."
-         "\nHELD: time launches waited (share or priority). DENIED: allocations refused at the cap."
-         "\nNVML: the driver's figure (node agent only). GATE: the arbiter's verdict now.\n";
+  out +=
+      "\nPR: priority (LC latency-critical, N normal, BE best-effort)."
+      "\nSHARE: compute share (w: work-conserving). GOT: delivered over the last window."
+      "\nHELD: time launches waited (share or priority). DENIED: allocations refused at the cap."
+      "\nNVML: the driver's figure (node agent only). GATE: the arbiter's verdict now.\n";
   return Clamp(out, columns);
 }
 

@@ -82,8 +82,7 @@ StatusOr<Cluster> Cluster::Create(std::vector<Node> nodes) {
         cluster.models_.push_back(gpu.model);
         it = cluster.models_.end() - 1;
       }
-      cluster.gpu_model_ids_[i].push_back(
-          static_cast<std::uint32_t>(it - cluster.models_.begin()));
+      cluster.gpu_model_ids_[i].push_back(static_cast<std::uint32_t>(it - cluster.models_.begin()));
     }
     const auto& ids = cluster.gpu_model_ids_[i];
     if (!ids.empty() && std::all_of(ids.begin(), ids.end(), [&](auto m) { return m == ids[0]; })) {
@@ -275,7 +274,8 @@ bool Cluster::Feasible(std::size_t node, const ResolvedRequest& r, GpuMask* usab
   if (!q.is_gpu()) return true;
   const std::uint32_t nm = node_models_[node];
   if (r.model_constrained && nm != kMixedModel && ((r.model_mask >> nm) & 1ULL) == 0) return false;
-  if (q.mig_profile.empty() && s.gpu_milli_free < static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli) {
+  if (q.mig_profile.empty() &&
+      s.gpu_milli_free < static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli) {
     return false;
   }
   *usable = UsableGpus(node, r);

@@ -11,16 +11,17 @@
 #include <string_view>
 #include <vector>
 
-#include "policy/policy.h"
 #include "tessera/model.h"
 #include "tessera/status.h"
+
+#include "policy/policy.h"
 
 namespace tessera::placement {
 
 inline constexpr std::int32_t kMilliPerGpu = 1000;
 inline constexpr std::uint32_t kPpmPerGpu = 1'000'000;
 inline constexpr std::size_t kMaxGpusPerNode = 64;  // GPU sets are 64-bit masks
-inline constexpr std::size_t kMaxModels = 64;        // model constraints are 64-bit masks
+inline constexpr std::size_t kMaxModels = 64;       // model constraints are 64-bit masks
 
 using GpuMask = std::uint64_t;
 
@@ -60,9 +61,9 @@ struct Request {
   // Per GPU, when gpu_memory_bytes is 0: memory as parts per million of the chosen GPU's memory,
   // rounded down to a MiB (cores-only asks and KAI's gpu-fraction, docs/design/0002). 0: milli.
   std::uint32_t memory_ppm = 0;
-  std::uint32_t cores_percent = 0;   // compute share; 0: milli / 10
-  std::vector<std::string> models;   // acceptable GPU models; empty: any
-  std::string mig_profile;           // non-empty: one MIG instance of this profile per GPU
+  std::uint32_t cores_percent = 0;  // compute share; 0: milli / 10
+  std::vector<std::string> models;  // acceptable GPU models; empty: any
+  std::string mig_profile;          // non-empty: one MIG instance of this profile per GPU
   SharingMode mode = SharingMode::kShared;
   std::string namespace_name;
   TrustTier tier = TrustTier::kTeam;

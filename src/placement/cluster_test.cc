@@ -1,8 +1,8 @@
 #include "placement/cluster.h"
 
-#include <gtest/gtest.h>
-
 #include <random>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 
@@ -82,7 +82,8 @@ TEST(Cluster, AddAndRemoveAreExactInverses) {
       q.memory_bytes = std::uniform_int_distribution<std::int64_t>(0, 4)(gen) << 30;
       const int kind = std::uniform_int_distribution<int>(0, 2)(gen);
       q.gpu_count = kind == 0 ? 0U : (kind == 1 ? 1U : 2U);
-      q.gpu_milli = kind == 0 ? 0 : (kind == 1 ? std::uniform_int_distribution<int>(1, 1000)(gen) : 1000);
+      q.gpu_milli =
+          kind == 0 ? 0 : (kind == 1 ? std::uniform_int_distribution<int>(1, 1000)(gen) : 1000);
       q.namespace_name = std::uniform_int_distribution<int>(0, 1)(gen) == 0 ? "x" : "y";
       q.co_tenancy = std::uniform_int_distribution<int>(0, 1)(gen) == 0
                          ? policy::CoTenancy::kAny
@@ -300,7 +301,6 @@ TEST(Cluster, ModelConstraints) {
   EXPECT_FALSE(cluster->Feasible(0, r, &usable));
   EXPECT_TRUE(cluster->Feasible(1, r, &usable));
 }
-
 
 TEST(Cluster, RecordCountsWhatExistsEvenBeyondCapacityAndRemoveUndoesIt) {
   auto cluster = Cluster::Create({MakeNode("n0", 1)});

@@ -21,8 +21,8 @@ Fragmentation::Fragmentation(const Cluster& cluster, WorkloadProfile profile)
   }
 }
 
-double Fragmentation::OfSorted(std::size_t node, std::int64_t cpu_free,
-                               const std::int32_t* sorted, std::size_t gpus) const {
+double Fragmentation::OfSorted(std::size_t node, std::int64_t cpu_free, const std::int32_t* sorted,
+                               std::size_t gpus) const {
   constexpr std::size_t kMaxDistinct = 64;
   const std::uint32_t node_model = cluster_.node_model(node);
   if (node_model == Cluster::kMixedModel || distinct_milli_.size() > kMaxDistinct) {

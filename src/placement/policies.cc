@@ -1,17 +1,16 @@
 #include "placement/policies.h"
 
-#include "placement/tessera_policy.h"
-
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cmath>
 
+#include "placement/tessera_policy.h"
+
 namespace tessera::placement {
 namespace {
 
 bool IsFractional(const Request& r) { return r.gpu_count == 1 && r.gpu_milli < kMilliPerGpu; }
-
 
 }  // namespace
 
@@ -173,8 +172,10 @@ double FgdPolicy::Memo(std::size_t node, std::int64_t cpu_free, const std::int32
   // the other.
   MemoKey key;
   key.cpu = cpu_free;
-  for (std::size_t g = 0; g < 6; ++g) key.gpus_lo |= static_cast<std::uint64_t>(sorted[g]) << (10 * g);
-  key.gpus_hi = static_cast<std::uint64_t>(sorted[6]) | static_cast<std::uint64_t>(sorted[7]) << 10 |
+  for (std::size_t g = 0; g < 6; ++g)
+    key.gpus_lo |= static_cast<std::uint64_t>(sorted[g]) << (10 * g);
+  key.gpus_hi = static_cast<std::uint64_t>(sorted[6]) |
+                static_cast<std::uint64_t>(sorted[7]) << 10 |
                 static_cast<std::uint64_t>(gpus) << 20 | static_cast<std::uint64_t>(model) << 32;
   auto it = memo_.find(key);
   if (it != memo_.end()) return it->second;
@@ -268,8 +269,8 @@ StatusOr<PolicyKind> ParsePolicyKind(std::string_view text) {
       return row.kind;
     }
   }
-  return InvalidArgumentError("policy \"" + std::string(text) + "\": unknown; accepted: " +
-                              AcceptedPolicyNames());
+  return InvalidArgumentError("policy \"" + std::string(text) +
+                              "\": unknown; accepted: " + AcceptedPolicyNames());
 }
 
 std::string AcceptedPolicyNames() {

@@ -16,10 +16,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "placement/cluster.h"
 #include "placement/fragmentation.h"
 #include "placement/random.h"
-#include "tessera/status.h"
 
 namespace tessera::placement {
 
@@ -176,13 +177,13 @@ class FgdPolicy final : public PlacementPolicy {
 };
 
 // The policy names `tessera sim --policy` accepts, in the published order.
-#define TESSERA_PLACEMENT_POLICIES(X)                              \
-  X(kRandom, "random", "01-Random")                                \
-  X(kDotProduct, "dot-product", "02-DotProd")                      \
-  X(kGpuClustering, "gpu-clustering", "03-GpuClustering")          \
-  X(kGpuPacking, "gpu-packing", "04-GpuPacking")                   \
-  X(kBestFit, "best-fit", "05-BestFit")                            \
-  X(kFgd, "fgd", "06-FGD")                                         \
+#define TESSERA_PLACEMENT_POLICIES(X)                     \
+  X(kRandom, "random", "01-Random")                       \
+  X(kDotProduct, "dot-product", "02-DotProd")             \
+  X(kGpuClustering, "gpu-clustering", "03-GpuClustering") \
+  X(kGpuPacking, "gpu-packing", "04-GpuPacking")          \
+  X(kBestFit, "best-fit", "05-BestFit")                   \
+  X(kFgd, "fgd", "06-FGD")                                \
   X(kTessera, "tessera", "07-Tessera")
 
 enum class PolicyKind : std::uint8_t {

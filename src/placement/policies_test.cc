@@ -1,10 +1,10 @@
 #include "placement/policies.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <deque>
+
+#include <gtest/gtest.h>
 
 #include "placement/placement_testing.h"
 #include "testutil/status_matchers.h"
@@ -63,7 +63,7 @@ TEST_F(PoliciesTest, BestGpuChoice) {
 TEST_F(PoliciesTest, GpuPackingScores) {
   GpuPackingPolicy p;
   EXPECT_EQ(Score(p, Pod(1000, 1, 500)).score, 25);  // all 8 free: 33 - 8
-  Put(0, 400);                                      // free 600 on GPU 0
+  Put(0, 400);                                       // free 600 on GPU 0
   EXPECT_EQ(Score(p, Pod(1000, 1, 500)).score, 94);  // 100 - floor(60 / 10)
   EXPECT_EQ(Score(p, Pod(1000, 1, 700)).score, 49);  // takes a fully free GPU: 50 - 1
   EXPECT_EQ(Score(p, Pod(1000, 2, 1000)).score, 48);

@@ -14,8 +14,7 @@ std::int64_t SplitMixSource::Int63() {
 std::int32_t Rand::Int31n(std::int32_t n) {
   if ((n & (n - 1)) == 0) return Int31() & (n - 1);
   const auto un = static_cast<std::uint32_t>(n);
-  const auto max =
-      static_cast<std::int32_t>((1U << 31) - 1U - ((1U << 31) % un));
+  const auto max = static_cast<std::int32_t>((1U << 31) - 1U - ((1U << 31) % un));
   std::int32_t v = Int31();
   while (v > max) v = Int31();
   return v % n;

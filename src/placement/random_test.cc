@@ -1,9 +1,9 @@
 #include "placement/random.h"
 
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <numeric>
+
+#include <gtest/gtest.h>
 
 namespace tessera::placement {
 namespace {

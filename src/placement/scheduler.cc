@@ -21,9 +21,7 @@ std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory
   const Request& q = *r.request;
   std::string key;
   key.reserve(96);
-  auto add = [&key](std::uint64_t v) {
-    key.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  };
+  auto add = [&key](std::uint64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   add(static_cast<std::uint64_t>(q.cpu_milli));
   add(with_host_memory ? static_cast<std::uint64_t>(q.memory_bytes) : ~0ULL);
   key.push_back(with_host_memory ? 'm' : 's');
@@ -37,7 +35,8 @@ std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory
   add(static_cast<std::uint64_t>(q.mode) << 16 | static_cast<std::uint64_t>(q.tier) << 8 |
       static_cast<std::uint64_t>(q.co_tenancy));
   key += q.mig_profile;
-  auto [it, inserted] = shapes_.try_emplace(std::move(key), static_cast<std::uint32_t>(shapes_.size()));
+  auto [it, inserted] =
+      shapes_.try_emplace(std::move(key), static_cast<std::uint32_t>(shapes_.size()));
   return it->second;
 }
 

@@ -9,9 +9,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "placement/cluster.h"
 #include "placement/policies.h"
-#include "tessera/status.h"
 
 namespace tessera::placement {
 
@@ -58,14 +59,14 @@ class Scheduler {
   static constexpr std::size_t kCacheWays = 32;
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
   std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
-                                          std::span<const std::uint32_t> nodes, bool observe);
+                                           std::span<const std::uint32_t> nodes, bool observe);
 
   Cluster* cluster_;
   PlacementPolicy* policy_;
   std::vector<std::uint32_t> ranks_;
   std::unordered_map<std::string, std::uint32_t> shapes_;
   std::vector<CacheEntry> cache_;  // way-major: way w of node i at w * nodes + i
-  bool usable_kept_ = true;  // no node has more GPUs than kKeptUsableGpus
+  bool usable_kept_ = true;        // no node has more GPUs than kKeptUsableGpus
   std::vector<std::uint32_t> feasible_;
   std::size_t last_feasible_ = 0;
 };

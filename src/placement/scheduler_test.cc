@@ -1,8 +1,8 @@
 #include "placement/scheduler.h"
 
-#include <gtest/gtest.h>
-
 #include <map>
+
+#include <gtest/gtest.h>
 
 #include "placement/placement_testing.h"
 #include "testutil/status_matchers.h"

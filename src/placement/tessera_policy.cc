@@ -7,7 +7,6 @@
 namespace tessera::placement {
 namespace {
 
-
 std::string JoinModels(const std::vector<std::string>& models) {
   std::vector<std::string> sorted = models;
   std::sort(sorted.begin(), sorted.end());
@@ -145,8 +144,8 @@ void TesseraPolicy::Observe(const Request& q) {
   ++observed_;
   if (observed_ >= next_rebuild_) {
     Rebuild();
-    next_rebuild_ = observed_ < options_.rebuild_stride ? observed_ * 2
-                                                        : observed_ + options_.rebuild_stride;
+    next_rebuild_ =
+        observed_ < options_.rebuild_stride ? observed_ * 2 : observed_ + options_.rebuild_stride;
   }
 }
 
@@ -280,8 +279,7 @@ std::size_t TesseraPolicy::Hash(const MemoKey& k) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
   };
-  return static_cast<std::size_t>(
-      mix(mix(mix(static_cast<std::uint64_t>(k.cpu)) ^ k.lo) ^ k.hi));
+  return static_cast<std::size_t>(mix(mix(mix(static_cast<std::uint64_t>(k.cpu)) ^ k.lo) ^ k.hi));
 }
 
 double* TesseraPolicy::MemoFind(const MemoKey& key) {
@@ -353,9 +351,9 @@ Choice TesseraPolicy::Score(const Cluster& /*cluster*/, std::size_t node, const 
       !q.mig_profile.empty()) {
     return Compute(node, q, usable);
   }
-  const std::size_t way =
-      (static_cast<std::uint64_t>(q.cpu_milli) * 31 + q.gpu_count * 7 +
-       static_cast<std::uint64_t>(q.gpu_milli)) % kGroupWays;
+  const std::size_t way = (static_cast<std::uint64_t>(q.cpu_milli) * 31 + q.gpu_count * 7 +
+                           static_cast<std::uint64_t>(q.gpu_milli)) %
+                          kGroupWays;
   GroupScore& g = group_score_[group_[node] * kGroupWays + way];
   if (g.epoch != epoch_ || g.cpu != q.cpu_milli || g.count != q.gpu_count ||
       g.milli != q.gpu_milli || g.usable != usable) {
@@ -405,8 +403,8 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
   if (!q.is_gpu()) return {after(0), 0};
   const bool fractional = q.gpu_count == 1 && q.gpu_milli < kMilliPerGpu && q.mig_profile.empty();
   if (!fractional) {
-    const GpuMask gpus = q.mig_profile.empty() ? LowestGpus(usable, q.gpu_count)
-                                               : BestGpus(s, q, usable);
+    const GpuMask gpus =
+        q.mig_profile.empty() ? LowestGpus(usable, q.gpu_count) : BestGpus(s, q, usable);
     std::int64_t taken = 0;
     if (q.mig_profile.empty()) {
       for (GpuMask m = gpus; m != 0; m &= m - 1) scratch[LowestBit(m)] -= q.gpu_milli;

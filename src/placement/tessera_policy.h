@@ -76,16 +76,15 @@ class TesseraPolicy final : public PlacementPolicy {
   struct NodeCache {
     std::uint64_t epoch = ~0ULL;
     std::uint32_t version = 0;
-    double f = 0;               // F of the current state
-    double imbalance = 0;       // CPU/GPU imbalance of the current state
-    std::uint64_t hosts = 0;    // bit i: the node can host multi_[i] now
+    double f = 0;             // F of the current state
+    double imbalance = 0;     // CPU/GPU imbalance of the current state
+    std::uint64_t hosts = 0;  // bit i: the node can host multi_[i] now
   };
   const NodeCache& Current(std::size_t node);
   // The node's free CPU beyond (or short of) what its free GPU milli would take at the observed
   // demand ratio, in GPU milli.
   double Imbalance(std::int64_t cpu_free, std::int64_t gpu_free) const {
-    return std::abs(static_cast<double>(cpu_free) / cpu_per_milli_ -
-                    static_cast<double>(gpu_free));
+    return std::abs(static_cast<double>(cpu_free) / cpu_per_milli_ - static_cast<double>(gpu_free));
   }
   // F of a node state; `sorted`: the free milli in ascending order (the memo key).
   double Memo(std::size_t node, std::int64_t cpu_free, const std::int32_t* free_milli,
@@ -155,8 +154,8 @@ class TesseraPolicy final : public PlacementPolicy {
     Choice choice;
   };
   std::vector<std::uint32_t> initial_version_;
-  std::vector<std::uint32_t> group_;       // per node, or kNoGroup (alone, or mixed models)
-  std::vector<GroupScore> group_score_;    // kGroupWays per group
+  std::vector<std::uint32_t> group_;     // per node, or kNoGroup (alone, or mixed models)
+  std::vector<GroupScore> group_score_;  // kGroupWays per group
 };
 
 }  // namespace tessera::placement

@@ -2,8 +2,8 @@
 
 #include <gtest/gtest.h>
 
-#include "placement/scheduler.h"
 #include "placement/placement_testing.h"
+#include "placement/scheduler.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::placement {

@@ -1,17 +1,18 @@
 #include "policy/policy.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <algorithm>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include "policy/rows.h"
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "tessera/file.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
-#include "tessera/file.h"
+
+#include "policy/rows.h"
 
 namespace tessera::policy {
 namespace {
@@ -35,7 +36,8 @@ bool IsDnsSubdomain(std::string_view s) {
   std::size_t start = 0;
   while (start <= s.size()) {
     const std::size_t dot = s.find('.', start);
-    const std::string_view part = s.substr(start, dot == std::string_view::npos ? dot : dot - start);
+    const std::string_view part =
+        s.substr(start, dot == std::string_view::npos ? dot : dot - start);
     if (!IsDnsLabel(part)) return false;
     if (dot == std::string_view::npos) break;
     start = dot + 1;
@@ -52,7 +54,8 @@ class Problems {
  public:
   void Add(const std::string& path, const YAML::Node& at, std::string_view what) {
     std::string line = path;
-    if (at.IsDefined() && at.Mark().line >= 0) line += " (line " + std::to_string(at.Mark().line + 1) + ")";
+    if (at.IsDefined() && at.Mark().line >= 0)
+      line += " (line " + std::to_string(at.Mark().line + 1) + ")";
     line += ": ";
     line += what;
     list_.push_back(std::move(line));
@@ -60,7 +63,8 @@ class Problems {
   bool empty() const { return list_.empty(); }
   Status ToStatus() const {
     std::string message = "the policy file is invalid (" + std::to_string(list_.size()) +
-                          (list_.size() == 1 ? " problem" : " problems") + "; nothing was applied):";
+                          (list_.size() == 1 ? " problem" : " problems") +
+                          "; nothing was applied):";
     for (const auto& p : list_) message += "\n  " + p;
     return InvalidArgumentError(std::move(message));
   }
@@ -93,8 +97,7 @@ bool CheckMap(const YAML::Node& node, const std::string& path,
     if (!seen.insert(key).second) {
       problems.Add(path + "." + key, kv.first, "is given twice");
     }
-    if (allowed.size() != 0 &&
-        std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+    if (allowed.size() != 0 && std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       std::string accepted;
       for (auto a : allowed) accepted += (accepted.empty() ? "" : ", ") + std::string(a);
       problems.Add(path + "." + key, kv.first, "is not a known field; accepted: " + accepted);
@@ -187,9 +190,10 @@ void ParseTierRule(const YAML::Node& node, const std::string& path, TierRule& ru
         if (!text) continue;
         auto mode = ParseSharingMode(*text);
         if (!mode.ok()) {
-          problems.Add(at, modes[i], "\"" + QuoteForMessage(*text) +
-                                         "\" is not a sharing mode; accepted: shared, mps, "
-                                         "exclusive, mig");
+          problems.Add(at, modes[i],
+                       "\"" + QuoteForMessage(*text) +
+                           "\" is not a sharing mode; accepted: shared, mps, "
+                           "exclusive, mig");
         } else if (*mode == SharingMode::kNative) {
           problems.Add(at, modes[i],
                        "\"native\" is a measurement baseline, not a policy mode; accepted: "
@@ -215,8 +219,8 @@ void ParseTierRule(const YAML::Node& node, const std::string& path, TierRule& ru
     }
   }
   if (node["onDrift"]) {
-    if (auto v = ParseEnumAt(node["onDrift"], path + ".onDrift", kDriftRows, "drift action",
-                             problems)) {
+    if (auto v =
+            ParseEnumAt(node["onDrift"], path + ".onDrift", kDriftRows, "drift action", problems)) {
       rule.on_drift = *v;
     }
   }
@@ -277,8 +281,9 @@ void ParseQuotas(const YAML::Node& node, Policy& policy, Problems& problems) {
       if (auto text = Scalar(q["gpus"], path + ".gpus", kForm, problems)) {
         auto count = ParsePercent(*text);  // same grammar: digits only
         if (!count.ok() || text->back() == '%' || *count > 100000) {
-          problems.Add(path + ".gpus", q["gpus"],
-                       "\"" + QuoteForMessage(*text) + "\" is not a GPU count; " + std::string(kForm));
+          problems.Add(
+              path + ".gpus", q["gpus"],
+              "\"" + QuoteForMessage(*text) + "\" is not a GPU count; " + std::string(kForm));
         } else {
           quota.gpus = *count;
         }
@@ -342,10 +347,9 @@ StatusOr<Policy> ParsePolicy(std::string_view yaml) {
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    return InvalidArgumentError("the policy file is not valid YAML (line " +
-                                std::to_string(e.mark.line + 1) + ", column " +
-                                std::to_string(e.mark.column + 1) + "): " + e.msg +
-                                "; nothing was applied");
+    return InvalidArgumentError(
+        "the policy file is not valid YAML (line " + std::to_string(e.mark.line + 1) + ", column " +
+        std::to_string(e.mark.column + 1) + "): " + e.msg + "; nothing was applied");
   }
   Policy policy = DefaultPolicy();
   Problems problems;

@@ -20,19 +20,19 @@
 
 namespace tessera::policy {
 
-#define TESSERA_CO_TENANCY(X)                                                             \
+#define TESSERA_CO_TENANCY(X)                                                            \
   X(kAny, "any", "may share a GPU with any pod whose own tier allows it")                \
   X(kSameTier, "same-tier", "may share a GPU only with namespaces of the same tier")     \
   X(kSameNamespace, "same-namespace", "may share a GPU only with pods of its namespace") \
   X(kNone, "none", "never shares a GPU, not even with its own namespace")
 
-#define TESSERA_ENFORCEMENT(X)                                                                  \
+#define TESSERA_ENFORCEMENT(X)                                                                   \
   X(kFailOpen, "fail-open", "if tessera's own machinery fails, GPU calls pass through (logged)") \
   X(kFailClosed, "fail-closed", "if tessera's own machinery fails, GPU allocations are refused")
 
-#define TESSERA_DRIFT_ACTIONS(X)                                             \
+#define TESSERA_DRIFT_ACTIONS(X)                                                \
   X(kReport, "report", "usage beyond the decision is reported (Event, metric)") \
-  X(kKill, "kill", "the offending process is killed")                          \
+  X(kKill, "kill", "the offending process is killed")                           \
   X(kEvict, "evict", "the pod is evicted")
 
 #define TESSERA_POLICY_ENUM(name, text, meaning) name,

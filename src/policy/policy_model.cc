@@ -2,9 +2,10 @@
 // (the GPU host builds it for `tessera doctor`; parsing, which needs YAML, is policy.cc).
 #include <algorithm>
 
+#include "tessera/names.h"
+
 #include "policy/policy.h"
 #include "policy/rows.h"
-#include "tessera/names.h"
 
 namespace tessera::policy {
 
@@ -60,17 +61,26 @@ Policy DefaultPolicy() {
   Policy p;
   using enum SharingMode;
   auto& team = p.tiers[static_cast<std::size_t>(TrustTier::kTeam)];
-  team = {{kShared, kMps, kMig, kExclusive}, CoTenancy::kAny, Enforcement::kFailOpen,
-          DriftAction::kReport, false};
+  team = {{kShared, kMps, kMig, kExclusive},
+          CoTenancy::kAny,
+          Enforcement::kFailOpen,
+          DriftAction::kReport,
+          false};
   auto& department = p.tiers[static_cast<std::size_t>(TrustTier::kDepartment)];
-  department = {{kMig, kShared, kExclusive}, CoTenancy::kSameTier, Enforcement::kFailClosed,
-                DriftAction::kKill, false};
+  department = {{kMig, kShared, kExclusive},
+                CoTenancy::kSameTier,
+                Enforcement::kFailClosed,
+                DriftAction::kKill,
+                false};
   auto& customer = p.tiers[static_cast<std::size_t>(TrustTier::kCustomer)];
-  customer = {{kExclusive, kMig, kShared}, CoTenancy::kSameNamespace, Enforcement::kFailClosed,
-              DriftAction::kEvict, false};
+  customer = {{kExclusive, kMig, kShared},
+              CoTenancy::kSameNamespace,
+              Enforcement::kFailClosed,
+              DriftAction::kEvict,
+              false};
   auto& regulated = p.tiers[static_cast<std::size_t>(TrustTier::kRegulated)];
-  regulated = {{kExclusive}, CoTenancy::kNone, Enforcement::kFailClosed, DriftAction::kEvict,
-               false};
+  regulated = {
+      {kExclusive}, CoTenancy::kNone, Enforcement::kFailClosed, DriftAction::kEvict, false};
   p.priority_classes = {"tessera-latency-critical", "tessera-normal", "tessera-best-effort"};
   return p;
 }

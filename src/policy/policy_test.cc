@@ -1,8 +1,8 @@
 #include "policy/policy.h"
 
-#include <gtest/gtest.h>
-
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "testutil/status_matchers.h"
 
@@ -53,7 +53,7 @@ TEST(Policy, DefaultsFollowTheDecisionFramework) {
   EXPECT_TRUE(p.MayShareGpu(cust_a, cust_a2));
   EXPECT_FALSE(p.MayShareGpu(cust_a, cust_b));  // scenario 6: never another namespace
   EXPECT_FALSE(p.MayShareGpu(cust_a, team_a));
-  EXPECT_FALSE(p.MayShareGpu(reg, reg2));       // dedicated GPUs
+  EXPECT_FALSE(p.MayShareGpu(reg, reg2));  // dedicated GPUs
   EXPECT_FALSE(p.Rule(TrustTier::kRegulated).Allows(SharingMode::kShared));
   EXPECT_TRUE(p.Rule(TrustTier::kTeam).Allows(SharingMode::kMps));
   EXPECT_FALSE(p.Rule(TrustTier::kCustomer).Allows(SharingMode::kMps));

@@ -4,25 +4,26 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <thread>
+
+#include "tessera/file.h"
+#include "tessera/log.h"
+#include "tessera/names.h"
+#include "tessera/prometheus.h"
 
 #include "extender/extender.h"
 #include "extender/ledger.h"
-#include "scheduler/server.h"
 #include "k8s/client.h"
 #include "k8s/events.h"
 #include "k8s/leader.h"
 #include "k8s/paths.h"
 #include "k8s/reflector.h"
 #include "policy/policy.h"
-#include "tessera/file.h"
-#include "tessera/log.h"
-#include "tessera/names.h"
-#include "tessera/prometheus.h"
+#include "scheduler/server.h"
 #include "webhook/server.h"
 #include "webhook/webhook.h"
 
@@ -47,11 +48,12 @@ class KubePodWriter final : public PodWriter {
   Status Bind(const std::string& ns, const std::string& name, const std::string& uid,
               const std::string& node,
               const std::map<std::string, std::string>& annotations) override {
-    json binding = {{"apiVersion", "v1"},
-                    {"kind", "Binding"},
-                    {"metadata",
-                     {{"name", name}, {"namespace", ns}, {"uid", uid}, {"annotations", annotations}}},
-                    {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
+    json binding = {
+        {"apiVersion", "v1"},
+        {"kind", "Binding"},
+        {"metadata",
+         {{"name", name}, {"namespace", ns}, {"uid", uid}, {"annotations", annotations}}},
+        {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
     return client_->Create(k8s::PodBindingPath(ns, name), binding).status();
   }
   StatusOr<std::string> NodeNameOf(const std::string& ns, const std::string& name,
@@ -69,7 +71,9 @@ class KubePodWriter final : public PodWriter {
 class NodeHandler final : public k8s::ReflectorHandler {
  public:
   explicit NodeHandler(Ledger* ledger) : ledger_(ledger) {}
-  void OnSync(std::vector<json> items, const std::string&) override { ledger_->ReplaceNodes(items); }
+  void OnSync(std::vector<json> items, const std::string&) override {
+    ledger_->ReplaceNodes(items);
+  }
   void OnEvent(k8s::WatchEventType type, const json& node) override {
     if (type == k8s::WatchEventType::kDeleted) {
       ledger_->DeleteNode(node.value("/metadata/name"_json_pointer, std::string()));
@@ -132,7 +136,8 @@ class PriorityClasses {
  private:
   k8s::Client* client_;
   std::mutex mu_;
-  std::map<std::string, std::pair<std::optional<std::int32_t>, std::chrono::steady_clock::time_point>>
+  std::map<std::string,
+           std::pair<std::optional<std::int32_t>, std::chrono::steady_clock::time_point>>
       cache_;
 };
 
@@ -283,12 +288,12 @@ Status SchedulerProcess::BuildExtender() {
   };
   s.ledger = std::make_unique<Ledger>(s.policy, ledger_options, Clock::Real());
   s.writer = std::make_unique<KubePodWriter>(s.client.get());
-  s.extender = std::make_unique<Extender>(s.ledger.get(), s.writer.get(), &*s.signer,
-                                          options_.key_id, [] {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  });
+  s.extender =
+      std::make_unique<Extender>(s.ledger.get(), s.writer.get(), &*s.signer, options_.key_id, [] {
+        return std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+            .count();
+      });
   s.server = std::make_unique<Server>(s.extender.get(), s.ledger.get(), options_.threads);
   auto port = s.server->Bind(s.listen.first, s.listen.second);
   if (!port.ok()) return port.status();
@@ -322,26 +327,22 @@ Status SchedulerProcess::BuildAdmission() {
           d.namespace_name + "/" + d.name + "/" + std::to_string(static_cast<int>(d.rule));
       if (!s.denied_recently.emplace(key, now).second) return;
     }
-    s.events->Warn({{"apiVersion", "v1"},
-                    {"kind", "Pod"},
-                    {"namespace", d.namespace_name},
-                    {"name", d.name}},
-                   names::kEventAdmissionDenied,
-                   "rule " +
-                       std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) +
-                       ": " + d.message);
+    s.events->Warn(
+        {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", d.namespace_name}, {"name", d.name}},
+        names::kEventAdmissionDenied,
+        "rule " + std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) + ": " +
+            d.message);
   };
-  s.admission = std::make_unique<webhook::Admission>(&s.policy, webhook_options, view,
-                                                     s.quotas.get());
-  s.server->AddMetrics([admission = s.admission.get(), events = s.events.get()](
-                           prom::Exposition& out) {
+  s.admission =
+      std::make_unique<webhook::Admission>(&s.policy, webhook_options, view, s.quotas.get());
+  s.server->AddMetrics([admission = s.admission.get(),
+                        events = s.events.get()](prom::Exposition& out) {
     out.Add(names::kMetricAdmissionReviews, {{"webhook", "mutate"}},
             static_cast<double>(admission->mutate_reviews()));
     out.Add(names::kMetricAdmissionReviews, {{"webhook", "validate"}},
             static_cast<double>(admission->validate_reviews()));
     for (std::size_t i = 0; i < webhook::kDenialRules; ++i) {
-      out.Add(names::kMetricAdmissionDenials,
-              {{"rule", std::string(webhook::kDenialRuleNames[i])}},
+      out.Add(names::kMetricAdmissionDenials, {{"rule", std::string(webhook::kDenialRuleNames[i])}},
               static_cast<double>(admission->denials(static_cast<webhook::DenialRule>(i))));
     }
     out.Add(names::kMetricAdmissionEventsDropped, {}, static_cast<double>(events->dropped()));
@@ -364,8 +365,8 @@ void SchedulerProcess::StartWatches() {
   k8s::ReflectorOptions pod_options;
   // Finished pods hold no GPU; when a pod finishes, the watch sends it as DELETED.
   pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
-  s.pods = std::make_unique<k8s::Reflector>(*s.client, k8s::PodsPath(""), *s.pod_handler,
-                                            pod_options);
+  s.pods =
+      std::make_unique<k8s::Reflector>(*s.client, k8s::PodsPath(""), *s.pod_handler, pod_options);
   s.node_thread = std::jthread([&s](std::stop_token stop) { s.nodes->Run(stop); });
   s.pod_thread = std::jthread([&s](std::stop_token stop) { s.pods->Run(stop); });
   s.sweeper = std::jthread([&s, ready_file = options_.ready_file](std::stop_token stop) {

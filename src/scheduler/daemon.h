@@ -7,25 +7,26 @@
 #include <string>
 #include <vector>
 
-#include "placement/policies.h"
 #include "tessera/status.h"
+
+#include "placement/policies.h"
 
 namespace tessera::scheduler {
 
 struct SchedulerOptions {
-  std::string kubeconfig;          // empty: $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string kubeconfig;  // empty: $KUBECONFIG, in-cluster, ~/.kube/config
   // Loopback by default: tessera-scheduler runs beside kube-scheduler in its pod, so no other
   // pod can reach the verbs (they are unauthenticated, as kube-scheduler's HTTP extenders are).
   std::string listen = "127.0.0.1:8888";
   std::string placement = "tessera";  // a placement policy name (tessera sim --policy)
-  std::string policy_file;         // the administrator's policy; empty: built-in defaults
-  std::string signing_key_file;    // Ed25519 private key, PEM (required)
-  std::string key_id = "default";  // names the key in each decision
+  std::string policy_file;            // the administrator's policy; empty: built-in defaults
+  std::string signing_key_file;       // Ed25519 private key, PEM (required)
+  std::string key_id = "default";     // names the key in each decision
   std::chrono::milliseconds reservation_ttl{30'000};
   double qps = 1000;  // a bind is two writes; kube-scheduler binds hundreds of pods/s
   int burst = 2000;
-  int threads = 64;                // HTTP worker threads (one per open connection)
-  std::string ready_file;          // written with the port once serving and synced (tests)
+  int threads = 64;        // HTTP worker threads (one per open connection)
+  std::string ready_file;  // written with the port once serving and synced (tests)
 
   // Admission webhooks (HTTPS), served when a certificate is given (docs/design/0013).
   std::string webhook_listen = "0.0.0.0:8443";

@@ -23,7 +23,9 @@ inline std::string SchedulerConfig(int port) {
   return "apiVersion: kubescheduler.config.k8s.io/v1\n"
          "kind: KubeSchedulerConfiguration\n"
          "extenders:\n"
-         "- urlPrefix: http://127.0.0.1:" + std::to_string(port) + "\n"
+         "- urlPrefix: http://127.0.0.1:" +
+         std::to_string(port) +
+         "\n"
          "  filterVerb: filter\n"
          "  prioritizeVerb: prioritize\n"
          "  bindVerb: bind\n"
@@ -32,7 +34,8 @@ inline std::string SchedulerConfig(int port) {
          "  nodeCacheCapable: true\n"
          "  enableHTTPS: false\n"
          "  httpTimeout: 30s\n"
-         "  managedResources:\n" + managed;
+         "  managedResources:\n" +
+         managed;
 }
 
 // The webhook configurations that point the API server at tessera's webhooks.
@@ -48,20 +51,28 @@ inline std::pair<nlohmann::json, nlohmann::json> WebhookConfigurations(int port,
                           {"failurePolicy", "Fail"},
                           {"timeoutSeconds", 10}};
   };
-  nlohmann::json pods_create = {{{"operations", {"CREATE"}}, {"apiGroups", {""}},
-                                 {"apiVersions", {"v1"}}, {"resources", {"pods"}}}};
-  nlohmann::json mutating = {{"apiVersion", "admissionregistration.k8s.io/v1"},
-                             {"kind", "MutatingWebhookConfiguration"},
-                             {"metadata", {{"name", "tessera"}}},
-                             {"webhooks", {hook("pods.mutate.tessera.dev", "/mutate", pods_create)}}};
-  nlohmann::json validate_rules = {{{"operations", {"CREATE", "UPDATE"}}, {"apiGroups", {""}},
-                                    {"apiVersions", {"v1"}}, {"resources", {"pods"}}},
-                                   {{"operations", {"CREATE"}}, {"apiGroups", {""}},
-                                    {"apiVersions", {"v1"}}, {"resources", {"pods/binding"}}}};
-  nlohmann::json validating = {{"apiVersion", "admissionregistration.k8s.io/v1"},
-                               {"kind", "ValidatingWebhookConfiguration"},
-                               {"metadata", {{"name", "tessera"}}},
-                               {"webhooks", {hook("pods.validate.tessera.dev", "/validate", validate_rules)}}};
+  nlohmann::json pods_create = {{{"operations", {"CREATE"}},
+                                 {"apiGroups", {""}},
+                                 {"apiVersions", {"v1"}},
+                                 {"resources", {"pods"}}}};
+  nlohmann::json mutating = {
+      {"apiVersion", "admissionregistration.k8s.io/v1"},
+      {"kind", "MutatingWebhookConfiguration"},
+      {"metadata", {{"name", "tessera"}}},
+      {"webhooks", {hook("pods.mutate.tessera.dev", "/mutate", pods_create)}}};
+  nlohmann::json validate_rules = {{{"operations", {"CREATE", "UPDATE"}},
+                                    {"apiGroups", {""}},
+                                    {"apiVersions", {"v1"}},
+                                    {"resources", {"pods"}}},
+                                   {{"operations", {"CREATE"}},
+                                    {"apiGroups", {""}},
+                                    {"apiVersions", {"v1"}},
+                                    {"resources", {"pods/binding"}}}};
+  nlohmann::json validating = {
+      {"apiVersion", "admissionregistration.k8s.io/v1"},
+      {"kind", "ValidatingWebhookConfiguration"},
+      {"metadata", {{"name", "tessera"}}},
+      {"webhooks", {hook("pods.validate.tessera.dev", "/validate", validate_rules)}}};
   mutating["webhooks"][0]["reinvocationPolicy"] = "IfNeeded";
   return {mutating, validating};
 }

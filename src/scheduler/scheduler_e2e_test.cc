@@ -4,10 +4,6 @@
 // can run here). Scenarios from the seeds: showdown, equal shares, concurrency, restart,
 // preemption. Every check is read back from the API server (pods, their decision annotations,
 // events) or from the scheduler's own /ledger.
-#include <gtest/gtest.h>
-#include <httplib.h>
-#include <openssl/evp.h>
-
 #include <csignal>
 #include <fstream>
 #include <map>
@@ -16,16 +12,21 @@
 #include <sstream>
 #include <thread>
 
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include "tessera/prometheus.h"
+
 #include "cli/cli.h"
-#include "e2e/testcluster.h"
 #include "contract/decision.h"
 #include "e2e/scheduler_harness.h"
+#include "e2e/testcluster.h"
 #include "k8s/client.h"
 #include "k8s/k8s_testing.h"
 #include "k8s/paths.h"
-#include "tessera/prometheus.h"
-#include "webhook/webhook.h"
 #include "testutil/status_matchers.h"
+#include "webhook/webhook.h"
 
 namespace tessera::scheduler {
 
@@ -42,8 +43,7 @@ using namespace std::chrono_literals;
 constexpr std::uint64_t kGiB = 1ULL << 30;
 
 json PodObject(const std::string& ns, const std::string& name,
-                std::map<std::string, std::string> limits,
-                const std::string& priority_class = "") {
+               std::map<std::string, std::string> limits, const std::string& priority_class = "") {
   json pod = {{"apiVersion", "v1"},
               {"kind", "Pod"},
               {"metadata", {{"name", name}, {"namespace", ns}}},
@@ -134,8 +134,10 @@ class SchedulerE2E : public ::testing::Test {
     env->ca_pem = cp->ca_pem;
     ASSERT_OK(StartScheduler());
     // The PriorityClasses the default policy maps tessera's priorities to.
-    for (const auto& [name, value] : std::vector<std::pair<std::string, int>>{
-             {"tessera-best-effort", 0}, {"tessera-normal", 1000}, {"tessera-latency-critical", 1000000}}) {
+    for (const auto& [name, value] :
+         std::vector<std::pair<std::string, int>>{{"tessera-best-effort", 0},
+                                                  {"tessera-normal", 1000},
+                                                  {"tessera-latency-critical", 1000000}}) {
       ASSERT_OK(env->api->Create("/apis/scheduling.k8s.io/v1/priorityclasses",
                                  json{{"apiVersion", "scheduling.k8s.io/v1"},
                                       {"kind", "PriorityClass"},
@@ -152,7 +154,8 @@ class SchedulerE2E : public ::testing::Test {
   static void TearDownTestSuite() {
     if (env == nullptr) return;
     if (::testing::UnitTest::GetInstance()->Failed() && env->scheduler) {
-      std::fprintf(stderr, "tessera-scheduler log tail:\n%s\n", env->scheduler->LogTail(60).c_str());
+      std::fprintf(stderr, "tessera-scheduler log tail:\n%s\n",
+                   env->scheduler->LogTail(60).c_str());
     }
     env->scheduler.reset();
     env->api.reset();
@@ -193,10 +196,9 @@ class SchedulerE2E : public ::testing::Test {
 
   void Namespace(const std::string& ns) {
     namespaces_.push_back(ns);
-    auto created = api().Create("/api/v1/namespaces",
-                                json{{"apiVersion", "v1"},
-                                     {"kind", "Namespace"},
-                                     {"metadata", {{"name", ns}}}});
+    auto created = api().Create(
+        "/api/v1/namespaces",
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}});
     ASSERT_OK(created);
     // No controller-manager runs in the harness: create the "default" ServiceAccount the
     // ServiceAccount admission plugin wants, as the token controller would.
@@ -303,9 +305,11 @@ TEST_F(SchedulerE2E, ShowdownFourPodsOnOneGpuAndTheFifthIsToldWhy) {
   auto nodes = Nodes("showdown-", 1, 1, "16Gi");
   ASSERT_NE(nodes, nullptr);
   Namespace("showdown");
-  for (const auto& [name, memory] : std::vector<std::pair<std::string, std::string>>{
-           {"inference-1", "2Gi"}, {"inference-2", "2Gi"}, {"training", "8Gi"},
-           {"preprocessing", "3Gi"}}) {
+  for (const auto& [name, memory] :
+       std::vector<std::pair<std::string, std::string>>{{"inference-1", "2Gi"},
+                                                        {"inference-2", "2Gi"},
+                                                        {"training", "8Gi"},
+                                                        {"preprocessing", "3Gi"}}) {
     ASSERT_OK(Create(Pod("showdown", name, {{"tessera.dev/gpu-memory", memory}})));
   }
   ASSERT_TRUE(WaitFor([&] { return CountRunning("showdown") == 4; }, 120s));
@@ -343,14 +347,15 @@ TEST_F(SchedulerE2E, EqualSharesFourQuartersOfOneGpu) {
   ASSERT_NE(nodes, nullptr);
   Namespace("shares");
   for (int i = 0; i < 4; ++i) {
-    ASSERT_OK(Create(Pod("shares", "quarter-" + std::to_string(i), {{"tessera.dev/gpu-cores", "25"}})));
+    ASSERT_OK(
+        Create(Pod("shares", "quarter-" + std::to_string(i), {{"tessera.dev/gpu-cores", "25"}})));
   }
   ASSERT_TRUE(WaitFor([&] { return CountRunning("shares") == 4; }, 120s));
   std::size_t pods = 0;
   auto per_gpu = Decided("shares", &pods);
   ASSERT_EQ(per_gpu.size(), 1U);
-  EXPECT_EQ(per_gpu.begin()->second.second, 100U);        // four 25 % shares
-  EXPECT_EQ(per_gpu.begin()->second.first, 16 * kGiB);    // each 25 % of the memory
+  EXPECT_EQ(per_gpu.begin()->second.second, 100U);      // four 25 % shares
+  EXPECT_EQ(per_gpu.begin()->second.first, 16 * kGiB);  // each 25 % of the memory
   ASSERT_OK(Create(Pod("shares", "fifth", {{"tessera.dev/gpu-cores", "25"}})));
   std::this_thread::sleep_for(3s);  // give the scheduler a chance to (wrongly) place it
   EXPECT_EQ(Phase(*api().Get(k8s::PodPath("shares", "fifth"))), "Pending");
@@ -359,7 +364,8 @@ TEST_F(SchedulerE2E, EqualSharesFourQuartersOfOneGpu) {
 // Random fractional asks; seeded, so a failure is reproducible.
 json RandomPod(const std::string& ns, int i, std::mt19937& rng, int max_gib = 6) {
   std::map<std::string, std::string> limits;
-  limits["tessera.dev/gpu-memory"] = std::to_string(1 + rng() % static_cast<unsigned>(max_gib)) + "Gi";
+  limits["tessera.dev/gpu-memory"] =
+      std::to_string(1 + rng() % static_cast<unsigned>(max_gib)) + "Gi";
   if (rng() % 2 == 0) limits["tessera.dev/gpu-cores"] = std::to_string(5 + rng() % 26);
   return PodObject(ns, "p-" + std::to_string(i), limits);
 }
@@ -426,7 +432,8 @@ TEST_F(SchedulerE2E, RestartMidRunLosesNothingAndBooksNothingTwice) {
   std::uint64_t ledger_memory = 0;
   const json ledger = Ledger();
   for (const json& g : ledger.value("gpus", json::array())) {
-    if (g["node"].get<std::string>().rfind("restart-", 0) == 0) ledger_memory += g["memoryUsed"].get<std::uint64_t>();
+    if (g["node"].get<std::string>().rfind("restart-", 0) == 0)
+      ledger_memory += g["memoryUsed"].get<std::uint64_t>();
   }
   std::uint64_t decided_memory = 0;
   for (const auto& [uuid, use] : Decided("restart", &decided)) decided_memory += use.first;
@@ -438,8 +445,8 @@ TEST_F(SchedulerE2E, PreemptionLatencyCriticalDisplacesBestEffort) {
   ASSERT_NE(nodes, nullptr);
   Namespace("preempt");
   for (int i = 0; i < 4; ++i) {
-    ASSERT_OK(Create(Pod("preempt", "batch-" + std::to_string(i), {{"tessera.dev/gpu-memory", "4Gi"}},
-                         "tessera-best-effort")));
+    ASSERT_OK(Create(Pod("preempt", "batch-" + std::to_string(i),
+                         {{"tessera.dev/gpu-memory", "4Gi"}}, "tessera-best-effort")));
   }
   ASSERT_TRUE(WaitFor([&] { return CountRunning("preempt") == 4; }, 120s));
   ASSERT_OK(Create(Pod("preempt", "inference", {{"tessera.dev/gpu-memory", "8Gi"}},
@@ -464,26 +471,32 @@ TEST_F(SchedulerE2E, SeedKaiManifestsAreTranslatedAndPlaced) {
   auto nodes = Nodes("seed-", 1, 1, "16Gi");
   ASSERT_NE(nodes, nullptr);
   Namespace("seed");
-  for (const auto& [name, mib] : std::vector<std::pair<std::string, std::string>>{
-           {"inference-1", "2000"}, {"inference-2", "2000"}, {"training", "8000"},
-           {"preprocessing", "3000"}}) {
+  for (const auto& [name, mib] :
+       std::vector<std::pair<std::string, std::string>>{{"inference-1", "2000"},
+                                                        {"inference-2", "2000"},
+                                                        {"training", "8000"},
+                                                        {"preprocessing", "3000"}}) {
     json pod = {{"apiVersion", "v1"},
                 {"kind", "Pod"},
-                {"metadata", {{"name", name}, {"namespace", "seed"},
-                              {"annotations", {{"gpu-memory", mib}}}}},
-                {"spec", {{"schedulerName", "kai-scheduler"},
-                          {"terminationGracePeriodSeconds", 0},
-                          {"containers", {{{"name", "inference"}, {"image", "inference:latest"}}}}}}};
+                {"metadata",
+                 {{"name", name}, {"namespace", "seed"}, {"annotations", {{"gpu-memory", mib}}}}},
+                {"spec",
+                 {{"schedulerName", "kai-scheduler"},
+                  {"terminationGracePeriodSeconds", 0},
+                  {"containers", {{{"name", "inference"}, {"image", "inference:latest"}}}}}}};
     ASSERT_OK(Create(pod));
   }
   // And KAI's other form, a share of the GPU's memory (1/16 of 16 GiB = 1 GiB).
   ASSERT_OK(Create(json{{"apiVersion", "v1"},
                         {"kind", "Pod"},
-                        {"metadata", {{"name", "fraction"}, {"namespace", "seed"},
-                                      {"annotations", {{"gpu-fraction", "0.0625"}}}}},
-                        {"spec", {{"schedulerName", "kai-scheduler"},
-                                  {"terminationGracePeriodSeconds", 0},
-                                  {"containers", {{{"name", "c"}, {"image", "x"}}}}}}}));
+                        {"metadata",
+                         {{"name", "fraction"},
+                          {"namespace", "seed"},
+                          {"annotations", {{"gpu-fraction", "0.0625"}}}}},
+                        {"spec",
+                         {{"schedulerName", "kai-scheduler"},
+                          {"terminationGracePeriodSeconds", 0},
+                          {"containers", {{{"name", "c"}, {"image", "x"}}}}}}}));
   ASSERT_TRUE(WaitFor([&] { return CountRunning("seed") == 5; }, 120s));
   for (const json& p : Pods("seed")) {
     EXPECT_EQ(p["spec"]["schedulerName"], "default-scheduler");
@@ -499,22 +512,25 @@ TEST_F(SchedulerE2E, SeedKaiManifestsAreTranslatedAndPlaced) {
 // A client with another identity: a service account with rights on pods in `ns`.
 std::unique_ptr<k8s::Client> Tenant(k8s::Client& admin, const std::string& ns) {
   auto must = [](const StatusOr<json>& r) { EXPECT_OK(r); };
-  must(admin.Create("/api/v1/namespaces/" + ns + "/serviceaccounts",
-                    json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"},
-                         {"metadata", {{"name", "tenant"}}}}));
+  must(admin.Create(
+      "/api/v1/namespaces/" + ns + "/serviceaccounts",
+      json{{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", {{"name", "tenant"}}}}));
   must(admin.Create("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/roles",
-                    json{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
+                    json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+                         {"kind", "Role"},
                          {"metadata", {{"name", "tenant"}}},
-                         {"rules", {{{"apiGroups", {""}},
-                                     {"resources", {"pods", "pods/binding"}},
-                                     {"verbs", {"get", "list", "create", "update", "patch"}}}}}}));
-  must(admin.Create("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings",
-                    json{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"},
-                         {"metadata", {{"name", "tenant"}}},
-                         {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"},
-                                      {"name", "tenant"}}},
-                         {"subjects", {{{"kind", "ServiceAccount"}, {"name", "tenant"},
-                                        {"namespace", ns}}}}}));
+                         {"rules",
+                          {{{"apiGroups", {""}},
+                            {"resources", {"pods", "pods/binding"}},
+                            {"verbs", {"get", "list", "create", "update", "patch"}}}}}}));
+  must(admin.Create(
+      "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings",
+      json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+           {"kind", "RoleBinding"},
+           {"metadata", {{"name", "tenant"}}},
+           {"roleRef",
+            {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "tenant"}}},
+           {"subjects", {{{"kind", "ServiceAccount"}, {"name", "tenant"}, {"namespace", ns}}}}}));
   auto token = admin.Create("/api/v1/namespaces/" + ns + "/serviceaccounts/tenant/token",
                             json{{"apiVersion", "authentication.k8s.io/v1"},
                                  {"kind", "TokenRequest"},
@@ -546,8 +562,9 @@ TEST_F(SchedulerE2E, ForgeryDecisionsCannotBeWrittenByTenants) {
       json{{"metadata", {{"annotations", {{"tessera.dev/decision", "{\"memoryBytes\":1}"}}}}}},
       k8s::PatchType::kMerge);
   ASSERT_FALSE(patched.ok());
-  EXPECT_NE(patched.status().message().find("only the tessera scheduler may set, change or remove it"),
-            std::string::npos)
+  EXPECT_NE(
+      patched.status().message().find("only the tessera scheduler may set, change or remove it"),
+      std::string::npos)
       << patched.status().message();
   // Creating a pod already placed, with a forged decision: denied.
   json forged = Pod("forge", "forged", {{"tessera.dev/gpu-memory", "12Gi"}});
@@ -568,7 +585,8 @@ TEST_F(SchedulerE2E, ForgeryDecisionsCannotBeWrittenByTenants) {
   ASSERT_OK(tenant->Create(k8s::PodsPath("forge"), Pod("forge", "waiting", {{"cpu", "1"}})));
   auto bound = tenant->Create(
       k8s::PodBindingPath("forge", "waiting"),
-      json{{"apiVersion", "v1"}, {"kind", "Binding"},
+      json{{"apiVersion", "v1"},
+           {"kind", "Binding"},
            {"metadata", {{"name", "waiting"}, {"annotations", {{"tessera.dev/decision", "{}"}}}}},
            {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", "forge-000"}}}});
   EXPECT_FALSE(bound.ok());
@@ -595,7 +613,8 @@ TEST_F(SchedulerE2E, TrustCustomersNeverShareAcrossNamespacesRegulatedGetsWholeG
   EXPECT_EQ(v.begin()->second.first, 16 * kGiB);  // all of it
   EXPECT_EQ(v.begin()->second.second, 100U);
   // Three tenants, three GPUs: never one shared.
-  EXPECT_EQ((std::set<std::string>{a.begin()->first, b.begin()->first, v.begin()->first}.size()), 3U);
+  EXPECT_EQ((std::set<std::string>{a.begin()->first, b.begin()->first, v.begin()->first}.size()),
+            3U);
   // A third tenant finds no GPU it may share with either bank: it waits, and is told why.
   ASSERT_OK(Create(Pod("team", "t", {{"tessera.dev/gpu-memory", "1Gi"}})));
   std::string why;
@@ -650,7 +669,8 @@ TEST_F(SchedulerE2E, QuotaDeniesWithTheNumbers) {
   for (const prom::Sample& x : *samples) {
     if (x.name == "tessera_admission_denials_total") denials[x.labels.at("rule")] = x.value;
     if (x.name == "tessera_scheduler_decisions_total") decisions = x.value;
-    if (x.name == "tessera_scheduler_request_seconds_count" && x.labels.at("verb") == "filter") filter_count = x.value;
+    if (x.name == "tessera_scheduler_request_seconds_count" && x.labels.at("verb") == "filter")
+      filter_count = x.value;
   }
   EXPECT_GE(denials["quota"], 1);
   EXPECT_EQ(denials.size(), webhook::kDenialRules);  // every rule is exported, zero or not
@@ -702,7 +722,8 @@ TEST_F(SchedulerE2E, RealtimeLatencyCriticalRunsBesideALongBatchPod) {
   Namespace("rt");
   ASSERT_OK(Create(Pod("rt", "batch", {{"tessera.dev/gpu-memory", "10Gi"}})));
   ASSERT_TRUE(WaitFor([&] { return CountRunning("rt") == 1; }, 60s));
-  json lc = Pod("rt", "inference", {{"tessera.dev/gpu-memory", "4Gi"}, {"tessera.dev/gpu-cores", "60"}});
+  json lc =
+      Pod("rt", "inference", {{"tessera.dev/gpu-memory", "4Gi"}, {"tessera.dev/gpu-cores", "60"}});
   lc["metadata"]["annotations"] = {{"tessera.dev/priority", "latency-critical"}};
   lc["spec"]["priorityClassName"] = "tessera-latency-critical";
   ASSERT_OK(Create(lc));
@@ -766,9 +787,17 @@ TEST_F(SchedulerE2E, FailoverTheOtherReplicaTakesOverWithoutDoubleBooking) {
     o.port = i == 0 ? pa : pb;
     o.tag = "ha-" + std::to_string(i);
     if (i == 1) o.webhook_port = k8s::FreeLoopbackPort();  // the API server calls replica 0's
-    o.extra_args = {"--leader-elect", "--lease-namespace", "default", "--identity",
-                    "replica-" + std::to_string(i), "--lease-duration-s", "2",
-                    "--renew-deadline-ms", "1500", "--retry-period-ms", "300"};
+    o.extra_args = {"--leader-elect",
+                    "--lease-namespace",
+                    "default",
+                    "--identity",
+                    "replica-" + std::to_string(i),
+                    "--lease-duration-s",
+                    "2",
+                    "--renew-deadline-ms",
+                    "1500",
+                    "--retry-period-ms",
+                    "300"};
     auto child = e2e::StartTesseraScheduler(o);
     ASSERT_OK(child);
     replicas.push_back(std::move(*child));

@@ -1,11 +1,11 @@
 #include "scheduler/server.h"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <charconv>
 #include <chrono>
 #include <map>
+
+#include <httplib.h>
 
 #include "tessera/log.h"
 #include "tessera/names.h"
@@ -43,14 +43,15 @@ struct Server::Impl {
 namespace {
 
 // A verb: parse the body, answer JSON. A body that is not JSON is a 400 naming the verb.
-void Verb(httplib::Server& http, VerbStats* stats, const char* path,
-          std::function<bool()> serving, std::function<json(const json&)> verb) {
+void Verb(httplib::Server& http, VerbStats* stats, const char* path, std::function<bool()> serving,
+          std::function<json(const json&)> verb) {
   http.Post(path, [stats, path, serving = std::move(serving), verb = std::move(verb)](
                       const httplib::Request& req, httplib::Response& res) {
     const auto start = std::chrono::steady_clock::now();
     const std::uint64_t now_in_flight = ++stats->in_flight;
     std::uint64_t seen = stats->max_in_flight.load();
-    while (now_in_flight > seen && !stats->max_in_flight.compare_exchange_weak(seen, now_in_flight)) {
+    while (now_in_flight > seen &&
+           !stats->max_in_flight.compare_exchange_weak(seen, now_in_flight)) {
     }
     if (!serving()) {
       --stats->in_flight;
@@ -70,14 +71,14 @@ void Verb(httplib::Server& http, VerbStats* stats, const char* path,
     res.set_content(verb(args).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
     --stats->in_flight;
-    stats->seconds.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    stats->seconds.Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   });
 }
 
 }  // namespace
 
-Server::Server(Extender* extender, Ledger* ledger, int threads)
-    : impl_(std::make_unique<Impl>()) {
+Server::Server(Extender* extender, Ledger* ledger, int threads) : impl_(std::make_unique<Impl>()) {
   impl_->extender = extender;
   impl_->ledger = ledger;
   httplib::Server& http = impl_->http;
@@ -124,11 +125,10 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
                       {"coresUsed", b.milli_used / 10},
                       {"pods", b.pods}});
     }
-    res.set_content(json{{"gpus", gpus},
-                         {"reservations", ledger->reservations()},
-                         {"bound", ledger->bound()}}
-                        .dump(),
-                    "application/json");
+    res.set_content(
+        json{{"gpus", gpus}, {"reservations", ledger->reservations()}, {"bound", ledger->bound()}}
+            .dump(),
+        "application/json");
   });
   // A dry run of filter for a pod (`tessera explain`): every GPU and why it would or would not
   // take the pod. Answers on every replica; reserves nothing.
@@ -142,12 +142,17 @@ Server::Server(Extender* extender, Ledger* ledger, int threads)
     }
     json gpus = json::array();
     for (const GpuVerdict& v : *verdicts) {
-      gpus.push_back({{"node", v.node}, {"uuid", v.uuid}, {"memoryFree", v.memory_free},
-                      {"coresFree", v.cores_free}, {"fits", v.fits}, {"why", v.why}});
+      gpus.push_back({{"node", v.node},
+                      {"uuid", v.uuid},
+                      {"memoryFree", v.memory_free},
+                      {"coresFree", v.cores_free},
+                      {"fits", v.fits},
+                      {"why", v.why}});
     }
     res.set_content(json{{"gpus", gpus}}.dump(), "application/json");
   });
-  http.Get("/metrics", [extender, ledger, impl = impl_.get()](const httplib::Request&, httplib::Response& res) {
+  http.Get("/metrics", [extender, ledger, impl = impl_.get()](const httplib::Request&,
+                                                              httplib::Response& res) {
     namespace n = names;
     const ExtenderCounters& c = extender->counters();
     prom::Exposition out;

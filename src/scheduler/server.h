@@ -11,11 +11,12 @@
 #include <memory>
 #include <string>
 
+#include "tessera/prometheus.h"
+#include "tessera/status.h"
+
 #include "extender/extender.h"
 #include "extender/ledger.h"
 #include "k8s/listen.h"
-#include "tessera/prometheus.h"
-#include "tessera/status.h"
 
 namespace tessera::scheduler {
 

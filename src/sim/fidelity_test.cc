@@ -1,11 +1,11 @@
 // Exact reproduction of the published curves (spec §8): every column 0..130 of
 // analysis_allo_discrete.csv, default trace, for the five deterministic policies, and of
 // analysis_frag_discrete.csv for FGD. Data: test/data/alibaba-gpu-v2023/README.md.
-#include <gtest/gtest.h>
-
 #include <cmath>
 #include <map>
 #include <tuple>
+
+#include <gtest/gtest.h>
 
 #include "sim/expected.h"
 #include "sim/go_source.h"
@@ -30,8 +30,8 @@ Shared& Data() {
     auto nodes = LoadNodeCsv(std::string(kData) + "/openb_node_list_gpu_node.csv");
     auto pods = LoadPodCsv(std::string(kData) + "/openb_pod_list_default.csv");
     if (!nodes.ok() || !pods.ok()) return s;
-    auto input = MakeSimInput(std::move(nodes).value(), std::move(pods).value(),
-                              "openb_pod_list_default");
+    auto input =
+        MakeSimInput(std::move(nodes).value(), std::move(pods).value(), "openb_pod_list_default");
     if (input.ok()) s->input.emplace(std::move(input).value());
     for (auto [file, map] : {std::pair{"analysis_allo_discrete_default.csv", &s->allo},
                              std::pair{"analysis_frag_discrete_default.csv", &s->frag}}) {
@@ -74,7 +74,8 @@ TEST_P(FidelityTest, MatchesThePublishedCurveExactly) {
   auto result = RunExperiment(*data.input, policy, seed);
   ASSERT_OK(result);
   const std::string what = key + " seed " + std::to_string(seed);
-  EXPECT_EQ(CompareColumns(result->curve.alloc, data.allo[{key, seed}].columns, what + " alloc"), 0);
+  EXPECT_EQ(CompareColumns(result->curve.alloc, data.allo[{key, seed}].columns, what + " alloc"),
+            0);
   if (policy == PolicyKind::kFgd) {
     ASSERT_TRUE(data.frag.count({key, seed}));
     EXPECT_EQ(CompareColumns(result->curve.frag, data.frag[{key, seed}].columns, what + " frag"),

@@ -1,8 +1,8 @@
 #include "sim/go_source.h"
 
-#include <gtest/gtest.h>
-
 #include <memory>
+
+#include <gtest/gtest.h>
 
 #include "placement/random.h"
 

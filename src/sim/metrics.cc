@@ -54,9 +54,9 @@ Curve Discretise(std::span<const EventRecord> events, std::int64_t total_gpus, i
     const auto x = static_cast<std::size_t>(arrive);
     alloc[x].push_back(PythonRound(static_cast<double>(e.used_milli) / gpus / 10, 2));
     frag[x].push_back(PythonRound(e.frag_milli, 2));
-    ratio[x].push_back(
-        e.idle_milli > 0 ? PythonRound(100 * e.frag_milli / static_cast<double>(e.idle_milli), 2)
-                         : 0.0);
+    ratio[x].push_back(e.idle_milli > 0
+                           ? PythonRound(100 * e.frag_milli / static_cast<double>(e.idle_milli), 2)
+                           : 0.0);
   }
   Curve c;
   c.alloc.resize(columns);

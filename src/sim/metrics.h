@@ -32,6 +32,7 @@ struct Curve {
 };
 
 // Columns 0..max_column (130 in the paper).
-Curve Discretise(std::span<const EventRecord> events, std::int64_t total_gpus, int max_column = 130);
+Curve Discretise(std::span<const EventRecord> events, std::int64_t total_gpus,
+                 int max_column = 130);
 
 }  // namespace tessera::sim

@@ -1,8 +1,8 @@
 #include "sim/metrics.h"
 
-#include <gtest/gtest.h>
-
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace tessera::sim {
 namespace {
@@ -18,8 +18,8 @@ TEST(Metrics, PairwiseSumFollowsNumpyBlocking) {
   // Above 128 elements the array is split at a multiple of 8.
   std::vector<double> big(300);
   for (std::size_t i = 0; i < big.size(); ++i) big[i] = 0.01 * static_cast<double>(i % 7);
-  EXPECT_EQ(PairwiseSum(big), PairwiseSum(std::span(big).subspan(0, 144)) +
-                                  PairwiseSum(std::span(big).subspan(144)));
+  EXPECT_EQ(PairwiseSum(big),
+            PairwiseSum(std::span(big).subspan(0, 144)) + PairwiseSum(std::span(big).subspan(144)));
 }
 
 TEST(Metrics, NumpyRoundIsHalfEvenAfterScaling) {

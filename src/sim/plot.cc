@@ -8,8 +8,8 @@ namespace {
 
 constexpr double kWidth = 760, kHeight = 480;
 constexpr double kLeft = 64, kRight = 170, kTop = 40, kBottom = 56;
-constexpr const char* kColors[] = {"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
-                                   "#d62728", "#8c564b", "#e377c2"};
+constexpr const char* kColors[] = {"#7f7f7f", "#1f77b4", "#ff7f0e", "#2ca02c",
+                                   "#9467bd", "#d62728", "#8c564b", "#e377c2"};
 
 std::string Num(double v) {
   char buf[32];
@@ -21,11 +21,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (const char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -47,13 +56,13 @@ std::string PlotSvg(const std::vector<PlotSeries>& series, const std::string& ti
   for (int y = 0; y <= 100; y += 20) {
     svg += "<line x1=\"" + Num(kLeft) + "\" x2=\"" + Num(kLeft + pw) + "\" y1=\"" + Num(py(y)) +
            "\" y2=\"" + Num(py(y)) + "\" stroke=\"#ddd\"/>\n";
-    svg += "<text x=\"" + Num(kLeft - 8) + "\" y=\"" + Num(py(y) + 4) +
-           "\" text-anchor=\"end\">" + std::to_string(y) + "</text>\n";
+    svg += "<text x=\"" + Num(kLeft - 8) + "\" y=\"" + Num(py(y) + 4) + "\" text-anchor=\"end\">" +
+           std::to_string(y) + "</text>\n";
   }
   for (std::size_t x = 0; x <= max_x; x += 10) {
     svg += "<line x1=\"" + Num(px(static_cast<double>(x))) + "\" x2=\"" +
-           Num(px(static_cast<double>(x))) + "\" y1=\"" + Num(kTop) + "\" y2=\"" +
-           Num(kTop + ph) + "\" stroke=\"#eee\"/>\n";
+           Num(px(static_cast<double>(x))) + "\" y1=\"" + Num(kTop) + "\" y2=\"" + Num(kTop + ph) +
+           "\" stroke=\"#eee\"/>\n";
     svg += "<text x=\"" + Num(px(static_cast<double>(x))) + "\" y=\"" + Num(kTop + ph + 16) +
            "\" text-anchor=\"middle\">" + std::to_string(x) + "</text>\n";
   }

@@ -10,7 +10,8 @@ StatusOr<SimInput> MakeSimInput(std::vector<placement::Node> nodes, std::vector<
                                 std::string workload) {
   if (nodes.empty()) return InvalidArgumentError("empty cluster: the node list has no nodes");
   if (pods.empty()) return InvalidArgumentError("empty workload: the pod list has no pods");
-  TESSERA_ASSIGN_OR_RETURN(placement::Cluster cluster, placement::Cluster::Create(std::move(nodes)));
+  TESSERA_ASSIGN_OR_RETURN(placement::Cluster cluster,
+                           placement::Cluster::Create(std::move(nodes)));
   if (cluster.total_gpus() == 0) {
     return InvalidArgumentError("the node list has no GPUs: allocation is undefined");
   }
@@ -44,7 +45,8 @@ StatusOr<RunResult> RunExperiment(const SimInput& input, placement::PolicyKind k
   std::vector<EventRecord> events;
   events.reserve(w.arrival.size());
   EventRecord rec;
-  for (std::size_t i = 0; i < cluster.size(); ++i) rec.idle_milli += cluster.state(i).gpu_milli_free;
+  for (std::size_t i = 0; i < cluster.size(); ++i)
+    rec.idle_milli += cluster.state(i).gpu_milli_free;
   for (const std::uint32_t idx : w.arrival) {
     const placement::Request& req = requests[idx];
     const std::int64_t milli = w.pods[idx].total_milli();
@@ -71,8 +73,7 @@ StatusOr<RunResult> RunExperiment(const SimInput& input, placement::PolicyKind k
       static_cast<double>(result.capacity_milli - result.used_milli) / placement::kMilliPerGpu;
   result.curve = Discretise(events, static_cast<std::int64_t>(cluster.total_gpus()));
   if (options.keep_events) result.events = std::move(events);
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 

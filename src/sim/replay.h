@@ -6,22 +6,23 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "placement/cluster.h"
 #include "placement/fragmentation.h"
 #include "placement/policies.h"
 #include "sim/metrics.h"
 #include "sim/trace.h"
 #include "sim/workload.h"
-#include "tessera/status.h"
 
 namespace tessera::sim {
 
 // Everything the runs of one trace share, read-only.
 struct SimInput {
-  std::string workload;                   // e.g. "openb_pod_list_default"
-  placement::Cluster cluster;             // empty ledger
-  std::vector<TracePod> pods;             // file order
-  placement::WorkloadProfile typical;     // from the original pods (spec §5.1)
+  std::string workload;                // e.g. "openb_pod_list_default"
+  placement::Cluster cluster;          // empty ledger
+  std::vector<TracePod> pods;          // file order
+  placement::WorkloadProfile typical;  // from the original pods (spec §5.1)
 };
 
 StatusOr<SimInput> MakeSimInput(std::vector<placement::Node> nodes, std::vector<TracePod> pods,
@@ -36,7 +37,7 @@ struct RunOptions {
 struct RunResult {
   placement::PolicyKind policy = placement::PolicyKind::kFgd;
   std::int64_t seed = 0;
-  std::size_t pods = 0;         // arrivals
+  std::size_t pods = 0;  // arrivals
   std::size_t failed_pods = 0;
   std::int64_t arrived_milli = 0;
   std::int64_t used_milli = 0;

@@ -7,9 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "placement/policies.h"
 #include "sim/go_source.h"
@@ -76,7 +77,8 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i];
     std::optional<std::string> value;
-    if (const std::size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+    if (const std::size_t eq = flag.find('=');
+        flag.rfind("--", 0) == 0 && eq != std::string::npos) {
       value = flag.substr(eq + 1);
       flag = flag.substr(0, eq);
     }
@@ -133,7 +135,8 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
       if (n < 1 || n > 1024) return InvalidArgumentError("--jobs: want 1..1024");
       o.jobs = static_cast<unsigned>(n);
     } else {
-      return InvalidArgumentError("unknown argument " + Quote(args[i]) + " (see tessera sim --help)");
+      return InvalidArgumentError("unknown argument " + Quote(args[i]) +
+                                  " (see tessera sim --help)");
     }
   }
   if (o.help) return o;
@@ -201,7 +204,9 @@ std::string SimUsage() {
          "  --nodes FILE  node list (default DIR/openb_node_list_gpu_node.csv)\n"
          "  --pods FILE   pod list: a path, a file in DIR, or a name such as \"default\"\n"
          "                (default DIR/openb_pod_list_default.csv)\n"
-         "  --policy      " + placement::AcceptedPolicyNames() + ", or all (default all)\n"
+         "  --policy      " +
+         placement::AcceptedPolicyNames() +
+         ", or all (default all)\n"
          "  --seeds       A..B, N, or N,M,... (default 42..51)\n"
          "  --rng         go: Go math/rand compatible, reproduces the published runs (default\n"
          "                when built with Go); std: splitmix64\n"
@@ -296,10 +301,11 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
       obj["seed"] = r.seed;
       obj["rng"] = rng_name;
       obj["tune"] = run_options.workload.tune;
-      obj["gpu_alloc_ratio"] = r.curve.alloc.back().has_value() ? nlohmann::json(*r.curve.alloc.back())
-                                                                : nlohmann::json();
-      obj["frag_ratio"] = r.curve.frag.back().has_value() ? nlohmann::json(*r.curve.frag.back())
-                                                          : nlohmann::json();
+      obj["gpu_alloc_ratio"] = r.curve.alloc.back().has_value()
+                                   ? nlohmann::json(*r.curve.alloc.back())
+                                   : nlohmann::json();
+      obj["frag_ratio"] =
+          r.curve.frag.back().has_value() ? nlohmann::json(*r.curve.frag.back()) : nlohmann::json();
       obj["unallocated_gpus"] = r.unallocated_gpus;
       obj["failed_pods"] = r.failed_pods;
       obj["pods"] = r.pods;
@@ -340,9 +346,9 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
       }
       if (n > 1) {
         const double d = n;
-        out << Pad("mean", 6) << Pad(Fixed(sum_alloc / d, 2), 12) << Pad(Fixed(sum_unalloc / d, 1), 14)
-            << Pad(Fixed(sum_frag / d, 2), 11) << Pad(Fixed(sum_failed / d, 1), 13)
-            << Pad(Fixed(sum_sec / d, 2), 9) << "\n";
+        out << Pad("mean", 6) << Pad(Fixed(sum_alloc / d, 2), 12)
+            << Pad(Fixed(sum_unalloc / d, 1), 14) << Pad(Fixed(sum_frag / d, 2), 11)
+            << Pad(Fixed(sum_failed / d, 1), 13) << Pad(Fixed(sum_sec / d, 2), 9) << "\n";
       }
     }
   }

@@ -1,10 +1,10 @@
 #include "sim/sim_command.h"
 
-#include <gtest/gtest.h>
-
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "sim/go_source.h"
 #include "testutil/temp_dir.h"
@@ -28,7 +28,7 @@ TEST(SimCommand, JsonHasOneObjectPerRunWithTheFullCurve) {
   if (!GoSourceAvailable()) GTEST_SKIP() << "built without Go's math/rand table";
   std::string out, err;
   ASSERT_EQ(RunSim({"--trace", kData, "--policy", "best-fit,fgd", "--seeds", "42..43", "--json"},
-                &out, &err),
+                   &out, &err),
             0)
       << err;
   const auto runs = nlohmann::json::parse(out);
@@ -48,8 +48,8 @@ TEST(SimCommand, TableAndPlot) {
   const std::string svg = dir.path() + "/alloc.svg";
   std::string out, err;
   ASSERT_EQ(RunSim({"--trace", kData, "--policy", "gpu-packing", "--seeds", "42", "--rng", "std",
-                 "--plot", svg},
-                &out, &err),
+                    "--plot", svg},
+                   &out, &err),
             0)
       << err;
   EXPECT_NE(out.find("gpu-packing"), std::string::npos);
@@ -95,7 +95,8 @@ TEST(SimCommand, SmallTraceRunsWithEitherGenerator) {
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
         "a,1000,100,1,500,\nb,1000,100,1,1000,P100\nc,1000,100,0,0,\nd,2000,100,2,1000,\n");
   std::string out, err;
-  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--rng", "std", "--json"}, &out, &err), 0)
+  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--rng", "std", "--json"}, &out, &err),
+            0)
       << err;
   const auto runs = nlohmann::json::parse(out);
   EXPECT_EQ(runs.size(), 60U);  // 6 policies x seeds 42..51

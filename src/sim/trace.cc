@@ -143,8 +143,8 @@ StatusOr<std::vector<placement::Node>> ParseNodeCsv(std::string_view text, std::
           const std::optional<std::int64_t> mem = TraceGpuMemoryMib(model);
           if (!mem.has_value()) {
             std::string known;
-            for (const ModelRow& row : Models()) known += (known.empty() ? "" : ", ") +
-                                                         std::string(row.name);
+            for (const ModelRow& row : Models())
+              known += (known.empty() ? "" : ", ") + std::string(row.name);
             return InvalidArgumentError(Where(file, line) + "unknown GPU model " + Quote(model) +
                                         "; known: " + known);
           }

@@ -8,8 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "placement/cluster.h"
 #include "tessera/status.h"
+
+#include "placement/cluster.h"
 
 namespace tessera::sim {
 

@@ -20,8 +20,8 @@ TEST(Trace, ParsesNodes) {
 }
 
 TEST(Trace, MalformedRowNamesFileAndLine) {
-  auto nodes = ParseNodeCsv("sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,lots,1,1,T4\n",
-                            "nodes.csv");
+  auto nodes = ParseNodeCsv(
+      "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,32768,2,T4\nn1,lots,1,1,T4\n", "nodes.csv");
   ASSERT_FALSE(nodes.ok());
   EXPECT_NE(nodes.status().message().find("nodes.csv:3:"), std::string::npos);
   EXPECT_NE(nodes.status().message().find("cpu_milli"), std::string::npos);
@@ -62,8 +62,8 @@ TEST(Trace, ParsesPodsWithAndWithoutGpuSpec) {
 }
 
 TEST(Trace, DuplicatePodNamesAreErrors) {
-  auto pods = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,2,1,5\np0,1,2,1,5\n",
-                          "p.csv");
+  auto pods =
+      ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,2,1,5\np0,1,2,1,5\n", "p.csv");
   ASSERT_FALSE(pods.ok());
   EXPECT_NE(pods.status().message().find("p.csv:3:"), std::string::npos);
 }

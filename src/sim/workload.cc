@@ -94,7 +94,8 @@ placement::WorkloadProfile TypicalPods(const std::vector<TracePod>& pods, int po
     item.gpu_milli = std::get<1>(key);
     item.gpu_count = std::get<2>(key);
     item.models = models[key];
-    item.weight = (static_cast<double>(sorted[i].second) / total) / (static_cast<double>(cum) / total);
+    item.weight =
+        (static_cast<double>(sorted[i].second) / total) / (static_cast<double>(cum) / total);
     profile.items.push_back(std::move(item));
   }
   return profile;

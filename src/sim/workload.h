@@ -7,10 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "tessera/status.h"
+
 #include "placement/fragmentation.h"
 #include "placement/random.h"
 #include "sim/trace.h"
-#include "tessera/status.h"
 
 namespace tessera::sim {
 
@@ -28,8 +29,8 @@ struct Workload {
 };
 
 struct WorkloadOptions {
-  double tune = 1.3;              // arrivals sum to this multiple of the cluster's GPU milli
-  int skip_after_tuning = 10;     // draws discarded before the node ranks (spec §2.2 step 5)
+  double tune = 1.3;           // arrivals sum to this multiple of the cluster's GPU milli
+  int skip_after_tuning = 10;  // draws discarded before the node ranks (spec §2.2 step 5)
 };
 
 // Builds the workload, consuming `rand` exactly as the authors' simulator consumes Go's global
@@ -40,6 +41,7 @@ Workload GenerateWorkload(std::vector<TracePod> pods, std::size_t node_count,
 
 // The typical pods of the original trace (spec §5.1): FGD's target workload, and the profile the
 // fragmentation metric uses for every policy.
-placement::WorkloadProfile TypicalPods(const std::vector<TracePod>& pods, int popularity_percent = 95);
+placement::WorkloadProfile TypicalPods(const std::vector<TracePod>& pods,
+                                       int popularity_percent = 95);
 
 }  // namespace tessera::sim

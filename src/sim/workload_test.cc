@@ -63,7 +63,8 @@ TEST_F(DefaultTraceTest, SeedFortyTwoOrderMatchesTheSpec) {
   const Workload w = GenerateWorkload(*pods_, 1213, 6212000, **rand);
   const char* first[] = {"openb-pod-0255", "openb-pod-1685", "openb-pod-6784", "openb-pod-4463",
                          "openb-pod-0602"};
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(w.pods[w.arrival[static_cast<std::size_t>(i)]].name, first[i]);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(w.pods[w.arrival[static_cast<std::size_t>(i)]].name, first[i]);
   const char* clones[] = {"openb-pod-3888", "openb-pod-5689", "openb-pod-2936"};
   for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(w.pods[w.arrival[w.originals + i]].name, clones[i]);
   EXPECT_EQ(w.ranks[3], 13U);

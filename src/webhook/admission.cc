@@ -5,7 +5,6 @@
 
 namespace tessera::webhook {
 
-
 using nlohmann::json;
 
 using k8s::StringAt;
@@ -13,7 +12,8 @@ using k8s::StringAt;
 namespace {
 
 json Envelope(json response) {
-  return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"},
+  return {{"apiVersion", "admission.k8s.io/v1"},
+          {"kind", "AdmissionReview"},
           {"response", std::move(response)}};
 }
 
@@ -32,10 +32,12 @@ StatusOr<AdmissionRequest> ParseAdmissionReview(const json& review) {
   out.uid = StringAt(*req, "uid");
   if (out.uid.empty()) return InvalidArgumentError("AdmissionReview.request.uid: missing");
   if (auto kind = req->find("kind"); kind != req->end()) out.kind = StringAt(*kind, "kind");
-  if (auto res = req->find("resource"); res != req->end()) out.resource = StringAt(*res, "resource");
+  if (auto res = req->find("resource"); res != req->end())
+    out.resource = StringAt(*res, "resource");
   out.sub_resource = StringAt(*req, "subResource");
   out.operation = StringAt(*req, "operation");
-  if (out.operation.empty()) return InvalidArgumentError("AdmissionReview.request.operation: missing");
+  if (out.operation.empty())
+    return InvalidArgumentError("AdmissionReview.request.operation: missing");
   out.namespace_name = StringAt(*req, "namespace");
   out.name = StringAt(*req, "name");
   if (auto user = req->find("userInfo"); user != req->end() && user->is_object()) {
@@ -48,7 +50,8 @@ StatusOr<AdmissionRequest> ParseAdmissionReview(const json& review) {
   }
   if (auto o = req->find("object"); o != req->end()) out.object = *o;
   if (auto o = req->find("oldObject"); o != req->end()) out.old_object = *o;
-  if (auto d = req->find("dryRun"); d != req->end() && d->is_boolean()) out.dry_run = d->get<bool>();
+  if (auto d = req->find("dryRun"); d != req->end() && d->is_boolean())
+    out.dry_run = d->get<bool>();
   return out;
 }
 
@@ -64,9 +67,8 @@ json AllowResponse(const std::string& uid, const std::optional<json>& patch,
 }
 
 json DenyResponse(const std::string& uid, int code, const std::string& message) {
-  return Envelope({{"uid", uid},
-                   {"allowed", false},
-                   {"status", {{"code", code}, {"message", message}}}});
+  return Envelope(
+      {{"uid", uid}, {"allowed", false}, {"status", {{"code", code}, {"message", message}}}});
 }
 
 std::string JsonPointerEscape(const std::string& segment) {

@@ -19,7 +19,7 @@ struct AdmissionRequest {
   std::string operation;     // CREATE, UPDATE, DELETE, CONNECT
   std::string namespace_name;
   std::string name;
-  std::string username;      // request.userInfo.username
+  std::string username;  // request.userInfo.username
   std::vector<std::string> groups;
   nlohmann::json object;      // null when absent (DELETE)
   nlohmann::json old_object;  // null when absent (CREATE)

@@ -29,7 +29,6 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
 QuotaBook::QuotaBook(const policy::Policy* policy, Clock& clock, std::chrono::milliseconds ttl)
     : policy_(policy), clock_(clock), ttl_(ttl) {}
 
-
 void QuotaBook::ObservePod(const json& pod) {
   auto ask = contract::ParsePodAsk(pod, *policy_);
   std::lock_guard lock(mu_);
@@ -85,8 +84,8 @@ Usage QuotaBook::Used(const std::string& ns, std::uint64_t largest) {
   return UsedLocked(ns, largest);
 }
 
-Status QuotaBook::Admit(const std::string& ns, const std::string& name,
-                        const contract::PodAsk& ask, std::uint64_t largest, bool record) {
+Status QuotaBook::Admit(const std::string& ns, const std::string& name, const contract::PodAsk& ask,
+                        std::uint64_t largest, bool record) {
   const policy::Quota* quota = policy_->QuotaOf(ns);
   std::lock_guard lock(mu_);
   if (quota != nullptr) {
@@ -94,24 +93,24 @@ Status QuotaBook::Admit(const std::string& ns, const std::string& name,
     const Usage asked = UsageOf(ask, largest);
     const std::string where = "namespace " + ns + ": quota ";
     if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
-      return ResourceExhaustedError(where + "quotas." + ns + ".gpus " +
-                                    std::to_string(*quota->gpus) + " exceeded: in use " +
-                                    std::to_string(used.gpus) + " + asked " +
-                                    std::to_string(asked.gpus) + " whole GPUs");
-    }
-    if (quota->gpu_memory_bytes && used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
       return ResourceExhaustedError(
-          where + "quotas." + ns + ".gpuMemory " + FormatQuantity(*quota->gpu_memory_bytes) +
-          " exceeded: in use " + FormatBytesHuman(used.memory_bytes) + " + asked " +
-          FormatBytesHuman(asked.memory_bytes) + " = " +
-          FormatBytesHuman(used.memory_bytes + asked.memory_bytes));
+          where + "quotas." + ns + ".gpus " + std::to_string(*quota->gpus) + " exceeded: in use " +
+          std::to_string(used.gpus) + " + asked " + std::to_string(asked.gpus) + " whole GPUs");
+    }
+    if (quota->gpu_memory_bytes &&
+        used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
+      return ResourceExhaustedError(where + "quotas." + ns + ".gpuMemory " +
+                                    FormatQuantity(*quota->gpu_memory_bytes) +
+                                    " exceeded: in use " + FormatBytesHuman(used.memory_bytes) +
+                                    " + asked " + FormatBytesHuman(asked.memory_bytes) + " = " +
+                                    FormatBytesHuman(used.memory_bytes + asked.memory_bytes));
     }
     if (quota->gpu_cores_percent &&
         used.cores_percent + asked.cores_percent > *quota->gpu_cores_percent) {
-      return ResourceExhaustedError(
-          where + "quotas." + ns + ".gpuCores " + std::to_string(*quota->gpu_cores_percent) +
-          "% exceeded: in use " + std::to_string(used.cores_percent) + "% + asked " +
-          std::to_string(asked.cores_percent) + "%");
+      return ResourceExhaustedError(where + "quotas." + ns + ".gpuCores " +
+                                    std::to_string(*quota->gpu_cores_percent) +
+                                    "% exceeded: in use " + std::to_string(used.cores_percent) +
+                                    "% + asked " + std::to_string(asked.cores_percent) + "%");
     }
   }
   if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_.Now() + ttl_};

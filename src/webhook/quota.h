@@ -22,10 +22,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "contract/pod_ask.h"
-#include "policy/policy.h"
 #include "tessera/clock.h"
 #include "tessera/status.h"
+
+#include "contract/pod_ask.h"
+#include "policy/policy.h"
 
 namespace tessera::webhook {
 

@@ -1,15 +1,15 @@
 #include "webhook/server.h"
 
+#include <chrono>
+#include <mutex>
+#include <sys/stat.h>
+#include <utility>
+#include <vector>
+
 #include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <sys/stat.h>
-
-#include <chrono>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "tessera/file.h"
 #include "tessera/log.h"
@@ -108,7 +108,7 @@ CertReloader::CertReloader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 CertReloader::~CertReloader() = default;
 
 StatusOr<std::unique_ptr<CertReloader>> CertReloader::Create(std::string cert_file,
-                                                              std::string key_file) {
+                                                             std::string key_file) {
   auto impl = std::make_unique<Impl>();
   impl->cert_file = std::move(cert_file);
   impl->key_file = std::move(key_file);
@@ -142,7 +142,8 @@ WebhookServer::WebhookServer(Admission* admission, CertReloader* certs, int thre
   impl_->http = std::make_unique<httplib::SSLServer>([certs](SSL_CTX& ctx) {
     SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
     SSL_CTX_set_cert_cb(
-        &ctx, [](SSL* ssl, void* arg) { return static_cast<CertReloader*>(arg)->Install(ssl) ? 1 : 0; },
+        &ctx,
+        [](SSL* ssl, void* arg) { return static_cast<CertReloader*>(arg)->Install(ssl) ? 1 : 0; },
         certs);
     return true;
   });

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tessera/status.h"
+
 #include "webhook/webhook.h"
 
 namespace tessera::webhook {

@@ -1,13 +1,13 @@
 #include "webhook/server.h"
 
-#include <gtest/gtest.h>
-#include <httplib.h>
-#include <openssl/ssl.h>
-
 #include <filesystem>
 #include <fstream>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <openssl/ssl.h>
 
 #include "k8s/k8s_testing.h"
 #include "k8s/openssl.h"
@@ -67,14 +67,20 @@ TEST(WebhookServer, ServesReviewsAndRotatesItsCertificateWithoutRestart) {
   {
     httplib::SSLClient client("127.0.0.1", *port);
     client.enable_server_certificate_verification(false);
-    json review = {{"apiVersion", "admission.k8s.io/v1"},
-                   {"kind", "AdmissionReview"},
-                   {"request",
-                    {{"uid", "r1"}, {"operation", "CREATE"},
-                     {"resource", {{"resource", "pods"}}}, {"namespace", "ml"},
-                     {"object", {{"metadata", {{"name", "p"}, {"namespace", "ml"}}},
-                                 {"spec", {{"containers", {{{"name", "c"},
-                                    {"resources", {{"limits", {{"tessera.dev/gpu-cores", "500"}}}}}}}}}}}}}}};
+    json review = {
+        {"apiVersion", "admission.k8s.io/v1"},
+        {"kind", "AdmissionReview"},
+        {"request",
+         {{"uid", "r1"},
+          {"operation", "CREATE"},
+          {"resource", {{"resource", "pods"}}},
+          {"namespace", "ml"},
+          {"object",
+           {{"metadata", {{"name", "p"}, {"namespace", "ml"}}},
+            {"spec",
+             {{"containers",
+               {{{"name", "c"},
+                 {"resources", {{"limits", {{"tessera.dev/gpu-cores", "500"}}}}}}}}}}}}}}};
     auto res = client.Post("/validate", review.dump(), "application/json");
     ASSERT_TRUE(res);
     json answer = json::parse(res->body);

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 
-#include "k8s/object.h"
-#include "contract/pod_ask.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+
+#include "contract/pod_ask.h"
+#include "k8s/object.h"
 
 namespace tessera::webhook {
 
@@ -19,7 +20,6 @@ constexpr int kForbidden = 403;
 constexpr int kBadRequest = 400;
 
 using k8s::HasAnnotation;
-
 
 bool HasDecision(const json& object) {
   return HasAnnotation(object, names::kAnnotationDecision) ||
@@ -64,8 +64,8 @@ Admission::Admission(const policy::Policy* policy, WebhookOptions options, Clust
     : policy_(policy), options_(std::move(options)), view_(std::move(view)), quotas_(quotas) {}
 
 bool Admission::IsScheduler(const AdmissionRequest& r) const {
-  return std::find(options_.scheduler_users.begin(), options_.scheduler_users.end(),
-                   r.username) != options_.scheduler_users.end();
+  return std::find(options_.scheduler_users.begin(), options_.scheduler_users.end(), r.username) !=
+         options_.scheduler_users.end();
 }
 
 json Admission::MutationsFor(const json& pod) const {
@@ -73,7 +73,8 @@ json Admission::MutationsFor(const json& pod) const {
   json* spec = out.contains("spec") && out["spec"].is_object() ? &out["spec"] : nullptr;
   if (spec == nullptr) return json::array();
   // 1. Pods addressed to another GPU scheduler are ours.
-  if (const json* name = Find(*spec, "schedulerName"); name != nullptr && name->is_string() &&
+  if (const json* name = Find(*spec, "schedulerName");
+      name != nullptr && name->is_string() &&
       std::find(options_.adopt_scheduler_names.begin(), options_.adopt_scheduler_names.end(),
                 name->get<std::string>()) != options_.adopt_scheduler_names.end()) {
     (*spec)["schedulerName"] = options_.scheduler_name;
@@ -86,7 +87,8 @@ json Admission::MutationsFor(const json& pod) const {
   }
   // 2. KAI's gpu-memory (MiB) becomes a tessera.dev/gpu-memory limit on the first container,
   //    unless the pod asks some other way too (then validation explains the conflict).
-  const std::string kai_memory = k8s::AnnotationOf(pod, names::kAnnotationKaiGpuMemory).value_or("");
+  const std::string kai_memory =
+      k8s::AnnotationOf(pod, names::kAnnotationKaiGpuMemory).value_or("");
   const bool kai_fraction = HasAnnotation(pod, names::kAnnotationKaiGpuFraction);
   bool any_limit = false;
   for (const json& c : *containers) any_limit = any_limit || AsksFraction(c);
@@ -119,7 +121,9 @@ json Admission::MutationsFor(const json& pod) const {
   if ((fractional || whole) && (pc == nullptr || pc->get<std::string>().empty()) &&
       view_.priority_class_value) {
     PriorityClass priority = PriorityClass::kNormal;
-    if (auto parsed = ParsePriorityClass(k8s::AnnotationOf(pod, names::kAnnotationPriority).value_or("")); parsed.ok()) {
+    if (auto parsed =
+            ParsePriorityClass(k8s::AnnotationOf(pod, names::kAnnotationPriority).value_or(""));
+        parsed.ok()) {
       priority = *parsed;
     }
     const std::string& k8s_class = policy_->KubernetesPriorityClass(priority);
@@ -131,7 +135,8 @@ json Admission::MutationsFor(const json& pod) const {
   return json::diff(pod, out);
 }
 
-json Admission::Deny(DenialRule rule, const AdmissionRequest& r, int code, const std::string& message) {
+json Admission::Deny(DenialRule rule, const AdmissionRequest& r, int code,
+                     const std::string& message) {
   ++denials_[static_cast<std::size_t>(rule)];
   if (options_.on_denial) options_.on_denial({rule, r.namespace_name, r.name, message, r.dry_run});
   return DenyResponse(r.uid, code, message);
@@ -165,44 +170,46 @@ json Admission::ValidatePodCreate(const AdmissionRequest& r) {
   const std::string pod = "pod " + PodName(r);
   if (HasDecision(r.object) && !IsScheduler(r)) {
     return Deny(DenialRule::kForgedDecision, r, kForbidden,
-                        pod + ": metadata.annotations[" + std::string(names::kAnnotationDecision) +
-                            "]: only the tessera scheduler writes decisions (user " + r.username +
-                            " is not it); create the pod without it");
+                pod + ": metadata.annotations[" + std::string(names::kAnnotationDecision) +
+                    "]: only the tessera scheduler writes decisions (user " + r.username +
+                    " is not it); create the pod without it");
   }
   auto ask = contract::ParsePodAsk(r.object, *policy_);
   if (!ask.ok()) return Deny(DenialRule::kAsk, r, kBadRequest, ask.status().message());
   if (!ask->wants_gpu()) return AllowResponse(r.uid);
   const json* spec = Find(r.object, "spec");
   if (const json* node = spec != nullptr ? Find(*spec, "nodeName") : nullptr;
-      node != nullptr && node->is_string() && !node->get<std::string>().empty() && !IsScheduler(r)) {
+      node != nullptr && node->is_string() && !node->get<std::string>().empty() &&
+      !IsScheduler(r)) {
     return Deny(DenialRule::kNodeName, r, kForbidden,
-                        pod + ": spec.nodeName: a pod asking for tessera GPUs is placed by the "
-                              "tessera scheduler; remove spec.nodeName");
+                pod +
+                    ": spec.nodeName: a pod asking for tessera GPUs is placed by the "
+                    "tessera scheduler; remove spec.nodeName");
   }
   const std::uint64_t largest = view_.largest_gpu_memory ? view_.largest_gpu_memory() : 0;
   const placement::Request& q = ask->request;
   if (largest != 0 && q.gpu_memory_bytes > largest) {
-    return Deny(DenialRule::kTooLarge, r, kBadRequest,
-                        pod + ": container " + ask->container + ": resources.limits[" +
-                            std::string(names::kResourceGpuMemory) + "]: " +
-                            FormatBytesHuman(q.gpu_memory_bytes) +
-                            " is more than any GPU in the cluster has (largest: " +
-                            FormatBytesHuman(largest) + ")");
+    return Deny(
+        DenialRule::kTooLarge, r, kBadRequest,
+        pod + ": container " + ask->container + ": resources.limits[" +
+            std::string(names::kResourceGpuMemory) + "]: " + FormatBytesHuman(q.gpu_memory_bytes) +
+            " is more than any GPU in the cluster has (largest: " + FormatBytesHuman(largest) +
+            ")");
   }
-  const std::string explicit_priority = k8s::AnnotationOf(r.object, names::kAnnotationPriority).value_or("");
+  const std::string explicit_priority =
+      k8s::AnnotationOf(r.object, names::kAnnotationPriority).value_or("");
   if (!explicit_priority.empty()) {
     const std::string& want = policy_->KubernetesPriorityClass(ask->priority);
     const json* pc = spec != nullptr ? Find(*spec, "priorityClassName") : nullptr;
     const std::string have = pc != nullptr && pc->is_string() ? pc->get<std::string>() : "";
     if (have != want) {
       const bool exists = view_.priority_class_value && view_.priority_class_value(want);
-      return Deny(
-          DenialRule::kPriorityClass, r, kForbidden,
-          pod + ": spec.priorityClassName: " + std::string(names::kAnnotationPriority) + " " +
-              explicit_priority + " maps to PriorityClass " + want +
-              " (policy priorityClasses." + explicit_priority + ")" +
-              (exists ? ", not " + (have.empty() ? std::string("none") : have)
-                      : ", which does not exist in the cluster: create it"));
+      return Deny(DenialRule::kPriorityClass, r, kForbidden,
+                  pod + ": spec.priorityClassName: " + std::string(names::kAnnotationPriority) +
+                      " " + explicit_priority + " maps to PriorityClass " + want +
+                      " (policy priorityClasses." + explicit_priority + ")" +
+                      (exists ? ", not " + (have.empty() ? std::string("none") : have)
+                              : ", which does not exist in the cluster: create it"));
     }
   }
   if (quotas_ != nullptr) {
@@ -216,25 +223,27 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
   // The ask lives partly in annotations, which (unlike resources) Kubernetes lets anyone with
   // update rights change: they are frozen at creation, for everyone, or a pending pod could be
   // admitted small and placed big, or raise its own priority.
-  for (std::string_view key : {names::kAnnotationPriority, names::kAnnotationMode,
-                               names::kAnnotationMpsUser, names::kAnnotationKaiGpuMemory,
-                               names::kAnnotationKaiGpuFraction}) {
+  for (std::string_view key :
+       {names::kAnnotationPriority, names::kAnnotationMode, names::kAnnotationMpsUser,
+        names::kAnnotationKaiGpuMemory, names::kAnnotationKaiGpuFraction}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
-        k8s::AnnotationOf(r.object, key).value_or("") != k8s::AnnotationOf(r.old_object, key).value_or("")) {
+        k8s::AnnotationOf(r.object, key).value_or("") !=
+            k8s::AnnotationOf(r.old_object, key).value_or("")) {
       return Deny(DenialRule::kFrozenAsk, r, kForbidden,
-                          "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
-                              "]: part of the pod's GPU ask, fixed when the pod is created; "
-                              "delete and recreate the pod to change it");
+                  "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
+                      "]: part of the pod's GPU ask, fixed when the pod is created; "
+                      "delete and recreate the pod to change it");
     }
   }
   if (IsScheduler(r)) return AllowResponse(r.uid);
   for (std::string_view key : {names::kAnnotationDecision, names::kAnnotationDecisionSignature}) {
     if (HasAnnotation(r.object, key) != HasAnnotation(r.old_object, key) ||
-        k8s::AnnotationOf(r.object, key).value_or("") != k8s::AnnotationOf(r.old_object, key).value_or("")) {
+        k8s::AnnotationOf(r.object, key).value_or("") !=
+            k8s::AnnotationOf(r.old_object, key).value_or("")) {
       return Deny(DenialRule::kForgedDecision, r, kForbidden,
-                          "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
-                              "]: only the tessera scheduler may set, change or remove it (user " +
-                              r.username + " is not it)");
+                  "pod " + PodName(r) + ": metadata.annotations[" + std::string(key) +
+                      "]: only the tessera scheduler may set, change or remove it (user " +
+                      r.username + " is not it)");
     }
   }
   return AllowResponse(r.uid);
@@ -243,10 +252,10 @@ json Admission::ValidatePodUpdate(const AdmissionRequest& r) {
 json Admission::ValidateBinding(const AdmissionRequest& r) {
   if (IsScheduler(r) || !HasDecision(r.object)) return AllowResponse(r.uid);
   return Deny(DenialRule::kBinding, r, kForbidden,
-                      "pod " + PodName(r) + ": binding metadata.annotations[" +
-                          std::string(names::kAnnotationDecision) +
-                          "]: only the tessera scheduler binds with a decision (user " +
-                          r.username + " is not it)");
+              "pod " + PodName(r) + ": binding metadata.annotations[" +
+                  std::string(names::kAnnotationDecision) +
+                  "]: only the tessera scheduler binds with a decision (user " + r.username +
+                  " is not it)");
 }
 
 }  // namespace tessera::webhook

@@ -34,15 +34,15 @@
 namespace tessera::webhook {
 
 // Why a pod was refused (the `rule` label of tessera_admission_denials_total; docs/protocol.md).
-#define TESSERA_ADMISSION_RULES(X)                                                            \
-  X(kReview, "review", "the body is not an AdmissionReview")                                  \
+#define TESSERA_ADMISSION_RULES(X)                                                               \
+  X(kReview, "review", "the body is not an AdmissionReview")                                     \
   X(kForgedDecision, "forged-decision", "a decision written by someone else than the scheduler") \
-  X(kAsk, "ask", "the pod's GPU ask: quantities, ranges, KAI conflicts, tier modes, MPS user") \
-  X(kNodeName, "node-name", "a GPU pod with spec.nodeName")                                  \
-  X(kTooLarge, "too-large", "more memory than any GPU in the cluster has")                   \
-  X(kPriorityClass, "priority-class", "priorityClassName does not match the tessera priority") \
-  X(kQuota, "quota", "the namespace's quota")                                                 \
-  X(kFrozenAsk, "frozen-ask", "an update changing the ask's annotations")                     \
+  X(kAsk, "ask", "the pod's GPU ask: quantities, ranges, KAI conflicts, tier modes, MPS user")   \
+  X(kNodeName, "node-name", "a GPU pod with spec.nodeName")                                      \
+  X(kTooLarge, "too-large", "more memory than any GPU in the cluster has")                       \
+  X(kPriorityClass, "priority-class", "priorityClassName does not match the tessera priority")   \
+  X(kQuota, "quota", "the namespace's quota")                                                    \
+  X(kFrozenAsk, "frozen-ask", "an update changing the ask's annotations")                        \
   X(kBinding, "binding", "a Binding carrying a decision, not from the scheduler")
 
 enum class DenialRule : int {
@@ -100,14 +100,17 @@ class Admission {
   // For /metrics: reviews answered per webhook, denials per rule.
   std::uint64_t mutate_reviews() const { return mutate_reviews_.load(); }
   std::uint64_t validate_reviews() const { return validate_reviews_.load(); }
-  std::uint64_t denials(DenialRule rule) const { return denials_[static_cast<std::size_t>(rule)].load(); }
+  std::uint64_t denials(DenialRule rule) const {
+    return denials_[static_cast<std::size_t>(rule)].load();
+  }
 
  private:
   nlohmann::json ValidatePodCreate(const AdmissionRequest& r);
   nlohmann::json ValidatePodUpdate(const AdmissionRequest& r);
   nlohmann::json ValidateBinding(const AdmissionRequest& r);
   bool IsScheduler(const AdmissionRequest& r) const;
-  nlohmann::json Deny(DenialRule rule, const AdmissionRequest& r, int code, const std::string& message);
+  nlohmann::json Deny(DenialRule rule, const AdmissionRequest& r, int code,
+                      const std::string& message);
 
   const policy::Policy* policy_;
   WebhookOptions options_;

@@ -1,7 +1,6 @@
 #include "webhook/webhook.h"
 
 #include <gtest/gtest.h>
-
 #include <openssl/evp.h>
 
 #include "contract/contract_testing.h"
@@ -11,28 +10,31 @@
 namespace tessera::webhook {
 namespace {
 
-using nlohmann::json;
 using contract::testing::MakePod;
 using contract::testing::PodSpec;
+using nlohmann::json;
 
 constexpr std::uint64_t kGiB = 1ULL << 30;
 
 json Review(const std::string& operation, const json& object, const json& old_object = nullptr,
             const std::string& user = "alice", const std::string& sub_resource = "") {
-  json req = {{"uid", "req-1"},
-              {"kind", {{"group", ""}, {"version", "v1"}, {"kind", sub_resource.empty() ? "Pod" : "Binding"}}},
-              {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
-              {"operation", operation},
-              {"namespace", "ml"},
-              {"name", "train-0"},
-              {"userInfo", {{"username", user}, {"groups", {"system:authenticated"}}}},
-              {"object", object},
-              {"oldObject", old_object}};
+  json req = {
+      {"uid", "req-1"},
+      {"kind",
+       {{"group", ""}, {"version", "v1"}, {"kind", sub_resource.empty() ? "Pod" : "Binding"}}},
+      {"resource", {{"group", ""}, {"version", "v1"}, {"resource", "pods"}}},
+      {"operation", operation},
+      {"namespace", "ml"},
+      {"name", "train-0"},
+      {"userInfo", {{"username", user}, {"groups", {"system:authenticated"}}}},
+      {"object", object},
+      {"oldObject", old_object}};
   if (!sub_resource.empty()) req["subResource"] = sub_resource;
   return {{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}, {"request", req}};
 }
 
-json Pod(std::map<std::string, std::string> limits, std::map<std::string, std::string> annotations = {}) {
+json Pod(std::map<std::string, std::string> limits,
+         std::map<std::string, std::string> annotations = {}) {
   PodSpec s;
   s.ns = "ml";
   s.name = "train-0";
@@ -63,7 +65,8 @@ class WebhookTest : public ::testing::Test {
   static policy::Policy MakePolicy() {
     auto p = policy::ParsePolicy(
         "version: v1\n"
-        "tierAssignment:\n  defaultTier: team\n  namespaces:\n    bank: customer\n    vault: regulated\n"
+        "tierAssignment:\n  defaultTier: team\n  namespaces:\n    bank: customer\n    vault: "
+        "regulated\n"
         "quotas:\n  ml:\n    gpuMemory: 16Gi\n    gpuCores: 100\n    gpus: 2\n");
     return *p;
   }
@@ -120,7 +123,8 @@ TEST_F(WebhookTest, SeedKaiManifestIsTranslated) {
 }
 
 TEST_F(WebhookTest, FractionKeepsItsAnnotationAndGetsASlot) {
-  json m = Mutated(Pod({}, {{"gpu-fraction", "0.5"}, {"tessera.dev/priority", "latency-critical"}}));
+  json m =
+      Mutated(Pod({}, {{"gpu-fraction", "0.5"}, {"tessera.dev/priority", "latency-critical"}}));
   EXPECT_EQ(m["metadata"]["annotations"]["gpu-fraction"], "0.5");
   EXPECT_EQ(m["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-slot"], "1");
   EXPECT_EQ(m["spec"]["priorityClassName"], "tessera-latency-critical");
@@ -132,7 +136,8 @@ TEST_F(WebhookTest, NothingToChangeMeansNoPatch) {
   EXPECT_TRUE(res["allowed"].get<bool>());
   EXPECT_FALSE(res.contains("patch"));
   json whole = Mutated(Pod({{"tessera.dev/gpu", "1"}}));
-  EXPECT_FALSE(whole["spec"]["containers"][0]["resources"]["limits"].contains("tessera.dev/gpu-slot"));
+  EXPECT_FALSE(
+      whole["spec"]["containers"][0]["resources"]["limits"].contains("tessera.dev/gpu-slot"));
 }
 
 TEST_F(WebhookTest, BadInputIsDeniedWithTheFieldAndTheAcceptedForm) {
@@ -144,7 +149,9 @@ TEST_F(WebhookTest, BadInputIsDeniedWithTheFieldAndTheAcceptedForm) {
   const Case cases[] = {
       {{{"tessera.dev/gpu-memory", "abc"}}, {}, "gpu-memory]"},
       {{{"tessera.dev/gpu-memory", "-1Gi"}}, {}, "gpu-memory]"},
-      {{{"tessera.dev/gpu-memory", "200Gi"}}, {}, "more than any GPU in the cluster has (largest: 141.00 GiB)"},
+      {{{"tessera.dev/gpu-memory", "200Gi"}},
+       {},
+       "more than any GPU in the cluster has (largest: 141.00 GiB)"},
       {{{"tessera.dev/gpu-cores", "0"}}, {}, "whole percent, 1-100"},
       {{{"tessera.dev/gpu-cores", "101"}}, {}, "whole percent, 1-100"},
       {{}, {{"gpu-fraction", "0.5"}, {"gpu-memory", "100"}}, "same thing twice"},
@@ -190,23 +197,29 @@ TEST_F(WebhookTest, DecisionsCannotBeForged) {
   EXPECT_TRUE(Validated(Review("UPDATE", after, before,
                                "system:serviceaccount:tessera-system:tessera-scheduler"))["allowed"]
                   .get<bool>());
-  json binding = {{"apiVersion", "v1"}, {"kind", "Binding"},
-                  {"metadata", {{"name", "train-0"}, {"annotations", {{"tessera.dev/decision", "{}"}}}}},
-                  {"target", {{"kind", "Node"}, {"name", "n"}}}};
+  json binding = {
+      {"apiVersion", "v1"},
+      {"kind", "Binding"},
+      {"metadata", {{"name", "train-0"}, {"annotations", {{"tessera.dev/decision", "{}"}}}}},
+      {"target", {{"kind", "Node"}, {"name", "n"}}}};
   EXPECT_NE(Denial(Review("CREATE", binding, nullptr, "mallory", "binding")).find("binding"),
             std::string::npos);
   EXPECT_TRUE(Validated(Review("CREATE", binding, nullptr,
                                "system:serviceaccount:tessera-system:tessera-scheduler",
-                               "binding"))["allowed"].get<bool>());
+                               "binding"))["allowed"]
+                  .get<bool>());
 }
 
 TEST_F(WebhookTest, PriorityMustMatchThePolicysClass) {
-  json pod = Pod({{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/priority", "latency-critical"}});
+  json pod =
+      Pod({{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/priority", "latency-critical"}});
   pod["spec"]["priorityClassName"] = "batch";
   EXPECT_NE(Denial(Review("CREATE", pod)).find("maps to PriorityClass tessera-latency-critical"),
             std::string::npos);
-  json missing = Pod({{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/priority", "best-effort"}});
-  EXPECT_NE(Denial(Review("CREATE", missing)).find("does not exist in the cluster"), std::string::npos);
+  json missing =
+      Pod({{"tessera.dev/gpu-memory", "1Gi"}}, {{"tessera.dev/priority", "best-effort"}});
+  EXPECT_NE(Denial(Review("CREATE", missing)).find("does not exist in the cluster"),
+            std::string::npos);
 }
 
 TEST_F(WebhookTest, QuotasCountLivePodsAndFreshAdmissions) {
@@ -254,20 +267,22 @@ TEST_F(WebhookTest, MalformedReviewsAreDeniedNotCrashed) {
   }
 }
 
-
 TEST_F(WebhookTest, TheAsksAnnotationsAreFrozenAfterCreation) {
   json before = Pod({}, {{"gpu-fraction", "0.05"}, {"tessera.dev/priority", "normal"}});
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"gpu-fraction", "1"}, {"tessera.dev/priority", "latency-critical"},
+           {"gpu-fraction", "1"},
+           {"tessera.dev/priority", "latency-critical"},
            {"tessera.dev/mode", "mps"}}) {
     json after = before;
     after["metadata"]["annotations"][key] = value;
     EXPECT_NE(Denial(Review("UPDATE", after, before)).find("fixed when the pod is created"),
-              std::string::npos) << key;
+              std::string::npos)
+        << key;
     // Not even the scheduler changes them.
-    EXPECT_FALSE(Validated(Review("UPDATE", after, before,
-                                  "system:serviceaccount:tessera-system:tessera-scheduler"))["allowed"]
-                     .get<bool>());
+    EXPECT_FALSE(
+        Validated(Review("UPDATE", after, before,
+                         "system:serviceaccount:tessera-system:tessera-scheduler"))["allowed"]
+            .get<bool>());
   }
 }
 

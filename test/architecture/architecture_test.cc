@@ -34,7 +34,8 @@ std::string Slurp(const fs::path& path) {
 std::string Relative(const fs::path& path) { return fs::relative(path, kRoot).generic_string(); }
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Test code: a test, a fuzz target, a *_testing helper, or anything under test/ and bench/.
@@ -132,8 +133,8 @@ std::string OwnerOf(const std::map<std::string, Part>& parts, const std::string&
 }
 
 // Folders of test code that product code may never include.
-const std::set<std::string> kTestIncludeRoots = {"testutil", "e2e", "fakes", "helm", "images",
-                                                 "integration", "fuzz", "architecture"};
+const std::set<std::string> kTestIncludeRoots = {
+    "testutil", "e2e", "fakes", "helm", "images", "integration", "fuzz", "architecture"};
 
 TEST(Architecture, ThePartsTableNamesEveryFolderOfSrcAndCmd) {
   const auto parts = LoadParts();
@@ -231,29 +232,33 @@ TEST(Architecture, ProductTargetsHaveNoTestIncludePath) {
 
 struct Helper {
   const char* name;
-  const char* the_one;      // where it lives
-  const char* pattern;      // what a second definition looks like
+  const char* the_one;            // where it lives
+  const char* pattern;            // what a second definition looks like
   std::set<std::string> allowed;  // the one definition (and documented exceptions)
-  bool product_only;        // tests may do it (e.g. a test forking to exercise fork handling)
+  bool product_only;              // tests may do it (e.g. a test forking to exercise fork handling)
 };
 
 std::vector<Helper> Helpers() {
   return {
-      {"reading a file", "tessera::ReadFile (include/tessera/file.h)",
+      {"reading a file",
+       "tessera::ReadFile (include/tessera/file.h)",
        R"((std::ifstream|\bifstream\b|istreambuf_iterator|\b(?!cin\.)\w+\.rdbuf\(\)|fopen\([^)]*"r"|\b(StatusOr<std::string>|std::string)\s+(ReadFile|ReadSmallFile|Slurp|ReadAll|ReadWhole\w*)\s*\())",
        // the one reader, and the preload library's allocation-free reader (src/hook/ may not
        // allocate while it reads inside a tenant's process)
        {"src/core/file.cc", "include/tessera/file.h", "src/hook/config.cc"},
        true},
-      {"reading fields of an API object", "k8s::Find / StringAt / AnnotationOf (src/k8s/object.h)",
+      {"reading fields of an API object",
+       "k8s::Find / StringAt / AnnotationOf (src/k8s/object.h)",
        R"(^\s*(inline\s+)?(static\s+)?[\w:<>\*\s]+[\s\*](\w+)\(const\s+(nlohmann::)?(json|Json)&\s*\w+,\s*(std::string_view|const char\*|const std::string&)\s*(key|field)\)\s*(const\s*)?\{)",
        {"src/k8s/object.h"},
        false},
-      {"OpenSSL deleters", "src/k8s/openssl.h",
+      {"OpenSSL deleters",
+       "src/k8s/openssl.h",
        R"(\b(EVP_PKEY|X509|BIO|EVP_MD_CTX|X509_STORE|X509_STORE_CTX|BN|EVP_PKEY_CTX|X509_EXTENSION|SSL_CTX|X509_NAME|X509_REQ|sk_X509_pop)_free\b)",
        {"src/k8s/openssl.h"},
        false},
-      {"spawning a child", "tessera::Spawn (include/tessera/subprocess.h)",
+      {"spawning a child",
+       "tessera::Spawn (include/tessera/subprocess.h)",
        R"(\b(fork|vfork|posix_spawnp?|execve|execvp|execvpe|execv|execl|execlp)\s*\()",
        // the one spawner; the agent's GPU probe forks without exec (CUDA is initialised in a
        // child of the same binary, so a crash or hang of the driver cannot take the agent down)
@@ -298,8 +303,9 @@ TEST(Architecture, HelperPatternsMatchTypicalCopies) {
         "inline const nlohmann::json* Find(const nlohmann::json& object, std::string_view key) {"}},
       {"OpenSSL deleters",
        {"  void operator()(X509* x) const { X509_free(x); }", "EVP_PKEY_free(key);"}},
-      {"spawning a child", {"  const pid_t pid = fork();", "    execvp(argv[0], argv);",
-                            "  posix_spawnp(&pid, file, nullptr, nullptr, argv, envp);"}},
+      {"spawning a child",
+       {"  const pid_t pid = fork();", "    execvp(argv[0], argv);",
+        "  posix_spawnp(&pid, file, nullptr, nullptr, argv, envp);"}},
   };
   for (const Helper& h : Helpers()) {
     const std::regex re(h.pattern);
@@ -348,8 +354,8 @@ TEST(Architecture, EveryPathTheDocsNameExists) {
         std::string path = (*it)[1];
         const std::size_t after = static_cast<std::size_t>(it->position(1) + it->length(1));
         if (after < line.size() &&
-            (line[after] == '<' || line[after] == '*' || line[after] == '{' ||
-             line[after] == '$' || line[after] == '[')) {
+            (line[after] == '<' || line[after] == '*' || line[after] == '{' || line[after] == '$' ||
+             line[after] == '[')) {
           continue;  // a pattern, not a path
         }
         if (path.find("NNNN") != std::string::npos || path.find("...") != std::string::npos) {

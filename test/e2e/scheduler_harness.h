@@ -61,7 +61,7 @@ struct SchedulerProcessOptions {
   int webhook_port = 0;
   std::string policy_file;
   std::string scheduler_user = "tessera-e2e-admin";  // the harness's admin certificate's user
-  std::vector<std::string> extra_args;                // e.g. --leader-elect ...
+  std::vector<std::string> extra_args;               // e.g. --leader-elect ...
 };
 
 // Starts tessera-scheduler and waits until it has listed nodes and pods.
@@ -69,14 +69,27 @@ inline StatusOr<std::unique_ptr<ChildProcess>> StartTesseraScheduler(
     const SchedulerProcessOptions& s) {
   const std::string ready = s.dir + "/scheduler.ready." + s.tag;
   ChildOptions o;
-  o.argv = {s.binary, "--kubeconfig", s.kubeconfig, "--listen",
-            "127.0.0.1:" + std::to_string(s.port), "--signing-key", s.signing_key, "--key-id", "e2e",
-            "--reservation-ttl-ms", "20000", "--ready-file", ready, "--log-level", "info",
-            "--scheduler-user", s.scheduler_user};
+  o.argv = {s.binary,
+            "--kubeconfig",
+            s.kubeconfig,
+            "--listen",
+            "127.0.0.1:" + std::to_string(s.port),
+            "--signing-key",
+            s.signing_key,
+            "--key-id",
+            "e2e",
+            "--reservation-ttl-ms",
+            "20000",
+            "--ready-file",
+            ready,
+            "--log-level",
+            "info",
+            "--scheduler-user",
+            s.scheduler_user};
   if (!s.tls_cert_file.empty()) {
-    o.argv.insert(o.argv.end(), {"--tls-cert-file", s.tls_cert_file, "--tls-key-file",
-                                 s.tls_key_file, "--webhook-listen",
-                                 "127.0.0.1:" + std::to_string(s.webhook_port)});
+    o.argv.insert(o.argv.end(),
+                  {"--tls-cert-file", s.tls_cert_file, "--tls-key-file", s.tls_key_file,
+                   "--webhook-listen", "127.0.0.1:" + std::to_string(s.webhook_port)});
   }
   if (!s.policy_file.empty()) o.argv.insert(o.argv.end(), {"--policy", s.policy_file});
   o.argv.insert(o.argv.end(), s.extra_args.begin(), s.extra_args.end());

@@ -5,12 +5,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
 #include <iostream>
 #include <signal.h>
 #include <stdlib.h>
 #include <thread>
 #include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "tessera/exec_args.h"
 #include "tessera/subprocess.h"
@@ -87,7 +88,9 @@ int ChildProcess::Stop(milliseconds grace) {
   return exit_status_.value_or(-1);
 }
 
-std::string ChildProcess::LogTail(std::size_t lines) const { return TailOfFile(options_.log_path, lines); }
+std::string ChildProcess::LogTail(std::size_t lines) const {
+  return TailOfFile(options_.log_path, lines);
+}
 
 StatusOr<std::unique_ptr<TempFolder>> TempFolder::Create(const std::string& prefix) {
   std::string pattern = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();

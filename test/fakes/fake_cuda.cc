@@ -12,21 +12,20 @@
 //   TESSERA_FAKE_STATE         file holding the devices' physical usage, shared by every
 //                              process using the fake (default: private to the process), so a
 //                              test can check what "nvidia-smi" would see
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
+#include <fcntl.h>
 #include <mutex>
 #include <string>
+#include <sys/mman.h>
 #include <thread>
-#include <vector>
+#include <unistd.h>
 #include <unordered_map>
+#include <vector>
 
 #include "fake_gpu.h"
 #include "hook/hook_table.h"
@@ -55,7 +54,6 @@ struct Fake {
   int visible_count = 0;
 };
 
-
 Fake& F() {
   static Fake* fake = [] {
     auto* f = new Fake();
@@ -72,7 +70,8 @@ Fake& F() {
       std::size_t start = 0;
       while (start <= list.size() && f->visible_count < kMaxDevices) {
         const std::size_t comma = list.find(',', start);
-        const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        const std::string item =
+            list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         int physical = -1;
         for (int i = 0; i < f->devices; ++i) {
           if (item == UuidText(i) || item == std::to_string(i)) physical = i;
@@ -90,8 +89,12 @@ Fake& F() {
 
 thread_local int t_current = -1;  // device of the current context
 
-CUcontext ContextFor(int dev) { return reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x1000 + dev)); }
-int DeviceOf(CUcontext ctx) { return static_cast<int>(reinterpret_cast<std::uintptr_t>(ctx) - 0x1000); }
+CUcontext ContextFor(int dev) {
+  return reinterpret_cast<CUcontext>(static_cast<std::uintptr_t>(0x1000 + dev));
+}
+int DeviceOf(CUcontext ctx) {
+  return static_cast<int>(reinterpret_cast<std::uintptr_t>(ctx) - 0x1000);
+}
 bool ValidDevice(int dev) { return dev >= 0 && dev < F().visible_count; }
 int Physical(int ordinal) { return F().visible[ordinal]; }
 
@@ -182,7 +185,8 @@ CUresult PoolAllocate(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool)
   if (it == g_pools.end()) return CUDA_ERROR_INVALID_VALUE;
   FakePool& p = it->second;
   if (p.unused < bytes) {
-    const std::uint64_t grow = (bytes - p.unused + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
+    const std::uint64_t grow =
+        (bytes - p.unused + kPoolGranularity - 1) / kPoolGranularity * kPoolGranularity;
     if (!TakePhysical(p.physical, grow)) return CUDA_ERROR_OUT_OF_MEMORY;
     p.reserved += grow;
     p.unused += grow;
@@ -242,9 +246,13 @@ CUresult FakeUuid(CUuuid* uuid, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuDeviceGetUuid>(CUuuid* uuid, CUdevice dev) { return FakeUuid(uuid, dev); }
+CUresult Behave<CudaHook::cuDeviceGetUuid>(CUuuid* uuid, CUdevice dev) {
+  return FakeUuid(uuid, dev);
+}
 template <>
-CUresult Behave<CudaHook::cuDeviceGetUuid_v2>(CUuuid* uuid, CUdevice dev) { return FakeUuid(uuid, dev); }
+CUresult Behave<CudaHook::cuDeviceGetUuid_v2>(CUuuid* uuid, CUdevice dev) {
+  return FakeUuid(uuid, dev);
+}
 template <>
 CUresult Behave<CudaHook::cuDeviceGetName>(char* name, int len, CUdevice dev) {
   if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
@@ -312,7 +320,9 @@ CUresult Behave<CudaHook::cuCtxGetDevice>(CUdevice* device) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuMemAlloc_v2>(CUdeviceptr* dptr, size_t bytes) { return Allocate(dptr, bytes); }
+CUresult Behave<CudaHook::cuMemAlloc_v2>(CUdeviceptr* dptr, size_t bytes) {
+  return Allocate(dptr, bytes);
+}
 template <>
 CUresult Behave<CudaHook::cuMemAllocManaged>(CUdeviceptr* dptr, size_t bytes, unsigned int) {
   return Allocate(dptr, bytes);
@@ -371,8 +381,9 @@ template <>
 CUresult Behave<CudaHook::cuArrayCreate_v2>(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* d) {
   if (array == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::uint64_t h = 0;
-  const CUresult r = CreateArray(d->Width * std::max<std::size_t>(d->Height, 1) * ElementBytes(d->Format) *
-                                     d->NumChannels, &h);
+  const CUresult r = CreateArray(
+      d->Width * std::max<std::size_t>(d->Height, 1) * ElementBytes(d->Format) * d->NumChannels,
+      &h);
   if (r == CUDA_SUCCESS) *array = reinterpret_cast<CUarray>(h);
   return r;
 }
@@ -380,9 +391,10 @@ template <>
 CUresult Behave<CudaHook::cuArray3DCreate_v2>(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   if (array == nullptr || d == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::uint64_t h = 0;
-  const CUresult r = CreateArray(d->Width * std::max<std::size_t>(d->Height, 1) *
-                                     std::max<std::size_t>(d->Depth, 1) * ElementBytes(d->Format) *
-                                     d->NumChannels, &h);
+  const CUresult r =
+      CreateArray(d->Width * std::max<std::size_t>(d->Height, 1) *
+                      std::max<std::size_t>(d->Depth, 1) * ElementBytes(d->Format) * d->NumChannels,
+                  &h);
   if (r == CUDA_SUCCESS) *array = reinterpret_cast<CUarray>(h);
   return r;
 }
@@ -396,7 +408,8 @@ CUresult CreateStream(CUstream* stream) {
   if (stream == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (t_current < 0) return CUDA_ERROR_INVALID_CONTEXT;
   const int physical = Physical(t_current);
-  if (F().stream_bytes != 0 && !TakePhysical(physical, F().stream_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (F().stream_bytes != 0 && !TakePhysical(physical, F().stream_bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lock(g_handles_mu);
   const std::uint64_t h = g_next_handle++;
   g_handles[h] = {physical, F().stream_bytes};
@@ -404,7 +417,9 @@ CUresult CreateStream(CUstream* stream) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuStreamCreate>(CUstream* stream, unsigned int) { return CreateStream(stream); }
+CUresult Behave<CudaHook::cuStreamCreate>(CUstream* stream, unsigned int) {
+  return CreateStream(stream);
+}
 template <>
 CUresult Behave<CudaHook::cuStreamCreateWithPriority>(CUstream* stream, unsigned int, int) {
   return CreateStream(stream);
@@ -441,10 +456,12 @@ CUresult FakeLaunch(CUfunction f, void** params) {
   }
   if (name == nullptr) return CUDA_SUCCESS;
   if (*name == "tessera_fault") g_sticky.store(CUDA_ERROR_ILLEGAL_ADDRESS);
-  if (*name == "tessera_burn") std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
+  if (*name == "tessera_burn")
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
   if (*name == "tessera_spin" && params != nullptr && params[0] != nullptr) {
     const auto ns = *static_cast<std::uint64_t*>(params[0]);
-    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min<std::uint64_t>(ns / 20, 10'000'000)));
+    std::this_thread::sleep_for(
+        std::chrono::nanoseconds(std::min<std::uint64_t>(ns / 20, 10'000'000)));
   }
   return CUDA_SUCCESS;
 }
@@ -455,7 +472,9 @@ CUresult Behave<CudaHook::cuLaunchKernel>(CUfunction f, unsigned int, unsigned i
   return FakeLaunch(f, params);
 }
 template <>
-CUresult Behave<CudaHook::cuCtxSynchronize>() { return g_sticky.load(); }
+CUresult Behave<CudaHook::cuCtxSynchronize>() {
+  return g_sticky.load();
+}
 // Events: kernels run synchronously at launch, so an event completes when it is recorded; it
 // keeps that moment (CLOCK_MONOTONIC) for cuEventElapsedTime, which the compute governor's
 // fences use to measure busy time.
@@ -463,7 +482,8 @@ struct FakeEvent {
   std::atomic<std::int64_t> at_ns{-1};
 };
 std::int64_t FakeNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 template <>
@@ -483,9 +503,13 @@ CUresult FakeRecord(CUevent event) {
   return g_sticky.load();
 }
 template <>
-CUresult Behave<CudaHook::cuEventRecord>(CUevent event, CUstream) { return FakeRecord(event); }
+CUresult Behave<CudaHook::cuEventRecord>(CUevent event, CUstream) {
+  return FakeRecord(event);
+}
 template <>
-CUresult Behave<CudaHook::cuEventRecord_ptsz>(CUevent event, CUstream) { return FakeRecord(event); }
+CUresult Behave<CudaHook::cuEventRecord_ptsz>(CUevent event, CUstream) {
+  return FakeRecord(event);
+}
 template <>
 CUresult Behave<CudaHook::cuEventQuery>(CUevent event) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -534,8 +558,9 @@ CUresult Behave<CudaHook::cuGraphDestroy>(CUgraph graph) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuGraphAddMemAllocNode>(CUgraphNode* node, CUgraph graph, const CUgraphNode*,
-                                                  size_t, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+CUresult Behave<CudaHook::cuGraphAddMemAllocNode>(CUgraphNode* node, CUgraph graph,
+                                                  const CUgraphNode*, size_t,
+                                                  CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   auto* g = reinterpret_cast<FakeGraph*>(graph);
   if (node == nullptr || g == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   params->dptr = 0xa00000000000ULL + (g_next_handle++ << 24);
@@ -549,7 +574,8 @@ CUresult Behave<CudaHook::cuGraphGetNodes>(CUgraph graph, CUgraphNode* nodes, si
   auto* g = reinterpret_cast<FakeGraph*>(graph);
   if (g == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (nodes != nullptr) {
-    for (std::size_t i = 0; i < *count && i < g->nodes.size(); ++i) nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i]);
+    for (std::size_t i = 0; i < *count && i < g->nodes.size(); ++i)
+      nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i]);
   }
   *count = g->nodes.size();
   return CUDA_SUCCESS;
@@ -561,7 +587,8 @@ CUresult Behave<CudaHook::cuGraphNodeGetType>(CUgraphNode node, CUgraphNodeType*
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuGraphMemAllocNodeGetParams>(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+CUresult Behave<CudaHook::cuGraphMemAllocNodeGetParams>(CUgraphNode node,
+                                                        CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   if (node == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *params = reinterpret_cast<FakeNode*>(node)->params;
   return CUDA_SUCCESS;
@@ -583,7 +610,8 @@ CUresult FakeInstantiate(CUgraphExec* exec, CUgraph graph) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuGraphInstantiateWithFlags>(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+CUresult Behave<CudaHook::cuGraphInstantiateWithFlags>(CUgraphExec* exec, CUgraph graph,
+                                                       unsigned long long) {
   return FakeInstantiate(exec, graph);
 }
 template <>
@@ -605,7 +633,8 @@ CUresult Behave<CudaHook::cuGraphExecDestroy>(CUgraphExec exec) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* desc) {
+CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory,
+                                                  const CUDA_EXTERNAL_MEMORY_HANDLE_DESC* desc) {
   if (memory == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_handles_mu);
   *memory = reinterpret_cast<CUexternalMemory>(static_cast<std::uintptr_t>(g_next_handle++ << 8));
@@ -616,7 +645,8 @@ CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory, cons
 const CUstream kCapturingStream = reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97));
 CUresult FakeIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *status = stream == kCapturingStream ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  *status =
+      stream == kCapturingStream ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 template <>
@@ -624,7 +654,8 @@ CUresult Behave<CudaHook::cuStreamIsCapturing>(CUstream stream, CUstreamCaptureS
   return FakeIsCapturing(stream, status);
 }
 template <>
-CUresult Behave<CudaHook::cuStreamIsCapturing_ptsz>(CUstream stream, CUstreamCaptureStatus* status) {
+CUresult Behave<CudaHook::cuStreamIsCapturing_ptsz>(CUstream stream,
+                                                    CUstreamCaptureStatus* status) {
   return FakeIsCapturing(stream, status);
 }
 
@@ -660,8 +691,8 @@ CUresult Behave<CudaHook::cuMemAllocAsync_ptsz>(CUdeviceptr* dptr, size_t bytes,
   return FakeAllocAsync(dptr, bytes);
 }
 template <>
-CUresult Behave<CudaHook::cuMemAllocFromPoolAsync>(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool,
-                                                   CUstream) {
+CUresult Behave<CudaHook::cuMemAllocFromPoolAsync>(CUdeviceptr* dptr, size_t bytes,
+                                                   CUmemoryPool pool, CUstream) {
   return PoolAllocate(dptr, bytes, pool);
 }
 template <>
@@ -678,9 +709,13 @@ CUresult FakeFreeAsync(CUdeviceptr dptr) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuMemFreeAsync>(CUdeviceptr dptr, CUstream) { return FakeFreeAsync(dptr); }
+CUresult Behave<CudaHook::cuMemFreeAsync>(CUdeviceptr dptr, CUstream) {
+  return FakeFreeAsync(dptr);
+}
 template <>
-CUresult Behave<CudaHook::cuMemFreeAsync_ptsz>(CUdeviceptr dptr, CUstream) { return FakeFreeAsync(dptr); }
+CUresult Behave<CudaHook::cuMemFreeAsync_ptsz>(CUdeviceptr dptr, CUstream) {
+  return FakeFreeAsync(dptr);
+}
 template <>
 CUresult Behave<CudaHook::cuMemPoolTrimTo>(CUmemoryPool pool, size_t keep) {
   std::lock_guard<std::mutex> lock(g_handles_mu);
@@ -695,7 +730,8 @@ CUresult Behave<CudaHook::cuMemPoolTrimTo>(CUmemoryPool pool, size_t keep) {
   return CUDA_SUCCESS;
 }
 template <>
-CUresult Behave<CudaHook::cuMemPoolGetAttribute>(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+CUresult Behave<CudaHook::cuMemPoolGetAttribute>(CUmemoryPool pool, CUmemPool_attribute attr,
+                                                 void* value) {
   std::lock_guard<std::mutex> lock(g_handles_mu);
   auto it = g_pools.find(pool);
   if (it == g_pools.end() || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -705,7 +741,8 @@ CUresult Behave<CudaHook::cuMemPoolGetAttribute>(CUmemoryPool pool, CUmemPool_at
 }
 template <>
 CUresult Behave<CudaHook::cuMemPoolCreate>(CUmemoryPool* pool, const CUmemPoolProps* props) {
-  if (pool == nullptr || props == nullptr || !ValidDevice(props->location.id)) return CUDA_ERROR_INVALID_VALUE;
+  if (pool == nullptr || props == nullptr || !ValidDevice(props->location.id))
+    return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lock(g_handles_mu);
   *pool = reinterpret_cast<CUmemoryPool>(g_next_pool++);
   g_pools[*pool] = FakePool{Physical(props->location.id), 0, 0};
@@ -750,7 +787,8 @@ CUresult Lookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t fla
   *pfn = nullptr;
   if (best < 0) {
     if (status != nullptr) {
-      *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      *status =
+          known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     }
     return CUDA_ERROR_NOT_FOUND;
   }
@@ -761,7 +799,8 @@ CUresult Lookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t fla
 
 template <>
 CUresult Behave<CudaHook::cuGetProcAddress_v2>(const char* symbol, void** pfn, int cuda_version,
-                                               cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+                                               cuuint64_t flags,
+                                               CUdriverProcAddressQueryResult* status) {
   return Lookup(symbol, pfn, cuda_version, flags, status);
 }
 template <>
@@ -773,10 +812,10 @@ CUresult Behave<CudaHook::cuGetProcAddress>(const char* symbol, void** pfn, int 
 }  // namespace
 }  // namespace tessera::fake
 
-#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)                   \
-  TESSERA_FAKE_EXPORT CUresult sym params {                                                  \
-    ::tessera::fake::F().calls[static_cast<std::size_t>(::tessera::hook::CudaHook::sym)]++;  \
-    return ::tessera::fake::Behave<::tessera::hook::CudaHook::sym> args;                     \
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args)                  \
+  TESSERA_FAKE_EXPORT CUresult sym params {                                                 \
+    ::tessera::fake::F().calls[static_cast<std::size_t>(::tessera::hook::CudaHook::sym)]++; \
+    return ::tessera::fake::Behave<::tessera::hook::CudaHook::sym> args;                    \
   }
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK
@@ -785,7 +824,8 @@ namespace tessera::fake {
 namespace {
 void* FakeEntryPoint(std::size_t index) {
   static void* const kEntryPoints[kCudaHookCount] = {
-#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) reinterpret_cast<void*>(&::sym),
+#define TESSERA_CUDA_HOOK(sym, base, since, variant, policy, params, args) \
+  reinterpret_cast<void*>(&::sym),
 #include "hook/cuda_hooks.def"
 #undef TESSERA_CUDA_HOOK
   };
@@ -802,5 +842,7 @@ TESSERA_FAKE_EXPORT unsigned long long tessera_fake_calls(const char* symbol) {
   return ~0ULL;
 }
 TESSERA_FAKE_EXPORT unsigned long long tessera_fake_physical_bytes(int dev) {
-  return dev >= 0 && dev < tessera::fake::kMaxDevices ? tessera::fake::F().shared->physical[dev].load() : 0;
+  return dev >= 0 && dev < tessera::fake::kMaxDevices
+             ? tessera::fake::F().shared->physical[dev].load()
+             : 0;
 }

@@ -3,17 +3,16 @@
 // process — and both libraries — see the same device, as they would a real GPU.
 #pragma once
 
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
+#include <signal.h>
 #include <string>
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace tessera::fake {
 
@@ -42,8 +41,10 @@ inline ProcessUsage* RowOf(Shared* s) {
   }
   for (auto& row : s->processes) {
     std::int32_t holder = row.pid.load();
-    if ((holder == 0 || (holder > 0 && !Alive(holder))) && row.pid.compare_exchange_strong(holder, me)) {
-      for (int dev = 0; dev < kMaxDevices; ++dev) s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
+    if ((holder == 0 || (holder > 0 && !Alive(holder))) &&
+        row.pid.compare_exchange_strong(holder, me)) {
+      for (int dev = 0; dev < kMaxDevices; ++dev)
+        s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
       return &row;
     }
   }
@@ -61,7 +62,8 @@ inline void ReclaimEnded(Shared* s) {
   for (auto& row : s->processes) {
     std::int32_t holder = row.pid.load();
     if (holder == 0 || Alive(holder) || !row.pid.compare_exchange_strong(holder, -1)) continue;
-    for (int dev = 0; dev < kMaxDevices; ++dev) s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
+    for (int dev = 0; dev < kMaxDevices; ++dev)
+      s->physical[dev].fetch_sub(row.bytes[dev].exchange(0));
     row.pid.store(0);
   }
 }

@@ -66,7 +66,8 @@ struct MigRef {
 };
 inline MigRef MigConfig() {
   MigRef config;
-  if (const char* v = std::getenv("TESSERA_FAKE_MIG"); v != nullptr && std::strchr(v, ':') != nullptr) {
+  if (const char* v = std::getenv("TESSERA_FAKE_MIG");
+      v != nullptr && std::strchr(v, ':') != nullptr) {
     config.gpu = std::atoi(v);
     config.instance = std::atoi(std::strchr(v, ':') + 1);  // here: the instance count
   }
@@ -101,8 +102,10 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetCount_v2>(unsigned int* count) {
   return NVML_SUCCESS;
 }
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByIndex_v2>(unsigned int index, nvmlDevice_t* device) {
-  if (device == nullptr || static_cast<int>(index) >= N().devices) return NVML_ERROR_INVALID_ARGUMENT;
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByIndex_v2>(unsigned int index,
+                                                             nvmlDevice_t* device) {
+  if (device == nullptr || static_cast<int>(index) >= N().devices)
+    return NVML_ERROR_INVALID_ARGUMENT;
   *device = Handle(static_cast<int>(index));
   return NVML_SUCCESS;
 }
@@ -124,7 +127,8 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetIndex>(nvmlDevice_t device, unsigned 
   return NVML_SUCCESS;
 }
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetUUID>(nvmlDevice_t device, char* uuid, unsigned int length) {
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetUUID>(nvmlDevice_t device, char* uuid,
+                                                 unsigned int length) {
   if (uuid != nullptr && MigOf(device).gpu >= 0) {
     std::snprintf(uuid, length, "%s", MigUuidText(MigOf(device)).c_str());
     return NVML_SUCCESS;
@@ -134,7 +138,8 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetUUID>(nvmlDevice_t device, char* uuid
   return NVML_SUCCESS;
 }
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetName>(nvmlDevice_t device, char* name, unsigned int length) {
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetName>(nvmlDevice_t device, char* name,
+                                                 unsigned int length) {
   if (name == nullptr || IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
   std::snprintf(name, length, "Tessera Fake GPU %d", IndexOf(device));
   return NVML_SUCCESS;
@@ -155,7 +160,8 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo>(nvmlDevice_t device, nvml
   return NVML_SUCCESS;
 }
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device,
+                                                          nvmlMemory_v2_t* memory) {
   const int i = IndexOf(device);
   if (memory == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
   if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
@@ -169,8 +175,9 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device, n
 // Processes: every live process holding memory of the device (what the fake driver attributed to
 // it), plus TESSERA_FAKE_NVML_OTHER_PIDS (comma-separated pids of "other tenants", 1 MiB each).
 template <>
-nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t device, unsigned int* count,
-                                                                        nvmlProcessInfo_t* infos) {
+nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t device,
+                                                                       unsigned int* count,
+                                                                       nvmlProcessInfo_t* infos) {
   const int index = IndexOf(device);
   if (count == nullptr || index < 0) return NVML_ERROR_INVALID_ARGUMENT;
   std::vector<nvmlProcessInfo_t> all;
@@ -189,7 +196,8 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevic
     while (start < list.size()) {
       const std::size_t comma = list.find(',', start);
       nvmlProcessInfo_t other{};
-      other.pid = static_cast<unsigned int>(std::strtoul(list.substr(start, comma - start).c_str(), nullptr, 10));
+      other.pid = static_cast<unsigned int>(
+          std::strtoul(list.substr(start, comma - start).c_str(), nullptr, 10));
       other.usedGpuMemory = 1 << 20;
       all.push_back(other);
       if (comma == std::string::npos) break;
@@ -208,10 +216,10 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevic
 }  // namespace
 }  // namespace tessera::fake
 
-#define TESSERA_NVML_HOOK(sym, policy, params, args)                                          \
-  TESSERA_FAKE_EXPORT nvmlReturn_t sym params {                                               \
-    ::tessera::fake::N().calls[static_cast<std::size_t>(::tessera::hook::NvmlHook::sym)]++;   \
-    return ::tessera::fake::Behave<::tessera::hook::NvmlHook::sym> args;                      \
+#define TESSERA_NVML_HOOK(sym, policy, params, args)                                        \
+  TESSERA_FAKE_EXPORT nvmlReturn_t sym params {                                             \
+    ::tessera::fake::N().calls[static_cast<std::size_t>(::tessera::hook::NvmlHook::sym)]++; \
+    return ::tessera::fake::Behave<::tessera::hook::NvmlHook::sym> args;                    \
   }
 #include "hook/nvml_hooks.def"
 #undef TESSERA_NVML_HOOK
@@ -293,12 +301,18 @@ using tessera::fake::N;
 
 TESSERA_FAKE_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    default:
+      return "Unknown Error";
   }
 }
 

@@ -440,7 +440,8 @@ class Container {
       tracker_.FenceAll(now_ns);  // and waits for the watcher's next pass
       return false;
     }
-    if (verdict_.gate != shm::Gate::kOpen && verdict_.gate != shm::Gate::kFree) {  // closed meanwhile
+    if (verdict_.gate != shm::Gate::kOpen &&
+        verdict_.gate != shm::Gate::kFree) {  // closed meanwhile
       past_gate_ = false;
       observation_.waiting_ns = now_ns;
       next_gate_look_ns_ = now_ns + kGatePollNs;

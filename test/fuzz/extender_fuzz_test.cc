@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "testutil/fake_clock.h"
-#include "extender/extender.h"
 #include "contract/contract_testing.h"
+#include "extender/extender.h"
+#include "testutil/fake_clock.h"
 
 namespace {
 
@@ -55,11 +55,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (args.is_discarded()) return 0;
   try {
     switch (verb) {
-      case 0: (void)world->extender.Filter(args); break;
-      case 1: (void)world->extender.Prioritize(args); break;
-      case 2: (void)world->extender.Bind(args); break;
-      case 3: (void)world->extender.Preempt(args); break;
-      default: world->ledger.ObservePod(args); break;
+      case 0:
+        (void)world->extender.Filter(args);
+        break;
+      case 1:
+        (void)world->extender.Prioritize(args);
+        break;
+      case 2:
+        (void)world->extender.Bind(args);
+        break;
+      case 3:
+        (void)world->extender.Preempt(args);
+        break;
+      default:
+        world->ledger.ObservePod(args);
+        break;
     }
   } catch (const std::exception&) {
     std::abort();

@@ -1,14 +1,13 @@
 // Fuzzes attaching to a region file whose bytes a tenant controls (the region is writable by
 // every process of the container): the header check must refuse anything malformed, and
 // operations on a region that passes it must stay within bounds.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 
 #include "tessera/region.h"
 

@@ -27,11 +27,6 @@
 //     alternate. Prints {"kind":"enqueue","batches":B,"batch":K,"runtime_median_ns":...,
 //     "runtime_p10_ns":...,"runtime_p90_ns":...,"driver_median_ns":...,...}: ns per launch,
 //     quantiles over the batches.
-#include <cublas_v2.h>
-#include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,14 +35,19 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    const auto status_ = (call);                                                        \
-    if (static_cast<int>(status_) != 0) {                                               \
-      std::fprintf(stderr, "compute_workload: %s failed: %d (line %d)\n", #call,        \
-                   static_cast<int>(status_), __LINE__);                                \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+#include <cublas_v2.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    const auto status_ = (call);                                                 \
+    if (static_cast<int>(status_) != 0) {                                        \
+      std::fprintf(stderr, "compute_workload: %s failed: %d (line %d)\n", #call, \
+                   static_cast<int>(status_), __LINE__);                         \
+      std::exit(1);                                                              \
+    }                                                                            \
   } while (0)
 
 namespace {
@@ -130,8 +130,8 @@ Calibration Calibrate(const Gpu& gpu) {
 }
 
 // Enqueues batches of units, `depth` batches in flight; prints the windows and the total.
-void Measure(const std::string& kind, double seconds, double window, int units_per_batch,
-             int depth, const Gpu& gpu, const std::function<void()>& enqueue_batch,
+void Measure(const std::string& kind, double seconds, double window, int units_per_batch, int depth,
+             const Gpu& gpu, const std::function<void()>& enqueue_batch,
              const std::string& extra_json) {
   std::vector<cudaEvent_t> ring(depth);
   for (auto& e : ring) CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -311,8 +311,8 @@ int main(int argc, char** argv) {
     const float alpha = 1.0f, beta = 0.0f;
     auto gemm = [&] {
       CHECK(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kGemmN, kGemmN, kGemmN, &alpha, a,
-                         CUDA_R_16BF, kGemmN, b, CUDA_R_16BF, kGemmN, &beta, c, CUDA_R_16BF,
-                         kGemmN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                         CUDA_R_16BF, kGemmN, b, CUDA_R_16BF, kGemmN, &beta, c, CUDA_R_16BF, kGemmN,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     gemm();  // warm-up: heuristics, workspace
     CHECK(cudaStreamSynchronize(gpu.stream));
@@ -336,7 +336,8 @@ int main(int argc, char** argv) {
     Measure(kind, seconds, window, 50, 12, gpu, batch, extra);
   } else if (kind == "long") {
     const long long iters = calibration.Iterations(100e6);
-    Measure(kind, seconds, window, 1, 2, gpu, [&] { gpu.SpinKernel(iters); }, extra);
+    Measure(
+        kind, seconds, window, 1, 2, gpu, [&] { gpu.SpinKernel(iters); }, extra);
   } else {
     const long long iters = calibration.Iterations(20e3);
     cudaGraph_t graph;

@@ -3,14 +3,13 @@
 // hostile tenant can — zero its (writable) region's counters — and allocate past the cap.
 // Prints region=PATH and HOLDING, then waits for stdin to close. Build: g++ -std=c++20 -Iinclude
 // -Ithird_party/cuda/include test/gpu/drift_probe.cc -ldl
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
+#include <dlfcn.h>
+#include <fcntl.h>
 #include <string>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -22,11 +21,13 @@ int main(int argc, char** argv) {
   const unsigned long long bytes = std::strtoull(argv[2], nullptr, 10);
   void* lib = dlopen("libcuda.so.1", RTLD_NOW);
   auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(lib, "cuInit"));
-  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+  auto retain =
+      reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
   auto set = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(lib, "cuCtxSetCurrent"));
   auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(lib, "cuMemAlloc_v2"));
   CUcontext ctx = nullptr;
-  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set(ctx) != CUDA_SUCCESS) return 1;
+  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set(ctx) != CUDA_SUCCESS)
+    return 1;
   CUdeviceptr p = 0;
   int within = 0, beyond = 0;
   if (role == "hold") {
@@ -35,7 +36,8 @@ int main(int argc, char** argv) {
     while (alloc(&p, bytes) == CUDA_SUCCESS) ++within;
     const char* path = std::getenv("TESSERA_REGION_FILE");
     const int fd = path ? open(path, O_RDWR) : -1;
-    void* mem = fd >= 0 ? mmap(nullptr, sizeof(tessera::shm::Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    void* mem = fd >= 0 ? mmap(nullptr, sizeof(tessera::shm::Region), PROT_READ | PROT_WRITE,
+                               MAP_SHARED, fd, 0)
                         : MAP_FAILED;
     if (mem == MAP_FAILED) return 1;
     auto* region = static_cast<tessera::shm::Region*>(mem);
@@ -48,7 +50,8 @@ int main(int argc, char** argv) {
     }
   }
   const char* region = std::getenv("TESSERA_REGION_FILE");
-  std::printf("pid=%d within=%d beyond=%d region=%s\nHOLDING\n", getpid(), within, beyond, region ? region : "");
+  std::printf("pid=%d within=%d beyond=%d region=%s\nHOLDING\n", getpid(), within, beyond,
+              region ? region : "");
   std::fflush(stdout);
   char c;
   while (read(0, &c, 1) > 0) {

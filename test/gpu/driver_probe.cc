@@ -3,16 +3,16 @@
 //   fill CHUNK_MIB      allocate until refused, report, hold until stdin closes
 //   alloc-bench N BYTES p50/p99 of cuMemAlloc and cuMemFree
 //   first-call          time of the first CUDA calls of the process (cuInit .. first alloc)
-#include <cuda.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <time.h>
+#include <unistd.h>
 #include <vector>
+
+#include <cuda.h>
 
 namespace {
 
@@ -22,13 +22,13 @@ double NowNs() {
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    CUresult r_ = (call);                                              \
-    if (r_ != CUDA_SUCCESS) {                                          \
-      std::printf("{\"error\":\"%s\",\"code\":%d}\n", #call, r_);      \
-      return 1;                                                        \
-    }                                                                  \
+#define CHECK(call)                                               \
+  do {                                                            \
+    CUresult r_ = (call);                                         \
+    if (r_ != CUDA_SUCCESS) {                                     \
+      std::printf("{\"error\":\"%s\",\"code\":%d}\n", #call, r_); \
+      return 1;                                                   \
+    }                                                             \
   } while (0)
 
 int Context() {
@@ -97,9 +97,10 @@ int main(int argc, char** argv) {
         free_ns.push_back(t2 - t1);
       }
     }
-    std::printf("{\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f}\n",
-                Percentile(alloc_ns, 0.5), Percentile(alloc_ns, 0.99), Percentile(free_ns, 0.5),
-                Percentile(free_ns, 0.99));
+    std::printf(
+        "{\"alloc_p50_ns\":%.0f,\"alloc_p99_ns\":%.0f,\"free_p50_ns\":%.0f,\"free_p99_ns\":%.0f}\n",
+        Percentile(alloc_ns, 0.5), Percentile(alloc_ns, 0.99), Percentile(free_ns, 0.5),
+        Percentile(free_ns, 0.99));
     return 0;
   }
   return 2;

@@ -2,23 +2,26 @@
 //   arrays MIB        cudaMallocArray of MIB each (float4, 2D) until refused, hold
 //   graphs MIB        stream-captured graphs, each allocating MIB (cudaMallocAsync + free
 //                     inside the graph: memory nodes), instantiated and launched until refused
-#include <cuda_runtime.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
+#include <cuda_runtime.h>
+
 __global__ void Touch(char* p, size_t n) {
-  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) p[i] = 1;
+  for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+    p[i] = 1;
 }
 
 static void Hold(const char* what, size_t count, size_t bytes, int last) {
   size_t free_b = 0, total = 0;
   cudaMemGetInfo(&free_b, &total);
-  std::printf("{\"what\":\"%s\",\"count\":%zu,\"allocated\":%zu,\"last_error\":%d,\"free\":%zu,\"total\":%zu,\"pid\":%d}\n",
-              what, count, bytes, last, free_b, total, getpid());
+  std::printf(
+      "{\"what\":\"%s\",\"count\":%zu,\"allocated\":%zu,\"last_error\":%d,\"free\":%zu,\"total\":%"
+      "zu,\"pid\":%d}\n",
+      what, count, bytes, last, free_b, total, getpid());
   std::printf("HOLDING\n");
   std::fflush(stdout);
   char line[16];
@@ -63,8 +66,8 @@ int main(int argc, char** argv) {
       cudaError_t captured = cudaGetLastError();
       cudaGraphExec_t exec;
       if ((e = cudaGraphInstantiate(&exec, g, 0)) != cudaSuccess) {
-        std::fprintf(stderr, "graph %d: capture %s, instantiate %s\n", i, cudaGetErrorString(captured),
-                     cudaGetErrorString(e));
+        std::fprintf(stderr, "graph %d: capture %s, instantiate %s\n", i,
+                     cudaGetErrorString(captured), cudaGetErrorString(e));
         break;
       }
       if ((e = cudaGraphLaunch(exec, s)) != cudaSuccess) {

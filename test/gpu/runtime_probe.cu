@@ -3,15 +3,15 @@
 //   fill CHUNK_MIB   cudaMalloc until refused, report, hold until stdin closes
 //   launch N         empty-kernel enqueue cost through the runtime, ns per launch
 //   launch-driver N  the same through cuLaunchKernel
-#include <cuda.h>
-#include <cuda_runtime.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <cstdlib>
 #include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <cuda.h>
+#include <cuda_runtime.h>
 
 __global__ void Empty() {}
 

@@ -12,9 +12,9 @@
 #include <chrono>
 #include <thread>
 
-#include "e2e/testcluster.h"
 #include "contract/decision.h"
 #include "e2e/scheduler_harness.h"
+#include "e2e/testcluster.h"
 #include "helm/helm_testing.h"
 #include "k8s/client.h"
 #include "k8s/config.h"

@@ -9,20 +9,21 @@
 // Skipped only when there is no Go toolchain to build Helm with (and no HELM=...).
 #include <functional>
 #include <memory>
+#include <tuple>
+
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
-#include <tuple>
 
 #include "tessera/names.h"
 
 #include "contract/decision.h"
+#include "helm/helm_testing.h"
 #include "k8s/listen.h"
 #include "k8s/openssl.h"
-#include "scheduler/kube_config.h"
-#include "helm/helm_testing.h"
 #include "policy/policy.h"
+#include "scheduler/kube_config.h"
 #include "webhook/server.h"
 
 namespace tessera::helmtest {
@@ -238,7 +239,8 @@ TEST_F(HelmChartTest, WebhooksMatchTheTestedConfigurationAndTheirCertificate) {
   EXPECT_EQ(X509_verify_cert(ctx.get()), 1)
       << X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx.get()));
   const std::string host = kPrefix + "-webhook." + kNamespace + ".svc";
-  EXPECT_EQ(X509_check_host(leaves.front().get(), host.c_str(), host.size(), 0, nullptr), 1) << host;
+  EXPECT_EQ(X509_check_host(leaves.front().get(), host.c_str(), host.size(), 0, nullptr), 1)
+      << host;
 }
 
 TEST_F(HelmChartTest, RbacGrantsExactlyWhatTheCodeCalls) {
@@ -589,12 +591,15 @@ TEST_F(HelmChartTest, UninstallModeRunsTheNodesUninstallOverTheSameHostPaths) {
   const YAML::Node pod = ds["spec"]["template"]["spec"];
   EXPECT_FALSE(pod["initContainers"].IsDefined() && pod["initContainers"].size() > 0);
   const auto args = Args(Container(ds, "tessera-node"));
-  const auto has = [&](const std::string& a) { return std::find(args.begin(), args.end(), a) != args.end(); };
+  const auto has = [&](const std::string& a) {
+    return std::find(args.begin(), args.end(), a) != args.end();
+  };
   EXPECT_TRUE(has("--uninstall"));
   EXPECT_TRUE(has("--hold"));
   EXPECT_FALSE(has("--force"));
   EXPECT_EQ(Flag(args, "--hook-library"), "/usr/local/lib/tessera/libtessera-cuda.so");
-  const auto normal_args = Args(Container(normal.Get("DaemonSet", kPrefix + "-node"), "tessera-node"));
+  const auto normal_args =
+      Args(Container(normal.Get("DaemonSet", kPrefix + "-node"), "tessera-node"));
   for (const char* flag : {"--state-dir", "--cdi-dir", "--device-plugin-dir", "--node-name"}) {
     EXPECT_EQ(Flag(args, flag), Flag(normal_args, flag)) << flag;
   }
@@ -606,7 +611,8 @@ TEST_F(HelmChartTest, UninstallModeRunsTheNodesUninstallOverTheSameHostPaths) {
   EXPECT_FALSE(Container(ds, "tessera-node")["readinessProbe"].IsDefined());
   // The binary knows the flags.
   const Ran help = RunProgram({TESSERA_NODE_BINARY, "--help"}, {});
-  for (const char* flag : {"--uninstall", "--hold"}) EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+  for (const char* flag : {"--uninstall", "--hold"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
 }
 
 // The flags the chart renders are ones the binaries know, and the key material and policy it

@@ -6,9 +6,7 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
-#include <gtest/gtest.h>
 #include <map>
-#include <openssl/evp.h>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -16,9 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
-#include <yaml-cpp/yaml.h>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+#include <yaml-cpp/yaml.h>
 
 #include "testutil/temp_dir.h"
 

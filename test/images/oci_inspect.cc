@@ -6,9 +6,10 @@
 #include <deque>
 #include <fstream>
 #include <iterator>
-#include <openssl/evp.h>
 #include <set>
 #include <sstream>
+
+#include <openssl/evp.h>
 #include <zlib.h>
 
 namespace tessera::images {

@@ -14,11 +14,14 @@ __attribute__((constructor)) static void UseCudaEarly() {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (cuda == nullptr) return;
   auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(cuda, "cuInit"));
-  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(
+      dlsym(cuda, "cuDevicePrimaryCtxRetain"));
   auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(cuda, "cuCtxSetCurrent"));
   auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(cuda, "cuMemAlloc_v2"));
   CUcontext ctx = nullptr;
-  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS) return;
+  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS ||
+      set_current(ctx) != CUDA_SUCCESS)
+    return;
   CUdeviceptr p = 0;
   CUresult r;
   while ((r = alloc(&p, 4u << 20)) == CUDA_SUCCESS) g_ctor_allocated += 4u << 20;

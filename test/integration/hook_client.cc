@@ -6,20 +6,19 @@
 //            "cuGetProcAddress" at 11030 and 12000, then every entry point through the
 //            returned pointer, per-thread (_ptsz/_ptds) variants included
 // then runs a scenario (argv[2...]) and prints key=value lines for the test to check.
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <string>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 #include <vector>
 
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -50,26 +49,28 @@ struct Api {
   std::vector<std::pair<std::string, void*>> all;
 };
 
-using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                    CUdriverProcAddressQueryResult*);
 
 template <typename Fn>
 void Set(Fn* out, void* p) {
   *out = reinterpret_cast<Fn>(p);
 }
 
-#define TESSERA_CLIENT_FIELDS(X)                                                        \
-  X(init, cuInit, "cuInit", 2000, 0) X(device_get, cuDeviceGet, "cuDeviceGet", 2000, 0) \
-  X(retain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)           \
-  X(set_current, cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                         \
-  X(ctx_create, cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                               \
-  X(alloc, cuMemAlloc_v2, "cuMemAlloc", 12000, 0)                                     \
-  X(alloc_pitch, cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0)                     \
-  X(alloc_managed, cuMemAllocManaged, "cuMemAllocManaged", 12000, 0)                  \
-  X(free, cuMemFree_v2, "cuMemFree", 12000, 0)                                        \
-  X(get_info, cuMemGetInfo_v2, "cuMemGetInfo", 12000, 0)                              \
-  X(total_mem, cuDeviceTotalMem_v2, "cuDeviceTotalMem", 12000, 0)                     \
-  X(launch, cuLaunchKernel, "cuLaunchKernel", 12000, 0)                               \
-  X(launch_ptsz, cuLaunchKernel_ptsz, "cuLaunchKernel", 12000, 1)                     \
+#define TESSERA_CLIENT_FIELDS(X)                                           \
+  X(init, cuInit, "cuInit", 2000, 0)                                       \
+  X(device_get, cuDeviceGet, "cuDeviceGet", 2000, 0)                       \
+  X(retain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0) \
+  X(set_current, cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)              \
+  X(ctx_create, cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                    \
+  X(alloc, cuMemAlloc_v2, "cuMemAlloc", 12000, 0)                          \
+  X(alloc_pitch, cuMemAllocPitch_v2, "cuMemAllocPitch", 12000, 0)          \
+  X(alloc_managed, cuMemAllocManaged, "cuMemAllocManaged", 12000, 0)       \
+  X(free, cuMemFree_v2, "cuMemFree", 12000, 0)                             \
+  X(get_info, cuMemGetInfo_v2, "cuMemGetInfo", 12000, 0)                   \
+  X(total_mem, cuDeviceTotalMem_v2, "cuDeviceTotalMem", 12000, 0)          \
+  X(launch, cuLaunchKernel, "cuLaunchKernel", 12000, 0)                    \
+  X(launch_ptsz, cuLaunchKernel_ptsz, "cuLaunchKernel", 12000, 1)          \
   X(memcpy_ptds, cuMemcpyHtoD_v2_ptds, "cuMemcpyHtoD", 12000, 1)
 
 bool Load(const char* how, Api* api) {
@@ -104,17 +105,19 @@ bool Load(const char* how, Api* api) {
     first("cuGetProcAddress", &self_12000, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status);
     void* ours_v1 = dlsym(RTLD_DEFAULT, "cuGetProcAddress");
     void* ours_v2 = dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2");
-    std::printf("self_lookup_11030_hooked=%d\n", self_11030 != nullptr && (self_11030 == ours_v1 || self_11030 == ours_v2));
+    std::printf("self_lookup_11030_hooked=%d\n",
+                self_11030 != nullptr && (self_11030 == ours_v1 || self_11030 == ours_v2));
     std::printf("self_lookup_12000_hooked=%d\n", self_12000 == ours_v2);
     auto gpa = reinterpret_cast<GetProcAddress>(self_12000);
     if (gpa == nullptr) return false;
-#define TESSERA_GPA(field, sym, base, version, per_thread)                                      \
-  {                                                                                             \
-    void* p = nullptr;                                                                          \
-    gpa(base, &p, version,                                                                      \
-        (per_thread) ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : CU_GET_PROC_ADDRESS_DEFAULT, \
-        &status);                                                                               \
-    Set(&api->field, p);                                                                        \
+#define TESSERA_GPA(field, sym, base, version, per_thread)                                        \
+  {                                                                                               \
+    void* p = nullptr;                                                                            \
+    gpa(base, &p, version,                                                                        \
+        (per_thread) ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM                              \
+                     : CU_GET_PROC_ADDRESS_DEFAULT,                                               \
+        &status);                                                                                 \
+    Set(&api->field, p);                                                                          \
     std::printf("resolved %s hooked=%d\n", #sym, p != nullptr && p == dlsym(RTLD_DEFAULT, #sym)); \
   }
     TESSERA_CLIENT_FIELDS(TESSERA_GPA)
@@ -145,7 +148,8 @@ void PrintInfo(const Api& api) {
 }
 
 // Allocates `chunk` bytes with `which` until the driver (or tessera) refuses.
-std::uint64_t AllocUntilRefused(const Api& api, const char* which, std::uint64_t chunk, CUresult* last) {
+std::uint64_t AllocUntilRefused(const Api& api, const char* which, std::uint64_t chunk,
+                                CUresult* last) {
   std::uint64_t total = 0;
   for (int i = 0; i < 1000000; ++i) {
     CUdeviceptr p = 0;
@@ -213,7 +217,8 @@ int Run(const Api& api, int argc, char** argv) {
     while (api.alloc(&p, chunk) == CUDA_SUCCESS) ++held;
     const char* path = std::getenv("TESSERA_REGION_FILE");
     const int fd = path != nullptr ? open(path, O_RDWR) : -1;
-    void* mem = fd >= 0 ? mmap(nullptr, sizeof(tessera::shm::Region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    void* mem = fd >= 0 ? mmap(nullptr, sizeof(tessera::shm::Region), PROT_READ | PROT_WRITE,
+                               MAP_SHARED, fd, 0)
                         : MAP_FAILED;
     if (mem == MAP_FAILED) {
       std::printf("error=cannot map the region\n");
@@ -250,25 +255,31 @@ int Run(const Api& api, int argc, char** argv) {
     nvmlMemory_v2_t m2{};
     m2.version = nvmlMemory_v2;
     const int index = std::getenv("NVML_INDEX") ? std::atoi(std::getenv("NVML_INDEX")) : 0;
-    if (init() != NVML_SUCCESS || by_index(static_cast<unsigned int>(index), &device) != NVML_SUCCESS) return 1;
+    if (init() != NVML_SUCCESS ||
+        by_index(static_cast<unsigned int>(index), &device) != NVML_SUCCESS)
+      return 1;
     const nvmlReturn_t r1 = info(device, &m);
     const nvmlReturn_t r2 = info_v2(device, &m2);
-    std::printf("nvml_result=%d nvml_total=%llu nvml_used=%llu nvml_free=%llu\n", r1, m.total, m.used, m.free);
+    std::printf("nvml_result=%d nvml_total=%llu nvml_used=%llu nvml_free=%llu\n", r1, m.total,
+                m.used, m.free);
     std::printf("nvml2_result=%d nvml2_total=%llu nvml2_used=%llu\n", r2, m2.total, m2.used);
-    auto procs = reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(
-        dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    auto procs =
+        reinterpret_cast<nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*)>(
+            dlsym(nvml, "nvmlDeviceGetComputeRunningProcesses_v3"));
     nvmlProcessInfo_t infos[16];
     unsigned int n = 16;
     const nvmlReturn_t r3 = procs(device, &n, infos);
     bool only_me = true;
-    for (unsigned int i = 0; i < n; ++i) only_me = only_me && infos[i].pid == static_cast<unsigned int>(getpid());
+    for (unsigned int i = 0; i < n; ++i)
+      only_me = only_me && infos[i].pid == static_cast<unsigned int>(getpid());
     std::printf("procs_result=%d procs=%u procs_only_me=%d\n", r3, n, only_me);
     return 0;
   }
   if (scenario == "vmm") {  // vmm CHUNK: cuMemCreate until refused, map one, release all
     auto create = reinterpret_cast<decltype(&cuMemCreate)>(dlsym(RTLD_DEFAULT, "cuMemCreate"));
     auto release = reinterpret_cast<decltype(&cuMemRelease)>(dlsym(RTLD_DEFAULT, "cuMemRelease"));
-    auto reserve = reinterpret_cast<decltype(&cuMemAddressReserve)>(dlsym(RTLD_DEFAULT, "cuMemAddressReserve"));
+    auto reserve = reinterpret_cast<decltype(&cuMemAddressReserve)>(
+        dlsym(RTLD_DEFAULT, "cuMemAddressReserve"));
     auto map = reinterpret_cast<decltype(&cuMemMap)>(dlsym(RTLD_DEFAULT, "cuMemMap"));
     const std::uint64_t chunk = std::strtoull(argv[1], nullptr, 10);
     CUmemAllocationProp prop{};
@@ -302,11 +313,16 @@ int Run(const Api& api, int argc, char** argv) {
   }
   if (scenario == "pool") {  // pool CHUNK: cuMemAllocAsync until refused, free them all, then
                              // a plain allocation must get the pool's freed reserve back
-    auto alloc_async = reinterpret_cast<decltype(&cuMemAllocAsync)>(dlsym(RTLD_DEFAULT, "cuMemAllocAsync"));
-    auto free_async = reinterpret_cast<decltype(&cuMemFreeAsync)>(dlsym(RTLD_DEFAULT, "cuMemFreeAsync"));
-    auto create = reinterpret_cast<decltype(&cuMemPoolCreate)>(dlsym(RTLD_DEFAULT, "cuMemPoolCreate"));
-    auto from_pool = reinterpret_cast<decltype(&cuMemAllocFromPoolAsync)>(dlsym(RTLD_DEFAULT, "cuMemAllocFromPoolAsync"));
-    auto destroy = reinterpret_cast<decltype(&cuMemPoolDestroy)>(dlsym(RTLD_DEFAULT, "cuMemPoolDestroy"));
+    auto alloc_async =
+        reinterpret_cast<decltype(&cuMemAllocAsync)>(dlsym(RTLD_DEFAULT, "cuMemAllocAsync"));
+    auto free_async =
+        reinterpret_cast<decltype(&cuMemFreeAsync)>(dlsym(RTLD_DEFAULT, "cuMemFreeAsync"));
+    auto create =
+        reinterpret_cast<decltype(&cuMemPoolCreate)>(dlsym(RTLD_DEFAULT, "cuMemPoolCreate"));
+    auto from_pool = reinterpret_cast<decltype(&cuMemAllocFromPoolAsync)>(
+        dlsym(RTLD_DEFAULT, "cuMemAllocFromPoolAsync"));
+    auto destroy =
+        reinterpret_cast<decltype(&cuMemPoolDestroy)>(dlsym(RTLD_DEFAULT, "cuMemPoolDestroy"));
     const std::uint64_t chunk = std::strtoull(argv[1], nullptr, 10);
     std::vector<CUdeviceptr> ptrs;
     CUresult r = CUDA_SUCCESS;
@@ -337,18 +353,23 @@ int Run(const Api& api, int argc, char** argv) {
     // On a stream being captured, an allocation is a graph memory node: not charged here (the
     // graph is charged when instantiated), and nothing else may touch the driver meanwhile.
     CUdeviceptr node = 0;
-    std::printf("captured_alloc=%d\n", alloc_async(&node, chunk * 100,
-                                                    reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97))));
+    std::printf("captured_alloc=%d\n",
+                alloc_async(&node, chunk * 100,
+                            reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97))));
     return 0;
   }
   if (scenario == "graph") {  // graph MIB: graphs with one memory node of MIB each
     auto create = reinterpret_cast<decltype(&cuGraphCreate)>(dlsym(RTLD_DEFAULT, "cuGraphCreate"));
-    auto add = reinterpret_cast<decltype(&cuGraphAddMemAllocNode)>(dlsym(RTLD_DEFAULT, "cuGraphAddMemAllocNode"));
+    auto add = reinterpret_cast<decltype(&cuGraphAddMemAllocNode)>(
+        dlsym(RTLD_DEFAULT, "cuGraphAddMemAllocNode"));
     auto instantiate = reinterpret_cast<decltype(&cuGraphInstantiateWithFlags)>(
         dlsym(RTLD_DEFAULT, "cuGraphInstantiateWithFlags"));
-    auto destroy_exec = reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"));
-    auto import = reinterpret_cast<decltype(&cuImportExternalMemory)>(dlsym(RTLD_DEFAULT, "cuImportExternalMemory"));
-    auto destroy_ext = reinterpret_cast<decltype(&cuDestroyExternalMemory)>(dlsym(RTLD_DEFAULT, "cuDestroyExternalMemory"));
+    auto destroy_exec =
+        reinterpret_cast<decltype(&cuGraphExecDestroy)>(dlsym(RTLD_DEFAULT, "cuGraphExecDestroy"));
+    auto import = reinterpret_cast<decltype(&cuImportExternalMemory)>(
+        dlsym(RTLD_DEFAULT, "cuImportExternalMemory"));
+    auto destroy_ext = reinterpret_cast<decltype(&cuDestroyExternalMemory)>(
+        dlsym(RTLD_DEFAULT, "cuDestroyExternalMemory"));
     const std::uint64_t bytes = std::strtoull(argv[1], nullptr, 10) << 20;
     auto make = [&](CUgraphExec* exec) {
       CUgraph g = nullptr;
@@ -379,8 +400,10 @@ int Run(const Api& api, int argc, char** argv) {
     return 0;
   }
   if (scenario == "array") {  // array: 2D arrays of 1024x1024 float4 (16 MiB) until refused
-    auto create = reinterpret_cast<decltype(&cuArrayCreate_v2)>(dlsym(RTLD_DEFAULT, "cuArrayCreate_v2"));
-    auto destroy = reinterpret_cast<decltype(&cuArrayDestroy)>(dlsym(RTLD_DEFAULT, "cuArrayDestroy"));
+    auto create =
+        reinterpret_cast<decltype(&cuArrayCreate_v2)>(dlsym(RTLD_DEFAULT, "cuArrayCreate_v2"));
+    auto destroy =
+        reinterpret_cast<decltype(&cuArrayDestroy)>(dlsym(RTLD_DEFAULT, "cuArrayDestroy"));
     CUDA_ARRAY_DESCRIPTOR desc{};
     desc.Width = 1024;
     desc.Height = 1024;
@@ -399,7 +422,8 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("array_after_destroy=%d\n", create(&again, &desc));
     return 0;
   }
-  if (scenario == "spin") {  // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while
+  if (scenario ==
+      "spin") {  // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while
     // The fake driver sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US.
     using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
     using Sync = CUresult (*)(void);
@@ -407,7 +431,8 @@ int Run(const Api& api, int argc, char** argv) {
     const auto get_function = reinterpret_cast<GetFunction>(dlsym(driver, "cuModuleGetFunction"));
     const auto sync = reinterpret_cast<Sync>(dlsym(driver, "cuCtxSynchronize"));
     CUfunction spin = nullptr;
-    if (get_function == nullptr || sync == nullptr || get_function(&spin, nullptr, "tessera_spin") != CUDA_SUCCESS) {
+    if (get_function == nullptr || sync == nullptr ||
+        get_function(&spin, nullptr, "tessera_spin") != CUDA_SUCCESS) {
       std::printf("error=no tessera_spin\n");
       return 1;
     }
@@ -416,7 +441,8 @@ int Run(const Api& api, int argc, char** argv) {
     void* params[] = {&param};
     const auto start = std::chrono::steady_clock::now();
     long kernels = 0;
-    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds) {
+    while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
+           seconds) {
       if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) break;
       if (++kernels % 8 == 0) sync();
     }
@@ -426,10 +452,12 @@ int Run(const Api& api, int argc, char** argv) {
   }
   if (scenario == "streams") {  // streams: create (both entry points) until refused or 256,
                                 // then destroy them all
-    auto create = reinterpret_cast<decltype(&cuStreamCreate)>(dlsym(RTLD_DEFAULT, "cuStreamCreate"));
+    auto create =
+        reinterpret_cast<decltype(&cuStreamCreate)>(dlsym(RTLD_DEFAULT, "cuStreamCreate"));
     auto create_prio = reinterpret_cast<decltype(&cuStreamCreateWithPriority)>(
         dlsym(RTLD_DEFAULT, "cuStreamCreateWithPriority"));
-    auto destroy = reinterpret_cast<decltype(&cuStreamDestroy_v2)>(dlsym(RTLD_DEFAULT, "cuStreamDestroy_v2"));
+    auto destroy =
+        reinterpret_cast<decltype(&cuStreamDestroy_v2)>(dlsym(RTLD_DEFAULT, "cuStreamDestroy_v2"));
     std::vector<CUstream> streams;
     CUresult r = CUDA_SUCCESS;
     while (streams.size() < 256) {
@@ -448,7 +476,8 @@ int Run(const Api& api, int argc, char** argv) {
   }
   if (scenario == "launch") {  // per-thread and legacy launches reach the driver
     std::printf("launch=%d\n", api.launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
-    std::printf("launch_ptsz=%d\n", api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+    std::printf("launch_ptsz=%d\n",
+                api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
     std::printf("memcpy_ptds=%d\n", api.memcpy_ptds(0, nullptr, 0));
     return 0;
   }
@@ -467,7 +496,8 @@ int Run(const Api& api, int argc, char** argv) {
     }
     waitpid(child, nullptr, 0);
     CUdeviceptr q = 0;
-    std::printf("parent_alloc_after_child=%d\n", api.alloc(&q, std::strtoull(argv[1], nullptr, 10)));
+    std::printf("parent_alloc_after_child=%d\n",
+                api.alloc(&q, std::strtoull(argv[1], nullptr, 10)));
     return 0;
   }
   if (scenario == "fork-threads") {  // fork-threads N: fork while another thread allocates
@@ -508,11 +538,13 @@ int Run(const Api& api, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
-  if (argc == 2 && std::strcmp(argv[1], "dlclose") == 0) {  // the app unloads libcuda and loads it again
+  if (argc == 2 &&
+      std::strcmp(argv[1], "dlclose") == 0) {  // the app unloads libcuda and loads it again
     auto open_api = [](void** handle, Api* api) {
       *handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
       if (*handle == nullptr) return false;
-#define TESSERA_DLSYM2(field, sym, base, version, per_thread) Set(&api->field, dlsym(*handle, #sym));
+#define TESSERA_DLSYM2(field, sym, base, version, per_thread) \
+  Set(&api->field, dlsym(*handle, #sym));
       TESSERA_CLIENT_FIELDS(TESSERA_DLSYM2)
 #undef TESSERA_DLSYM2
       return true;
@@ -530,20 +562,25 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2 && std::strcmp(argv[1], "no-driver") == 0) {  // our exports with no driver behind
-    auto get_info = reinterpret_cast<decltype(&cuMemGetInfo_v2)>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
+    auto get_info =
+        reinterpret_cast<decltype(&cuMemGetInfo_v2)>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
     auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));
     size_t f = 0, t = 0;
     CUdeviceptr p = 0;
-    std::printf("get_info=%d alloc=%d\n", get_info ? get_info(&f, &t) : -1, alloc ? alloc(&p, 1) : -1);
+    std::printf("get_info=%d alloc=%d\n", get_info ? get_info(&f, &t) : -1,
+                alloc ? alloc(&p, 1) : -1);
     return 0;
   }
   if (argc == 3 && std::strcmp(argv[1], "rtld-next") == 0) {  // rtld-next PLUGIN: no CUDA at all
     void* plugin = dlopen(argv[2], RTLD_NOW | RTLD_LOCAL);
-    auto lookup = plugin ? reinterpret_cast<void* (*)(const char*)>(dlsym(plugin, "plugin_lookup_next")) : nullptr;
+    auto lookup =
+        plugin ? reinterpret_cast<void* (*)(const char*)>(dlsym(plugin, "plugin_lookup_next"))
+               : nullptr;
     if (lookup == nullptr) return 1;
-    std::printf("getpid_found=%d strlen_found=%d\n", lookup("getpid") == reinterpret_cast<void*>(&getpid),
-                lookup("strlen") != nullptr);
-    std::printf("default_getpid=%d\n", dlsym(RTLD_DEFAULT, "getpid") == reinterpret_cast<void*>(&getpid));
+    std::printf("getpid_found=%d strlen_found=%d\n",
+                lookup("getpid") == reinterpret_cast<void*>(&getpid), lookup("strlen") != nullptr);
+    std::printf("default_getpid=%d\n",
+                dlsym(RTLD_DEFAULT, "getpid") == reinterpret_cast<void*>(&getpid));
     return 0;
   }
   if (argc < 3) {

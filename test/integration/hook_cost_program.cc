@@ -1,11 +1,10 @@
 // Calls one driver entry point N times through dlopen + dlsym (the path frameworks take), so
 // callgrind can count the instructions each call costs with and without the preload library.
 //   hook_cost_program launch|alloc N
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <dlfcn.h>
 
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
@@ -16,13 +15,16 @@ int main(int argc, char** argv) {
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (cuda == nullptr) return 1;
   auto init = reinterpret_cast<decltype(&cuInit)>(dlsym(cuda, "cuInit"));
-  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(dlsym(cuda, "cuDevicePrimaryCtxRetain"));
+  auto retain = reinterpret_cast<decltype(&cuDevicePrimaryCtxRetain)>(
+      dlsym(cuda, "cuDevicePrimaryCtxRetain"));
   auto set_current = reinterpret_cast<decltype(&cuCtxSetCurrent)>(dlsym(cuda, "cuCtxSetCurrent"));
   auto launch = reinterpret_cast<decltype(&cuLaunchKernel)>(dlsym(cuda, "cuLaunchKernel"));
   auto alloc = reinterpret_cast<decltype(&cuMemAlloc_v2)>(dlsym(cuda, "cuMemAlloc_v2"));
   auto free_fn = reinterpret_cast<decltype(&cuMemFree_v2)>(dlsym(cuda, "cuMemFree_v2"));
   CUcontext ctx = nullptr;
-  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS || set_current(ctx) != CUDA_SUCCESS) return 1;
+  if (init(0) != CUDA_SUCCESS || retain(&ctx, 0) != CUDA_SUCCESS ||
+      set_current(ctx) != CUDA_SUCCESS)
+    return 1;
   // One untimed call of each, so one-time initialization is outside the N calls.
   CUdeviceptr p = 0;
   launch(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);

@@ -3,13 +3,13 @@
 // per-call difference of the differences is what the hook adds. The budgets keep regressions
 // out of the fast paths (a pass-through launch is a few loads and a branch; an accounted
 // allocation takes the region lock and updates the allocation table).
-#include <gtest/gtest.h>
-#include <stdio.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <regex>
+#include <stdio.h>
 #include <string>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
 
 #include "testutil/temp_dir.h"
 
@@ -39,9 +39,9 @@ class HookCostTest : public ::testing::Test {
       env += " LD_PRELOAD=" + std::string(TESSERA_HOOK_LIBRARY) + " CUDA_DEVICE_MEMORY_LIMIT=8g" +
              " TESSERA_REGION_FILE=" + dir_.path() + "/region";
     }
-    const std::string out = Shell("env " + env + " valgrind --tool=callgrind --callgrind-out-file=" +
-                                  dir_.path() + "/cg.out " + TESSERA_HOOK_COST_PROGRAM + " " + mode +
-                                  " " + std::to_string(n) + " 2>&1");
+    const std::string out = Shell(
+        "env " + env + " valgrind --tool=callgrind --callgrind-out-file=" + dir_.path() +
+        "/cg.out " + TESSERA_HOOK_COST_PROGRAM + " " + mode + " " + std::to_string(n) + " 2>&1");
     std::smatch m;
     if (!std::regex_search(out, m, std::regex("Collected : ([0-9]+)"))) {
       ADD_FAILURE() << out;
@@ -64,7 +64,8 @@ TEST_F(HookCostTest, LaunchPassThroughStaysCheap) {
   std::printf("cuLaunchKernel: %.1f instructions native, %.1f through the hook (+%.1f)\n", native,
               hooked, hooked - native);
   // measured +45 (gcc 12, -O2): +37 passing through, +8 for the compute governor's "is anything
-  // governed?" test (one load and a branch per device: the H200 A/B run shows no cost beyond noise).
+  // governed?" test (one load and a branch per device: the H200 A/B run shows no cost beyond
+  // noise).
   EXPECT_LE(hooked - native, 55.0);
 }
 

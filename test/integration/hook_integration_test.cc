@@ -1,26 +1,27 @@
 // The preload library, loaded by LD_PRELOAD into real processes, against the fake driver:
 // every resolution path, every hooked path, limits file vs HAMi variables, fail-open and
 // fail-closed, many processes, SIGKILL, fork.
-#include <fcntl.h>
-#include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdio>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
+#include <signal.h>
+#include <spawn.h>
 #include <sstream>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tessera/limits.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
+
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
 
@@ -109,7 +110,8 @@ class Process {
     Output out;
     char buffer[4096];
     ssize_t n;
-    while ((n = read(out_fd_, buffer, sizeof(buffer))) > 0) text_.append(buffer, static_cast<std::size_t>(n));
+    while ((n = read(out_fd_, buffer, sizeof(buffer))) > 0)
+      text_.append(buffer, static_cast<std::size_t>(n));
     close(out_fd_);
     int status = 0;
     waitpid(pid_, &status, 0);
@@ -164,7 +166,8 @@ class HookTest : public ::testing::Test {
 
   Output Client(const std::string& mode, std::vector<std::string> args,
                 const std::vector<std::string>& extra_env = {}) {
-    std::vector<std::string> argv = {mode == "direct" ? TESSERA_HOOK_CLIENT_DIRECT : TESSERA_HOOK_CLIENT, mode};
+    std::vector<std::string> argv = {
+        mode == "direct" ? TESSERA_HOOK_CLIENT_DIRECT : TESSERA_HOOK_CLIENT, mode};
     argv.insert(argv.end(), args.begin(), args.end());
     return Process(argv, Env(extra_env)).Wait();
   }
@@ -289,12 +292,12 @@ TEST_F(HookTest, VirtualMemoryIsChargedAtCreateNotAtMap) {
   Limit(64 * kMiB);
   const Output out = Client("dlopen", {"vmm", std::to_string(8 * kMiB)});
   ASSERT_EQ(out.exit_code, 0) << out.text;
-  EXPECT_EQ(out.Get("vmm_created"), "8") << out.text;   // 8 x 8 MiB = the cap
+  EXPECT_EQ(out.Get("vmm_created"), "8") << out.text;  // 8 x 8 MiB = the cap
   EXPECT_EQ(out.Get("vmm_last"), "2");
-  EXPECT_EQ(out.Get("vmm_map"), "0");                   // mapping is not charged again
+  EXPECT_EQ(out.Get("vmm_map"), "0");  // mapping is not charged again
   EXPECT_EQ(out.Num("vmm_free_before"), 0u);
-  EXPECT_EQ(out.Num("vmm_free_after"), 64 * kMiB);      // cuMemRelease returned it all
-  EXPECT_EQ(out.Get("vmm_host"), "0");                  // host memory is not the GPU's
+  EXPECT_EQ(out.Num("vmm_free_after"), 64 * kMiB);  // cuMemRelease returned it all
+  EXPECT_EQ(out.Get("vmm_host"), "0");              // host memory is not the GPU's
 }
 
 // A pool is charged its reserved memory: frees keep it charged (the pool keeps the memory),
@@ -305,8 +308,8 @@ TEST_F(HookTest, MemoryPoolsAreChargedTheirReserveAndTrimmedBeforeRefusing) {
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Get("pool_allocs"), "8") << out.text;
   EXPECT_EQ(out.Get("pool_last"), "2");
-  EXPECT_EQ(out.Num("pool_free_after_frees"), 0u);   // freed into the pool, still reserved
-  EXPECT_EQ(out.Get("plain_after_free"), "0");       // trimmed, then granted
+  EXPECT_EQ(out.Num("pool_free_after_frees"), 0u);  // freed into the pool, still reserved
+  EXPECT_EQ(out.Get("plain_after_free"), "0");      // trimmed, then granted
   EXPECT_EQ(out.Get("pool_create"), "0");
   EXPECT_EQ(out.Get("from_pool"), "0");
   EXPECT_EQ(out.Get("pool_destroy"), "0");
@@ -321,9 +324,9 @@ TEST_F(HookTest, GraphMemoryNodesAndExternalMemoryAreCharged) {
   const Output out = Client("dlopen", {"graph", "40"});
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Get("graph_first"), "0") << out.text;
-  EXPECT_EQ(out.Get("graph_second"), "2");   // 40 + 40 MiB > 64 MiB: refused at instantiation
+  EXPECT_EQ(out.Get("graph_second"), "2");  // 40 + 40 MiB > 64 MiB: refused at instantiation
   EXPECT_EQ(out.Get("graph_destroy"), "0");
-  EXPECT_EQ(out.Get("graph_third"), "0");    // the first graph's reserve came back
+  EXPECT_EQ(out.Get("graph_third"), "0");  // the first graph's reserve came back
   EXPECT_EQ(out.Get("ext_first"), "0");
   EXPECT_EQ(out.Get("ext_second"), "2");
   EXPECT_EQ(out.Get("ext_destroy"), "0");
@@ -343,7 +346,8 @@ TEST_F(HookTest, ArraysAreCharged) {
 // H200): each is charged the measured per-stream size, refused past the cap, returned at destroy.
 TEST_F(HookTest, StreamsAreChargedTheirMeasuredSize) {
   Limit(64 * kMiB, /*context=*/0, false, true, /*stream=*/4 * kMiB);
-  const Output out = Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
+  const Output out =
+      Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Get("streams"), "16") << out.text;
   EXPECT_EQ(out.Get("streams_last"), "2") << "CUDA_ERROR_OUT_OF_MEMORY";
@@ -354,7 +358,8 @@ TEST_F(HookTest, StreamsAreChargedTheirMeasuredSize) {
 
 TEST_F(HookTest, StreamsAreFreeWhenNoSizeIsConfigured) {
   Limit(64 * kMiB);
-  const Output out = Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
+  const Output out =
+      Client("dlopen", {"streams"}, {"TESSERA_FAKE_STREAM_BYTES=" + std::to_string(4 * kMiB)});
   ASSERT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Get("streams"), "256") << out.text;
   EXPECT_EQ(out.Num("streams_free"), 64 * kMiB);
@@ -381,19 +386,19 @@ TEST_F(HookTest, WithoutConfigurationEverythingPassesThrough) {
 }
 
 TEST_F(HookTest, HamiVariablesAreHonouredWithoutALimitsFile) {
-  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
-                            {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none",
-                             "CUDA_DEVICE_MEMORY_LIMIT=32m"});
+  const Output out =
+      Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
+             {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none", "CUDA_DEVICE_MEMORY_LIMIT=32m"});
   EXPECT_EQ(out.Num("allocated"), 32 * kMiB) << out.text;
   EXPECT_EQ(out.Num("total"), 32 * kMiB);
   EXPECT_NE(out.text.find("weaker trust"), std::string::npos);
 }
 
 TEST_F(HookTest, HamiPerDeviceVariableWins) {
-  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
-                            {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none",
-                             "CUDA_DEVICE_MEMORY_LIMIT=32m", "CUDA_DEVICE_MEMORY_LIMIT_1=8m",
-                             "CLIENT_DEVICE=1"});
+  const Output out =
+      Client("dlopen", {"alloc", "plain", std::to_string(kMiB)},
+             {"TESSERA_LIMITS_FILE=" + dir_.path() + "/none", "CUDA_DEVICE_MEMORY_LIMIT=32m",
+              "CUDA_DEVICE_MEMORY_LIMIT_1=8m", "CLIENT_DEVICE=1"});
   EXPECT_EQ(out.Num("allocated"), 8 * kMiB) << out.text;
 }
 
@@ -427,7 +432,8 @@ TEST_F(HookTest, MalformedLimitsFileFailsClosed) {
 
 TEST_F(HookTest, DeviceNotInTheLimitsIsRefused) {
   Limit(64 * kMiB);
-  const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kMiB)}, {"CLIENT_DEVICE=1"});
+  const Output out =
+      Client("dlopen", {"alloc", "plain", std::to_string(kMiB)}, {"CLIENT_DEVICE=1"});
   EXPECT_EQ(out.Get("context_result"), "2") << out.text;  // not even a context on it
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
 }
@@ -457,11 +463,11 @@ TEST_F(HookTest, DlcloseAndReopenKeepTheCap) {
 // a crash.
 TEST_F(HookTest, HookedEntryPointsWithoutADriverFailCleanly) {
   Limit(64 * kMiB);
-  const Output out = Process({TESSERA_HOOK_CLIENT, "no-driver"},
-                             {"LD_PRELOAD=" + std::string(TESSERA_HOOK_LIBRARY),
-                              "TESSERA_LIMITS_FILE=" + limits_path_,
-                              "TESSERA_REGION_FILE=" + region_path_})
-                         .Wait();
+  const Output out =
+      Process({TESSERA_HOOK_CLIENT, "no-driver"},
+              {"LD_PRELOAD=" + std::string(TESSERA_HOOK_LIBRARY),
+               "TESSERA_LIMITS_FILE=" + limits_path_, "TESSERA_REGION_FILE=" + region_path_})
+          .Wait();
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Get("get_info"), "500") << out.text;  // CUDA_ERROR_NOT_FOUND
   EXPECT_EQ(out.Get("alloc"), "500") << out.text;
@@ -579,13 +585,15 @@ TEST_F(TesseraRunTest, CapsTheCommand) {
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
   EXPECT_EQ(out.Num("total"), 64 * kMiB);
-  EXPECT_NE(out.text.find("peak 64.00 MiB of 64.00 MiB, 1 allocation(s) refused"), std::string::npos)
+  EXPECT_NE(out.text.find("peak 64.00 MiB of 64.00 MiB, 1 allocation(s) refused"),
+            std::string::npos)
       << out.text;
 }
 
 TEST_F(TesseraRunTest, ChargesTheContextAndPicksTheGpu) {
-  const Output out = Run({"--gpu-memory", "64Mi", "--context-bytes", "16Mi", "--gpu", kGpu1, "--",
-                          TESSERA_HOOK_CLIENT, "dlopen", "alloc", "plain", std::to_string(4 * kMiB)});
+  const Output out =
+      Run({"--gpu-memory", "64Mi", "--context-bytes", "16Mi", "--gpu", kGpu1, "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "alloc", "plain", std::to_string(4 * kMiB)});
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_EQ(out.Num("allocated"), 48 * kMiB) << out.text;
   EXPECT_NE(out.text.find(kGpu1), std::string::npos);
@@ -600,7 +608,8 @@ TEST_F(TesseraRunTest, MeasuresTheContextAndStreamsWithNvml) {
                           "TESSERA_FAKE_CONTEXT_BYTES=" + std::to_string(16 * kMiB),
                           "TESSERA_FAKE_STREAM_BYTES=" + std::to_string(kMiB)});
   EXPECT_EQ(out.exit_code, 0) << out.text;
-  EXPECT_NE(out.text.find("(context 16.00 MiB, streams 1.00 MiB each, measured)"), std::string::npos)
+  EXPECT_NE(out.text.find("(context 16.00 MiB, streams 1.00 MiB each, measured)"),
+            std::string::npos)
       << out.text;
   EXPECT_EQ(out.Get("streams"), "48") << out.text;
   EXPECT_EQ(out.Get("streams_last"), "2");
@@ -608,9 +617,20 @@ TEST_F(TesseraRunTest, MeasuresTheContextAndStreamsWithNvml) {
 
 TEST_F(TesseraRunTest, CapsEveryChosenGpuSeparately) {
   for (const char* device : {"0", "1"}) {
-    std::vector<std::string> args = {"--gpu-memory", "64Mi", "--context-bytes", "0", "--gpu", "1,0", "--",
-                                     "/usr/bin/env", std::string("CLIENT_DEVICE=") + device,
-                                     TESSERA_HOOK_CLIENT, "dlopen", "alloc", "plain", std::to_string(4 * kMiB)};
+    std::vector<std::string> args = {"--gpu-memory",
+                                     "64Mi",
+                                     "--context-bytes",
+                                     "0",
+                                     "--gpu",
+                                     "1,0",
+                                     "--",
+                                     "/usr/bin/env",
+                                     std::string("CLIENT_DEVICE=") + device,
+                                     TESSERA_HOOK_CLIENT,
+                                     "dlopen",
+                                     "alloc",
+                                     "plain",
+                                     std::to_string(4 * kMiB)};
     const Output out = Run(args);
     EXPECT_EQ(out.exit_code, 0) << out.text;
     EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << "device " << device << "\n" << out.text;
@@ -620,7 +640,8 @@ TEST_F(TesseraRunTest, CapsEveryChosenGpuSeparately) {
 }
 
 TEST_F(TesseraRunTest, ReturnsTheCommandsExitCode) {
-  const Output out = Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--", "/bin/sh", "-c", "exit 7"});
+  const Output out =
+      Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--", "/bin/sh", "-c", "exit 7"});
   EXPECT_EQ(out.exit_code, 7) << out.text;
 }
 
@@ -630,7 +651,8 @@ TEST_F(TesseraRunTest, RejectsBadInput) {
   EXPECT_NE(big.text.find("--gpu-memory: 17Gi is more than GPU"), std::string::npos) << big.text;
   const Output gpu = Run({"--gpu-memory", "1Gi", "--gpu", "7", "--", "/bin/true"});
   EXPECT_EQ(gpu.exit_code, 2);
-  EXPECT_NE(gpu.text.find("--gpu: \"7\" matches none of the 2 CUDA devices"), std::string::npos) << gpu.text;
+  EXPECT_NE(gpu.text.find("--gpu: \"7\" matches none of the 2 CUDA devices"), std::string::npos)
+      << gpu.text;
   const Output missing = Run({"--gpu-memory", "1Gi", "--", "/nonexistent/program"});
   EXPECT_NE(missing.exit_code, 0);
   EXPECT_NE(missing.text.find("cannot run"), std::string::npos) << missing.text;
@@ -646,8 +668,9 @@ unsigned long long MsAfter(const std::string& text, const std::string& label) {
 
 TEST_F(TesseraRunTest, AloneWithoutAShareLaunchesRunUngoverned) {
   testutil::TempDir arbiter;
-  const Output out = Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
-                          TESSERA_HOOK_CLIENT, "dlopen", "spin", "0.5", "500"});
+  const Output out =
+      Run({"--gpu-memory", "1Gi", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "spin", "0.5", "500"});
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_GT(out.Num("kernels"), 0u) << out.text;
   EXPECT_NE(out.text.find(", 0 governed launch(es)"), std::string::npos) << out.text;
@@ -655,12 +678,14 @@ TEST_F(TesseraRunTest, AloneWithoutAShareLaunchesRunUngoverned) {
 
 TEST_F(TesseraRunTest, AHardShareHoldsLaunchesAndMeasuresBusyTime) {
   testutil::TempDir arbiter;
-  const Output out = Run({"--gpu-cores", "20", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
-                          TESSERA_HOOK_CLIENT, "dlopen", "spin", "1.5", "500"});
+  const Output out =
+      Run({"--gpu-cores", "20", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "spin", "1.5", "500"});
   EXPECT_EQ(out.exit_code, 0) << out.text;
   EXPECT_NE(out.text.find("compute 20 % hard"), std::string::npos) << out.text;
   EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;
-  EXPECT_GT(MsAfter(out.text, "throttled "), 0u) << out.text;       // the share ran out and launches waited
+  EXPECT_GT(MsAfter(out.text, "throttled "), 0u)
+      << out.text;  // the share ran out and launches waited
   EXPECT_EQ(MsAfter(out.text, "held for priority "), 0u) << out.text;
   EXPECT_GT(out.Num("kernels"), 0u);
 }
@@ -699,7 +724,8 @@ TEST_F(HookTest, DriftSeesATenantThatRewroteItsRegion) {
   const std::string said = tenant.ReadUntil("HOLDING");
   ASSERT_NE(said.find("tamper_within=4 tamper_beyond=4"), std::string::npos) << said;
   Process outsider({TESSERA_HOOK_CLIENT, "dlopen", "hold", std::to_string(8 * kMiB)},
-                   {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR), "TESSERA_FAKE_STATE=" + fake_state_});
+                   {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                    "TESSERA_FAKE_STATE=" + fake_state_});
   KillAtEnd end_outsider{outsider};
   ASSERT_NE(outsider.ReadUntil("hold_result").find("hold_result"), std::string::npos);
   const Output drift = Process({TESSERA_CLI, "drift", dir_.path()},
@@ -708,10 +734,12 @@ TEST_F(HookTest, DriftSeesATenantThatRewroteItsRegion) {
                            .Wait();
   EXPECT_EQ(drift.exit_code, 3) << drift.text;  // over cap
   EXPECT_NE(drift.text.find("OVER CAP"), std::string::npos) << drift.text;
-  EXPECT_NE(drift.text.find("NVML 128.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +112.00 MiB"), std::string::npos)
+  EXPECT_NE(drift.text.find("NVML 128.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +112.00 MiB"),
+            std::string::npos)
       << drift.text;
   EXPECT_NE(drift.text.find("UNATTRIBUTED"), std::string::npos) << drift.text;
-  EXPECT_NE(drift.text.find("8.00 MiB outside every tessera container"), std::string::npos) << drift.text;
+  EXPECT_NE(drift.text.find("8.00 MiB outside every tessera container"), std::string::npos)
+      << drift.text;
 }
 
 TEST_F(HookTest, DriftOfAnHonestTenantIsZero) {
@@ -728,7 +756,8 @@ TEST_F(HookTest, DriftOfAnHonestTenantIsZero) {
                            .Wait();
   EXPECT_EQ(drift.exit_code, 0) << drift.text;
   EXPECT_EQ(drift.text.rfind("ok ", 0), 0u) << drift.text;
-  EXPECT_NE(drift.text.find("NVML 16.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +0 B"), std::string::npos)
+  EXPECT_NE(drift.text.find("NVML 16.00 MiB, region 16.00 MiB, cap 64.00 MiB, drift +0 B"),
+            std::string::npos)
       << drift.text;
 }
 
@@ -770,7 +799,8 @@ TEST_F(DoctorTest, MeasuresEveryModeAndJudgesTheTiers) {
   ASSERT_EQ(out.exit_code, 0) << out.text;
   const std::size_t start = out.text.find("{\"gpu\"");
   ASSERT_NE(start, std::string::npos) << out.text;
-  const auto report = nlohmann::json::parse(out.text.substr(start, out.text.find('\n', start) - start));
+  const auto report =
+      nlohmann::json::parse(out.text.substr(start, out.text.find('\n', start) - start));
   EXPECT_EQ(report["gpu"]["uuid"], kGpu0);
   EXPECT_EQ(report["modes"], nlohmann::json::array({"native", "shared"}));
   EXPECT_EQ(report["unavailable"][0], "mps: nvidia-cuda-mps-control not found");
@@ -780,7 +810,8 @@ TEST_F(DoctorTest, MeasuresEveryModeAndJudgesTheTiers) {
                                  "fault-isolation", "quota-honesty"}) {
       const auto* f = FindingOf(report, property, mode);
       ASSERT_NE(f, nullptr) << property << " " << mode;
-      EXPECT_NE((*f)["holds"], "not-measured") << property << " " << mode << ": " << (*f)["measured"];
+      EXPECT_NE((*f)["holds"], "not-measured")
+          << property << " " << mode << ": " << (*f)["measured"];
     }
   }
   // Natively the hog takes the whole device and the neighbour's next GiB is refused; under
@@ -812,7 +843,8 @@ TEST_F(DoctorTest, MeasuresEveryModeAndJudgesTheTiers) {
 TEST_F(DoctorTest, BadFlagsNameTheFlagAndTheAcceptedValues) {
   const Output modes = Doctor({"--modes", "mig"});
   EXPECT_EQ(modes.exit_code, 2);
-  EXPECT_NE(modes.text.find("--modes: \"mig\" is not a mode doctor measures; accepted: native, shared, mps"),
+  EXPECT_NE(modes.text.find(
+                "--modes: \"mig\" is not a mode doctor measures; accepted: native, shared, mps"),
             std::string::npos)
       << modes.text;
   const Output flag = Doctor({"--colour"});
@@ -820,7 +852,8 @@ TEST_F(DoctorTest, BadFlagsNameTheFlagAndTheAcceptedValues) {
   EXPECT_NE(flag.text.find("--colour: unknown flag"), std::string::npos) << flag.text;
   const Output gpu = Doctor({"--gpu", "GPU-nonexistent", "--modes", "native"});
   EXPECT_EQ(gpu.exit_code, 1);
-  EXPECT_NE(gpu.text.find("cannot reach the GPU \"GPU-nonexistent\""), std::string::npos) << gpu.text;
+  EXPECT_NE(gpu.text.find("cannot reach the GPU \"GPU-nonexistent\""), std::string::npos)
+      << gpu.text;
 }
 
 }  // namespace

@@ -3,10 +3,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <string>
 #include <sys/mman.h>
 #include <unistd.h>
-
-#include <string>
 
 #include "tessera/shm_layout.h"
 

@@ -15,7 +15,9 @@ const Status& AsStatus(const StatusOr<T>& status_or) {
 
 }  // namespace tessera::testutil
 
-#define EXPECT_OK(expr) EXPECT_TRUE(::tessera::testutil::AsStatus(expr).ok()) \
-    << ::tessera::testutil::AsStatus(expr).ToString()
-#define ASSERT_OK(expr) ASSERT_TRUE(::tessera::testutil::AsStatus(expr).ok()) \
-    << ::tessera::testutil::AsStatus(expr).ToString()
+#define EXPECT_OK(expr)                                 \
+  EXPECT_TRUE(::tessera::testutil::AsStatus(expr).ok()) \
+      << ::tessera::testutil::AsStatus(expr).ToString()
+#define ASSERT_OK(expr)                                 \
+  ASSERT_TRUE(::tessera::testutil::AsStatus(expr).ok()) \
+      << ::tessera::testutil::AsStatus(expr).ToString()

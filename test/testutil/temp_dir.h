@@ -1,9 +1,8 @@
 // A unique temporary folder per test, removed with its contents afterwards.
 #pragma once
 
-#include <stdlib.h>
-
 #include <filesystem>
+#include <stdlib.h>
 #include <string>
 
 namespace tessera::testutil {
