@@ -55,7 +55,9 @@ StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_fil
   p.cert = std::move(certs[0]);
   p.chain.reset(sk_X509_new_null());
   for (std::size_t i = 1; i < certs.size() && p.chain; ++i) {
-    if (sk_X509_push(p.chain.get(), certs[i].get()) > 0) certs[i].release();
+    if (sk_X509_push(p.chain.get(), certs[i].get()) > 0) {
+      static_cast<void>(certs[i].release());  // the stack owns it now
+    }
   }
   StatusOr<std::string> key_pem = ReadFile(key_file);
   if (!key_pem.ok()) {
