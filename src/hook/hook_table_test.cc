@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fakes/proc_address_rule.h"
 #include "hook/name_table.h"
 #include "hook/nvml_table.h"
 #include "hook/state.h"
@@ -222,8 +223,8 @@ char g_unhooked_entry;  // an export of the driver that tessera does not hook
 
 void* FakeReal(std::size_t row) { return &g_fake_entry[row]; }
 
-// The driver's rule for cuGetProcAddress over the rows: among the rows of `symbol`, the newest
-// whose version is not above the caller's, preferring the per-thread variant when asked for.
+// The driver's cuGetProcAddress over the rows (test/fakes/proc_address_rule.h), with "cuMemcpy"
+// as an export tessera does not hook.
 CUresult FakeDriverLookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                           CUdriverProcAddressQueryResult* status) {
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
@@ -233,24 +234,8 @@ CUresult FakeDriverLookup(const char* symbol, void** pfn, int cuda_version, cuui
     if (status != nullptr) *status = CU_GET_PROC_ADDRESS_SUCCESS;
     return CUDA_SUCCESS;
   }
-  int best = -1;
   bool known = false;
-  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
-    const CudaHookRow& row = kCudaHooks[i];
-    if (row.base != symbol) continue;
-    known = true;
-    const bool row_per_thread = row.variant == Variant::kPerThreadStream;
-    if (row.since > cuda_version || (row_per_thread && !per_thread)) continue;
-    if (best >= 0) {
-      const CudaHookRow& have = kCudaHooks[best];
-      const bool have_per_thread = have.variant == Variant::kPerThreadStream;
-      if (!(row_per_thread && !have_per_thread) &&
-          !(row_per_thread == have_per_thread && row.since > have.since)) {
-        continue;
-      }
-    }
-    best = static_cast<int>(i);
-  }
+  const int best = fake::DriverProcAddressRow(symbol, cuda_version, per_thread, &known);
   if (best < 0) {
     if (status != nullptr) {
       *status =

@@ -29,6 +29,7 @@
 
 #include "fake_gpu.h"
 #include "hook/hook_table.h"
+#include "proc_address_rule.h"
 
 #define TESSERA_FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -764,26 +765,8 @@ CUresult Lookup(const char* symbol, void** pfn, int cuda_version, cuuint64_t fla
                 CUdriverProcAddressQueryResult* status) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
-  int best = -1;
   bool known = false;
-  for (std::size_t i = 0; i < kCudaHookCount; ++i) {
-    const auto& row = kCudaHooks[i];
-    if (row.base != symbol) continue;
-    known = true;
-    if (row.since > cuda_version) continue;
-    const bool row_per_thread = row.variant == hook::Variant::kPerThreadStream;
-    if (row_per_thread && !per_thread) continue;
-    if (best < 0) {
-      best = static_cast<int>(i);
-      continue;
-    }
-    const auto& have = kCudaHooks[best];
-    const bool have_per_thread = have.variant == hook::Variant::kPerThreadStream;
-    if ((row_per_thread && !have_per_thread) ||
-        (row_per_thread == have_per_thread && row.since > have.since)) {
-      best = static_cast<int>(i);
-    }
-  }
+  const int best = DriverProcAddressRow(symbol, cuda_version, per_thread, &known);
   *pfn = nullptr;
   if (best < 0) {
     if (status != nullptr) {
