@@ -115,16 +115,22 @@ def capped_group(n, cap, cmd, settle_s):
             "tessera": [l for l in err.splitlines() if l.startswith("tessera run")][-1:]}
 
 
-def startup_at_scale(n, repeats=3):
-    """Wall time for n processes of one container to start, create a context and allocate 1 MiB,
-    native vs under tessera (same limits file and region for all n)."""
-    keep = subprocess.run([TESSERA, "run", "--gpu-memory", "100Gi", "--keep", "--", "true"],
+def pod_environments(cap):
+    """(tessera, native) environments for a process as it runs in a pod: the preload with a limits
+    file and region kept by `tessera run --keep` (cap `cap`), and the same GPU without it."""
+    keep = subprocess.run([TESSERA, "run", "--gpu-memory", cap, "--keep", "--", "true"],
                           capture_output=True, text=True).stderr
     kept = [l.split("kept ")[1] for l in keep.splitlines() if "kept " in l][0]
     uuid = pynvml.nvmlDeviceGetUUID(GPU)
-    env_t = dict(os.environ, LD_PRELOAD=HOOK, TESSERA_LIMITS_FILE=f"{kept}/limits",
-                 TESSERA_REGION_FILE=f"{kept}/region", CUDA_VISIBLE_DEVICES=uuid)
-    env_n = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid)
+    hooked = dict(os.environ, LD_PRELOAD=HOOK, TESSERA_LIMITS_FILE=f"{kept}/limits",
+                  TESSERA_REGION_FILE=f"{kept}/region", CUDA_VISIBLE_DEVICES=uuid)
+    return hooked, dict(os.environ, CUDA_VISIBLE_DEVICES=uuid)
+
+
+def startup_at_scale(n, repeats=3):
+    """Wall time for n processes of one container to start, create a context and allocate 1 MiB,
+    native vs under tessera (same limits file and region for all n)."""
+    env_t, env_n = pod_environments("100Gi")
     rows = {"native": [], "tessera": []}
     for i in range(repeats):
         for name in (("native", "tessera") if i % 2 == 0 else ("tessera", "native")):
@@ -211,13 +217,7 @@ def multigpu(py):
 def first_call_bench():
     """Process start and first CUDA call, native vs the preload with limits and region in place
     (as in a pod, no `tessera run`): REPEATS interleaved pairs, each process pinned."""
-    keep = subprocess.run([TESSERA, "run", "--gpu-memory", "8Gi", "--keep", "--", "true"],
-                          capture_output=True, text=True).stderr
-    kept = [l.split("kept ")[1] for l in keep.splitlines() if "kept " in l][0]
-    uuid = pynvml.nvmlDeviceGetUUID(GPU)
-    env = dict(os.environ, LD_PRELOAD=HOOK, TESSERA_LIMITS_FILE=f"{kept}/limits",
-               TESSERA_REGION_FILE=f"{kept}/region", CUDA_VISIBLE_DEVICES=uuid)
-    native_env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid)
+    env, native_env = pod_environments("8Gi")
     native, hooked = [], []
     for i in range(REPEATS):
         for which in ([0, 1] if i % 2 == 0 else [1, 0]):
