@@ -55,6 +55,10 @@ StatusOr<ComputeMode> ParseComputeMode(std::string_view text);
 // "team, department, customer, regulated"
 std::string AcceptedTrustTiers();
 std::string AcceptedSharingModes();
+
+// Under mode mps a compute share is also the client's SM limit (its context's active thread
+// percentage); no client is limited below this many percent of the SMs (ADR 0017).
+inline constexpr std::uint32_t kMpsMinSmPercent = 10;
 std::string AcceptedPriorityClasses();
 std::string AcceptedComputeModes();
 

@@ -1,4 +1,4 @@
-// THE shared-region ABI (layout version 2): one region per container, mapped by every process of
+// THE shared-region ABI (layout version 3): one region per container, mapped by every process of
 // the container (the preload library) and by the node side (tessera-node or `tessera run`).
 // Plain standard-layout structs with fixed-width fields and explicit padding; layout pinned by
 // src/core/shm_layout_test.cc. Any change to a field's offset or size bumps kLayoutVersion.
@@ -29,7 +29,7 @@
 namespace tessera::shm {
 
 inline constexpr std::uint64_t kMagic = 0x5245534553534554ULL;  // "TESSERES" little-endian
-inline constexpr std::uint32_t kLayoutVersion = 2;
+inline constexpr std::uint32_t kLayoutVersion = 3;
 inline constexpr std::uint32_t kMaxDevices = 16;
 inline constexpr std::uint32_t kMaxSlots = 256;
 inline constexpr std::size_t kUuidBytes = 64;  // "GPU-…" or "MIG-…", NUL-terminated
@@ -75,6 +75,10 @@ enum class Gate : std::uint32_t {
   kHeldPriority = 3,  // wait: a higher priority class is running on the GPU
 };
 
+// Compute::depth_us that means one launch in flight: each launch is fenced alone, and the next
+// waits until it completed.
+inline constexpr std::uint32_t kDepthOneLaunchUs = 1;
+
 // Per device: the container's compute accounting and the arbiter's verdict. Times are
 // CLOCK_MONOTONIC nanoseconds (one clock for every process of the node).
 struct Compute {
@@ -90,8 +94,25 @@ struct Compute {
   // Written by the GPU's arbiter (node side):
   std::atomic<std::uint64_t> arbiter_beat_ns;  // the arbiter's latest decision
   std::atomic<std::uint32_t> gate;             // a Gate
-  std::atomic<std::uint32_t> depth_us;         // work it may keep in flight (0: the default)
+  std::atomic<std::uint32_t> depth_us;         // work it may keep in flight (0: the default;
+                                               // kDepthOneLaunchUs: one launch)
   std::uint8_t reserved[48];
+};
+
+// Per device: the container's recent busy time as disjoint spans on the host clock, so that the
+// work of its streams and processes that overlapped is counted once (src/governor/busy_log.h).
+// Written only by the container's processes, under `lock`; nobody on the node side reads it.
+inline constexpr std::uint32_t kBusySpans = 60;
+struct BusySpan {
+  std::uint64_t begin_ns;
+  std::uint64_t end_ns;
+};
+struct BusyLog {
+  pthread_mutex_t lock;  // robust, process-shared
+  std::uint32_t count;   // spans in use: sorted by begin, disjoint
+  std::uint32_t reserved0;
+  std::uint8_t reserved[16];
+  BusySpan spans[kBusySpans];
 };
 
 struct Region {
@@ -101,14 +122,19 @@ struct Region {
   Device devices[kMaxDevices];
   Slot slots[kMaxSlots];
   Compute compute[kMaxDevices];  // layout version 2
+  BusyLog busy[kMaxDevices];     // layout version 3
 };
 
 // The bytes of a region of layout `version` as its library created it: every layout extends the
-// one before at the end (version 1 is version 2 without compute[]), so node-side readers can read
-// the regions of containers still running the previous library. 0: not a layout we know.
+// one before at the end (version 1 is version 2 without compute[], version 2 is version 3 without
+// busy[]), so node-side readers can read the regions of containers still running a previous
+// library. 0: not a layout we know.
 inline constexpr std::uint32_t kOldestReadableLayout = 1;
 constexpr std::uint64_t RegionBytesOfLayout(std::uint32_t version) {
-  return version == 2 ? sizeof(Region) : version == 1 ? offsetof(Region, compute) : 0;
+  return version == 3   ? sizeof(Region)
+         : version == 2 ? offsetof(Region, busy)
+         : version == 1 ? offsetof(Region, compute)
+                        : 0;
 }
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
@@ -120,5 +146,6 @@ static_assert(sizeof(Header) == 64);
 static_assert(sizeof(Device) == 128);
 static_assert(sizeof(Slot) == 192);
 static_assert(sizeof(Compute) == 128);
+static_assert(sizeof(BusyLog) == 1024);
 
 }  // namespace tessera::shm

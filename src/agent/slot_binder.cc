@@ -173,9 +173,13 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
     // The pipe folder only: the daemon (root, host namespaces) writes its logs elsewhere, out
     // of the tenant's reach.
     mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false}};
-    mps_env = governor::MpsClientEnvironment(std::string(kMpsPipeInContainer), "",
-                                             limits.devices[0].memory_bytes,
-                                             limits.devices[0].cores_percent, limits.priority);
+    // Spatial priority: the SM limit is fixed when the client's context is created; the
+    // node's reserve for latency-critical clients is the policy's default.
+    mps_env = governor::MpsClientEnvironment(
+        std::string(kMpsPipeInContainer), "", limits.devices[0].memory_bytes,
+        governor::ActiveThreadPercent(limits.devices[0].cores_percent, limits.priority,
+                                      governor::SpatialPolicy{}, 0),
+        limits.priority);
   }
   auto region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");

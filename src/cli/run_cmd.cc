@@ -30,7 +30,7 @@ namespace {
 constexpr std::string_view kUsage =
     "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute "
     "hard|work-conserving] [--compute-window MS] "
-    "[--priority latency-critical|normal|best-effort] [--mode shared|mps] "
+    "[--priority latency-critical|normal|best-effort] [--mode shared|mps] [--mps-lc-reserve 0-90] "
     "[--gpu UUID|INDEX[,UUID|INDEX...]] [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] "
     "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, "
     "--mode)";
@@ -96,6 +96,17 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
       }
       o.gpu_cores = cores;
       have_ask = true;
+    } else if (a == "--mps-lc-reserve") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
+      unsigned reserve = 0;
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), reserve);
+      if (ec != std::errc() || end != v.data() + v.size() ||
+          reserve > 100 - governor::kMinSmPercent) {
+        return UsageError("--mps-lc-reserve: \"" + QuoteForMessage(v) +
+                          "\" is not a whole percent of the SMs, 0-" +
+                          std::to_string(100 - governor::kMinSmPercent));
+      }
+      o.spatial.lc_reserve_percent = reserve;
     } else if (a == "--compute") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, value(a));
       auto c = ParseComputeMode(v);
@@ -172,6 +183,10 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   }
   if (o.mode == SharingMode::kMps && o.gpus.size() > 1) {
     return UsageError("--mode mps: one GPU per run (each GPU has its own MPS daemon)");
+  }
+  if (o.mode == SharingMode::kMps) {
+    if (Status s = governor::CheckSmFloor(o.gpu_cores, "--gpu-cores"); !s.ok())
+      return UsageError(s.message());
   }
   if (o.command.empty()) return UsageError("no command after --");
   return o;
@@ -271,9 +286,19 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   env.push_back(std::string(names::kEnvRegionFile) + "=" + region_path);
   env.push_back("CUDA_VISIBLE_DEVICES=" + visible);
   if (mps) {
-    for (std::string& e : governor::MpsClientEnvironment(
-             mps->pipe_dir(), mps->log_dir(), o.gpu_memory_bytes, o.gpu_cores, o.priority)) {
+    // Spatial priority: the SM limit is fixed when the client's context is created.
+    const std::uint32_t threads =
+        governor::ActiveThreadPercent(o.gpu_cores, o.priority, o.spatial,
+                                      governor::LatencyCriticalMpsAsks(arbiter_dir, uuids.front()));
+    for (std::string& e : governor::MpsClientEnvironment(mps->pipe_dir(), mps->log_dir(),
+                                                         o.gpu_memory_bytes, threads, o.priority)) {
       env.push_back(std::move(e));
+    }
+    if (threads < 100) {
+      err << "tessera run: MPS client limited to " << threads << " % of the SMs"
+          << (governor::YieldsSms(o.priority, o.spatial)
+                  ? " (leaving latency-critical clients their reserve)\n"
+                  : "\n");
     }
   }
   for (const agent::LocalGpu& gpu : gpus) {

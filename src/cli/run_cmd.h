@@ -15,6 +15,8 @@
 #include "tessera/model.h"
 #include "tessera/status.h"
 
+#include "governor/mps.h"
+
 namespace tessera::cli {
 
 struct RunOptions {
@@ -26,6 +28,7 @@ struct RunOptions {
   SharingMode mode = SharingMode::kShared;
   std::string arbiter_dir;  // "" = governor::DefaultLocalArbiterDir()
   std::string mps_control = "nvidia-cuda-mps-control";
+  governor::SpatialPolicy spatial;  // --mps-lc-reserve
   std::vector<std::string> gpus;    // CUDA indices or UUIDs; empty = device 0. The cap applies
                                     // to each GPU separately.
   bool measure_context = true;      // --context-bytes auto (default)

@@ -316,6 +316,16 @@ Status CheckMps(const json& pod, const json& spec, const std::string& where, Pod
         (run_as ? " (it is " + std::to_string(*run_as) + ")" : " (none is set)"));
   }
   ask->request.uid = uid;
+  // Under MPS the share is also the client's SM limit: below the floor it would starve the
+  // client's own kernels of SMs.
+  const std::int32_t milli = ask->request.gpu_milli;
+  if (milli > 0 && milli < placement::kMilliPerGpu &&
+      milli < static_cast<std::int32_t>(kMpsMinSmPercent) * 10) {
+    return InvalidArgumentError(
+        where + ": resources.limits[tessera.dev/gpu-cores]: " + std::to_string(milli / 10) +
+        " under mode mps is an SM limit below the floor of " + std::to_string(kMpsMinSmPercent) +
+        " %; accepted: " + std::to_string(kMpsMinSmPercent) + "-100, or mode shared");
+  }
   return Status::Ok();
 }
 

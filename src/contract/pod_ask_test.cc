@@ -97,6 +97,28 @@ TEST(PodAsk, ComputeModeAndPeriodAnnotations) {
   EXPECT_EQ(lending->compute, ComputeMode::kWorkConserving);
 }
 
+// Under MPS the share is the client's SM limit: below the floor it is refused, at the floor not.
+TEST(PodAsk, AnMpsSmLimitBelowTheFloorIsRefused) {
+  PodSpec s;
+  s.limits["tessera.dev/gpu-cores"] = "5";
+  s.annotations["tessera.dev/mode"] = "mps";
+  s.annotations["tessera.dev/mps-user"] = "1000";
+  s.host_pid = true;
+  s.run_as_user = 1000;
+  auto low = Ask(s);
+  ASSERT_FALSE(low.ok());
+  EXPECT_NE(low.status().message().find("resources.limits[tessera.dev/gpu-cores]: 5 under mode "
+                                        "mps is an SM limit below the floor of 10 %; accepted: "
+                                        "10-100, or mode shared"),
+            std::string::npos)
+      << low.status().message();
+  s.limits["tessera.dev/gpu-cores"] = "10";
+  EXPECT_OK(Ask(s));
+  s.limits["tessera.dev/gpu-cores"] = "5";
+  s.annotations["tessera.dev/mode"] = "shared";  // a time share of 5 % is fine
+  EXPECT_OK(Ask(s));
+}
+
 TEST(PodAsk, MpsNeedsTheHostPidNamespace) {
   PodSpec s;
   s.limits["tessera.dev/gpu-memory"] = "1Gi";

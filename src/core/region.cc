@@ -160,6 +160,7 @@ void Initialize(Region& region, const std::vector<DeviceLimit>& devices) {
     d.cores_percent = devices[i].cores_percent;
   }
   for (Slot& slot : region.slots) InitRobustMutex(&slot.owner);
+  for (BusyLog& log : region.busy) InitRobustMutex(&log.lock);
   region.header.ready.store(1, std::memory_order_release);
 }
 

@@ -101,7 +101,7 @@ TEST_F(RegionTest, NodeSideReadsThePreviousLayout) {
   auto slot = ClaimSlot(region(), 7, 1);
   ASSERT_OK(slot);
   ASSERT_OK(Reserve(region(), *slot, 0, 3 * kGiB, 4 * kGiB));
-  EXPECT_EQ(Mapping::AttachForReading(path_)->layout_version(), 2u);
+  EXPECT_EQ(Mapping::AttachForReading(path_)->layout_version(), kLayoutVersion);
   EXPECT_TRUE(Mapping::AttachForReading(path_)->has_compute());
   mapping_ = Mapping();
   ASSERT_TRUE(testutil::DowngradeRegionToLayout1(path_));

@@ -10,7 +10,7 @@ namespace tessera::shm {
 namespace {
 
 TEST(ShmLayout, IsPinned) {
-  EXPECT_EQ(kLayoutVersion, 2u);
+  EXPECT_EQ(kLayoutVersion, 3u);
   EXPECT_EQ(kMagic, 0x5245534553534554ULL);
   EXPECT_EQ(offsetof(Header, magic), 0u);
   EXPECT_EQ(offsetof(Header, layout_version), 8u);
@@ -52,7 +52,12 @@ TEST(ShmLayout, IsPinned) {
   EXPECT_EQ(static_cast<std::uint32_t>(Gate::kHeldShare), 2u);
   EXPECT_EQ(static_cast<std::uint32_t>(Gate::kHeldPriority), 3u);
   EXPECT_EQ(offsetof(Region, compute), 128u + 16u * 128u + 256u * 192u);
-  EXPECT_EQ(sizeof(Region), 128u + 16u * 128u + 256u * 192u + 16u * 128u);
+  EXPECT_EQ(offsetof(BusyLog, lock), 0u);
+  EXPECT_EQ(offsetof(BusyLog, count), 40u);
+  EXPECT_EQ(offsetof(BusyLog, spans), 64u);
+  EXPECT_EQ(kBusySpans, 60u);
+  EXPECT_EQ(offsetof(Region, busy), 128u + 16u * 128u + 256u * 192u + 16u * 128u);
+  EXPECT_EQ(sizeof(Region), 128u + 16u * 128u + 256u * 192u + 16u * 128u + 16u * 1024u);
 }
 
 }  // namespace

@@ -147,7 +147,7 @@ void Arbiter::Decide(std::uint64_t now_ns) {
     const bool capped = HasShare(e.tenant) && (e.tenant.compute == ComputeMode::kHard ||
                                                (p == PriorityClass::kBestEffort && normal_wanting));
     shm::Gate gate = shm::Gate::kOpen;
-    if (lc_wanting && Outranks(PriorityClass::kLatencyCritical, p)) {
+    if (lc_wanting && Outranks(PriorityClass::kLatencyCritical, p) && !e.tenant.yields_sms) {
       gate = shm::Gate::kHeldPriority;
     } else if (p == PriorityClass::kBestEffort && normal_wanting && !HasShare(e.tenant)) {
       gate = shm::Gate::kHeldPriority;
@@ -156,7 +156,7 @@ void Arbiter::Decide(std::uint64_t now_ns) {
     } else if (e.wanting && !e.tenant.spatial) {
       candidates.push_back(&e);
     }
-    const bool shallow = lc_present && p != PriorityClass::kLatencyCritical;
+    const bool shallow = lc_present && p != PriorityClass::kLatencyCritical && !e.tenant.yields_sms;
     e.verdict = Verdict{gate, shallow ? options_.shallow_depth_us : options_.depth_us};
   }
 

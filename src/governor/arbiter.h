@@ -19,8 +19,9 @@
 //      holder's gate opens only once the previous holder's work in flight has drained (its
 //      activity stamp is `handoff_drain_ns` old): overlapping work would be charged to both.
 //      MPS clients (spatial) share the SMs instead and take no part in turns.
-//   4. Depth: how much work each container may keep in flight; shallow for classes below a
-//      latency-critical container on the GPU, so that its arrival waits for little.
+//   4. Depth: how much work each container may keep in flight; one launch for classes below a
+//      latency-critical container on the GPU, so that its arrival waits for little (MPS clients
+//      that leave it its SMs excepted: they are not held for priority either).
 #pragma once
 
 #include <cstdint>
@@ -32,11 +33,13 @@
 namespace tessera::governor {
 
 struct ArbiterOptions {
-  std::uint64_t idle_after_ns = 1'000'000;    // no launch and nothing in flight for this long
-  std::uint64_t quantum_ns = 10'000'000;      // virtual time a turn may lead by
-  std::uint64_t burst_ns = 50'000'000;        // a hard share's bucket: share x this window
-  std::uint32_t depth_us = 2000;              // in-flight work of a governed container
-  std::uint32_t shallow_depth_us = 500;       // ... below a latency-critical one on the GPU
+  std::uint64_t idle_after_ns = 1'000'000;  // no launch and nothing in flight for this long
+  std::uint64_t quantum_ns = 10'000'000;    // virtual time a turn may lead by
+  std::uint64_t burst_ns = 50'000'000;      // a hard share's bucket: share x this window
+  std::uint32_t depth_us = 2000;            // in-flight work of a governed container
+  // ... below a latency-critical one on the GPU: kOneLaunchDepthUs keeps one launch in flight,
+  // so that an LC arrival waits for at most one of their launches.
+  std::uint32_t shallow_depth_us = shm::kDepthOneLaunchUs;
   std::uint32_t default_weight_percent = 10;  // turn weight of a container without a share
   std::uint64_t handoff_drain_ns = 250'000;   // a turn passes once the last holder's work drained
   std::uint64_t max_turn_ns = 50'000'000;     // wall time a turn lasts at most while others wait
@@ -49,6 +52,9 @@ struct Tenant {
   ComputeMode compute = ComputeMode::kHard;
   PriorityClass priority = PriorityClass::kNormal;
   bool spatial = false;  // an MPS client: runs beside the others, takes no part in turns
+  // An MPS client whose SM limit leaves latency-critical clients their reserve (mps.h,
+  // YieldsSms): not held for priority, and keeps its full depth; the SMs protect them.
+  bool yields_sms = false;
   // A hard share's period in ms (0: a bucket of cores% x ArbiterOptions::burst_ns refilled
   // continuously): cores% x this of GPU time per period, then held until the next one, as a CFS
   // quota. Periods of about a second let the GPU's clock follow the share (a power-bound kernel

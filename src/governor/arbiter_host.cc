@@ -89,12 +89,15 @@ bool Guarded(F&& access) {
 
 }  // namespace
 
-std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path) {
+std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path,
+                              const SpatialPolicy& spatial) {
   std::vector<Member> out;
   for (const DeviceLimits& d : limits.devices) {
-    out.push_back(Member{region_path + "#" + d.uuid, region_path, d.uuid,
-                         Tenant{d.cores_percent, limits.compute, limits.priority,
-                                limits.mode == SharingMode::kMps, limits.compute_window_ms}});
+    const bool mps = limits.mode == SharingMode::kMps;
+    Tenant t{d.cores_percent, limits.compute,          limits.priority, mps,
+             false,           limits.compute_window_ms};
+    t.yields_sms = mps && YieldsSms(limits.priority, spatial);
+    out.push_back(Member{region_path + "#" + d.uuid, region_path, d.uuid, t});
   }
   return out;
 }
@@ -318,6 +321,27 @@ std::vector<Member> LocalArbiter::ScanMembers() {
     }
   }
   return members;
+}
+
+std::uint32_t LatencyCriticalMpsAsks(const std::string& dir, const std::string& uuid) {
+  std::uint32_t sum = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/" + uuid, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(kMemberPrefix, 0) != 0) continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
+    if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) continue;
+    auto limits = ParseLimitsFile(
+        ReadFile(ReadRegistration(entry.path().string()).first, kSmallFileBytes).value_or(""));
+    if (!limits.ok() || limits->mode != SharingMode::kMps ||
+        limits->priority != PriorityClass::kLatencyCritical) {
+      continue;
+    }
+    for (const DeviceLimits& d : limits->devices) {
+      if (d.uuid == uuid) sum += d.cores_percent;
+    }
+  }
+  return std::min(sum, 100u);
 }
 
 void LocalArbiter::Run() {

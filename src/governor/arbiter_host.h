@@ -18,6 +18,7 @@
 #include "tessera/status.h"
 
 #include "governor/arbiter.h"
+#include "governor/mps.h"
 
 namespace tessera::governor {
 
@@ -31,7 +32,9 @@ struct Member {
 };
 
 // The members a limits file describes (one per device line), for the region at `region_path`.
-std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path);
+// `spatial`: which MPS clients leave latency-critical ones their SMs (Tenant::yields_sms).
+std::vector<Member> MembersOf(const Limits& limits, const std::string& region_path,
+                              const SpatialPolicy& spatial = {});
 
 struct ArbiterHostOptions {
   std::uint64_t tick_ns = 200'000;          // while some container on a GPU is governed
@@ -111,6 +114,10 @@ std::pair<std::string, std::string> ReadRegistration(const std::string& member_f
 // The (limits file, region) of every live `tessera run` registered under `dir`, over all GPUs,
 // each once (a run on two GPUs registers under both): for `tessera top`.
 std::vector<std::pair<std::string, std::string>> LocalRegistrations(const std::string& dir);
+
+// The sum of the shares of the latency-critical MPS clients registered under `dir` for the GPU
+// `uuid` (live `tessera run`s only), at most 100: what a best-effort MPS client leaves them.
+std::uint32_t LatencyCriticalMpsAsks(const std::string& dir, const std::string& uuid);
 
 // <temp>/tessera-gpu: shared by every user of the machine (mode 1777), so that containers of
 // different users still meet one arbiter per GPU.

@@ -108,5 +108,28 @@ TEST(Arbiter, BorrowingLeavesNoDebt) {
   EXPECT_LT(open, 400);
 }
 
+// Spatial priority: an MPS client whose SM limit leaves the LC reserve is neither held nor made
+// shallow while a latency-critical container runs; one without (time-sliced, or an MPS client
+// that does not yield) is held, and keeps one launch in flight while an LC one is present.
+TEST(Arbiter, ClientsThatLeaveTheLcItsSmsAreNotHeldForPriority) {
+  Arbiter a;
+  Tenant lc = Share(0, ComputeMode::kHard, PriorityClass::kLatencyCritical);
+  lc.spatial = true;
+  Tenant yielding = Share(0, ComputeMode::kHard, PriorityClass::kBestEffort);
+  yielding.spatial = true;
+  yielding.yields_sms = true;
+  Tenant sliced = Share(0, ComputeMode::kHard, PriorityClass::kBestEffort);
+  a.Join(1, lc);
+  a.Join(2, yielding);
+  a.Join(3, sliced);
+  for (int id : {1, 2, 3}) a.Observe(id, {0, 10 * kMs, 0});
+  a.Decide(10 * kMs);
+  EXPECT_EQ(a.VerdictFor(1).gate, shm::Gate::kOpen);
+  EXPECT_EQ(a.VerdictFor(2).gate, shm::Gate::kOpen);
+  EXPECT_EQ(a.VerdictFor(2).depth_us, ArbiterOptions{}.depth_us);
+  EXPECT_EQ(a.VerdictFor(3).gate, shm::Gate::kHeldPriority);
+  EXPECT_EQ(a.VerdictFor(3).depth_us, shm::kDepthOneLaunchUs);
+}
+
 }  // namespace
 }  // namespace tessera::governor

@@ -5,7 +5,30 @@
 namespace tessera::governor {
 namespace {
 constexpr std::size_t kMaxStreams = 64;
+constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates start again
+constexpr std::uint32_t kFirstProbes = 2;
+constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
+
+std::uint64_t Mix(std::uint64_t x) {  // splitmix64's finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
+}
 }  // namespace
+
+std::uint64_t LaunchKey(const void* function, std::uint64_t grid, std::uint64_t block) {
+  const std::uint64_t k =
+      Mix(reinterpret_cast<std::uintptr_t>(function) ^ Mix(grid ^ Mix(block + 0x51)));
+  return k != 0 ? k : 1;
+}
+
+std::uint64_t GraphKey(const void* exec) {
+  const std::uint64_t k = Mix(reinterpret_cast<std::uintptr_t>(exec) ^ 0x67726170684bULL);
+  return k != 0 ? k : 1;
+}
 
 FenceTracker::~FenceTracker() {
   for (const Event& e : events_) {
@@ -53,9 +76,42 @@ double FenceTracker::Estimate(const Stream& s) const {
   return s.per_launch_ns > 0 ? s.per_launch_ns : static_cast<double>(options_.quantum_ns);
 }
 
-bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns) {
-  (void)now_ns;
+double FenceTracker::KindEstimateNs(std::uint64_t key) const {
+  const auto it = kinds_.find(key);
+  return it != kinds_.end() ? it->second.estimate_ns : 0;
+}
+
+bool FenceTracker::ShouldProbe(std::uint64_t key) {
+  if (kinds_.size() >= kMaxKinds && kinds_.find(key) == kinds_.end()) kinds_.clear();
+  Kind& k = kinds_[key];
+  bool probe = k.probes < kFirstProbes;
+  if (!probe && options_.probe_period > 0) {
+    rng_ ^= rng_ << 13;  // xorshift64
+    rng_ ^= rng_ >> 7;
+    rng_ ^= rng_ << 17;
+    probe = rng_ % options_.probe_period == 0;
+  }
+  if (probe) ++k.probes;
+  return probe;
+}
+
+bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
+  const bool probe = ShouldProbe(key);
+  s.next_is_probe = probe;
+  s.next_key = key;
+  s.next_estimate_ns = KindEstimateNs(key);
+  // A probe is fenced on both sides: what is open ends here, and its segment starts at that
+  // fence (recorded just now, it completes no earlier than the work before the probe).
+  if (probe && s.open_launches > 0) {
+    const std::size_t fenced = s.fenced.size();
+    Close(s, now_ns);
+    if (s.fenced.size() > fenced) {
+      Ref(s.fenced.back().end);
+      s.open_begin = s.fenced.back().end;
+      return true;
+    }
+  }
   if (s.open_launches > 0 || s.open_begin >= 0) return true;
   // Contiguous with the newest fenced segment if that one is still running; otherwise the
   // stream is idle and the segment starts at an event of its own.
@@ -80,19 +136,28 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns) {
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns) {
   Stream& s = StreamFor(stream);
   if (s.open_begin < 0) return;  // BeforeLaunch failed: unmeasured
+  if (s.next_is_probe && s.open_launches == 0) {
+    s.open_probe = true;
+    s.open_probe_key = s.next_key;
+  }
   ++s.open_launches;
   s.last_launch_ns = now_ns;
-  if (s.open_launches * Estimate(s) >= static_cast<double>(options_.quantum_ns) ||
+  if (s.next_estimate_ns > 0) {
+    s.open_estimate_ns += s.next_estimate_ns;
+  } else {
+    ++s.open_unknown;
+  }
+  const double open_work = s.open_estimate_ns + s.open_unknown * Estimate(s);
+  if (s.open_probe || open_work >= static_cast<double>(options_.quantum_ns) ||
       s.open_launches >= options_.max_segment_launches) {
     Close(s, now_ns);
   }
 }
 
-void FenceTracker::Close(Stream& s, std::uint64_t now_ns, bool late) {
+void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   if (s.open_begin < 0) return;
   if (s.open_launches == 0) {  // a start with nothing after it
-    Unref(s.open_begin);
-    s.open_begin = -1;
+    Drop(s);
     return;
   }
   const int end = NewEvent();
@@ -101,16 +166,24 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns, bool late) {
     Unref(s.open_begin);
     ++errors_;
   } else {
-    s.fenced.push_back(Segment{s.open_begin, end, s.open_launches, now_ns, late});
+    if (epoch_ >= 0) Ref(epoch_);
+    s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
+                               s.open_estimate_ns, s.open_probe, s.open_probe_key, now_ns});
   }
   s.open_begin = -1;
   s.open_launches = 0;
+  s.open_unknown = 0;
+  s.open_estimate_ns = 0;
+  s.open_probe = false;
 }
 
 void FenceTracker::Drop(Stream& s) {
   Unref(s.open_begin);
   s.open_begin = -1;
   s.open_launches = 0;
+  s.open_unknown = 0;
+  s.open_estimate_ns = 0;
+  s.open_probe = false;
 }
 
 void FenceTracker::Fence(void* stream, std::uint64_t now_ns, MayRecord may_record) {
@@ -138,32 +211,77 @@ void FenceTracker::FenceAll(std::uint64_t now_ns, MayRecord may_record) {
 void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record) {
   for (Stream& s : streams_) {
     if (s.open_launches > 0 && s.last_launch_ns + idle_ns < now_ns && may_record(s.handle))
-      Close(s, now_ns, true);
+      Close(s, now_ns);
   }
 }
 
-std::uint64_t FenceTracker::Poll() {
-  std::uint64_t busy = 0;
+bool FenceTracker::Calibrate(void* stream, const std::function<std::uint64_t()>& now,
+                             std::uint64_t max_window_ns) {
+  const int e = NewEvent();
+  if (e < 0) return false;
+  void* handle = events_[static_cast<std::size_t>(e)].handle;
+  const std::uint64_t before = now();
+  if (!api_->Record(handle, stream)) {
+    Discard(e);
+    return false;
+  }
+  EventApi::State state = api_->Query(handle);
+  std::uint64_t after = now();
+  while (state == EventApi::State::kPending && after - before < kCalibrationSpinNs) {
+    state = api_->Query(handle);
+    after = now();
+  }
+  if (state != EventApi::State::kDone || after - before > max_window_ns) {
+    Unref(e);  // a stream kept busy, or a slow reading: try again later
+    return false;
+  }
+  if (epoch_ >= 0) {
+    Unref(epoch_);
+    if (events_[static_cast<std::size_t>(epoch_)].refs == 0) epoch_hosts_.erase(epoch_);
+  }
+  epoch_ = e;
+  epoch_hosts_[e] = before + (after - before) / 2;
+  return true;
+}
+
+double FenceTracker::PendingNs(const Stream& s, const Segment& seg) const {
+  return seg.estimate_ns + seg.unknown * Estimate(s);
+}
+
+std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg,
+                                   std::uint64_t span_ns) const {
+  if (seg.probe) return span_ns;
+  if (seg.unknown > 0 && s.per_launch_ns <= 0) return span_ns;  // nothing to bound it with
+  return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
+}
+
+void FenceTracker::Poll(Measured* out) {
   for (Stream& s : streams_) {
     while (!s.fenced.empty()) {
       const Segment seg = s.fenced.front();
       const auto state = api_->Query(events_[static_cast<std::size_t>(seg.end)].handle);
       if (state == EventApi::State::kPending) break;
-      std::uint64_t ns = 0;
+      std::uint64_t span = 0;
       if (state == EventApi::State::kDone &&
           api_->ElapsedNs(events_[static_cast<std::size_t>(seg.begin)].handle,
-                          events_[static_cast<std::size_t>(seg.end)].handle, &ns)) {
-        if (seg.late) {
-          if (s.per_launch_ns > 0)
-            ns = std::min<std::uint64_t>(
-                ns, static_cast<std::uint64_t>(seg.launches * s.per_launch_ns));
-        } else {
-          const double per_launch = static_cast<double>(ns) / seg.launches;
-          s.per_launch_ns =
-              s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * per_launch : per_launch;
-          s.per_launch_ns = std::max(s.per_launch_ns, 1.0);
+                          events_[static_cast<std::size_t>(seg.end)].handle, &span)) {
+        if (seg.probe) {
+          const double ns = std::max(static_cast<double>(span), 1.0);
+          Kind& k = kinds_[seg.probe_key];
+          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+          s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
         }
-        busy += ns;
+        const std::uint64_t charge = Charge(s, seg, span);
+        std::uint64_t at = 0;
+        const auto host = epoch_hosts_.find(seg.epoch);
+        if (seg.epoch >= 0 && host != epoch_hosts_.end() &&
+            api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
+                            events_[static_cast<std::size_t>(seg.end)].handle, &at)) {
+          const std::uint64_t end = host->second + at;
+          out->spans.push_back(Span{end - std::min(end, charge), end});
+        } else {
+          out->unplaced_ns += charge;
+        }
       } else {
         ++errors_;  // a destroyed context, a sticky fault: the segment goes unmeasured
       }
@@ -171,6 +289,11 @@ std::uint64_t FenceTracker::Poll() {
       Unref(seg.begin);
       // The end event stays referenced while a contiguous successor begins at it.
       Unref(seg.end);
+      if (seg.epoch >= 0) {
+        Unref(seg.epoch);
+        if (seg.epoch != epoch_ && events_[static_cast<std::size_t>(seg.epoch)].refs == 0)
+          epoch_hosts_.erase(seg.epoch);
+      }
     }
   }
   // Idle streams keep their estimate; past kMaxStreams streams the idle ones are forgotten (a
@@ -178,15 +301,13 @@ std::uint64_t FenceTracker::Poll() {
   if (streams_.size() > kMaxStreams) {
     std::erase_if(streams_, [](const Stream& s) { return s.fenced.empty() && s.open_begin < 0; });
   }
-  return busy;
 }
 
 std::uint64_t FenceTracker::InFlightEstimateNs(std::uint64_t now_ns) const {
   double total = 0;
   for (const Stream& s : streams_) {
-    std::uint64_t launches = s.open_launches;
-    for (const Segment& seg : s.fenced) launches += seg.launches;
-    double stream_ns = static_cast<double>(launches) * Estimate(s);
+    double stream_ns = s.open_estimate_ns + s.open_unknown * Estimate(s);
+    for (const Segment& seg : s.fenced) stream_ns += PendingNs(s, seg);
     if (!s.fenced.empty() && now_ns > s.fenced.front().fenced_at_ns) {
       stream_ns = std::max(stream_ns, static_cast<double>(now_ns - s.fenced.front().fenced_at_ns));
     }
@@ -199,7 +320,7 @@ std::uint64_t FenceTracker::LongestPendingEstimateNs() const {
   double longest = 0;
   for (const Stream& s : streams_) {
     if (s.per_launch_ns <= 0) continue;
-    for (const Segment& seg : s.fenced) longest = std::max(longest, seg.launches * s.per_launch_ns);
+    for (const Segment& seg : s.fenced) longest = std::max(longest, PendingNs(s, seg));
   }
   return static_cast<std::uint64_t>(longest);
 }

@@ -1,25 +1,39 @@
-// Sparse event fences: how a process measures the GPU time its own work took, per stream,
+// Sparse event fences: how a process measures the GPU busy time of its own work, per stream,
 // without trusting launch counts or NVML samples (HAMi's counter-example, ADR 0017).
 //
 // The launches of a stream are grouped into segments. A segment begins either where the previous
 // one on the stream ended (the stream was still busy: contiguous) or at a start event recorded
 // just before its first launch (the stream was idle); it ends at a fence event recorded after
 // the launch that made its estimated work reach `quantum_ns`, or before anything waits on the
-// stream. When a segment's fence completes, its GPU time is the elapsed time between the two
-// events (GPU timestamps, not host polling), and the stream's estimate of the time per launch
-// is updated from it. So a stream records about one event per `quantum_ns` of work.
+// stream. So a stream records about one event per `quantum_ns` of work.
+//
+// A segment's span (the elapsed time between its two events, GPU timestamps) counts the idle
+// gaps between its kernels when the host launches more slowly than the GPU runs them (a
+// launch-bound loop). Busy time therefore comes from two measurements together:
+//   - probes: a launch, chosen by its kind (`key`: the function and its grid, or the graph) — the
+//     first two of each kind, then one in `probe_period` at random — is fenced on both sides, so
+//     its span is exactly that launch's GPU time; each kind keeps a running estimate of it;
+//   - a segment is charged min(span, the sum of its launches' estimates): a busy stream's span is
+//     its busy time, a launch-bound stream's estimates are.
+// With an epoch (Calibrate: an event whose host-clock time is known within a few microseconds),
+// each charge is placed on the host clock as the span [end - charge, end], so that overlapping
+// work of several streams and processes is counted once (busy_log.h takes their union).
 //
 // The estimate of work in flight, which the launch path keeps under the arbiter's depth, is
-// the launches not yet completed times the per-launch estimate, bounded below by the age of
-// the oldest pending segment; until a stream's first segment completes, the estimate is
-// unknown and one fenced segment is in flight at a time.
+// the sum of the pending launches' estimates, bounded below by the age of the oldest pending
+// segment; until a stream's first probe completes, the estimate is unknown and one fenced
+// segment is in flight at a time.
 //
 // Not thread-safe: the preload library serializes its launch path and its watcher thread.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <unordered_map>
 #include <vector>
+
+#include "tessera/shm_layout.h"
 
 namespace tessera::governor {
 
@@ -39,18 +53,39 @@ class EventApi {
 struct FenceOptions {
   std::uint64_t quantum_ns = 200'000;  // estimated work per segment
   std::uint32_t max_segment_launches = 64;
+  std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many
+  std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
+};
+
+// A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).
+struct Span {
+  std::uint64_t begin_ns = 0;
+  std::uint64_t end_ns = 0;
+};
+
+// What one Poll took from completed segments.
+struct Measured {
+  std::vector<Span> spans;        // placed on the host clock (an epoch was known)
+  std::uint64_t unplaced_ns = 0;  // busy time that could not be placed (no epoch)
+  std::uint64_t total_ns() const {
+    std::uint64_t t = unplaced_ns;
+    for (const Span& s : spans) t += s.end_ns - s.begin_ns;
+    return t;
+  }
 };
 
 class FenceTracker {
  public:
-  explicit FenceTracker(EventApi* api, FenceOptions options = {}) : api_(api), options_(options) {}
+  explicit FenceTracker(EventApi* api, FenceOptions options = {})
+      : api_(api), options_(options), rng_(options.seed | 1) {}
   ~FenceTracker();
   FenceTracker(const FenceTracker&) = delete;
   FenceTracker& operator=(const FenceTracker&) = delete;
 
   // Around each launch on `stream`. BeforeLaunch returns false when no start event could be
   // recorded (the launch then goes unmeasured; the caller counts a machinery error).
-  bool BeforeLaunch(void* stream, std::uint64_t now_ns);
+  // `key` names the launch's kind (LaunchKey, GraphKey).
+  bool BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key = 0);
   void AfterLaunch(void* stream, std::uint64_t now_ns);
   // Closes the open segment of one stream / of every stream (before something waits on them),
   // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
@@ -61,17 +96,33 @@ class FenceTracker {
   void FenceAll(std::uint64_t now_ns, MayRecord may_record = AlwaysRecord);
   // Fences the open segments whose latest launch is older than `idle_ns` (work launched and then
   // left without a synchronize), on the streams `may_record` allows. Such a late fence may sit
-  // after idle time, so its segment counts no more than its launches at the stream's estimate.
+  // after idle time; its segment, like any, counts no more than its launches' estimates.
   void FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record);
 
-  // Takes completed segments: returns the GPU time they measured.
-  std::uint64_t Poll();
+  // Takes completed segments: adds their busy time to `out`.
+  void Poll(Measured* out);
+  // The same, as one number (a single process whose streams do not overlap: the tests).
+  std::uint64_t Poll() {
+    Measured m;
+    Poll(&m);
+    return m.total_ns();
+  }
+
+  // Records an epoch event on `stream` (a stream of the tracker's own, idle) and waits for it,
+  // reading `now` before and after; its host time is taken as the middle when the two readings
+  // are at most `max_window_ns` apart. The previous epoch stays alive for the segments timed
+  // against it. False (and the old epoch kept) when it could not be recorded or timed.
+  bool Calibrate(void* stream, const std::function<std::uint64_t()>& now,
+                 std::uint64_t max_window_ns = 50'000);
+  bool HasEpoch() const { return epoch_ >= 0; }
 
   std::uint64_t InFlightEstimateNs(std::uint64_t now_ns) const;
   // The launch path's rule: a launch waits while fenced work is in flight and either a stream
   // is still learning its estimate or the estimate reaches `depth_ns` (one segment may always
-  // be in flight, so a kernel longer than the depth still runs).
+  // be in flight, so a kernel longer than the depth still runs). A depth of one launch
+  // (shm::kDepthOneLaunchUs) waits while anything fenced is in flight.
   bool OverDepth(std::uint64_t depth_ns, std::uint64_t now_ns) const {
+    if (depth_ns <= shm::kDepthOneLaunchUs * 1000ULL) return HasFenced();
     return HasFenced() && (Learning() || InFlightEstimateNs(now_ns) >= depth_ns);
   }
   // The longest a fenced segment now pending is expected to take (its launches at its stream's
@@ -82,22 +133,39 @@ class FenceTracker {
   bool HasFenced() const;
   bool HasWork() const;  // fenced or open segments
   std::uint64_t errors() const { return errors_; }
+  // The running estimate of one kind's GPU time (0: not measured yet); for tests and doctor.
+  double KindEstimateNs(std::uint64_t key) const;
 
  private:
   struct Segment {
     int begin = -1;  // event indices
     int end = -1;
+    int epoch = -1;  // the epoch event its end is timed against (-1: none)
     std::uint32_t launches = 0;
+    std::uint32_t unknown = 0;  // launches of kinds with no estimate yet
+    double estimate_ns = 0;     // the sum of its launches' estimates (unknown ones excluded)
+    bool probe = false;         // one launch fenced on both sides: its span is its GPU time
+    std::uint64_t probe_key = 0;
     std::uint64_t fenced_at_ns = 0;
-    bool late = false;
   };
   struct Stream {
     void* handle = nullptr;
     std::deque<Segment> fenced;
     int open_begin = -1;
     std::uint32_t open_launches = 0;
+    std::uint32_t open_unknown = 0;
+    double open_estimate_ns = 0;
+    bool open_probe = false;
+    std::uint64_t open_probe_key = 0;
+    bool next_is_probe = false;  // BeforeLaunch's findings for AfterLaunch
+    std::uint64_t next_key = 0;
+    double next_estimate_ns = 0;
     std::uint64_t last_launch_ns = 0;
-    double per_launch_ns = 0;  // 0: unknown until the first completion
+    double per_launch_ns = 0;  // mean of its probes; 0: unknown until the first one completes
+  };
+  struct Kind {
+    double estimate_ns = 0;    // 0: not measured yet
+    std::uint32_t probes = 0;  // probes taken (completed or pending)
   };
   struct Event {
     void* handle = nullptr;
@@ -109,16 +177,30 @@ class FenceTracker {
   void Unref(int e);
   // An event whose record failed (a destroyed stream or context): destroyed, never reused.
   void Discard(int e);
-  void Close(Stream& s, std::uint64_t now_ns, bool late = false);
+  void Close(Stream& s, std::uint64_t now_ns);
   void Drop(Stream& s);
   double Estimate(const Stream& s) const;
+  double PendingNs(const Stream& s, const Segment& seg) const;
+  bool ShouldProbe(std::uint64_t key);
+  std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns) const;
 
   EventApi* api_;
   FenceOptions options_;
   std::vector<Stream> streams_;
   std::vector<Event> events_;
   std::vector<int> free_events_;
+  std::unordered_map<std::uint64_t, Kind> kinds_;
+  std::uint64_t rng_;
+  int epoch_ = -1;
+  std::uint64_t epoch_host_ns_ = 0;
+  std::unordered_map<int, std::uint64_t> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
 };
+
+// The kind of a kernel launch: its function and its grid and block (one function launched on
+// different sizes takes different times). Never 0.
+std::uint64_t LaunchKey(const void* function, std::uint64_t grid, std::uint64_t block);
+// The kind of a graph launch: the executable graph.
+std::uint64_t GraphKey(const void* exec);
 
 }  // namespace tessera::governor

@@ -65,8 +65,8 @@ TEST(FenceTracker, MeasuresBusyTimeNotIdleTime) {
   EXPECT_EQ(busy, 2 * 40 * 50'000u);
   EXPECT_FALSE(t.HasWork());
   // Sparse once the estimate is learned: a start event, then a fence per quantum (200 us = 4
-  // kernels), not one per launch.
-  EXPECT_LE(gpu.records - records_before, 1 + 10);
+  // kernels), not one per launch; a probe (one launch in 32 at random) costs two more.
+  EXPECT_LE(gpu.records - records_before, 1 + 10 + 2 * 4);
 }
 
 TEST(FenceTracker, InFlightEstimateFollowsTheWorkAndItsAge) {
@@ -89,10 +89,10 @@ TEST(FenceTracker, InFlightEstimateFollowsTheWorkAndItsAge) {
 TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000});  // never fences on its own
-  LaunchOn(t, gpu, 10'000);                                 // learn the stream's 10 us per launch
-  t.FenceAll(gpu.now);
+  LaunchOn(t, gpu, 10'000);  // learn the kind's 10 us (its first two launches are probes)
+  LaunchOn(t, gpu, 10'000);
   gpu.now += 1'000'000;
-  EXPECT_EQ(t.Poll(), 10'000u);
+  EXPECT_EQ(t.Poll(), 20'000u);
   LaunchOn(t, gpu, 10'000);
   gpu.now += 5'000'000;
   t.FenceIdle(gpu.now, 1'000'000, [](void*) { return false; });
@@ -109,7 +109,8 @@ TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
 TEST(FenceTracker, WorkOnAStreamThatMayNotBeRecordedIntoIsDropped) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000});
-  LaunchOn(t, gpu, 10'000);  // learn the estimate (the first launch is fenced at once)
+  LaunchOn(t, gpu, 10'000);  // learn the estimate (the first two launches are probes)
+  LaunchOn(t, gpu, 10'000);
   gpu.now += 1'000'000;
   t.Poll();
   LaunchOn(t, gpu, 10'000);  // open, not fenced
@@ -117,6 +118,89 @@ TEST(FenceTracker, WorkOnAStreamThatMayNotBeRecordedIntoIsDropped) {
   t.FenceAll(gpu.now, [](void*) { return false; });
   EXPECT_EQ(gpu.records, records);
   EXPECT_FALSE(t.HasWork());
+}
+
+// A launch-bound loop: 5 us kernels launched every 20 us, so the GPU idles 75 % of the time
+// between them. A segment's span counts those gaps; its charge is its launches' probed times.
+TEST(FenceTracker, ALaunchBoundLoopIsChargedItsKernelsNotItsGaps) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 42});
+  std::uint64_t busy = 0;
+  for (int i = 0; i < 20'000; ++i) {
+    LaunchOn(t, gpu, 5'000);
+    gpu.now += 20'000;
+    if (i % 500 == 499) t.FenceAll(gpu.now);
+    busy += t.Poll();
+  }
+  t.FenceAll(gpu.now);
+  gpu.now += 1'000'000;
+  busy += t.Poll();
+  EXPECT_NEAR(static_cast<double>(busy), 20'000 * 5'000.0, 0.01 * 20'000 * 5'000.0);
+  EXPECT_NEAR(t.KindEstimateNs(0), 5'000.0, 1.0);
+  // Sparse: far fewer events than launches.
+  EXPECT_LT(gpu.records, 20'000 / 4);
+}
+
+// Kinds are probed separately: a loop alternating a 2 us and a 40 us kernel with host gaps is
+// charged each at its own time.
+TEST(FenceTracker, KindsAreEstimatedSeparately) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu);
+  std::uint64_t busy = 0;
+  for (int i = 0; i < 10'000; ++i) {
+    const bool big = i % 2 == 1;
+    ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, big ? 2 : 1));
+    gpu.Launch(big ? 40'000 : 2'000);
+    t.AfterLaunch(kStream, gpu.now);
+    gpu.now += 60'000;
+    busy += t.Poll();
+  }
+  t.FenceAll(gpu.now);
+  gpu.now += 1'000'000;
+  busy += t.Poll();
+  EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, 1.0);
+  EXPECT_NEAR(t.KindEstimateNs(2), 40'000.0, 1.0);
+  EXPECT_NEAR(static_cast<double>(busy), 5'000 * 42'000.0, 0.01 * 5'000 * 42'000.0);
+}
+
+// With an epoch, charges are placed on the host clock where the work ran (the simulated GPU's
+// clock is the host's here): a burst of work that ended at 1.3 ms is a span ending there.
+TEST(FenceTracker, AnEpochPlacesTheBusyTimeOnTheHostClock) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu);
+  void* const epoch_stream = reinterpret_cast<void*>(0x20);
+  gpu.now = 1'000'000;
+  ASSERT_TRUE(t.Calibrate(epoch_stream, [&] { return gpu.now; }));
+  LaunchOn(t, gpu, 100'000);
+  LaunchOn(t, gpu, 200'000);
+  gpu.now += 5'000'000;
+  Measured m;
+  t.Poll(&m);
+  ASSERT_EQ(m.spans.size(), 2u);
+  EXPECT_EQ(m.unplaced_ns, 0u);
+  EXPECT_EQ(m.spans[0].begin_ns, 1'000'000u);
+  EXPECT_EQ(m.spans[0].end_ns, 1'100'000u);
+  EXPECT_EQ(m.spans[1].begin_ns, 1'100'000u);
+  EXPECT_EQ(m.spans[1].end_ns, 1'300'000u);
+  // Without one, the same work is measured but not placed.
+  FenceTracker unplaced(&gpu);
+  ASSERT_TRUE(unplaced.BeforeLaunch(kStream, gpu.now));
+  gpu.Launch(50'000);
+  unplaced.AfterLaunch(kStream, gpu.now);
+  gpu.now += 1'000'000;
+  Measured n;
+  unplaced.Poll(&n);
+  EXPECT_TRUE(n.spans.empty());
+  EXPECT_EQ(n.unplaced_ns, 50'000u);
+}
+
+TEST(FenceTracker, KindsOfDifferentSizesAreDifferentKinds) {
+  int f = 0;
+  EXPECT_NE(LaunchKey(&f, 128, 256), LaunchKey(&f, 256, 128));
+  EXPECT_NE(LaunchKey(&f, 128, 256), LaunchKey(&f, 129, 256));
+  EXPECT_EQ(LaunchKey(&f, 128, 256), LaunchKey(&f, 128, 256));
+  EXPECT_NE(GraphKey(&f), LaunchKey(&f, 0, 0));
+  EXPECT_NE(GraphKey(nullptr), 0u);
 }
 
 }  // namespace

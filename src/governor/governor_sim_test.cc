@@ -123,6 +123,88 @@ std::string CapName(const ::testing::TestParamInfo<std::tuple<std::uint32_t, Sha
 
 INSTANTIATE_TEST_SUITE_P(Caps, HardCapAloneTest, CapsAndShapes(), CapName);
 
+// ---- 1b. A share caps busy time, not wall time (ADR 0017, "What a share means")
+//
+// A job that alone keeps the GPU busy a fraction b of the time runs at min(1, s / b) of its solo
+// rate under a share s. b and the solo rate come from an ungoverned run of the same workload (the
+// simulated GPU's own accounting, never the tracker's).
+
+enum class BusyShape { kLaunchBound, kLaunchBoundGraphs, kFourStreams, kTwoProcesses };
+
+std::string Name(BusyShape shape) {
+  switch (shape) {
+    case BusyShape::kLaunchBound:
+      return "LaunchBound";
+    case BusyShape::kLaunchBoundGraphs:
+      return "LaunchBoundGraphs";
+    case BusyShape::kFourStreams:
+      return "FourStreams";
+    case BusyShape::kTwoProcesses:
+      return "TwoProcesses";
+  }
+  return "";
+}
+
+// A container of that shape: its workloads (one per process) and streams per process.
+int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
+  std::vector<std::unique_ptr<Workload>> w;
+  int streams = 1;
+  switch (shape) {
+    case BusyShape::kLaunchBound:  // 6 us kernels every 20 us of host time: b = 0.3
+      w.push_back(std::make_unique<LaunchBound>(6 * kUs, 20 * kUs, 200));
+      break;
+    case BusyShape::kLaunchBoundGraphs:  // 120 us graphs every 200 us, a sync each 10: b = 0.6
+      w.push_back(std::make_unique<LaunchBound>(120 * kUs, 200 * kUs, 10));
+      break;
+    case BusyShape::kFourStreams:  // four streams' kernels run at once: b = 1
+      w.push_back(std::make_unique<ManyStreams>(300 * kUs, 4));
+      streams = 4;
+      break;
+    case BusyShape::kTwoProcesses:  // two processes, time-sliced against each other: b = 1
+      w.push_back(std::make_unique<Saturating>(300 * kUs));
+      w.push_back(std::make_unique<Saturating>(300 * kUs));
+      break;
+  }
+  return sim.Add(tenant, std::move(w), streams);
+}
+
+struct Rate {
+  double work_per_s = 0;  // exclusive GPU time its kernels completed, per second
+  double busy = 0;        // fraction of the GPU's time its work occupied
+};
+
+Rate Measure(BusyShape shape, const Tenant& tenant, bool governed) {
+  Simulation sim(SimOptions{10 * kUs, governed, {}});
+  const int id = AddShape(sim, tenant, shape);
+  sim.RunUntil(2 * kSec);
+  const std::uint64_t done = sim.CompletedNs(id);
+  sim.RunUntil(8 * kSec);
+  return Rate{static_cast<double>(sim.CompletedNs(id) - done) / 6.0,
+              sim.SharePercent(id, 2 * kSec, 8 * kSec) / 100.0};
+}
+
+class BusyShareTest : public ::testing::TestWithParam<std::tuple<std::uint32_t, BusyShape>> {};
+
+TEST_P(BusyShareTest, DeliversMinOfOneAndShareOverBusy) {
+  const auto [share, shape] = GetParam();
+  const Rate solo = Measure(shape, Hard(share), /*governed=*/false);
+  const Rate capped = Measure(shape, Hard(share), /*governed=*/true);
+  const double expected = std::min(1.0, share / 100.0 / solo.busy);
+  const double delivered = capped.work_per_s / solo.work_per_s;
+  std::printf("[sim] %s b=%.2f share %u%%: delivered %.1f %% of solo, expected %.1f %%\n",
+              Name(shape).c_str(), solo.busy, share, 100 * delivered, 100 * expected);
+  EXPECT_NEAR(100 * delivered, 100 * expected, 5.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shares, BusyShareTest,
+    ::testing::Combine(::testing::Values(10u, 30u, 50u, 90u),
+                       ::testing::Values(BusyShape::kLaunchBound, BusyShape::kLaunchBoundGraphs,
+                                         BusyShape::kFourStreams, BusyShape::kTwoProcesses)),
+    [](const ::testing::TestParamInfo<std::tuple<std::uint32_t, BusyShape>>& p) {
+      return "Share" + std::to_string(std::get<0>(p.param)) + "_" + Name(std::get<1>(p.param));
+    });
+
 // ---- 2. Two hard shares side by side
 
 class HardPairTest : public ::testing::TestWithParam<std::uint32_t> {};

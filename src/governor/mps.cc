@@ -169,6 +169,29 @@ std::string FindInPath(const std::string& program) {
   return "";
 }
 
+std::uint32_t ActiveThreadPercent(std::uint32_t cores_percent, PriorityClass priority,
+                                  const SpatialPolicy& policy, std::uint32_t lc_asks_percent) {
+  const std::uint32_t share = cores_percent == 0 || cores_percent > 100 ? 100 : cores_percent;
+  if (priority == PriorityClass::kLatencyCritical) return 100;
+  if (!YieldsSms(priority, policy)) return share;
+  const std::uint32_t reserve =
+      std::min(std::max(policy.lc_reserve_percent, lc_asks_percent), 100u);
+  return std::max(std::min(share, 100 - reserve), policy.min_sm_percent);
+}
+
+bool YieldsSms(PriorityClass priority, const SpatialPolicy& policy) {
+  return priority == PriorityClass::kBestEffort ||
+         (priority == PriorityClass::kNormal && policy.normal_yields);
+}
+
+Status CheckSmFloor(std::uint32_t cores_percent, const std::string& field) {
+  if (cores_percent == 0 || cores_percent >= kMinSmPercent) return Status::Ok();
+  return InvalidArgumentError(
+      field + ": " + std::to_string(cores_percent) +
+      " under mode mps is an SM limit below the floor of " + std::to_string(kMinSmPercent) +
+      " %; accepted: " + std::to_string(kMinSmPercent) + "-100, or mode shared");
+}
+
 std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir,
                                               const std::string& log_dir,
                                               std::uint64_t memory_bytes,

@@ -30,13 +30,44 @@ bool DaemonAnswers(const std::string& pipe_dir);
 // `program` if it is a path, else the first executable of that name in PATH; "" if none.
 std::string FindInPath(const std::string& program);
 
+// Spatial priority under MPS (ADR 0017): the SMs a client's context may use are fixed when the
+// context is created (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), so a latency-critical client beside a
+// hog of long kernels finds SMs free at once instead of waiting for the hog's kernels to end.
+//   latency-critical  no SM limit (its share, if any, is a time share: the arbiter's);
+//   normal            its share as an SM limit (as before), or, with `normal_yields`, what a
+//                     best-effort client gets;
+//   best-effort       at most 100 - reserve, where reserve is the larger of `lc_reserve_percent`
+//                     and the shares the latency-critical clients on the GPU ask for now; never
+//                     below `min_sm_percent`.
+// The limit is set whether or not a latency-critical client is there yet: a context's limit
+// cannot change once it exists, so a best-effort client that started first must already leave
+// the reserve. A latency-critical client that asks for more than the reserve left by clients
+// already running gets the arbiter's priority holds on those clients instead.
+inline constexpr std::uint32_t kMinSmPercent = kMpsMinSmPercent;
+struct SpatialPolicy {
+  std::uint32_t lc_reserve_percent = 20;
+  std::uint32_t min_sm_percent = kMinSmPercent;
+  bool normal_yields = false;
+};
+// The active thread percentage for a client (100: no limit). `lc_asks_percent`: the sum of the
+// shares of the latency-critical clients on the GPU.
+std::uint32_t ActiveThreadPercent(std::uint32_t cores_percent, PriorityClass priority,
+                                  const SpatialPolicy& policy, std::uint32_t lc_asks_percent);
+// Whether a client with that limit leaves latency-critical clients their reserve: the arbiter
+// then does not hold it for priority (the SMs already protect them).
+bool YieldsSms(PriorityClass priority, const SpatialPolicy& policy);
+// Refuses an SM limit below the floor: `cores_percent` (1-99) under mode mps is the client's SM
+// limit. Names the field as `field`.
+Status CheckSmFloor(std::uint32_t cores_percent, const std::string& field);
+
 // The client environment for a container's allocation on the daemon at `pipe_dir`/`log_dir`
 // (`log_dir` "": none; a node's containers do not get the daemon's logs).
-// `memory_bytes` 0: no pinned limit; `cores_percent` 0 or 100: no thread limit.
+// `memory_bytes` 0: no pinned limit; `thread_percent` 0 or 100: no SM limit
+// (ActiveThreadPercent gives it).
 std::vector<std::string> MpsClientEnvironment(const std::string& pipe_dir,
                                               const std::string& log_dir,
                                               std::uint64_t memory_bytes,
-                                              std::uint32_t cores_percent, PriorityClass priority);
+                                              std::uint32_t thread_percent, PriorityClass priority);
 
 // Whether a client running as `uid` may join a GPU whose live MPS clients run as `live_uids`:
 // FailedPrecondition naming both user IDs when they differ.

@@ -88,5 +88,35 @@ TEST(Mps, TheDaemonAnswersOnAControlSocketOfAnyType) {
   std::filesystem::remove_all(dir);
 }
 
+// Spatial priority: what each class's context may use of the SMs.
+TEST(Mps, BestEffortLeavesTheLatencyCriticalReserve) {
+  const SpatialPolicy p;  // reserve 20, floor 10
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kBestEffort, p, 0), 80u);
+  EXPECT_EQ(ActiveThreadPercent(50, PriorityClass::kBestEffort, p, 0), 50u);   // its share binds
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kBestEffort, p, 35), 65u);   // LC asks more
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kBestEffort, p, 100), 10u);  // the floor
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kLatencyCritical, p, 0), 100u);
+  EXPECT_EQ(ActiveThreadPercent(30, PriorityClass::kLatencyCritical, p, 30), 100u);
+  EXPECT_EQ(ActiveThreadPercent(30, PriorityClass::kNormal, p, 50), 30u);  // its share, as before
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kNormal, p, 50), 100u);
+  SpatialPolicy yields = p;
+  yields.normal_yields = true;
+  EXPECT_EQ(ActiveThreadPercent(0, PriorityClass::kNormal, yields, 50), 50u);
+  EXPECT_TRUE(YieldsSms(PriorityClass::kBestEffort, p));
+  EXPECT_FALSE(YieldsSms(PriorityClass::kNormal, p));
+  EXPECT_TRUE(YieldsSms(PriorityClass::kNormal, yields));
+  EXPECT_FALSE(YieldsSms(PriorityClass::kLatencyCritical, yields));
+}
+
+TEST(Mps, AnSmLimitBelowTheFloorIsRefusedWithTheField) {
+  EXPECT_TRUE(CheckSmFloor(0, "--gpu-cores").ok());
+  EXPECT_TRUE(CheckSmFloor(10, "--gpu-cores").ok());
+  const Status s = CheckSmFloor(9, "--gpu-cores");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(),
+            "--gpu-cores: 9 under mode mps is an SM limit below the floor of 10 %; accepted: "
+            "10-100, or mode shared");
+}
+
 }  // namespace
 }  // namespace tessera::governor

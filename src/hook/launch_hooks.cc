@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "governor/busy_log.h"
 #include "governor/fences.h"
 #include "hook/intercept.h"
 
@@ -28,6 +29,9 @@ constexpr std::uint64_t kGatePollNs = 50'000;
 constexpr std::uint64_t kWatchPollNs = 100'000;
 constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no launch for this long
 constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the depth wait
+// How often the watcher re-times its epoch against the host clock (the GPU's timer and the
+// host's drift apart by parts per million; cuEventElapsedTime is a float of milliseconds).
+constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 
 class CudaEvents final : public governor::EventApi {
  public:
@@ -69,7 +73,10 @@ class CudaEvents final : public governor::EventApi {
 struct DeviceGovernor {
   explicit DeviceGovernor(governor::EventApi* api) : tracker(api) {}
   governor::FenceTracker tracker;
-  CUcontext context = nullptr;  // the watcher makes it current to query this device's events
+  CUcontext context = nullptr;      // the watcher makes it current to query this device's events
+  CUstream epoch_stream = nullptr;  // the watcher's own, for the epoch event
+  std::uint64_t epoch_at_ns = 0;    // when the epoch was last timed (or tried)
+  governor::Measured measured;      // reused by each pass
   std::uint64_t errors_counted = 0;
 };
 
@@ -141,8 +148,33 @@ void* StreamKey(CUstream stream, bool per_thread) {
                                          : static_cast<void*>(stream);
 }
 
-// Adds the watcher's findings to the region and counts the tracker's new failures.
-void Publish(DeviceGovernor& d, shm::Compute& c, std::uint64_t busy, std::uint64_t now) {
+// Times the device's epoch against the host clock when it is due (the watcher, its context
+// current): what lets the container's streams and processes count overlapping work once.
+void KeepEpoch(DeviceGovernor& d, std::uint64_t now) {
+  if (d.tracker.HasEpoch() && now < d.epoch_at_ns + kEpochPeriodNs) return;
+  if (!d.tracker.HasEpoch() && d.epoch_at_ns != 0 && now < d.epoch_at_ns + kEpochPeriodNs / 10)
+    return;
+  d.epoch_at_ns = now;
+  if (d.epoch_stream == nullptr) {
+    const auto create = Real<CudaHook::cuStreamCreate>();
+    if (create == nullptr || create(&d.epoch_stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+      d.epoch_stream = nullptr;
+      return;
+    }
+  }
+  d.tracker.Calibrate(d.epoch_stream, NowNs);
+}
+
+// Adds the watcher's findings to the region — the part of the measured spans that no other
+// stream or process of the container had covered — and counts the tracker's new failures.
+void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_t now) {
+  d.measured.spans.clear();
+  d.measured.unplaced_ns = 0;
+  d.tracker.Poll(&d.measured);
+  bool contended = false;
+  const std::uint64_t busy =
+      governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;
+  if (contended) CountMachineryError("the busy log stayed locked; overlap went uncounted");
   if (busy != 0) c.busy_ns.fetch_add(busy, std::memory_order_relaxed);
   if (d.tracker.HasFenced()) c.active_ns.store(now, std::memory_order_relaxed);
   if (d.tracker.errors() > d.errors_counted) {
@@ -204,7 +236,8 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       // Work launched and then left without a synchronize: fence it so that it is measured
       // and the container does not look busy for ever.
       d->tracker.FenceIdle(now, kIdleFenceNs, MayRecordFromWatcher);
-      Publish(*d, region->compute[i], d->tracker.Poll(), now);
+      KeepEpoch(*d, now);
+      Publish(*d, region->compute[i], region->busy[i], now);
     }
     g->completed.notify_all();
     if (!any) {
@@ -257,7 +290,7 @@ DeviceGovernor& DeviceFor(Governor& g, int index) {
 
 template <typename Launch>
 __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream, bool per_thread,
-                                            const Launch& launch) {
+                                            std::uint64_t key, const Launch& launch) {
   Governor& g = *g_governor;
   CUdevice dev = 0;
   DeviceQuota quota;
@@ -312,15 +345,19 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   }
   DeviceGovernor& d = DeviceFor(g, quota.region_device);
   std::uint64_t now = NowNs();
-  void* key = StreamKey(stream, per_thread);
-  const bool measured = d.tracker.BeforeLaunch(key, now);
+  void* stream_key = StreamKey(stream, per_thread);
+  const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
   const CUresult r = launch();
   now = NowNs();
   if (measured) {
     if (r == CUDA_SUCCESS) {
-      d.tracker.AfterLaunch(key, now);
+      d.tracker.AfterLaunch(stream_key, now);
+      // One launch in flight (below a latency-critical container): fenced alone, so that the
+      // next launch waits for exactly this one.
+      if (c.depth_us.load(std::memory_order_relaxed) == shm::kDepthOneLaunchUs)
+        d.tracker.Fence(stream_key, now);
     } else {
-      d.tracker.Fence(key, now);  // nothing was launched: the start event is dropped
+      d.tracker.Fence(stream_key, now);  // nothing was launched: the start event is dropped
     }
   } else {
     CountMachineryError("a fence event could not be recorded; that work went unmeasured");
@@ -368,14 +405,26 @@ void ResetGovernorAfterFork() { g_governor = new Governor(); }
 
 void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, false); }
 
-// The governed path of each launch (the fast path is inline in intercept.h).
-#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, params, args)     \
-  CUresult Governed_##hook params {                                         \
-    const auto real = Real<CudaHook::hook>();                               \
-    shm::Region* region = GovernedRegion();                                 \
-    if (region == nullptr) return real args;                                \
-    return Governed(region, stream, per_thread, [&] { return real args; }); \
+std::uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        unsigned by, unsigned bz) {
+  return governor::LaunchKey(f, std::uint64_t{gx} * gy * gz, std::uint64_t{bx} * by * bz);
+}
+std::uint64_t ConfigKey(const CUlaunchConfig* config, CUfunction f) {
+  if (config == nullptr) return governor::LaunchKey(f, 0, 0);
+  return KernelKey(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+                   config->blockDimY, config->blockDimZ);
+}
+
+// The governed path of each launch (the fast path is inline in intercept.h). `key` names the
+// launch's kind for the busy-time estimates (fences.h).
+#define TESSERA_GOVERNED_LAUNCH(hook, per_thread, stream, key, params, args)     \
+  CUresult Governed_##hook params {                                              \
+    const auto real = Real<CudaHook::hook>();                                    \
+    shm::Region* region = GovernedRegion();                                      \
+    if (region == nullptr) return real args;                                     \
+    return Governed(region, stream, per_thread, key, [&] { return real args; }); \
   }
+#define TESSERA_KERNEL_KEY KernelKey(f, gx, gy, gz, bx, by, bz)
 #define TESSERA_KERNEL_PARAMS                                                                   \
   (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,            \
    unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params, \
@@ -383,28 +432,33 @@ void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, f
 #define TESSERA_COOPERATIVE_PARAMS                                                   \
   (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, \
    unsigned int by, unsigned int bz, unsigned int shared_bytes, CUstream stream, void** params)
-TESSERA_GOVERNED_LAUNCH(cuLaunchKernel, false, stream, TESSERA_KERNEL_PARAMS,
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernel, false, stream, TESSERA_KERNEL_KEY, TESSERA_KERNEL_PARAMS,
                         (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra))
-TESSERA_GOVERNED_LAUNCH(cuLaunchKernel_ptsz, true, stream, TESSERA_KERNEL_PARAMS,
+TESSERA_GOVERNED_LAUNCH(cuLaunchKernel_ptsz, true, stream, TESSERA_KERNEL_KEY,
+                        TESSERA_KERNEL_PARAMS,
                         (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, extra))
-TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel, false, stream, TESSERA_COOPERATIVE_PARAMS,
+TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel, false, stream, TESSERA_KERNEL_KEY,
+                        TESSERA_COOPERATIVE_PARAMS,
                         (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params))
-TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel_ptsz, true, stream, TESSERA_COOPERATIVE_PARAMS,
+TESSERA_GOVERNED_LAUNCH(cuLaunchCooperativeKernel_ptsz, true, stream, TESSERA_KERNEL_KEY,
+                        TESSERA_COOPERATIVE_PARAMS,
                         (f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params))
 TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx, false, (config != nullptr ? config->hStream : nullptr),
+                        ConfigKey(config, f),
                         (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
                         (config, f, params, extra))
 TESSERA_GOVERNED_LAUNCH(cuLaunchKernelEx_ptsz, true,
-                        (config != nullptr ? config->hStream : nullptr),
+                        (config != nullptr ? config->hStream : nullptr), ConfigKey(config, f),
                         (const CUlaunchConfig* config, CUfunction f, void** params, void** extra),
                         (config, f, params, extra))
-TESSERA_GOVERNED_LAUNCH(cuGraphLaunch, false, stream, (CUgraphExec exec, CUstream stream),
-                        (exec, stream))
-TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, (CUgraphExec exec, CUstream stream),
-                        (exec, stream))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch, false, stream, governor::GraphKey(exec),
+                        (CUgraphExec exec, CUstream stream), (exec, stream))
+TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, governor::GraphKey(exec),
+                        (CUgraphExec exec, CUstream stream), (exec, stream))
 #undef TESSERA_GOVERNED_LAUNCH
 #undef TESSERA_KERNEL_PARAMS
 #undef TESSERA_COOPERATIVE_PARAMS
+#undef TESSERA_KERNEL_KEY
 
 #define TESSERA_FENCED_WAIT(hook, stream, per_thread, all, params, args) \
   template <>                                                            \

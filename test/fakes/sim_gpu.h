@@ -20,6 +20,7 @@
 #include "tessera/shm_layout.h"
 
 #include "governor/arbiter.h"
+#include "governor/busy_log.h"
 #include "governor/fences.h"
 
 namespace tessera::governor::sim {
@@ -348,53 +349,94 @@ class PacedInference final : public Workload {
   std::vector<Sample> latencies_;
 };
 
+// Launch-bound: launches a kernel of `kernel_ns`, then spends `host_ns` of host time (Python,
+// a framework's dispatch) before the next; synchronizes every `sync_every` launches. Alone it
+// keeps the GPU busy kernel_ns / max(kernel_ns, host_ns) of the time.
+class LaunchBound final : public Workload {
+ public:
+  LaunchBound(std::uint64_t kernel_ns, std::uint64_t host_ns, int sync_every)
+      : kernel_ns_(kernel_ns), host_ns_(host_ns), sync_every_(sync_every) {}
+  Want Next(std::uint64_t now_ns) override {
+    if (launched_ == sync_every_) return {Want::Kind::kSynchronize, 0, 0};
+    if (now_ns < next_ns_) return {};
+    return {Want::Kind::kLaunch, kernel_ns_, 0};
+  }
+  void Launched(std::uint64_t now_ns) override {
+    ++launched_;
+    next_ns_ = now_ns + host_ns_;
+  }
+  void Synchronized(std::uint64_t done_ns) override {
+    (void)done_ns;
+    launched_ = 0;
+  }
+
+ private:
+  std::uint64_t kernel_ns_, host_ns_;
+  int sync_every_;
+  int launched_ = 0;
+  std::uint64_t next_ns_ = 0;
+};
+
+// Saturating over `streams` streams of one process, round robin: their kernels run at once.
+class ManyStreams final : public Workload {
+ public:
+  ManyStreams(std::uint64_t kernel_ns, int streams) : kernel_ns_(kernel_ns), streams_(streams) {}
+  Want Next(std::uint64_t now_ns) override {
+    (void)now_ns;
+    return {Want::Kind::kLaunch, kernel_ns_, next_};
+  }
+  void Launched(std::uint64_t now_ns) override {
+    (void)now_ns;
+    next_ = (next_ + 1) % streams_;
+  }
+
+ private:
+  std::uint64_t kernel_ns_;
+  int streams_;
+  int next_ = 0;
+};
+
 // ------------------------------------------------------------------------------------------------
-// One container on the GPU: one process, one application thread (its launch loop) and the
-// watcher thread of launch_hooks.cc, with the region's Compute counters and verdict as plain
-// numbers.
+// One container on the GPU: one or more processes (each a context of its own, with one
+// application thread — its launch loop — and the watcher thread of launch_hooks.cc), the
+// region's Compute counters and verdict as plain numbers, and the region's BusyLog that the
+// processes' measured spans are merged into.
 class Container {
  public:
-  Container(Gpu* gpu, int id, const Tenant& tenant, std::unique_ptr<Workload> workload, int streams)
-      : gpu_(gpu),
-        id_(id),
-        tenant_(tenant),
-        workload_(std::move(workload)),
-        context_(gpu->AddContext()),
-        events_(gpu),
-        tracker_(&events_) {
-    for (int i = 0; i < streams; ++i) streams_.push_back(gpu->NewStream(context_));
+  // `workloads`: one per process.
+  Container(Gpu* gpu, int id, const Tenant& tenant,
+            std::vector<std::unique_ptr<Workload>> workloads, int streams)
+      : gpu_(gpu), id_(id), tenant_(tenant) {
+    for (auto& w : workloads) {
+      processes_.push_back(std::make_unique<Process>(gpu, std::move(w), streams));
+    }
   }
 
-  // The watcher thread's pass (WatcherMain): fence work left open, take completed segments,
-  // publish busy time and stamp the container active while fenced work is in flight.
+  // The watcher threads' passes (WatcherMain): fence work left open, keep the epoch, take
+  // completed segments, publish the part of their spans not yet in the container's busy log,
+  // and stamp the container active while fenced work is in flight.
   void Watch(std::uint64_t now_ns) {
-    if (!alive_ || !tracker_.HasWork()) return;
-    tracker_.FenceIdle(now_ns, kIdleFenceNs, [](void*) { return true; });
-    observation_.busy_ns += tracker_.Poll();
-    if (tracker_.HasFenced()) observation_.active_ns = now_ns;
+    if (!alive_) return;
+    for (auto& p : processes_) {
+      if (!p->tracker.HasWork()) continue;
+      p->tracker.FenceIdle(now_ns, kIdleFenceNs, [](void*) { return true; });
+      if (!p->tracker.HasEpoch()) {
+        const Gpu* gpu = gpu_;
+        p->tracker.Calibrate(p->epoch_stream, [gpu] { return gpu->now_ns(); });
+      }
+      Measured m;
+      p->tracker.Poll(&m);
+      observation_.busy_ns += m.unplaced_ns;
+      for (const Span& span : m.spans) observation_.busy_ns += AddToUnion(busy_log_, span);
+      if (p->tracker.HasFenced()) observation_.active_ns = now_ns;
+    }
   }
 
-  // The application thread at `now_ns`: runs its program until it blocks (gate, depth, a full
+  // Each application thread at `now_ns`: runs its program until it blocks (gate, depth, a full
   // queue, a synchronize) or has nothing to do.
   void Run(std::uint64_t now_ns) {
     if (!alive_) return;
-    for (int i = 0; i < kMaxActionsPerStep; ++i) {
-      if (synchronizing_) {
-        if (!gpu_->Drained(context_)) return;
-        synchronizing_ = false;
-        workload_->Synchronized(std::max(gpu_->LastCompletionNs(context_), sync_from_ns_));
-      }
-      const Workload::Want want = workload_->Next(now_ns);
-      if (want.kind == Workload::Want::Kind::kNothing) return;
-      if (want.kind == Workload::Want::Kind::kSynchronize) {
-        tracker_.FenceAll(now_ns);  // FenceBeforeWait (cuCtxSynchronize)
-        synchronizing_ = true;
-        sync_from_ns_ = now_ns;
-        continue;
-      }
-      if (!TryLaunch(now_ns, want)) return;
-      workload_->Launched(now_ns);
-    }
+    for (auto& p : processes_) RunProcess(*p, now_ns);
   }
 
   // The container's processes die: nothing launches or updates its counters any more; the work
@@ -402,77 +444,122 @@ class Container {
   void Kill() { alive_ = false; }
 
   int id() const { return id_; }
-  int context() const { return context_; }
+  // The first process's (the only one's, unless the container was added with several).
+  int context() const { return processes_.front()->context; }
+  const FenceTracker& tracker() const { return processes_.front()->tracker; }
+  Workload& workload() { return *processes_.front()->workload; }
+  std::vector<int> contexts() const {
+    std::vector<int> out;
+    for (const auto& p : processes_) out.push_back(p->context);
+    return out;
+  }
   bool alive() const { return alive_; }
   const Tenant& tenant() const { return tenant_; }
   const Observation& observation() const { return observation_; }
   const Verdict& verdict() const { return verdict_; }
   void set_verdict(const Verdict& v) { verdict_ = v; }
-  const FenceTracker& tracker() const { return tracker_; }
-  Workload& workload() { return *workload_; }
-  std::uint64_t launches() const { return launches_; }
+  std::uint64_t launches() const {
+    std::uint64_t n = 0;
+    for (const auto& p : processes_) n += p->launches;
+    return n;
+  }
 
  private:
   static constexpr int kMaxActionsPerStep = 4096;
 
-  // Governed() of launch_hooks.cc: false when the launch blocks at this moment.
-  bool TryLaunch(std::uint64_t now_ns, const Workload::Want& want) {
-    Gpu::Stream* stream = streams_[static_cast<std::size_t>(want.stream)];
+  struct Process {
+    Process(Gpu* gpu, std::unique_ptr<Workload> w, int stream_count)
+        : workload(std::move(w)), context(gpu->AddContext()), events(gpu), tracker(&events) {
+      for (int i = 0; i < stream_count; ++i) streams.push_back(gpu->NewStream(context));
+      epoch_stream = gpu->NewStream(context);
+    }
+    std::unique_ptr<Workload> workload;
+    int context;
+    std::vector<Gpu::Stream*> streams;
+    Gpu::Stream* epoch_stream = nullptr;
+    SimEvents events;
+    FenceTracker tracker;
+    bool past_gate = false;
+    std::uint64_t depth_ns = kDefaultDepthNs;
+    std::uint64_t next_gate_look_ns = 0;
+    bool synchronizing = false;
+    std::uint64_t sync_from_ns = 0;
+    std::uint64_t launches = 0;
+  };
+
+  void RunProcess(Process& p, std::uint64_t now_ns) {
+    for (int i = 0; i < kMaxActionsPerStep; ++i) {
+      if (p.synchronizing) {
+        if (!gpu_->Drained(p.context)) return;
+        p.synchronizing = false;
+        p.workload->Synchronized(std::max(gpu_->LastCompletionNs(p.context), p.sync_from_ns));
+      }
+      const Workload::Want want = p.workload->Next(now_ns);
+      if (want.kind == Workload::Want::Kind::kNothing) return;
+      if (want.kind == Workload::Want::Kind::kSynchronize) {
+        p.tracker.FenceAll(now_ns);  // FenceBeforeWait (cuCtxSynchronize)
+        p.synchronizing = true;
+        p.sync_from_ns = now_ns;
+        continue;
+      }
+      if (!TryLaunch(p, now_ns, want)) return;
+      p.workload->Launched(now_ns);
+    }
+  }
+
+  // Governed() of launch_hooks.cc: false when the launch blocks at this moment. A kernel's
+  // kind (its key) is its length: the simulated program launches one kind per length.
+  bool TryLaunch(Process& p, std::uint64_t now_ns, const Workload::Want& want) {
+    Gpu::Stream* stream = p.streams[static_cast<std::size_t>(want.stream)];
     if (gpu_->Full(*stream)) return false;  // the driver's launch blocks
-    if (!past_gate_) {
-      if (now_ns < next_gate_look_ns_) return false;  // asleep in WaitAtGate
-      if (verdict_.gate == shm::Gate::kFree) {        // ungoverned: the real call, nothing else
+    if (!p.past_gate) {
+      if (now_ns < p.next_gate_look_ns) return false;  // asleep in WaitAtGate
+      if (verdict_.gate == shm::Gate::kFree) {         // ungoverned: the real call, nothing else
         gpu_->Launch(stream, want.kernel_ns);
-        ++launches_;
+        ++p.launches;
         return true;
       }
       if (verdict_.gate != shm::Gate::kOpen) {  // held: stamp waiting, look again later
         observation_.waiting_ns = now_ns;
-        next_gate_look_ns_ = now_ns + kGatePollNs;
+        p.next_gate_look_ns = now_ns + kGatePollNs;
         return false;
       }
       // Past the gate, the launch waits for depth, then reads the gate again (it may have closed
       // meanwhile) before it is issued.
-      past_gate_ = true;
-      depth_ns_ = verdict_.depth_us != 0 ? verdict_.depth_us * kUs : kDefaultDepthNs;
+      p.past_gate = true;
+      p.depth_ns = verdict_.depth_us != 0 ? verdict_.depth_us * kUs : kDefaultDepthNs;
     }
-    if (tracker_.OverDepth(depth_ns_, now_ns)) {
-      tracker_.FenceAll(now_ns);  // and waits for the watcher's next pass
+    if (p.tracker.OverDepth(p.depth_ns, now_ns)) {
+      p.tracker.FenceAll(now_ns);  // and waits for the watcher's next pass
       return false;
     }
     if (verdict_.gate != shm::Gate::kOpen &&
         verdict_.gate != shm::Gate::kFree) {  // closed meanwhile
-      past_gate_ = false;
+      p.past_gate = false;
       observation_.waiting_ns = now_ns;
-      next_gate_look_ns_ = now_ns + kGatePollNs;
+      p.next_gate_look_ns = now_ns + kGatePollNs;
       return false;
     }
-    const bool measured = tracker_.BeforeLaunch(stream, now_ns);
+    const bool measured = p.tracker.BeforeLaunch(stream, now_ns, want.kernel_ns + 1);
     gpu_->Launch(stream, want.kernel_ns);
-    if (measured) tracker_.AfterLaunch(stream, now_ns);
+    if (measured) {
+      p.tracker.AfterLaunch(stream, now_ns);
+      if (verdict_.depth_us == shm::kDepthOneLaunchUs) p.tracker.Fence(stream, now_ns);
+    }
     observation_.active_ns = now_ns;
-    past_gate_ = false;
-    ++launches_;
+    p.past_gate = false;
+    ++p.launches;
     return true;
   }
 
   Gpu* gpu_;
   int id_;
   Tenant tenant_;
-  std::unique_ptr<Workload> workload_;
-  int context_;
-  std::vector<Gpu::Stream*> streams_;
-  SimEvents events_;
-  FenceTracker tracker_;
+  std::vector<std::unique_ptr<Process>> processes_;
+  shm::BusyLog busy_log_{};  // the region's busy[d] (one writer at a time here: no lock)
   Observation observation_;  // the region's busy_ns, active_ns, waiting_ns
   Verdict verdict_;          // the region's gate and depth_us (kFree until the arbiter decides)
   bool alive_ = true;
-  bool past_gate_ = false;
-  std::uint64_t depth_ns_ = kDefaultDepthNs;
-  std::uint64_t next_gate_look_ns_ = 0;
-  bool synchronizing_ = false;
-  std::uint64_t sync_from_ns_ = 0;
-  std::uint64_t launches_ = 0;
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -490,9 +577,15 @@ class Simulation {
   explicit Simulation(SimOptions options = {}) : options_(options), arbiter_(options.arbiter) {}
 
   int Add(const Tenant& tenant, std::unique_ptr<Workload> workload, int streams = 1) {
+    std::vector<std::unique_ptr<Workload>> one;
+    one.push_back(std::move(workload));
+    return Add(tenant, std::move(one), streams);
+  }
+  // A container of several processes, one workload each.
+  int Add(const Tenant& tenant, std::vector<std::unique_ptr<Workload>> workloads, int streams = 1) {
     const int id = static_cast<int>(containers_.size());
     containers_.push_back(
-        std::make_unique<Container>(&gpu_, id, tenant, std::move(workload), streams));
+        std::make_unique<Container>(&gpu_, id, tenant, std::move(workloads), streams));
     if (options_.governed) arbiter_.Join(id, tenant);
     return id;
   }
@@ -516,8 +609,17 @@ class Simulation {
 
   // The container's part of the GPU's time over [from_ns, to_ns) (kBinNs-aligned), in percent.
   double SharePercent(int id, std::uint64_t from_ns, std::uint64_t to_ns) const {
-    return 100.0 * gpu_.ServedInNs(container(id).context(), from_ns, to_ns) /
-           static_cast<double>(to_ns - from_ns);
+    double served = 0;
+    for (int context : container(id).contexts()) {
+      served += gpu_.ServedInNs(context, from_ns, to_ns);
+    }
+    return 100.0 * served / static_cast<double>(to_ns - from_ns);
+  }
+  // Exclusive GPU time of the container's kernels that finished (all its processes).
+  std::uint64_t CompletedNs(int id) const {
+    std::uint64_t n = 0;
+    for (int context : container(id).contexts()) n += gpu_.CompletedNs(context);
+    return n;
   }
 
   std::uint64_t now_ns() const { return now_ns_; }
