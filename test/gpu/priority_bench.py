@@ -11,6 +11,12 @@ best-effort (BE) training loop, natively and under tessera (time-sliced and MPS)
       bf16 MLP training (4 Linear 8192x8192, batch 4096, forward+backward+SGD); prints
       {"t","dt","steps","steps_per_s"} every second (steps counted when their event completes);
       stops on SIGTERM.
+  priority_bench.py spatial BUILD OUT
+      Spatial priority under MPS: LC_MODELS (default mlp resnet50 decode) beside BE_SHAPES
+      (default gemm train graphs: full-GPU bf16 products of ~1.7 ms four to a step, the MLP
+      training step, the products replayed from a CUDA graph), both under tessera --mode mps;
+      LC p99 against the LC alone under tessera MPS, BE against its native solo rate. Writes
+      OUT/spatial.json.
   priority_bench.py drive BUILD OUT
       BE solo once; per model: LC solo, then LC beside BE natively, under tessera time-sliced
       (--priority latency-critical / best-effort) and under tessera MPS (--mode mps). BE starts
@@ -72,8 +78,50 @@ def transformer():
     return model.eval(), torch.randn(1, 128, 512, device="cuda", dtype=torch.half)
 
 
+def mlp():
+    layers = []
+    for _ in range(4):
+        layers += [nn.Linear(2048, 2048), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(2048, 1000)).to("cuda", torch.half)
+    return model.eval(), torch.randn(8, 2048, device="cuda", dtype=torch.half)
+
+
+class DecodeStep(nn.Module):
+    """One token of autoregressive decoding: 8 layers of d=1024 attending over a 2048-token
+    KV cache (batch 1), as a serving engine's decode step runs them."""
+
+    def __init__(self, d=1024, heads=16, layers=8, cache=2048):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.out = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.ff = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+                                for _ in range(layers))
+        self.k = torch.randn(layers, 1, heads, cache, d // heads)
+        self.v = torch.randn(layers, 1, heads, cache, d // heads)
+
+    def forward(self, x):
+        b, d = x.shape[0], x.shape[-1]
+        for i in range(len(self.qkv)):
+            q, _, _ = self.qkv[i](x).split(d, dim=-1)
+            q = q.view(b, self.heads, 1, d // self.heads)
+            a = nn.functional.scaled_dot_product_attention(q, self.k[i], self.v[i])
+            x = x + self.out[i](a.reshape(b, 1, d))
+            x = x + self.ff[i](x)
+        return x
+
+
+def decode():
+    model = DecodeStep().to("cuda", torch.half)
+    model.k, model.v = model.k.to("cuda", torch.half), model.v.to("cuda", torch.half)
+    return model.eval(), torch.randn(1, 1, 1024, device="cuda", dtype=torch.half)
+
+
+LC_MODELS = {"mlp": mlp, "resnet50": resnet50, "transformer": transformer, "decode": decode}
+
+
 def lc(model_name, seconds, interval_ms):
-    model, x = {"resnet50": resnet50, "transformer": transformer}[model_name]()
+    model, x = LC_MODELS[model_name]()
 
     def request():
         model(x)
@@ -116,22 +164,52 @@ def lc(model_name, seconds, interval_ms):
     print(json.dumps(report))
 
 
-def be(seconds):
+def be_step(shape):
+    """One best-effort step of the shape, queued (not synchronized)."""
+    if shape == "train":
+        layers = []
+        for _ in range(4):
+            layers += [nn.Linear(8192, 8192, bias=False), nn.ReLU()]
+        model = nn.Sequential(*layers).to("cuda", torch.bfloat16)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+        x = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)
+
+        def step():
+            model(x).float().square().mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return step
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 10240, device="cuda", dtype=torch.bfloat16)
+    o = torch.empty(8192, 10240, device="cuda", dtype=torch.bfloat16)
+    if shape == "gemm":  # full-GPU kernels of ~1.7 ms, four to a step
+        def step():
+            for _ in range(4):
+                torch.mm(a, b, out=o)
+        return step
+    if shape == "graphs":  # the same products replayed from a CUDA graph
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            torch.mm(a, b, out=o)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(4):
+                torch.mm(a, b, out=o)
+        return g.replay
+    raise SystemExit(f"unknown BE shape {shape}")
+
+
+def be(seconds, shape="train"):
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
-    layers = []
-    for _ in range(4):
-        layers += [nn.Linear(8192, 8192, bias=False), nn.ReLU()]
-    model = nn.Sequential(*layers).to("cuda", torch.bfloat16)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(4096, 8192, device="cuda", dtype=torch.bfloat16)
+    step = be_step(shape)
     pending, done, last_done = [], 0, 0
     last_t = time.time()
     end = last_t + seconds
     while not stop and time.time() < end:
-        model(x).float().square().mean().backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step()
         pending.append(torch.cuda.Event())
         pending[-1].record()
         if len(pending) > 2:  # two steps queued ahead; a step counts when its event completes
@@ -161,11 +239,11 @@ def run_lc(prefix, model, interval_ms=None):
     return dict(found[-1], tessera=[l for l in err.splitlines() if l.startswith("tessera run")])
 
 
-def start_be(prefix, log):
+def start_be(prefix, log, shape="train"):
     """Starts BE with its stdout in `log`; returns once it reports steps (or has failed)."""
     with open(log, "w") as f, open(log + ".err", "w") as e:
-        proc = subprocess.Popen(prefix + SELF + ["be", "--seconds", "600"], stdout=f, stderr=e,
-                                start_new_session=True)
+        proc = subprocess.Popen(prefix + SELF + ["be", "--seconds", "600", "--shape", shape],
+                                stdout=f, stderr=e, start_new_session=True)
     deadline = time.time() + 120
     while proc.poll() is None and time.time() < deadline and not be_lines(log):
         time.sleep(0.2)
@@ -194,9 +272,9 @@ def be_rate(lines, start, end):
     return sum(l["steps"] for l in inside) / sum(l["dt"] for l in inside) if inside else None
 
 
-def shared(out, tag, model, interval_ms, lc_prefix, be_prefix):
+def shared(out, tag, model, interval_ms, lc_prefix, be_prefix, shape="train"):
     log = os.path.join(out, f"be-{tag}.jsonl")
-    proc = start_be(be_prefix, log)
+    proc = start_be(be_prefix, log, shape)
     try:
         time.sleep(2)
         res = run_lc(lc_prefix, model, interval_ms)
@@ -269,23 +347,79 @@ def drive(build, out):
             json.dump(results, f, indent=1)
 
 
+def be_solo_rate(out, shape, seconds=10):
+    log = os.path.join(out, f"be-solo-{shape}.jsonl")
+    proc = start_be([], log, shape)
+    time.sleep(seconds)
+    stop_be(proc)
+    lines = be_lines(log)
+    return be_rate(lines, lines[0]["t"] + 2, float("inf")) if len(lines) > 3 else None
+
+
+def spatial(build, out):
+    """Spatial priority under MPS: each LC model beside each BE shape, both under tessera MPS
+    (LC latency-critical, BE best-effort: the BE's context leaves the LC reserve of SMs). LC p99
+    against the LC alone under tessera MPS; BE rate against the BE alone, natively."""
+    sys.stdout.reconfigure(line_buffering=True)
+    run = [os.path.join(build, "cmd/tessera/tessera"), "run", "--mode", "mps"]
+    lc_t = run + ["--priority", "latency-critical", "--gpu-memory", "16Gi", "--"]
+    be_t = run + ["--priority", "best-effort", "--gpu-memory", "48Gi", "--"]
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "be_solo": {}, "lc_alone": {},
+               "pairs": []}
+    shapes = os.environ.get("BE_SHAPES", "gemm train graphs").split()
+    models = os.environ.get("LC_MODELS", "mlp resnet50 decode").split()
+    for shape in shapes:
+        results["be_solo"][shape] = be_solo_rate(out, shape)
+    for model in models:
+        results["lc_alone"][model] = run_lc(lc_t, model)
+    print(f"{'LC':10} {'BE':8} {'LC p99 alone':>13} {'LC p99':>8} {'ratio':>6} {'BE/solo':>8} "
+          f"{'goal':>5}")
+    for model in models:
+        alone = results["lc_alone"][model]
+        if "error" in alone:
+            print(f"{model:10} error: {alone['error']}")
+            continue
+        for shape in shapes:
+            r = shared(out, f"spatial-{model}-{shape}", model, alone["interval_ms"], lc_t, be_t,
+                       shape)
+            solo = results["be_solo"][shape]
+            row = {"lc": model, "be": shape, **r}
+            if "error" not in r:
+                row["p99_ratio"] = r["p99_ms"] / alone["p99_ms"]
+                be_s = r.get("be_steps_per_s")
+                row["be_ratio"] = be_s / solo if be_s and solo else None
+                met = row["p99_ratio"] <= 1.3 and (row["be_ratio"] or 0) >= 0.8
+                print(f"{model:10} {shape:8} {alone['p99_ms']:13.3f} {r['p99_ms']:8.3f} "
+                      f"{row['p99_ratio']:6.2f} {fmt(row['be_ratio']):>8} "
+                      f"{'met' if met else 'NOT':>5}")
+            else:
+                print(f"{model:10} {shape:8} error: {r['error'][-200:]}")
+            results["pairs"].append(row)
+            with open(os.path.join(out, "spatial.json"), "w") as f:
+                json.dump(results, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     p_lc = sub.add_parser("lc")
-    p_lc.add_argument("model", choices=("resnet50", "transformer"))
+    p_lc.add_argument("model", choices=tuple(LC_MODELS))
     p_lc.add_argument("--seconds", type=float, default=LC_SECONDS)
     p_lc.add_argument("--interval-ms", type=float)
     p_be = sub.add_parser("be")
     p_be.add_argument("--seconds", type=float, default=60)
-    p_drive = sub.add_parser("drive")
-    p_drive.add_argument("build")
-    p_drive.add_argument("out")
+    p_be.add_argument("--shape", choices=("train", "gemm", "graphs"), default="train")
+    for name in ("drive", "spatial"):
+        p_drive = sub.add_parser(name)
+        p_drive.add_argument("build")
+        p_drive.add_argument("out")
     a = p.parse_args()
     if a.cmd == "lc":
         lc(a.model, a.seconds, a.interval_ms)
     elif a.cmd == "be":
-        be(a.seconds)
+        be(a.seconds, a.shape)
+    elif a.cmd == "spatial":
+        spatial(a.build, a.out)
     else:
         drive(a.build, a.out)
 

@@ -1,0 +1,260 @@
+"""Compute shares charge busy time (issue "compute shares and priority that hold on any
+workload", ADR 0017): a job that alone keeps the GPU busy a fraction b of the time runs at
+min(1, s / b) of its solo rate under a share s. Python drives the GPU (PyTorch); tessera is the
+C++ build under test.
+
+  busy_shares.py work SHAPE --seconds S     one workload; prints {"t","dt","units"} per second
+  busy_shares.py trace SHAPE --seconds S    the same alone under torch.profiler (CUPTI): prints
+                                            {"busy": union of its kernels' intervals / wall}
+  busy_shares.py drive BUILD OUT            the table below; writes OUT/busy_shares.json
+
+Shapes (all from PyTorch, none tuned to tessera):
+  launchbound  elementwise ops on a 4096-element tensor, back to back from Python (kernels of a
+               few us, the GPU idles between them), a synchronize every 256 ops
+  graphs       a CUDA graph of 64 tiny elementwise kernels, replayed and synchronized, then ~300 us
+               of host work before the next replay
+  streams      four streams, each a loop of 1024x1024x1024 bf16 matrix products (kernels that do
+               not fill the GPU, so the streams' kernels overlap), a synchronize every 32 rounds
+  procs        two processes of one container, each a loop of 8192^3 bf16 matrix products
+               (time-sliced against each other)
+
+drive: per shape, b from the solo trace (independent of tessera: CUPTI's kernel records), the
+solo rate (mean of the per-second units over the middle of the run), then `tessera run
+--gpu-cores S` for S in SHARES (default 10 30 50 90): delivered = rate / solo rate, expected
+min(1, S / b); then the overhead of governed launches when the share does not bind: the
+launch-bound loop at --gpu-cores 90 against native, PAIRS (default 5) interleaved pairs.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+SELF = [sys.executable, os.path.abspath(__file__)]
+SHAPES = ("launchbound", "graphs", "streams", "procs")
+
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def workload(shape):
+    """Returns step(): one unit of the shape's work (it synchronizes where the shape says)."""
+    import torch
+    if shape == "launchbound":
+        x = torch.ones(4096, device="cuda")
+
+        def step():
+            for _ in range(256):
+                x.mul_(1.0001).add_(1e-4)
+            torch.cuda.synchronize()
+        return step, 512  # kernels per unit
+    if shape == "graphs":
+        x = torch.ones(4096, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                x.mul_(1.0001).add_(1e-4)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(32):
+                x.mul_(1.0001).add_(1e-4)
+
+        def step():
+            g.replay()
+            torch.cuda.synchronize()
+            spin(300e-6)
+        return step, 1
+    if shape == "streams":
+        streams = [torch.cuda.Stream() for _ in range(4)]
+        mats = [(torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)) for _ in streams]
+        outs = [torch.empty(1024, 1024, device="cuda", dtype=torch.bfloat16) for _ in streams]
+
+        def step():
+            for _ in range(32):
+                for s, (a, b), o in zip(streams, mats, outs):
+                    with torch.cuda.stream(s):
+                        torch.mm(a, b, out=o)
+            torch.cuda.synchronize()
+        return step, 128
+    if shape == "gemm":
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty_like(a)
+
+        def step():
+            for _ in range(4):
+                torch.mm(a, b, out=o)
+            torch.cuda.synchronize()
+        return step, 4
+    raise SystemExit(f"unknown shape {shape}")
+
+
+def work(shape, seconds):
+    if shape == "procs":  # two processes of one container: the children inherit its environment
+        children = [subprocess.Popen(SELF + ["work", "gemm", "--seconds", str(seconds),
+                                             "--tag", str(i)], stdout=sys.stdout)
+                    for i in range(2)]
+        signal.signal(signal.SIGTERM, lambda *_: [c.terminate() for c in children])
+        for c in children:
+            c.wait()
+        return
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    step, _ = workload(shape)
+    for _ in range(20):
+        step()
+    units, last_units, last_t = 0, 0, time.time()
+    end = last_t + seconds
+    while not stop and time.time() < end:
+        step()
+        units += 1
+        now = time.time()
+        if now - last_t >= 1.0:
+            print(json.dumps({"t": now, "dt": now - last_t, "units": units - last_units}),
+                  flush=True)
+            last_t, last_units = now, units
+
+
+def trace(shape, seconds):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    if shape == "procs":
+        shape = "gemm"
+    step, _ = workload(shape)
+    for _ in range(20):
+        step()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            step()
+        wall = time.perf_counter() - t0
+    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    union, end = 0.0, None
+    for a, b in spans:
+        if end is None or a > end:
+            union += b - a
+            end = b
+        elif b > end:
+            union += b - end
+            end = b
+    print(json.dumps({"busy": union / 1e6 / wall, "kernels": len(spans)}))
+
+
+# ---- drive
+
+
+def lines_of(text):
+    out = []
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def run(cmd, timeout):
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    return proc.returncode, lines_of(out), err
+
+
+def rate(shape, prefix, seconds):
+    """Units per second over the run's seconds after the first two (both processes summed)."""
+    rc, lines, err = run(prefix + SELF + ["work", shape, "--seconds", str(seconds)], seconds + 120)
+    seconds_lines = [l for l in lines if "units" in l]
+    if rc != 0 or not seconds_lines:
+        return None, err.strip()[-300:]
+    t0 = min(l["t"] for l in seconds_lines)
+    kept = [l for l in seconds_lines if l["t"] - t0 >= 2.0]
+    span = max(l["t"] for l in kept) - min(l["t"] - l["dt"] for l in kept)
+    return sum(l["units"] for l in kept) / span, [l for l in err.splitlines()
+                                                  if l.startswith("tessera run")]
+
+
+def drive(build, out):
+    sys.stdout.reconfigure(line_buffering=True)
+    tessera = [os.path.join(build, "cmd/tessera/tessera"), "run", "--gpu-memory", "24Gi"]
+    shares = [int(s) for s in os.environ.get("SHARES", "10 30 50 90").split()]
+    seconds = int(os.environ.get("SECONDS_PER_RUN", "8"))
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "shapes": {}, "overhead": None}
+    print(f"{'shape':12} {'b':>5} {'solo/s':>9} {'share':>6} {'delivered':>9} {'expected':>9} "
+          f"{'error pp':>8}")
+    for shape in os.environ.get("SHAPES", " ".join(SHAPES)).split():
+        rc, lines, err = run(SELF + ["trace", shape, "--seconds", "3"], 200)
+        b = next((l["busy"] for l in lines if "busy" in l), None)
+        if shape == "procs" and b is not None:
+            b = min(1.0, 2 * b)  # two such processes time-slice a GPU each keeps this busy
+        solo, _ = rate(shape, [], seconds)
+        row = {"b": b, "solo_rate": solo, "trace_error": None if b else err[-300:], "shares": []}
+        for s in shares:
+            got, notes = rate(shape, tessera + ["--gpu-cores", str(s), "--"], seconds)
+            cell = {"share": s, "rate": got, "notes": notes}
+            if got is not None and solo and b:
+                cell["delivered"] = got / solo
+                cell["expected"] = min(1.0, s / 100 / b)
+                cell["error_pp"] = 100 * (cell["delivered"] - cell["expected"])
+            row["shares"].append(cell)
+            print(f"{shape:12} {b if b is not None else float('nan'):5.2f} "
+                  f"{solo if solo else float('nan'):9.1f} {s:6} "
+                  f"{100 * cell.get('delivered', float('nan')):8.1f}% "
+                  f"{100 * cell.get('expected', float('nan')):8.1f}% "
+                  f"{cell.get('error_pp', float('nan')):+8.1f}")
+        results["shapes"][shape] = row
+        with open(os.path.join(out, "busy_shares.json"), "w") as f:
+            json.dump(results, f, indent=1)
+    pairs = []
+    for _ in range(int(os.environ.get("PAIRS", "5"))):
+        native, _ = rate("launchbound", [], 6)
+        governed, _ = rate("launchbound", tessera + ["--gpu-cores", "90", "--"], 6)
+        if native and governed:
+            pairs.append((native, governed))
+    if pairs:
+        ratios = sorted(g / n for n, g in pairs)
+        results["overhead"] = {"pairs": pairs, "ratios": ratios,
+                               "median_ratio": statistics.median(ratios)}
+        print(f"\noverhead, launch-bound loop at --gpu-cores 90 (does not bind): governed / native "
+              f"median {statistics.median(ratios):.4f} over {len(pairs)} interleaved pairs "
+              f"(min {ratios[0]:.4f}, max {ratios[-1]:.4f})")
+    with open(os.path.join(out, "busy_shares.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for name in ("work", "trace"):
+        q = sub.add_parser(name)
+        q.add_argument("shape", choices=SHAPES + ("gemm",))
+        q.add_argument("--seconds", type=float, default=8)
+        q.add_argument("--tag", default="")
+    d = sub.add_parser("drive")
+    d.add_argument("build")
+    d.add_argument("out")
+    a = p.parse_args()
+    if a.cmd == "work":
+        work(a.shape, a.seconds)
+    elif a.cmd == "trace":
+        trace(a.shape, a.seconds)
+    else:
+        drive(a.build, a.out)
+
+
+main()
