@@ -8,6 +8,9 @@ constexpr std::size_t kMaxStreams = 64;
 constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates start again
 constexpr std::uint32_t kFirstProbes = 2;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
+// A dense segment's fence was recorded right behind its last launch (at most this later), so no
+// idle time can trail its work.
+constexpr std::uint64_t kDenseFenceSlackNs = 20'000;
 
 std::uint64_t Mix(std::uint64_t x) {  // splitmix64's finalizer
   x ^= x >> 30;
@@ -101,15 +104,21 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
   s.next_is_probe = probe;
   s.next_key = key;
   s.next_estimate_ns = KindEstimateNs(key);
-  // A probe is fenced on both sides: what is open ends here, and its segment starts at that
-  // fence (recorded just now, it completes no earlier than the work before the probe).
+  // A probe is fenced on both sides: what is open ends here. If the stream is still busy, that
+  // fence completes right before the probe's launch runs and is its start; if it is idle, the
+  // probe starts at an event of its own, behind a Hold.
   if (probe && s.open_launches > 0) {
     const std::size_t fenced = s.fenced.size();
     Close(s, now_ns);
     if (s.fenced.size() > fenced) {
-      Ref(s.fenced.back().end);
-      s.open_begin = s.fenced.back().end;
-      return true;
+      const int tail = s.fenced.back().end;
+      if (api_->Query(events_[static_cast<std::size_t>(tail)].handle) ==
+          EventApi::State::kPending) {
+        Ref(tail);
+        s.open_begin = tail;
+        return true;
+      }
+      return StartAtNewEvent(s, true);
     }
   }
   if (s.open_launches > 0 || s.open_begin >= 0) return true;
@@ -123,14 +132,30 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
       return true;
     }
   }
+  return StartAtNewEvent(s, probe);
+}
+
+bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
   const int start = NewEvent();
-  if (start < 0 || !api_->Record(events_[static_cast<std::size_t>(start)].handle, stream)) {
+  if (start < 0) {
+    ++errors_;
+    return false;
+  }
+  s.holding = probe && api_->Hold(s.handle);
+  if (!api_->Record(events_[static_cast<std::size_t>(start)].handle, s.handle)) {
     Discard(start);
+    ReleaseHold(s);
     ++errors_;
     return false;
   }
   s.open_begin = start;
   return true;
+}
+
+void FenceTracker::ReleaseHold(Stream& s) {
+  if (!s.holding) return;
+  s.holding = false;
+  api_->Release();
 }
 
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns) {
@@ -168,8 +193,10 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   } else {
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
-                               s.open_estimate_ns, s.open_probe, s.open_probe_key, now_ns});
+                               s.open_estimate_ns, s.open_probe, s.open_probe_key, now_ns,
+                               s.last_launch_ns});
   }
+  ReleaseHold(s);
   s.open_begin = -1;
   s.open_launches = 0;
   s.open_unknown = 0;
@@ -178,6 +205,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
 }
 
 void FenceTracker::Drop(Stream& s) {
+  ReleaseHold(s);
   Unref(s.open_begin);
   s.open_begin = -1;
   s.open_launches = 0;
@@ -248,9 +276,9 @@ double FenceTracker::PendingNs(const Stream& s, const Segment& seg) const {
   return seg.estimate_ns + seg.unknown * Estimate(s);
 }
 
-std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg,
-                                   std::uint64_t span_ns) const {
-  if (seg.probe) return span_ns;
+std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
+                                   bool dense) const {
+  if (seg.probe || dense) return span_ns;
   if (seg.unknown > 0 && s.per_launch_ns <= 0) return span_ns;  // nothing to bound it with
   return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
 }
@@ -271,13 +299,23 @@ void FenceTracker::Poll(Measured* out) {
           k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
           s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
         }
-        const std::uint64_t charge = Charge(s, seg, span);
-        std::uint64_t at = 0;
+        // On the host clock: where the segment's work began and ended (its epoch, if any).
+        std::uint64_t from_epoch_to_end = 0, from_epoch_to_begin = 0;
         const auto host = epoch_hosts_.find(seg.epoch);
-        if (seg.epoch >= 0 && host != epoch_hosts_.end() &&
+        const bool placed = seg.epoch >= 0 && host != epoch_hosts_.end() &&
+                            api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
+                                            events_[static_cast<std::size_t>(seg.end)].handle,
+                                            &from_epoch_to_end);
+        const bool dense =
+            placed &&
             api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
-                            events_[static_cast<std::size_t>(seg.end)].handle, &at)) {
-          const std::uint64_t end = host->second + at;
+                            events_[static_cast<std::size_t>(seg.begin)].handle,
+                            &from_epoch_to_begin) &&
+            host->second + from_epoch_to_begin > seg.last_launch_ns &&
+            seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
+        const std::uint64_t charge = Charge(s, seg, span, dense);
+        if (placed) {
+          const std::uint64_t end = host->second + from_epoch_to_end;
           out->spans.push_back(Span{end - std::min(end, charge), end});
         } else {
           out->unplaced_ns += charge;

@@ -11,10 +11,13 @@
 // gaps between its kernels when the host launches more slowly than the GPU runs them (a
 // launch-bound loop). Busy time therefore comes from two measurements together:
 //   - probes: a launch, chosen by its kind (`key`: the function and its grid, or the graph) — the
-//     first two of each kind, then one in `probe_period` at random — is fenced on both sides, so
-//     its span is exactly that launch's GPU time; each kind keeps a running estimate of it;
-//   - a segment is charged min(span, the sum of its launches' estimates): a busy stream's span is
-//     its busy time, a launch-bound stream's estimates are.
+//     first two of each kind, then one in `probe_period` at random — is fenced on both sides (on
+//     an idle stream behind a Hold, so that the start event does not run ahead of the launch),
+//     so its span is that launch's GPU time; each kind keeps a running estimate of it;
+//   - a segment is dense when the GPU reached its start only after its last launch had been
+//     submitted (the host was ahead: no gap between its kernels) and its fence followed that
+//     launch at once (no idle time after them); a dense segment is charged its span, any other
+//     min(span, the sum of its launches' estimates). Without an epoch the rule is the min.
 // With an epoch (Calibrate: an event whose host-clock time is known within a few microseconds),
 // each charge is placed on the host clock as the span [end - charge, end], so that overlapping
 // work of several streams and processes is counted once (busy_log.h takes their union).
@@ -48,6 +51,16 @@ class EventApi {
   virtual bool Record(void* event, void* stream) = 0;
   virtual State Query(void* event) = 0;
   virtual bool ElapsedNs(void* from, void* to, std::uint64_t* ns) = 0;
+  // Optional: holds `stream` at a gate (a wait on a host-written value) until Release, so that
+  // what is queued behind it meanwhile runs back to back. A probe of an idle stream uses it:
+  // without it the probe's start event completes before its launch reaches the GPU, and the
+  // probe counts the launch's submission latency (several microseconds: more than a small
+  // kernel). false: not available (the probe is then taken without it).
+  virtual bool Hold(void* stream) {
+    (void)stream;
+    return false;
+  }
+  virtual void Release() {}
 };
 
 struct FenceOptions {
@@ -147,6 +160,7 @@ class FenceTracker {
     bool probe = false;         // one launch fenced on both sides: its span is its GPU time
     std::uint64_t probe_key = 0;
     std::uint64_t fenced_at_ns = 0;
+    std::uint64_t last_launch_ns = 0;  // host clock, when its last launch had been submitted
   };
   struct Stream {
     void* handle = nullptr;
@@ -156,6 +170,7 @@ class FenceTracker {
     std::uint32_t open_unknown = 0;
     double open_estimate_ns = 0;
     bool open_probe = false;
+    bool holding = false;  // the stream waits at Hold until this probe's fence is recorded
     std::uint64_t open_probe_key = 0;
     bool next_is_probe = false;  // BeforeLaunch's findings for AfterLaunch
     std::uint64_t next_key = 0;
@@ -179,10 +194,14 @@ class FenceTracker {
   void Discard(int e);
   void Close(Stream& s, std::uint64_t now_ns);
   void Drop(Stream& s);
+  void ReleaseHold(Stream& s);
+  // Starts the open segment of an idle stream at a new event (behind a Hold for a probe).
+  bool StartAtNewEvent(Stream& s, bool probe);
   double Estimate(const Stream& s) const;
   double PendingNs(const Stream& s, const Segment& seg) const;
   bool ShouldProbe(std::uint64_t key);
-  std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns) const;
+  std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
+                       bool dense) const;
 
   EventApi* api_;
   FenceOptions options_;

@@ -203,5 +203,126 @@ TEST(FenceTracker, KindsOfDifferentSizesAreDifferentKinds) {
   EXPECT_NE(GraphKey(nullptr), 0u);
 }
 
+// A stream whose launches reach the GPU `latency` after they are submitted, while an event
+// recorded on an idle stream completes at once (the real driver's shape: a kernel's submission
+// takes microseconds). A probe's start event then runs ahead of its launch, unless the stream is
+// held at a gate until the launch and its fence are queued (Hold / Release).
+class LatencyGpu final : public EventApi {
+ public:
+  LatencyGpu(std::uint64_t latency, bool gate) : latency_(latency), gate_(gate) {}
+  std::uint64_t now = 0;
+  void Launch(std::uint64_t ns) {
+    if (held_) {
+      queue_.push_back({ns, nullptr});
+      return;
+    }
+    busy_until_ = std::max(busy_until_, now + latency_) + ns;
+  }
+  void* Create() override {
+    events_.push_back(std::make_unique<std::uint64_t>(kNever));
+    return events_.back().get();
+  }
+  void Destroy(void*) override {}
+  bool Record(void* event, void*) override {
+    auto* at = static_cast<std::uint64_t*>(event);
+    if (held_) {
+      *at = kNever - 1;  // pending until released
+      queue_.push_back({0, at});
+    } else {
+      *at = std::max(busy_until_, now);
+    }
+    return true;
+  }
+  State Query(void* event) override {
+    const std::uint64_t at = *static_cast<std::uint64_t*>(event);
+    return at == kNever ? State::kError : at <= now ? State::kDone : State::kPending;
+  }
+  bool ElapsedNs(void* from, void* to, std::uint64_t* ns) override {
+    *ns = *static_cast<std::uint64_t*>(to) - *static_cast<std::uint64_t*>(from);
+    return true;
+  }
+  bool Hold(void*) override {
+    if (gate_) held_ = true;
+    return gate_;
+  }
+  void Release() override {  // what queued behind the gate runs back to back from here
+    held_ = false;
+    std::uint64_t t = std::max(busy_until_, now + latency_);
+    for (const auto& [ns, event] : queue_) {
+      if (event != nullptr) {
+        *event = t;
+      } else {
+        t += ns;
+      }
+    }
+    busy_until_ = t;
+    queue_.clear();
+  }
+
+ private:
+  static constexpr std::uint64_t kNever = ~0ULL;
+  std::uint64_t latency_;
+  bool gate_;
+  bool held_ = false;
+  std::uint64_t busy_until_ = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t*>> queue_;
+  std::deque<std::unique_ptr<std::uint64_t>> events_;
+};
+
+// 2 us kernels every 20 us with 6 us of submission latency: behind a gate the probes measure the
+// kernels; without one they measure the latency too and the loop is charged four times its work.
+TEST(FenceTracker, ProbesOfAnIdleStreamWaitAtAGateSoTheyMeasureTheKernelAlone) {
+  for (const bool gate : {true, false}) {
+    LatencyGpu gpu(6'000, gate);
+    FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 7});
+    std::uint64_t busy = 0;
+    for (int i = 0; i < 20'000; ++i) {
+      ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, 1));
+      gpu.Launch(2'000);
+      t.AfterLaunch(kStream, gpu.now);
+      gpu.now += 20'000;
+      busy += t.Poll();
+    }
+    t.FenceAll(gpu.now);
+    gpu.now += 1'000'000;
+    busy += t.Poll();
+    const double truth = 20'000 * 2'000.0;
+    if (gate) {
+      EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, 1.0);
+      EXPECT_NEAR(static_cast<double>(busy), truth, 0.02 * truth);
+    } else {
+      EXPECT_GT(static_cast<double>(busy), 3 * truth);  // why the gate exists
+    }
+  }
+}
+
+// A segment the GPU reached only after its last launch was submitted (the host was ahead) is
+// charged its span even where the probes saw its kind run faster (they ran with the GPU to
+// themselves; in the segment a neighbour's kernels were time-sliced in).
+TEST(FenceTracker, ADenseSegmentIsChargedItsSpan) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no random probes
+  void* const epoch_stream = reinterpret_cast<void*>(0x20);
+  ASSERT_TRUE(t.Calibrate(epoch_stream, [&] { return gpu.now; }));
+  LaunchOn(t, gpu, 100'000);  // the two first probes: 100 us each
+  LaunchOn(t, gpu, 100'000);
+  gpu.now += 1'000'000;
+  t.Poll();
+  // Now a busy stream: a long kernel ahead, then ten launches queued behind it that run at
+  // 200 us each (slowed by a neighbour), all submitted before the GPU reaches them.
+  ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, 2));
+  gpu.Launch(5'000'000);
+  t.AfterLaunch(kStream, gpu.now);
+  t.FenceAll(gpu.now);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, 0));
+    gpu.Launch(200'000);
+    t.AfterLaunch(kStream, gpu.now);
+  }
+  t.FenceAll(gpu.now);
+  gpu.now += 100'000'000;
+  EXPECT_EQ(t.Poll(), 5'000'000u + 10 * 200'000u);
+}
+
 }  // namespace
 }  // namespace tessera::governor

@@ -4,6 +4,7 @@
 // trackers' own busy_ns), over 3 s windows that slide by 500 ms unless a test says otherwise.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -179,6 +180,9 @@ Rate Measure(BusyShape shape, const Tenant& tenant, bool governed) {
   sim.RunUntil(2 * kSec);
   const std::uint64_t done = sim.CompletedNs(id);
   sim.RunUntil(8 * kSec);
+  if (std::getenv("SIM_DEBUG") != nullptr)
+    std::printf("busy %.3f s, truth %.3f s\n", static_cast<double>(sim.container(id).observation().busy_ns) / 1e9,
+                static_cast<double>(sim.CompletedNs(id)) / 1e9);
   return Rate{static_cast<double>(sim.CompletedNs(id) - done) / 6.0,
               sim.SharePercent(id, 2 * kSec, 8 * kSec) / 100.0};
 }

@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <dlfcn.h>
 #include <mutex>
 #include <pthread.h>
 #include <time.h>
+
+#include "tessera/log.h"
 
 #include "governor/busy_log.h"
 #include "governor/fences.h"
@@ -26,7 +29,8 @@ namespace {
 constexpr std::uint64_t kDefaultDepthNs = 2'000'000;
 constexpr std::uint64_t kStaleArbiterNs = 200'000'000;  // the arbiter's beat is this old: fail-open
 constexpr std::uint64_t kGatePollNs = 50'000;
-constexpr std::uint64_t kWatchPollNs = 100'000;
+constexpr std::uint64_t kWatchPollNs = 500'000;
+constexpr std::uint64_t kWatchPollWaitedNs = 100'000;  // while a launch waits for the depth
 constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no launch for this long
 constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the depth wait
 // How often the watcher re-times its epoch against the host clock (the GPU's timer and the
@@ -62,12 +66,62 @@ class CudaEvents final : public governor::EventApi {
     if (elapsed == nullptr) elapsed = Real<CudaHook::cuEventElapsedTime_v2>();
     float ms = 0;
     if (elapsed == nullptr ||
-        elapsed(&ms, static_cast<CUevent>(from), static_cast<CUevent>(to)) != CUDA_SUCCESS) {
+        elapsed(&ms, static_cast<CUevent>(from), static_cast<CUevent>(to)) != CUDA_SUCCESS ||
+        ms < 0) {
       return false;
     }
-    *ns = ms > 0 ? static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6) : 0;
+    *ns = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     return true;
   }
+  // The probe's gate: the stream waits (cuStreamWaitValue32, GEQ) on a word of pinned host
+  // memory that Release then writes. Driver functions outside the hook table, resolved once;
+  // unavailable (an old driver, stream memory operations off) means probes without a gate.
+  bool Hold(void* stream) override {
+    if (!gate_tried_) PrepareGate();
+    if (wait_ == nullptr) return false;
+    const std::uint32_t next = gate_seq_ + 1;
+    if (wait_(static_cast<CUstream>(stream), gate_device_, next, CU_STREAM_WAIT_VALUE_GEQ) !=
+        CUDA_SUCCESS) {
+      wait_ = nullptr;  // not supported here: never again
+      CountMachineryError("stream memory operations are unavailable; probes run without a gate");
+      return false;
+    }
+    gate_seq_ = next;
+    return true;
+  }
+  void Release() override { __atomic_store_n(gate_host_, gate_seq_, __ATOMIC_RELEASE); }
+
+ private:
+  using HostAllocFn = CUresult (*)(void**, std::size_t, unsigned int);
+  using DevicePointerFn = CUresult (*)(CUdeviceptr*, void*, unsigned int);
+  using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  void PrepareGate() {
+    gate_tried_ = true;
+    const DlsymFn lookup = RealDlsym();
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lookup == nullptr || cuda == nullptr) return;
+    const auto host_alloc = reinterpret_cast<HostAllocFn>(lookup(cuda, "cuMemHostAlloc"));
+    const auto device_pointer =
+        reinterpret_cast<DevicePointerFn>(lookup(cuda, "cuMemHostGetDevicePointer_v2"));
+    auto wait = reinterpret_cast<WaitValueFn>(lookup(cuda, "cuStreamWaitValue32_v2"));
+    if (wait == nullptr) wait = reinterpret_cast<WaitValueFn>(lookup(cuda, "cuStreamWaitValue32"));
+    void* word = nullptr;
+    if (host_alloc == nullptr || device_pointer == nullptr || wait == nullptr ||
+        host_alloc(&word, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP) !=
+            CUDA_SUCCESS ||
+        device_pointer(&gate_device_, word, 0) != CUDA_SUCCESS) {
+      return;  // (a pinned word allocated without a device pointer is left: 64 bytes, once)
+    }
+    gate_host_ = static_cast<std::uint32_t*>(word);
+    *gate_host_ = 0;
+    wait_ = wait;
+  }
+
+  bool gate_tried_ = false;
+  WaitValueFn wait_ = nullptr;
+  std::uint32_t* gate_host_ = nullptr;
+  CUdeviceptr gate_device_ = 0;
+  std::uint32_t gate_seq_ = 0;
 };
 
 struct DeviceGovernor {
@@ -90,7 +144,16 @@ struct Governor {
   DeviceGovernor* devices[shm::kMaxDevices] = {};
   std::atomic<bool> watcher_started{false};  // read unlocked by FenceBeforeWait
   bool disabled = false;  // no watcher thread could be started: launches run ungoverned
+  bool watcher_idle = false;  // waiting for work: the next launch wakes it
+  int depth_waiters = 0;      // launches waiting for the depth: the watcher polls faster
 };
+
+// TESSERA_HOOK_STATS=1: where the governed launch path spends its time (printed at exit with the
+// call counts), to keep its cost visible on real workloads.
+struct GovernorStats {
+  std::atomic<std::uint64_t> launches{0}, total_ns{0}, real_ns{0}, gate_ns{0}, depth_ns{0};
+};
+GovernorStats g_governor_stats;
 Governor* g_governor = new Governor();
 
 void SleepNs(std::uint64_t ns) {
@@ -241,11 +304,12 @@ void* WatcherMain(Governor* g, shm::Region* region) {
     }
     g->completed.notify_all();
     if (!any) {
+      g->watcher_idle = true;
       g->work.wait_for(lock, std::chrono::milliseconds(20));
+      g->watcher_idle = false;
     } else {
-      lock.unlock();
-      SleepNs(kWatchPollNs);
-      lock.lock();
+      g->work.wait_for(lock, std::chrono::nanoseconds(g->depth_waiters > 0 ? kWatchPollWaitedNs
+                                                                           : kWatchPollNs));
     }
   }
 }
@@ -292,6 +356,8 @@ template <typename Launch>
 __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream, bool per_thread,
                                             std::uint64_t key, const Launch& launch) {
   Governor& g = *g_governor;
+  const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
+  std::uint64_t gate_ns = 0, depth_wait_ns = 0;
   CUdevice dev = 0;
   DeviceQuota quota;
   if (g.disabled || QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0)
@@ -309,7 +375,9 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   // kernel) must not hang the application's next launch.
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
   for (;;) {
+    const std::uint64_t at_gate = g_stats_enabled ? NowNs() : 0;
     if (!WaitAtGate(c)) return launch();
+    if (g_stats_enabled) gate_ns += NowNs() - at_gate;
     lock.lock();
     DeviceGovernor& waiting = DeviceFor(g, quota.region_device);
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
@@ -326,10 +394,13 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
         break;
       }
       waiting.tracker.FenceAll(now, MayRecordFromCaller);
+      ++g.depth_waiters;
       g.work.notify_one();
       g.completed.wait_for(lock, std::chrono::milliseconds(1));
+      --g.depth_waiters;
       now = NowNs();
     }
+    if (g_stats_enabled) depth_wait_ns += now - started;
     const shm::Gate gate = GateOf(c);
     if (gate == shm::Gate::kOpen || gate == shm::Gate::kFree) break;
     lock.unlock();
@@ -347,8 +418,10 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   std::uint64_t now = NowNs();
   void* stream_key = StreamKey(stream, per_thread);
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
+  const std::uint64_t before_real = g_stats_enabled ? NowNs() : 0;
   const CUresult r = launch();
   now = NowNs();
+  const std::uint64_t after_real = now;
   if (measured) {
     if (r == CUDA_SUCCESS) {
       d.tracker.AfterLaunch(stream_key, now);
@@ -366,7 +439,15 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     c.launches.fetch_add(1, std::memory_order_relaxed);
     c.active_ns.store(now, std::memory_order_relaxed);
   }
-  g.work.notify_one();
+  if (g.watcher_idle) g.work.notify_one();
+  if (g_stats_enabled) {
+    GovernorStats& st = g_governor_stats;
+    st.launches.fetch_add(1, std::memory_order_relaxed);
+    st.total_ns.fetch_add(now - entered, std::memory_order_relaxed);
+    st.real_ns.fetch_add(after_real - before_real, std::memory_order_relaxed);
+    st.gate_ns.fetch_add(gate_ns, std::memory_order_relaxed);
+    st.depth_ns.fetch_add(depth_wait_ns, std::memory_order_relaxed);
+  }
   return r;
 }
 
@@ -400,6 +481,20 @@ void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
 }
 
 }  // namespace
+
+void PrintGovernorStats() {
+  const GovernorStats& st = g_governor_stats;
+  const std::uint64_t n = st.launches.load();
+  if (n == 0) return;
+  const auto per = [n](const std::atomic<std::uint64_t>& v) {
+    return static_cast<double>(v.load()) / static_cast<double>(n);
+  };
+  TESSERA_LOG(kWarn, kHook,
+              "stats: governed launches %llu: %.0f ns each in the governed path, of which the "
+              "real launch %.0f, waiting at the gate %.0f, waiting for the depth %.0f",
+              static_cast<unsigned long long>(n), per(st.total_ns), per(st.real_ns),
+              per(st.gate_ns), per(st.depth_ns));
+}
 
 void ResetGovernorAfterFork() { g_governor = new Governor(); }
 

@@ -44,6 +44,7 @@ void PrintStats(State& s) {
   TESSERA_LOG(kWarn, kHook, "stats: configure %.1f us, first-call initialization %.1f us",
               static_cast<double>(s.configure_ns) / 1e3,
               static_cast<double>(s.initialize_ns) / 1e3);
+  PrintGovernorStats();
   for (std::size_t i = 0; i < kCudaHookCount; ++i) {
     const std::uint64_t n = s.calls[i].load(std::memory_order_relaxed);
     if (n != 0) {

@@ -93,6 +93,8 @@ inline shm::Region* GovernedRegion() {
 // Counts one of tessera's own failures in the region (fail-open events) and logs it once per
 // `what` (a string literal).
 void CountMachineryError(const char* what);
+// TESSERA_HOOK_STATS: the governed launch path's time per launch (launch_hooks.cc).
+void PrintGovernorStats();
 // launch_hooks.cc: the governor's per-process state starts afresh in a fork child; a stream
 // about to be destroyed has its open work fenced.
 void ResetGovernorAfterFork();
