@@ -38,7 +38,7 @@ from torch import nn
 from jsonl import json_lines  # beside this script
 
 SELF = [sys.executable, os.path.abspath(__file__)]
-LC_SECONDS = 15
+LC_SECONDS = float(os.environ.get("LC_SECONDS", "15"))
 
 
 class Bottleneck(nn.Module):
