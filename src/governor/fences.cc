@@ -302,17 +302,16 @@ void FenceTracker::Poll(Measured* out) {
         // On the host clock: where the segment's work began and ended (its epoch, if any).
         std::uint64_t from_epoch_to_end = 0, from_epoch_to_begin = 0;
         const auto host = epoch_hosts_.find(seg.epoch);
-        const bool placed = seg.epoch >= 0 && host != epoch_hosts_.end() &&
-                            api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
-                                            events_[static_cast<std::size_t>(seg.end)].handle,
-                                            &from_epoch_to_end);
-        const bool dense =
-            placed &&
+        const bool placed =
+            seg.epoch >= 0 && host != epoch_hosts_.end() &&
             api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
-                            events_[static_cast<std::size_t>(seg.begin)].handle,
-                            &from_epoch_to_begin) &&
-            host->second + from_epoch_to_begin > seg.last_launch_ns &&
-            seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
+                            events_[static_cast<std::size_t>(seg.end)].handle, &from_epoch_to_end);
+        const bool dense = placed &&
+                           api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
+                                           events_[static_cast<std::size_t>(seg.begin)].handle,
+                                           &from_epoch_to_begin) &&
+                           host->second + from_epoch_to_begin > seg.last_launch_ns &&
+                           seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
         const std::uint64_t charge = Charge(s, seg, span, dense);
         if (placed) {
           const std::uint64_t end = host->second + from_epoch_to_end;

@@ -4,8 +4,8 @@
 // trackers' own busy_ns), over 3 s windows that slide by 500 ms unless a test says otherwise.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -181,7 +181,8 @@ Rate Measure(BusyShape shape, const Tenant& tenant, bool governed) {
   const std::uint64_t done = sim.CompletedNs(id);
   sim.RunUntil(8 * kSec);
   if (std::getenv("SIM_DEBUG") != nullptr)
-    std::printf("busy %.3f s, truth %.3f s\n", static_cast<double>(sim.container(id).observation().busy_ns) / 1e9,
+    std::printf("busy %.3f s, truth %.3f s\n",
+                static_cast<double>(sim.container(id).observation().busy_ns) / 1e9,
                 static_cast<double>(sim.CompletedNs(id)) / 1e9);
   return Rate{static_cast<double>(sim.CompletedNs(id) - done) / 6.0,
               sim.SharePercent(id, 2 * kSec, 8 * kSec) / 100.0};

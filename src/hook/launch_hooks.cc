@@ -15,8 +15,8 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
-#include <string>
 #include <pthread.h>
+#include <string>
 #include <time.h>
 
 #include "tessera/log.h"
@@ -40,9 +40,30 @@ constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the dept
 // host's drift apart by parts per million; cuEventElapsedTime is a float of milliseconds).
 constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 
+// The calling thread's stream-capture mode is relaxed for the scope, so that our event queries
+// and records never invalidate a capture another thread runs in global mode.
+class RelaxedCapture {
+ public:
+  RelaxedCapture() : exchange_(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) {
+    if (exchange_ != nullptr && exchange_(&mode_) != CUDA_SUCCESS) exchange_ = nullptr;
+  }
+  ~RelaxedCapture() {
+    if (exchange_ != nullptr) exchange_(&mode_);
+  }
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  decltype(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) exchange_;
+  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
+// The driver's events, each call in relaxed capture mode (RelaxedCapture): the launch path makes
+// these calls only at segment boundaries and probes, so ordinary launches pay for none of it.
 class CudaEvents final : public governor::EventApi {
  public:
   void* Create() override {
+    const RelaxedCapture relaxed;
     CUevent e = nullptr;
     const auto create = Real<CudaHook::cuEventCreate>();
     return create != nullptr && create(&e, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? e : nullptr;
@@ -52,11 +73,13 @@ class CudaEvents final : public governor::EventApi {
       destroy(static_cast<CUevent>(event));
   }
   bool Record(void* event, void* stream) override {
+    const RelaxedCapture relaxed;
     const auto record = Real<CudaHook::cuEventRecord>();
     return record != nullptr &&
            record(static_cast<CUevent>(event), static_cast<CUstream>(stream)) == CUDA_SUCCESS;
   }
   State Query(void* event) override {
+    const RelaxedCapture relaxed;
     const auto query = Real<CudaHook::cuEventQuery>();
     if (query == nullptr) return State::kError;
     const CUresult r = query(static_cast<CUevent>(event));
@@ -76,10 +99,12 @@ class CudaEvents final : public governor::EventApi {
     *ns = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     return true;
   }
-  // The probe's gate: the stream waits (cuStreamWaitValue32, GEQ) on a word of pinned host
-  // memory that Release then writes. Driver functions outside the hook table, resolved once;
-  // unavailable (an old driver, stream memory operations off) means probes without a gate.
+  // The probe's gate (TESSERA_PROBE_GATE=1): the stream waits (cuStreamWaitValue32, GEQ) on a
+  // word of pinned host memory that Release then writes. Driver functions outside the hook
+  // table, resolved once; unavailable (an old driver, stream memory operations off) means probes
+  // without a gate.
   bool Hold(void* stream) override {
+    const RelaxedCapture relaxed;
     if (!gate_tried_) PrepareGate();
     if (wait_ == nullptr) return false;
     const std::uint32_t next = gate_seq_ + 1;
@@ -100,8 +125,10 @@ class CudaEvents final : public governor::EventApi {
   using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
   void PrepareGate() {
     gate_tried_ = true;
+    // Off unless asked for: on the H200 the gate timed a kernel alone in isolation
+    // (test/gpu/busy_probe.cu), but a PyTorch loop governed with it stalled (ADR 0017).
     const char* knob = std::getenv(std::string(names::kEnvProbeGate).c_str());
-    if (knob != nullptr && knob[0] == '0') return;
+    if (knob == nullptr || knob[0] != '1') return;
     const DlsymFn lookup = RealDlsym();
     void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (lookup == nullptr || cuda == nullptr) return;
@@ -148,7 +175,7 @@ struct Governor {
   CudaEvents events;
   DeviceGovernor* devices[shm::kMaxDevices] = {};
   std::atomic<bool> watcher_started{false};  // read unlocked by FenceBeforeWait
-  bool disabled = false;  // no watcher thread could be started: launches run ungoverned
+  bool disabled = false;      // no watcher thread could be started: launches run ungoverned
   bool watcher_idle = false;  // waiting for work: the next launch wakes it
   int depth_waiters = 0;      // launches waiting for the depth: the watcher polls faster
 };
@@ -190,24 +217,6 @@ bool Capturing(CUstream stream, bool per_thread) {
 // Whether a fence may be recorded on `stream` by the calling thread (CU_STREAM_PER_THREAD names
 // the caller's own per-thread stream).
 bool MayRecordFromCaller(void* stream) { return !Capturing(static_cast<CUstream>(stream), false); }
-
-// The calling thread's stream-capture mode is relaxed for the scope, so that our event queries
-// and records never invalidate a capture another thread runs in global mode.
-class RelaxedCapture {
- public:
-  RelaxedCapture() : exchange_(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) {
-    if (exchange_ != nullptr && exchange_(&mode_) != CUDA_SUCCESS) exchange_ = nullptr;
-  }
-  ~RelaxedCapture() {
-    if (exchange_ != nullptr) exchange_(&mode_);
-  }
-  RelaxedCapture(const RelaxedCapture&) = delete;
-  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
-
- private:
-  decltype(Real<CudaHook::cuThreadExchangeStreamCaptureMode>()) exchange_;
-  CUstreamCaptureMode mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-};
 
 // The stream a fence must be recorded on: a per-thread launch on the default stream means the
 // calling thread's stream, which the legacy cuEventRecord names CU_STREAM_PER_THREAD.
@@ -313,8 +322,8 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       g->work.wait_for(lock, std::chrono::milliseconds(20));
       g->watcher_idle = false;
     } else {
-      g->work.wait_for(lock, std::chrono::nanoseconds(g->depth_waiters > 0 ? kWatchPollWaitedNs
-                                                                           : kWatchPollNs));
+      g->work.wait_for(
+          lock, std::chrono::nanoseconds(g->depth_waiters > 0 ? kWatchPollWaitedNs : kWatchPollNs));
     }
   }
 }
@@ -363,17 +372,15 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   Governor& g = *g_governor;
   const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
   std::uint64_t gate_ns = 0, depth_wait_ns = 0;
-  CUdevice dev = 0;
-  DeviceQuota quota;
-  if (g.disabled || QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0)
-    return launch();
+  if (g.disabled) return launch();
+  const DeviceQuota quota = QuotaForLaunch();
+  if (quota.region_device < 0) return launch();
   shm::Compute& c = region->compute[quota.region_device];
   if (GateOf(c) == shm::Gate::kFree || Capturing(stream, per_thread)) return launch();
   if (Stale(c, NowNs())) {
     CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
     return launch();
   }
-  const RelaxedCapture relaxed;
   // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
   // the share ran out, a higher class arrived): then wait at it again. The depth wait is
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent

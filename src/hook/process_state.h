@@ -39,6 +39,7 @@ struct State {
   // device is not in the limits, -1 when no tessera limit applies to it (quota.h).
   std::atomic<int> ordinal_map[kMaxOrdinals];
   std::atomic<std::uint32_t> context_charged{0};  // bit per region device
+  std::atomic<int> device_count{-1};              // devices the driver shows; -1 until read
   // The allocation table. Held by pointer so a fork child can start afresh: the parent's other
   // threads may have held the mutex at fork() (they do not exist in the child).
   std::mutex* alloc_mu = new std::mutex();

@@ -116,6 +116,25 @@ CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev) {
   return CUDA_SUCCESS;
 }
 
+DeviceQuota QuotaForLaunch() {
+  // One visible device (a container's usual case): whatever context is current is on ordinal
+  // 0, and a launch pays for no driver call to learn it (a launch with no context fails in the
+  // driver itself). The count is read once.
+  State& s = S();
+  int count = s.device_count.load(std::memory_order_relaxed);
+  if (count < 0) {
+    const auto get_count = Real<CudaHook::cuDeviceGetCount>();
+    int n = 0;
+    count = get_count != nullptr && get_count(&n) == CUDA_SUCCESS ? n : 0;
+    s.device_count.store(count, std::memory_order_relaxed);
+  }
+  if (count == 1) return QuotaForDevice(0);
+  DeviceQuota quota;
+  CUdevice dev = 0;
+  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS) quota.region_device = -1;
+  return quota;
+}
+
 Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what) {
   State& s = S();
   if (quota.refuse) {

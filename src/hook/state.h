@@ -41,6 +41,9 @@ struct DeviceQuota {
 DeviceQuota QuotaForDevice(CUdevice dev);
 // The quota of the current context's device (CUDA_ERROR_INVALID_CONTEXT if none).
 CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev);
+// The launch path's: the same without a driver call when the process sees one device;
+// region_device -1 where no quota applies or the device cannot be told.
+DeviceQuota QuotaForLaunch();
 
 // Reserve/release against the region for this process's slot. Reserve logs the refusal.
 Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what);

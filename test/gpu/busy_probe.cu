@@ -39,13 +39,13 @@ void Spin(double us) {
   }
 }
 
-#define CHECK(x)                                                             \
-  do {                                                                       \
-    const CUresult r_ = (x);                                                 \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      std::fprintf(stderr, "%s failed: %d (line %d)\n", #x, r_, __LINE__);   \
-      std::exit(1);                                                          \
-    }                                                                        \
+#define CHECK(x)                                                           \
+  do {                                                                     \
+    const CUresult r_ = (x);                                               \
+    if (r_ != CUDA_SUCCESS) {                                              \
+      std::fprintf(stderr, "%s failed: %d (line %d)\n", #x, r_, __LINE__); \
+      std::exit(1);                                                        \
+    }                                                                      \
   } while (0)
 
 }  // namespace
@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < iterations; ++i) {
       CUevent before = events[2 * i], after = events[2 * i + 1];
       if (mode == "query" && i > 0) (void)cuEventQuery(events[2 * i - 1]);
-      if (mode == "gate") CHECK(cuStreamWaitValue32(s, word_device, ++seq, CU_STREAM_WAIT_VALUE_GEQ));
+      if (mode == "gate")
+        CHECK(cuStreamWaitValue32(s, word_device, ++seq, CU_STREAM_WAIT_VALUE_GEQ));
       if (mode == "bracket" || mode == "gate") CHECK(cuEventRecord(before, s));
       launch();
       if (mode != "none") CHECK(cuEventRecord(after, s));
