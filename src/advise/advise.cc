@@ -59,8 +59,11 @@ const std::vector<OptionFacts>& Facts() {
        {"GPU memory cap per container on every allocation path, contexts included (CUDA "
         "out-of-memory in the offending process only)",
         "cudaMemGetInfo / nvidia-smi inside the container report the cap as the total",
-        "compute share per container and priority between co-located tenants (not yet in this "
-        "release: memory is enforced today)",
+        "compute share per container (the GPU busy time of its kernels) and priority between "
+        "co-located tenants; time-sliced, an in-flight kernel is never preempted, so a "
+        "latency-critical tenant is never worse off than under native sharing but waits for a "
+        "neighbour's running kernel: beside kernels longer than its latency budget it needs MPS "
+        "(trusted tiers) or MIG",
         "per-pod usage accounting, reconciled with what the driver reports per process"},
        {"a process that bypasses the preload library (static linking, raw ioctls) is not "
         "stopped by it; the node agent detects the excess from NVML and reports, kills or "
@@ -69,7 +72,9 @@ const std::vector<OptionFacts>& Facts() {
         "a GPU-wide fault (some Xid errors, a GPU reset) affects every tenant of the GPU"}},
       {Option::kMps,
        {"memory cap per client (the driver's pinned-memory limit plus tessera's library)",
-        "active-thread percentage per client (spatial SM share)",
+        "active-thread percentage per client (spatial SM share); best-effort clients leave "
+        "latency-critical ones a reserve of SMs (20 % by default), so a latency-critical "
+        "kernel starts beside a long one instead of after it",
         "per-pod accounting through the same library"},
        {"fault isolation: one client's fatal fault ends every client of the MPS server",
         "co-tenants must run as one user ID",
@@ -144,14 +149,16 @@ std::vector<Candidate> FrameworkCandidates(const Request& r, std::vector<RuledOu
         out.push_back({Option::kShared,
                        {"separate contexts keep one service's crash from ending the others",
                         "memory caps stop a greedy neighbour; priority keeps latency-critical "
-                        "services ahead"}});
+                        "services' new work ahead (a neighbour's kernel already running is "
+                        "waited for: beside kernels longer than the latency budget, MPS)"}});
       } else {
         out.push_back({Option::kShared,
                        {"high trust: sharing for utilization is worth occasional interference",
                         "memory caps stop a training job from crashing its neighbours (the "
                         "seeds' showdown)",
                         inference ? "the latency-critical priority class holds batch work back "
-                                    "while inference runs"
+                                    "while inference runs (not a kernel already running: "
+                                    "beside long kernels, MPS or MIG)"
                                   : "compute shares keep the split fair"}});
         out.push_back({Option::kMps,
                        {"same team, throughput matters most: one context, no context-switch "

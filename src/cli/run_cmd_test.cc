@@ -54,6 +54,15 @@ TEST(RunArgs, ComputeSharePriorityAndMode) {
   EXPECT_EQ(defaults->mode, SharingMode::kShared);
 }
 
+TEST(RunArgs, TheLatencyCriticalReserveUnderMps) {
+  auto o = ParseRunArgs(
+      {"--mode", "mps", "--priority", "best-effort", "--mps-lc-reserve", "35", "--", "x"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->spatial.lc_reserve_percent, 35u);
+  auto shared_low = ParseRunArgs({"--gpu-cores", "5", "--", "x"});  // a time share: no floor
+  ASSERT_TRUE(shared_low.ok());
+}
+
 TEST(RunArgs, BadInputNamesTheFlag) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
       {{"--", "x"}, "nothing to enforce: give --gpu-memory, --gpu-cores, --priority or --mode"},
@@ -74,6 +83,12 @@ TEST(RunArgs, BadInputNamesTheFlag) {
       {{"--priority", "urgent", "--", "x"}, "latency-critical, normal, best-effort"},
       {{"--mode", "exclusive", "--", "x"}, "--mode: tessera run runs shared or mps"},
       {{"--mode", "mps", "--gpu", "0,1", "--", "x"}, "--mode mps: one GPU per run"},
+      {{"--mode", "mps", "--gpu-cores", "5", "--", "x"},
+       "--gpu-cores: 5 under mode mps is an SM limit below the floor of 10 %; accepted: 10-100, "
+       "or mode shared"},
+      {{"--mode", "mps", "--mps-lc-reserve", "95", "--", "x"},
+       "--mps-lc-reserve: \"95\" is not a whole percent of the SMs, 0-90"},
+      {{"--mode", "mps", "--mps-lc-reserve", "x", "--", "x"}, "--mps-lc-reserve: \"x\""},
       {{"--gpu-memory", "4Gi"}, "no command after --"},
       {{"--gpu-memory", "4 Gi", "--", "x"}, "--gpu-memory: \"4 Gi\" contains whitespace"},
       {{"--gpu-memory", "0", "--", "x"}, "--gpu-memory: must be more than 0"},

@@ -505,19 +505,29 @@ class Doctor {
   }
 
   // 3. Latency of a small kernel alone, then beside a tenant running long kernels on every SM it
-  // may use. Under MPS each client gets half of the SMs, as tessera's MPS backend gives each
-  // client its share (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE).
+  // may use. Under MPS as tessera's spatial priority runs them: the hog a best-effort client
+  // that leaves the latency-critical reserve of SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), the
+  // probe a latency-critical client without a limit.
   void Interference() {
-    const std::vector<std::string> env =
-        mode_ == SharingMode::kMps
-            ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50"}
+    const bool mps = mode_ == SharingMode::kMps;
+    const std::uint32_t hog_threads =
+        governor::ActiveThreadPercent(0, PriorityClass::kBestEffort, governor::SpatialPolicy{}, 0);
+    const std::vector<std::string> env;  // the probe's
+    const std::vector<std::string> hog_env =
+        mps ? std::vector<std::string>{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=" +
+                                           std::to_string(hog_threads),
+                                       "CUDA_MPS_CLIENT_PRIORITY=1"}
             : std::vector<std::string>{};
-    const std::string how = mode_ == SharingMode::kMps ? " (each client 50 % of the threads)" : "";
+    const std::string how =
+        mps ? " (the hog best-effort on " + std::to_string(hog_threads) +
+                  " % of the SMs, the probe latency-critical)"
+            : "; time-sliced, a running kernel is not preempted: a latency-critical tenant "
+              "beside kernels longer than its latency budget needs MPS (trusted tiers) or MIG";
     std::string why;
     bool starved = false;
     const auto alone = ProbeLatency(env, 5s, &starved, &why);
     if (!alone) return Add(Property::kInterference, Outcome::kNotMeasured, why);
-    auto spinner = Start({"spin"}, env);
+    auto spinner = Start({"spin"}, hog_env);
     if (!spinner.ok())
       return Add(Property::kInterference, Outcome::kNotMeasured,
                  std::string(spinner.status().message()));

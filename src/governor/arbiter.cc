@@ -157,7 +157,9 @@ void Arbiter::Decide(std::uint64_t now_ns) {
       candidates.push_back(&e);
     }
     const bool shallow = lc_present && p != PriorityClass::kLatencyCritical && !e.tenant.yields_sms;
-    e.verdict = Verdict{gate, shallow ? options_.shallow_depth_us : options_.depth_us};
+    e.verdict = Verdict{gate, shallow               ? options_.shallow_depth_us
+                              : e.tenant.yields_sms ? options_.spatial_depth_us
+                                                    : options_.depth_us};
   }
 
   // 4. Turns: one eligible container at a time when several want the GPU.

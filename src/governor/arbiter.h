@@ -40,6 +40,9 @@ struct ArbiterOptions {
   // ... below a latency-critical one on the GPU: kOneLaunchDepthUs keeps one launch in flight,
   // so that an LC arrival waits for at most one of their launches.
   std::uint32_t shallow_depth_us = shm::kDepthOneLaunchUs;
+  // ... of an MPS client that leaves latency-critical clients their SMs: deep, so that a hog of
+  // kernels longer than depth_us still keeps one queued behind the one running (no gap).
+  std::uint32_t spatial_depth_us = 20000;
   std::uint32_t default_weight_percent = 10;  // turn weight of a container without a share
   std::uint64_t handoff_drain_ns = 250'000;   // a turn passes once the last holder's work drained
   std::uint64_t max_turn_ns = 50'000'000;     // wall time a turn lasts at most while others wait

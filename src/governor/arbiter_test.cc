@@ -126,7 +126,7 @@ TEST(Arbiter, ClientsThatLeaveTheLcItsSmsAreNotHeldForPriority) {
   a.Decide(10 * kMs);
   EXPECT_EQ(a.VerdictFor(1).gate, shm::Gate::kOpen);
   EXPECT_EQ(a.VerdictFor(2).gate, shm::Gate::kOpen);
-  EXPECT_EQ(a.VerdictFor(2).depth_us, ArbiterOptions{}.depth_us);
+  EXPECT_EQ(a.VerdictFor(2).depth_us, ArbiterOptions{}.spatial_depth_us);
   EXPECT_EQ(a.VerdictFor(3).gate, shm::Gate::kHeldPriority);
   EXPECT_EQ(a.VerdictFor(3).depth_us, shm::kDepthOneLaunchUs);
 }

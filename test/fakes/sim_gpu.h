@@ -43,6 +43,12 @@ inline constexpr std::uint64_t kBinNs = 1 * kMs;
 // ------------------------------------------------------------------------------------------------
 // The GPU.
 //
+// Under MPS (spatial contexts: AddContext's `sm_limit`) kernels run side by side on the SMs
+// instead: a kernel is given SMs when it starts — at most its width, its context's SM limit and
+// what is free; normal and latency-critical clients are served before best-effort ones — keeps
+// them until it ends, and progresses at (its SMs / its width) of full speed. So a kernel of a
+// client without a limit that started on every SM makes a later arrival wait for it, and a limit
+// keeps SMs free for it. Otherwise:
 // Processor sharing between contexts (one per container), the limit of a time-slicing GPU with
 // short slices: while k contexts have a kernel at the head of some stream, each progresses at 1/k
 // of the GPU. Within a context, the streams with a kernel at their head share the context's part
@@ -62,6 +68,8 @@ class Gpu {
     std::uint64_t kernel_ns = 0;
     Event* event = nullptr;  // non-null: an event marker
     std::uint64_t generation = 0;
+    double width = 1.0;  // the fraction of the SMs the kernel can use (spatial contexts)
+    double sms = 0;      // the SMs it was given when it started (0: not started)
   };
   struct Stream {
     int context = 0;
@@ -72,6 +80,15 @@ class Gpu {
     contexts_.emplace_back();
     return static_cast<int>(contexts_.size()) - 1;
   }
+  // An MPS client: its kernels run beside the other spatial contexts' on at most `sm_limit` of
+  // the SMs; `low_priority` clients (MPS client priority 1: best-effort) are given SMs last.
+  int AddSpatialContext(double sm_limit, bool low_priority) {
+    const int c = AddContext();
+    contexts_.back().spatial = true;
+    contexts_.back().sm_limit = sm_limit;
+    contexts_.back().low_priority = low_priority;
+    return c;
+  }
   Stream* NewStream(int context) {
     Stream& s = streams_.emplace_back();
     s.context = context;
@@ -81,8 +98,8 @@ class Gpu {
   Event* NewEvent() { return &events_.emplace_back(); }
 
   bool Full(const Stream& s) const { return s.queue.size() >= kMaxQueuedPerStream; }
-  void Launch(Stream* s, std::uint64_t kernel_ns) {
-    s->queue.push_back(Item{static_cast<double>(kernel_ns), kernel_ns, nullptr, 0});
+  void Launch(Stream* s, std::uint64_t kernel_ns, double width = 1.0) {
+    s->queue.push_back(Item{static_cast<double>(kernel_ns), kernel_ns, nullptr, 0, width, 0});
   }
   void Record(Event* e, Stream* s) {
     ++e->generation;
@@ -91,7 +108,7 @@ class Gpu {
       e->at_ns = now_ns();
     } else {
       e->pending = true;
-      s->queue.push_back(Item{0, 0, e, e->generation});
+      s->queue.push_back(Item{0, 0, e, e->generation, 1.0, 0});
     }
   }
 
@@ -127,6 +144,8 @@ class Gpu {
 
   // Runs the GPU up to `t_ns`; one call must not cross a kBinNs boundary.
   void AdvanceTo(std::uint64_t t_ns) {
+    if (std::any_of(contexts_.begin(), contexts_.end(), [](const Context& c) { return c.spatial; }))
+      return AdvanceSpatialTo(t_ns);
     const double target = static_cast<double>(t_ns);
     const std::size_t bin = t_ns > 0 ? static_cast<std::size_t>((t_ns - 1) / kBinNs) : 0;
     while (clock_ns_ < target) {
@@ -180,8 +199,83 @@ class Gpu {
   }
 
  private:
+  // MPS: every context is a client of one server (the tests do not mix the two kinds).
+  void AdvanceSpatialTo(std::uint64_t t_ns) {
+    const double target = static_cast<double>(t_ns);
+    const std::size_t bin = t_ns > 0 ? static_cast<std::size_t>((t_ns - 1) / kBinNs) : 0;
+    while (clock_ns_ < target) {
+      // Start what can start: normal and latency-critical clients first, then best-effort.
+      double used = 0;
+      for (Context& c : contexts_) {
+        for (Stream* s : c.streams) {
+          CompleteMarkers(*s);
+          if (!s->queue.empty()) used += s->queue.front().sms;
+        }
+      }
+      for (const bool low : {false, true}) {
+        for (Context& c : contexts_) {
+          if (c.low_priority != low) continue;
+          double mine = 0;
+          for (Stream* s : c.streams) mine += s->queue.empty() ? 0 : s->queue.front().sms;
+          for (Stream* s : c.streams) {
+            if (s->queue.empty() || s->queue.front().sms > 0) continue;
+            Item& k = s->queue.front();
+            const double give = std::min({k.width, c.sm_limit - mine, 1.0 - used});
+            if (give <= 1e-9) continue;
+            k.sms = give;
+            mine += give;
+            used += give;
+          }
+        }
+      }
+      // Run to the next completion (or the target).
+      double dt = target - clock_ns_;
+      bool to_target = true;
+      for (Context& c : contexts_) {
+        for (Stream* s : c.streams) {
+          if (s->queue.empty() || s->queue.front().sms <= 0) continue;
+          const Item& k = s->queue.front();
+          const double need = k.remaining_ns * k.width / k.sms;
+          if (need < dt) {
+            dt = need;
+            to_target = false;
+          }
+        }
+      }
+      for (Context& c : contexts_) {
+        bool running = false;
+        for (Stream* s : c.streams) {
+          if (s->queue.empty() || s->queue.front().sms <= 0) continue;
+          Item& k = s->queue.front();
+          k.remaining_ns -= dt * k.sms / k.width;
+          running = true;
+        }
+        if (running) {  // ground truth: the time its work occupied the GPU
+          c.served_ns += dt;
+          if (c.bins.size() <= bin) c.bins.resize(bin + 1, 0.0);
+          c.bins[bin] += dt;
+        }
+      }
+      clock_ns_ = to_target ? target : clock_ns_ + dt;
+      for (Context& c : contexts_) {
+        for (Stream* s : c.streams) {
+          if (s->queue.empty() || s->queue.front().sms <= 0 || s->queue.front().remaining_ns > 1e-3)
+            continue;
+          c.completed_ns += s->queue.front().kernel_ns;
+          c.last_completion_ns = now_ns();
+          s->queue.pop_front();
+          CompleteMarkers(*s);
+        }
+      }
+      if (to_target) break;
+    }
+  }
+
   struct Context {
     std::vector<Stream*> streams;
+    bool spatial = false;
+    double sm_limit = 1.0;
+    bool low_priority = false;
     int ready = 0;
     double served_ns = 0;
     std::uint64_t completed_ns = 0;
@@ -401,14 +495,24 @@ class ManyStreams final : public Workload {
 // application thread — its launch loop — and the watcher thread of launch_hooks.cc), the
 // region's Compute counters and verdict as plain numbers, and the region's BusyLog that the
 // processes' measured spans are merged into.
+// How a container's processes use the GPU: time-sliced contexts (the default), or MPS clients
+// with an SM limit, whose kernels each use `width` of the SMs at most.
+struct ClientShape {
+  bool mps = false;
+  double sm_limit = 1.0;
+  bool low_priority = false;  // MPS client priority 1 (best-effort)
+  double width = 1.0;
+};
+
 class Container {
  public:
   // `workloads`: one per process.
   Container(Gpu* gpu, int id, const Tenant& tenant,
-            std::vector<std::unique_ptr<Workload>> workloads, int streams)
-      : gpu_(gpu), id_(id), tenant_(tenant) {
+            std::vector<std::unique_ptr<Workload>> workloads, int streams,
+            const ClientShape& shape = {})
+      : gpu_(gpu), id_(id), tenant_(tenant), shape_(shape) {
     for (auto& w : workloads) {
-      processes_.push_back(std::make_unique<Process>(gpu, std::move(w), streams));
+      processes_.push_back(std::make_unique<Process>(gpu, std::move(w), streams, shape));
     }
   }
 
@@ -468,8 +572,12 @@ class Container {
   static constexpr int kMaxActionsPerStep = 4096;
 
   struct Process {
-    Process(Gpu* gpu, std::unique_ptr<Workload> w, int stream_count)
-        : workload(std::move(w)), context(gpu->AddContext()), events(gpu), tracker(&events) {
+    Process(Gpu* gpu, std::unique_ptr<Workload> w, int stream_count, const ClientShape& shape)
+        : workload(std::move(w)),
+          context(shape.mps ? gpu->AddSpatialContext(shape.sm_limit, shape.low_priority)
+                            : gpu->AddContext()),
+          events(gpu),
+          tracker(&events) {
       for (int i = 0; i < stream_count; ++i) streams.push_back(gpu->NewStream(context));
       epoch_stream = gpu->NewStream(context);
     }
@@ -515,7 +623,7 @@ class Container {
     if (!p.past_gate) {
       if (now_ns < p.next_gate_look_ns) return false;  // asleep in WaitAtGate
       if (verdict_.gate == shm::Gate::kFree) {         // ungoverned: the real call, nothing else
-        gpu_->Launch(stream, want.kernel_ns);
+        gpu_->Launch(stream, want.kernel_ns, shape_.width);
         ++p.launches;
         return true;
       }
@@ -541,7 +649,7 @@ class Container {
       return false;
     }
     const bool measured = p.tracker.BeforeLaunch(stream, now_ns, want.kernel_ns + 1);
-    gpu_->Launch(stream, want.kernel_ns);
+    gpu_->Launch(stream, want.kernel_ns, shape_.width);
     if (measured) {
       p.tracker.AfterLaunch(stream, now_ns);
       if (verdict_.depth_us == shm::kDepthOneLaunchUs) p.tracker.Fence(stream, now_ns);
@@ -555,6 +663,7 @@ class Container {
   Gpu* gpu_;
   int id_;
   Tenant tenant_;
+  ClientShape shape_;
   std::vector<std::unique_ptr<Process>> processes_;
   shm::BusyLog busy_log_{};  // the region's busy[d] (one writer at a time here: no lock)
   Observation observation_;  // the region's busy_ns, active_ns, waiting_ns
@@ -582,10 +691,11 @@ class Simulation {
     return Add(tenant, std::move(one), streams);
   }
   // A container of several processes, one workload each.
-  int Add(const Tenant& tenant, std::vector<std::unique_ptr<Workload>> workloads, int streams = 1) {
+  int Add(const Tenant& tenant, std::vector<std::unique_ptr<Workload>> workloads, int streams = 1,
+          const ClientShape& shape = {}) {
     const int id = static_cast<int>(containers_.size());
     containers_.push_back(
-        std::make_unique<Container>(&gpu_, id, tenant, std::move(workloads), streams));
+        std::make_unique<Container>(&gpu_, id, tenant, std::move(workloads), streams, shape));
     if (options_.governed) arbiter_.Join(id, tenant);
     return id;
   }
