@@ -312,7 +312,7 @@ TEST_F(RegionTest, ThreadsShareOneSlotSafely) {
   ReleaseSlot(region(), *slot);
 }
 
-TEST(RegionAbi, VersionString) { EXPECT_EQ(AbiVersion(), "2.53376"); }
+TEST(RegionAbi, VersionString) { EXPECT_EQ(AbiVersion(), "3.69760"); }
 
 }  // namespace
 }  // namespace tessera::shm
