@@ -298,6 +298,10 @@ void FenceTracker::Poll(Measured* out) {
           Kind& k = kinds_[seg.probe_key];
           k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
           s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
+        } else if (s.per_launch_ns <= 0) {
+          // No probe has completed on this stream yet: its first segment's mean ends the
+          // learning (one segment in flight at a time) all the same.
+          s.per_launch_ns = std::max(static_cast<double>(span) / seg.launches, 1.0);
         }
         // On the host clock: where the segment's work began and ended (its epoch, if any).
         std::uint64_t from_epoch_to_end = 0, from_epoch_to_begin = 0;
@@ -321,6 +325,8 @@ void FenceTracker::Poll(Measured* out) {
         }
       } else {
         ++errors_;  // a destroyed context, a sticky fault: the segment goes unmeasured
+        // ... and it must not keep the stream learning for ever (every launch would wait).
+        if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
       }
       s.fenced.pop_front();
       Unref(seg.begin);

@@ -324,5 +324,31 @@ TEST(FenceTracker, ADenseSegmentIsChargedItsSpan) {
   EXPECT_EQ(t.Poll(), 5'000'000u + 10 * 200'000u);
 }
 
+// A segment the driver cannot time (a failed elapsed-time query) is unmeasured, but it must not
+// leave the stream learning: every later launch would wait for the depth.
+class UntimedGpu final : public EventApi {
+ public:
+  void* Create() override { return &dummy_; }
+  void Destroy(void*) override {}
+  bool Record(void*, void*) override { return true; }
+  State Query(void*) override { return State::kDone; }
+  bool ElapsedNs(void*, void*, std::uint64_t*) override { return false; }
+
+ private:
+  int dummy_ = 0;
+};
+
+TEST(FenceTracker, AnUntimedSegmentEndsTheLearningAllTheSame) {
+  UntimedGpu gpu;
+  FenceTracker t(&gpu);
+  ASSERT_TRUE(t.BeforeLaunch(kStream, 0, 1));
+  t.AfterLaunch(kStream, 0);  // a probe: fenced at once
+  EXPECT_TRUE(t.Learning());
+  EXPECT_EQ(t.Poll(), 0u);
+  EXPECT_EQ(t.errors(), 1u);
+  EXPECT_FALSE(t.Learning());
+  EXPECT_FALSE(t.OverDepth(2'000'000, 0));
+}
+
 }  // namespace
 }  // namespace tessera::governor
