@@ -9,22 +9,15 @@
 namespace tessera::governor {
 namespace {
 
-// One stream of a simulated GPU: work runs in order; an event completes when the work queued
-// before it has, at that moment of the simulated clock.
-class OneStreamGpu final : public EventApi {
+// Events as timestamps on a simulated clock: an event holds the moment it completes.
+class TimestampEvents : public EventApi {
  public:
   std::uint64_t now = 0;
-  void Launch(std::uint64_t ns) { busy_until_ = std::max(busy_until_, now) + ns; }
   void* Create() override {
     events_.push_back(std::make_unique<std::uint64_t>(kNever));
     return events_.back().get();
   }
   void Destroy(void*) override {}
-  bool Record(void* event, void*) override {
-    *static_cast<std::uint64_t*>(event) = std::max(busy_until_, now);
-    ++records;
-    return true;
-  }
   State Query(void* event) override {
     const std::uint64_t at = *static_cast<std::uint64_t*>(event);
     return at == kNever ? State::kError : at <= now ? State::kDone : State::kPending;
@@ -33,12 +26,28 @@ class OneStreamGpu final : public EventApi {
     *ns = *static_cast<std::uint64_t*>(to) - *static_cast<std::uint64_t*>(from);
     return true;
   }
+
+ protected:
+  static constexpr std::uint64_t kNever = ~0ULL;
+
+ private:
+  std::deque<std::unique_ptr<std::uint64_t>> events_;
+};
+
+// One stream of a simulated GPU: work runs in order; an event completes when the work queued
+// before it has, at that moment of the simulated clock.
+class OneStreamGpu final : public TimestampEvents {
+ public:
+  void Launch(std::uint64_t ns) { busy_until_ = std::max(busy_until_, now) + ns; }
+  bool Record(void* event, void*) override {
+    *static_cast<std::uint64_t*>(event) = std::max(busy_until_, now);
+    ++records;
+    return true;
+  }
   int records = 0;
 
  private:
-  static constexpr std::uint64_t kNever = ~0ULL;
   std::uint64_t busy_until_ = 0;
-  std::deque<std::unique_ptr<std::uint64_t>> events_;
 };
 
 void* const kStream = reinterpret_cast<void*>(0x10);
@@ -207,10 +216,9 @@ TEST(FenceTracker, KindsOfDifferentSizesAreDifferentKinds) {
 // recorded on an idle stream completes at once (the real driver's shape: a kernel's submission
 // takes microseconds). A probe's start event then runs ahead of its launch, unless the stream is
 // held at a gate until the launch and its fence are queued (Hold / Release).
-class LatencyGpu final : public EventApi {
+class LatencyGpu final : public TimestampEvents {
  public:
   LatencyGpu(std::uint64_t latency, bool gate) : latency_(latency), gate_(gate) {}
-  std::uint64_t now = 0;
   void Launch(std::uint64_t ns) {
     if (held_) {
       queue_.push_back({ns, nullptr});
@@ -218,11 +226,6 @@ class LatencyGpu final : public EventApi {
     }
     busy_until_ = std::max(busy_until_, now + latency_) + ns;
   }
-  void* Create() override {
-    events_.push_back(std::make_unique<std::uint64_t>(kNever));
-    return events_.back().get();
-  }
-  void Destroy(void*) override {}
   bool Record(void* event, void*) override {
     auto* at = static_cast<std::uint64_t*>(event);
     if (held_) {
@@ -231,14 +234,6 @@ class LatencyGpu final : public EventApi {
     } else {
       *at = std::max(busy_until_, now);
     }
-    return true;
-  }
-  State Query(void* event) override {
-    const std::uint64_t at = *static_cast<std::uint64_t*>(event);
-    return at == kNever ? State::kError : at <= now ? State::kDone : State::kPending;
-  }
-  bool ElapsedNs(void* from, void* to, std::uint64_t* ns) override {
-    *ns = *static_cast<std::uint64_t*>(to) - *static_cast<std::uint64_t*>(from);
     return true;
   }
   bool Hold(void*) override {
@@ -260,13 +255,11 @@ class LatencyGpu final : public EventApi {
   }
 
  private:
-  static constexpr std::uint64_t kNever = ~0ULL;
   std::uint64_t latency_;
   bool gate_;
   bool held_ = false;
   std::uint64_t busy_until_ = 0;
   std::vector<std::pair<std::uint64_t, std::uint64_t*>> queue_;
-  std::deque<std::unique_ptr<std::uint64_t>> events_;
 };
 
 // 2 us kernels every 20 us with 6 us of submission latency: behind a gate the probes measure the

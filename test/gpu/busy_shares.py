@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from jsonl import json_lines  # beside this script
+
 SELF = [sys.executable, os.path.abspath(__file__)]
 SHAPES = ("launchbound", "graphs", "streams", "procs")
 
@@ -153,18 +155,6 @@ def trace(shape, seconds):
 # ---- drive
 
 
-def lines_of(text):
-    out = []
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
-
-
 def run(cmd, timeout):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -173,7 +163,7 @@ def run(cmd, timeout):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-    return proc.returncode, lines_of(out), err
+    return proc.returncode, list(json_lines(out)), err
 
 
 def rate(shape, prefix, seconds):
