@@ -445,7 +445,73 @@ CUresult Behave<CudaHook::cuModuleGetFunction>(CUfunction* fn, CUmodule, const c
   *fn = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
 }
-CUresult FakeLaunch(CUfunction f, void** params) {
+// Events: kernels run synchronously at launch, so an event completes when it is recorded; it
+// keeps that moment (CLOCK_MONOTONIC) for cuEventElapsedTime, which the compute governor's
+// fences use to measure busy time. A stream held by cuStreamWaitValue32 (the governor's probe
+// gate) completes nothing recorded on it until the watched word reaches the value: its events
+// stay pending, and a synchronize waits for the word (at most 2 s, then it fails: a gate that is
+// never opened is a bug the tests must see, not a hang).
+constexpr std::int64_t kPendingNs = -2;
+struct FakeEvent {
+  std::atomic<std::int64_t> at_ns{-1};
+};
+std::int64_t FakeNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+struct StreamGate {
+  CUstream stream;
+  const volatile std::uint32_t* word;
+  std::uint32_t value;
+  // What was queued behind the gate, in order: an event (completes when reached) or a kernel's
+  // time (it runs once the gate opens, instead of during its launch).
+  std::vector<std::pair<FakeEvent*, std::int64_t>> queued;
+};
+std::mutex g_gates_mu;
+std::vector<StreamGate> g_gates;
+bool Reached(const StreamGate& g) { return static_cast<std::int32_t>(*g.word - g.value) >= 0; }
+// Opens the gates whose word has been written: what waited behind them completes now.
+void OpenGates() {
+  std::lock_guard<std::mutex> lock(g_gates_mu);
+  std::erase_if(g_gates, [](StreamGate& g) {
+    if (!Reached(g)) return false;
+    std::int64_t t = FakeNowNs();
+    for (const auto& [event, kernel_ns] : g.queued) {
+      if (event != nullptr) {
+        event->at_ns.store(t);
+      } else {
+        t += kernel_ns;
+      }
+    }
+    return true;
+  });
+}
+bool WaitForGates() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    OpenGates();
+    {
+      std::lock_guard<std::mutex> lock(g_gates_mu);
+      if (g_gates.empty()) return true;
+    }
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+// Queues a kernel of `ns` behind the gate of `stream`, if it has one (then the launch returns at
+// once, as a real one does).
+bool QueueBehindGate(CUstream stream, std::int64_t ns) {
+  std::lock_guard<std::mutex> lock(g_gates_mu);
+  for (StreamGate& g : g_gates) {
+    if (g.stream == stream) {
+      g.queued.emplace_back(nullptr, ns);
+      return true;
+    }
+  }
+  return false;
+}
+CUresult FakeLaunch(CUfunction f, void** params, CUstream stream = nullptr) {
   if (g_sticky.load() != CUDA_SUCCESS) return g_sticky.load();
   if (f == nullptr) return CUDA_SUCCESS;
   const std::string* name = nullptr;
@@ -460,32 +526,19 @@ CUresult FakeLaunch(CUfunction f, void** params) {
   if (*name == "tessera_burn")
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
   if (*name == "tessera_spin" && params != nullptr && params[0] != nullptr) {
-    const auto ns = *static_cast<std::uint64_t*>(params[0]);
-    std::this_thread::sleep_for(
-        std::chrono::nanoseconds(std::min<std::uint64_t>(ns / 20, 10'000'000)));
+    const auto ns =
+        std::min<std::uint64_t>(*static_cast<std::uint64_t*>(params[0]) / 20, 10'000'000);
+    OpenGates();
+    if (!QueueBehindGate(stream, static_cast<std::int64_t>(ns)))
+      std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
   }
   return CUDA_SUCCESS;
 }
 template <>
 CUresult Behave<CudaHook::cuLaunchKernel>(CUfunction f, unsigned int, unsigned int, unsigned int,
                                           unsigned int, unsigned int, unsigned int, unsigned int,
-                                          CUstream, void** params, void**) {
-  return FakeLaunch(f, params);
-}
-template <>
-CUresult Behave<CudaHook::cuCtxSynchronize>() {
-  return g_sticky.load();
-}
-// Events: kernels run synchronously at launch, so an event completes when it is recorded; it
-// keeps that moment (CLOCK_MONOTONIC) for cuEventElapsedTime, which the compute governor's
-// fences use to measure busy time.
-struct FakeEvent {
-  std::atomic<std::int64_t> at_ns{-1};
-};
-std::int64_t FakeNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+                                          CUstream stream, void** params, void**) {
+  return FakeLaunch(f, params, stream);
 }
 template <>
 CUresult Behave<CudaHook::cuEventCreate>(CUevent* event, unsigned int) {
@@ -498,28 +551,44 @@ CUresult Behave<CudaHook::cuEventDestroy_v2>(CUevent event) {
   delete reinterpret_cast<FakeEvent*>(event);
   return CUDA_SUCCESS;
 }
-CUresult FakeRecord(CUevent event) {
+CUresult FakeRecord(CUevent event, CUstream stream) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  reinterpret_cast<FakeEvent*>(event)->at_ns.store(FakeNowNs());
+  auto* e = reinterpret_cast<FakeEvent*>(event);
+  OpenGates();
+  {
+    std::lock_guard<std::mutex> lock(g_gates_mu);
+    for (StreamGate& g : g_gates) {
+      if (g.stream == stream) {
+        e->at_ns.store(kPendingNs);
+        g.queued.emplace_back(e, 0);
+        return g_sticky.load();
+      }
+    }
+  }
+  e->at_ns.store(FakeNowNs());
   return g_sticky.load();
 }
 template <>
-CUresult Behave<CudaHook::cuEventRecord>(CUevent event, CUstream) {
-  return FakeRecord(event);
+CUresult Behave<CudaHook::cuEventRecord>(CUevent event, CUstream stream) {
+  return FakeRecord(event, stream);
 }
 template <>
-CUresult Behave<CudaHook::cuEventRecord_ptsz>(CUevent event, CUstream) {
-  return FakeRecord(event);
+CUresult Behave<CudaHook::cuEventRecord_ptsz>(CUevent event, CUstream stream) {
+  return FakeRecord(event, stream);
 }
 template <>
 CUresult Behave<CudaHook::cuEventQuery>(CUevent event) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  OpenGates();
+  if (reinterpret_cast<FakeEvent*>(event)->at_ns.load() == kPendingNs) return CUDA_ERROR_NOT_READY;
   return g_sticky.load();
 }
 CUresult FakeElapsed(float* ms, CUevent start, CUevent end) {
   if (ms == nullptr || start == nullptr || end == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  OpenGates();
   const std::int64_t a = reinterpret_cast<FakeEvent*>(start)->at_ns.load();
   const std::int64_t b = reinterpret_cast<FakeEvent*>(end)->at_ns.load();
+  if (a == kPendingNs || b == kPendingNs) return CUDA_ERROR_NOT_READY;
   if (a < 0 || b < 0) return CUDA_ERROR_INVALID_HANDLE;
   *ms = static_cast<float>(static_cast<double>(b - a) / 1e6);
   return CUDA_SUCCESS;
@@ -531,6 +600,17 @@ CUresult Behave<CudaHook::cuEventElapsedTime>(float* ms, CUevent start, CUevent 
 template <>
 CUresult Behave<CudaHook::cuEventElapsedTime_v2>(float* ms, CUevent start, CUevent end) {
   return FakeElapsed(ms, start, end);
+}
+
+template <>
+CUresult Behave<CudaHook::cuCtxSynchronize>() {
+  if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
+  return g_sticky.load();
+}
+template <>
+CUresult Behave<CudaHook::cuStreamSynchronize>(CUstream) {
+  if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
+  return g_sticky.load();
 }
 
 // Graphs: memory-alloc nodes take physical memory when the graph is instantiated.
@@ -816,6 +896,28 @@ void* FakeEntryPoint(std::size_t index) {
 }
 }  // namespace
 }  // namespace tessera::fake
+
+// Driver functions the preload library resolves outside its table (the probe gate).
+TESSERA_FAKE_EXPORT CUresult cuMemHostAlloc(void** pp, std::size_t bytes, unsigned int) {
+  if (pp == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pp = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  return *pp != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+TESSERA_FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void* p, unsigned int) {
+  if (out == nullptr || p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUdeviceptr>(p);  // unified addressing
+  return CUDA_SUCCESS;
+}
+TESSERA_FAKE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
+                                                    cuuint32_t value, unsigned int flags) {
+  if (addr == 0 || flags != CU_STREAM_WAIT_VALUE_GEQ) return CUDA_ERROR_NOT_SUPPORTED;
+  tessera::fake::StreamGate g{
+      stream, reinterpret_cast<const volatile std::uint32_t*>(addr), value, {}};
+  if (tessera::fake::Reached(g)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(tessera::fake::g_gates_mu);
+  tessera::fake::g_gates.push_back(g);
+  return CUDA_SUCCESS;
+}
 
 // Test introspection.
 TESSERA_FAKE_EXPORT unsigned long long tessera_fake_calls(const char* symbol) {

@@ -440,14 +440,14 @@ int Run(const Api& api, int argc, char** argv) {
     std::uint64_t param = std::strtoull(argv[2], nullptr, 10) * 1000 * 20;
     void* params[] = {&param};
     const auto start = std::chrono::steady_clock::now();
-    long kernels = 0;
+    long kernels = 0, sync_errors = 0;
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
            seconds) {
       if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) break;
-      if (++kernels % 8 == 0) sync();
+      if (++kernels % 8 == 0 && sync() != CUDA_SUCCESS) ++sync_errors;
     }
-    sync();
-    std::printf("kernels=%ld\n", kernels);
+    if (sync() != CUDA_SUCCESS) ++sync_errors;
+    std::printf("kernels=%ld\nsync_errors=%ld\n", kernels, sync_errors);
     return 0;
   }
   if (scenario == "streams") {  // streams: create (both entry points) until refused or 256,

@@ -690,6 +690,24 @@ TEST_F(TesseraRunTest, AHardShareHoldsLaunchesAndMeasuresBusyTime) {
   EXPECT_GT(out.Num("kernels"), 0u);
 }
 
+// The probes' gate (TESSERA_PROBE_GATE=1) against the fake driver's stream waits: every gate
+// the library closes is opened again (a synchronize never finds one closed), and the work is
+// measured. The same run without the gate, for comparison.
+TEST_F(TesseraRunTest, TheProbeGateIsAlwaysOpenedAgain) {
+  for (const char* gate : {"1", "0"}) {
+    testutil::TempDir arbiter;
+    const Output out =
+        Run({"--gpu-cores", "50", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+             TESSERA_HOOK_CLIENT, "dlopen", "spin", "1", "100"},
+            {std::string("TESSERA_PROBE_GATE=") + gate, "TESSERA_HOOK_STATS=1"});
+    EXPECT_EQ(out.exit_code, 0) << out.text;
+    EXPECT_EQ(out.Num("sync_errors"), 0u) << "gate " << gate << ": " << out.text;
+    EXPECT_GT(out.Num("kernels"), 50u) << out.text;
+    EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;
+    EXPECT_EQ(out.text.find("machinery error"), std::string::npos) << out.text;
+  }
+}
+
 TEST_F(TesseraRunTest, LatencyCriticalWorkHoldsBestEffortOnTheSameGpu) {
   testutil::TempDir arbiter;
   const std::vector<std::string> common = {"--context-bytes", "0", "--arbiter-dir", arbiter.path()};
