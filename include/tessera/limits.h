@@ -3,6 +3,7 @@
 // preload library parses these at start-up.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +45,8 @@ bool IsComputeWindowMs(std::uint64_t ms);
 std::optional<std::uint32_t> ParseComputeWindowMs(std::string_view text);
 std::string ComputeWindowRange();  // "10-60000", for messages
 
+// A limits file is a few lines; readers bound it to this (tessera/file.h ReadFile).
+inline constexpr std::size_t kMaxLimitsFileBytes = std::size_t{64} << 10;
 // Parses a limits file. Every error names the line and what is accepted; nothing is half-read.
 StatusOr<Limits> ParseLimitsFile(std::string_view text);
 // The canonical text of a limits file (ParseLimitsFile(FormatLimitsFile(l)) == l).

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <sys/stat.h>
 
+#include "tessera/file.h"
 #include "tessera/log.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
@@ -173,12 +174,13 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
     // The pipe folder only: the daemon (root, host namespaces) writes its logs elsewhere, out
     // of the tenant's reach.
     mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false}};
-    // Spatial priority: the SM limit is fixed when the client's context is created; the
-    // node's reserve for latency-critical clients is the policy's default.
+    // Spatial priority: the SM limit is fixed when the client's context is created, from the
+    // reserve for latency-critical clients and what those already on the GPU ask for.
     mps_env = governor::MpsClientEnvironment(
         std::string(kMpsPipeInContainer), "", limits.devices[0].memory_bytes,
-        governor::ActiveThreadPercent(limits.devices[0].cores_percent, limits.priority,
-                                      governor::SpatialPolicy{}, 0),
+        governor::ActiveThreadPercent(
+            limits.devices[0].cores_percent, limits.priority, governor::SpatialPolicy{},
+            LatencyCriticalMpsAsks(options_.state_dir, limits.devices[0].uuid, slot)),
         limits.priority);
   }
   auto region = shm::Mapping::Create(p.region, region_devices);
@@ -224,6 +226,26 @@ Status SlotBinder::Prepare(std::string_view slot) {
   TESSERA_LOG(kInfo, kAgent, "pod %s/%s container %s: %s prepared", o.pod_namespace.c_str(),
               o.pod_name.c_str(), o.container.c_str(), std::string(slot).c_str());
   return Status::Ok();
+}
+
+std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_view uuid,
+                                     std::string_view except_slot) {
+  std::uint32_t sum = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/slots", ec)) {
+    const std::string slot = entry.path().filename().string();
+    if (slot == except_slot || !ParseSlotId(slot).ok()) continue;
+    const std::string path = PathsOf(state_dir, "", slot).limits;
+    auto limits = ParseLimitsFile(ReadFile(path, kMaxLimitsFileBytes).value_or(""));
+    if (!limits.ok() || limits->mode != SharingMode::kMps ||
+        limits->priority != PriorityClass::kLatencyCritical) {
+      continue;
+    }
+    for (const DeviceLimits& d : limits->devices) {
+      if (d.uuid == uuid) sum += d.cores_percent;
+    }
+  }
+  return std::min(sum, 100u);
 }
 
 StatusOr<int> SlotBinder::RemoveReleased() {

@@ -85,6 +85,12 @@ StatusOr<Limits> LimitsFor(const contract::Decision& decision, std::string_view 
                            const std::map<std::string, BinderGpu, std::less<>>& gpus,
                            const policy::Policy& policy);
 
+// The sum of the shares of the latency-critical MPS containers whose slots under `state_dir`
+// hold a limits file for the GPU `uuid` (other than `except_slot`), at most 100: the reserve a
+// best-effort MPS container's SM limit leaves them (governor::ActiveThreadPercent).
+std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_view uuid,
+                                     std::string_view except_slot);
+
 class SlotBinder {
  public:
   SlotBinder(BinderOptions options, DeviceOwners* owners, PodApi* pods);

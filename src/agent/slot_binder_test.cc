@@ -313,5 +313,34 @@ TEST(Slots, IdsRoundTripAndAnythingElseIsRefused) {
   }
 }
 
+// A best-effort MPS container's SM limit leaves the latency-critical ones on its GPU what they
+// ask for: the binder sums the shares of their slots' limits files (other GPUs, other classes,
+// shared mode and the slot being prepared do not count).
+TEST(Slots, TheLatencyCriticalAsksOfAGpuAreSummedFromItsSlots) {
+  testutil::TempDir state;
+  const auto write = [&](const char* slot, PriorityClass priority, SharingMode mode,
+                         const char* uuid, std::uint32_t cores) {
+    Limits l;
+    l.pod_uid = "uid";
+    l.pod = "ml/p";
+    l.container = "main";
+    l.priority = priority;
+    l.mode = mode;
+    l.devices.push_back({uuid, 1 << 30, cores, 0, 0});
+    const std::string path = PathsOf(state.path(), "", slot).limits;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << FormatLimitsFile(l);
+  };
+  write("slot-0001", PriorityClass::kLatencyCritical, SharingMode::kMps, "GPU-a", 30);
+  write("slot-0002", PriorityClass::kLatencyCritical, SharingMode::kMps, "GPU-a", 15);
+  write("slot-0003", PriorityClass::kBestEffort, SharingMode::kMps, "GPU-a", 40);
+  write("slot-0004", PriorityClass::kLatencyCritical, SharingMode::kMps, "GPU-b", 50);
+  write("slot-0005", PriorityClass::kLatencyCritical, SharingMode::kShared, "GPU-a", 20);
+  EXPECT_EQ(LatencyCriticalMpsAsks(state.path(), "GPU-a", "slot-0003"), 45u);
+  EXPECT_EQ(LatencyCriticalMpsAsks(state.path(), "GPU-a", "slot-0001"), 15u);
+  EXPECT_EQ(LatencyCriticalMpsAsks(state.path(), "GPU-c", "slot-0003"), 0u);
+  EXPECT_EQ(LatencyCriticalMpsAsks(state.path() + "/missing", "GPU-a", ""), 0u);
+}
+
 }  // namespace
 }  // namespace tessera::agent

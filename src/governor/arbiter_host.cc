@@ -313,7 +313,7 @@ std::vector<Member> LocalArbiter::ScanMembers() {
         continue;
       }
       const auto [limits_path, region_path] = ReadRegistration(entry.path().string());
-      auto limits = ParseLimitsFile(ReadFile(limits_path, kSmallFileBytes).value_or(""));
+      auto limits = ParseLimitsFile(ReadFile(limits_path, kMaxLimitsFileBytes).value_or(""));
       if (!limits.ok()) continue;  // being written, or gone: the next scan sees it
       for (Member& m : MembersOf(*limits, region_path)) {
         if (m.uuid == uuids_[g]) members.push_back(std::move(m));
@@ -332,7 +332,7 @@ std::uint32_t LatencyCriticalMpsAsks(const std::string& dir, const std::string& 
     const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) continue;
     auto limits = ParseLimitsFile(
-        ReadFile(ReadRegistration(entry.path().string()).first, kSmallFileBytes).value_or(""));
+        ReadFile(ReadRegistration(entry.path().string()).first, kMaxLimitsFileBytes).value_or(""));
     if (!limits.ok() || limits->mode != SharingMode::kMps ||
         limits->priority != PriorityClass::kLatencyCritical) {
       continue;

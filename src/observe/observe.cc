@@ -15,11 +15,10 @@ namespace {
 
 // A limits file's text: only a regular file, at most 64 KiB (a registration in the machine-wide
 // folder may name anything: a FIFO would block, /dev/zero would never end).
-constexpr std::size_t kLimitsFileBytes = 64u << 10;
 
 std::optional<ContainerSource> Source(std::string id, const std::string& limits_path,
                                       std::string region_path) {
-  auto limits = ParseLimitsFile(ReadFile(limits_path, kLimitsFileBytes).value_or(""));
+  auto limits = ParseLimitsFile(ReadFile(limits_path, kMaxLimitsFileBytes).value_or(""));
   if (!limits.ok()) return std::nullopt;  // released, or being written: the next read sees it
   return ContainerSource{std::move(id), std::move(*limits), std::move(region_path)};
 }
