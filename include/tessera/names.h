@@ -106,6 +106,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")    \
   X(kEventGpuMemoryDenied, "TesseraGpuMemoryDenied",                                             \
     "the preload library refused a container's allocations at its memory cap (once per rise)")   \
+  X(kEventLaunchFailed, "TesseraLaunchFailed",                                                   \
+    "the driver refused a container's kernel launches (e.g. too few SMs under an MPS limit)")    \
   X(kEventMemoryDrift, "TesseraMemoryDrift",                                                     \
     "NVML shows a container holding more than the preload library accounted (once per episode)") \
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                             \
@@ -177,6 +179,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "container", "launches that waited for a higher priority class")                               \
   X(kMetricContainerLaunches, "tessera_container_gpu_launches_total", "counter", "container",      \
     "governed launches (kernels, graphs)")                                                         \
+  X(kMetricContainerLaunchFailures, "tessera_container_gpu_launch_failures_total", "counter",      \
+    "container", "governed launches the driver refused (e.g. too few SMs under an MPS limit)")     \
   X(kMetricNodeOverCap, "tessera_node_drift_over_cap_total", "counter", "node",                    \
     "episodes of a container above its memory cap by NVML")                                        \
   X(kMetricNodeUnattributed, "tessera_node_unattributed_processes_total", "counter", "node",       \

@@ -96,7 +96,9 @@ struct Compute {
   std::atomic<std::uint32_t> gate;             // a Gate
   std::atomic<std::uint32_t> depth_us;         // work it may keep in flight (0: the default;
                                                // kDepthOneLaunchUs: one launch)
-  std::uint8_t reserved[48];
+  // Written by the container's processes:
+  std::atomic<std::uint64_t> launch_failures;  // governed launches the driver refused
+  std::uint8_t reserved[40];
 };
 
 // Per device: the container's recent busy time as disjoint spans on the host clock, so that the

@@ -115,29 +115,50 @@ void DriftActions::Sample(const std::map<std::string, std::uint64_t>& nvml_by_ke
   // At most one Event per container a minute (a job retrying allocations would post one every
   // pass); the count is of everything refused since the last Event. The Pod is named from the
   // limits file: no API read on this thread.
-  std::map<std::string, Told> denials;
+  std::map<std::string, Told> denials, failures;
   for (const observe::ContainerRow& row : rows) {
     if (!row.region_readable) continue;
-    auto seen = denials_.find(row.Key());
-    Told told =
-        seen != denials_.end() ? seen->second : Told{sampled_once_ ? 0 : row.oom_denials, {}};
-    if (row.oom_denials > told.count &&
-        (told.at == DriftDeps::Clock::time_point{} || now - told.at >= std::chrono::minutes(1))) {
-      const k8s::Json pod = {
-          {"metadata", {{"namespace", row.ns}, {"name", row.pod}, {"uid", row.pod_uid}}}};
-      deps_.api->WarnPod(
-          pod, names::kEventGpuMemoryDenied,
-          "container " + row.container + ": " + std::to_string(row.oom_denials - told.count) +
-              " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) + " on " +
-              row.uuid + " (in use " + FormatBytesHuman(row.used_bytes) + ", peak " +
-              FormatBytesHuman(row.peak_bytes) + "); the application saw out-of-memory");
-      told = {row.oom_denials, now};
-    }
-    denials[row.Key()] = told;
+    TellRise(denials_, denials, row, row.oom_denials, names::kEventGpuMemoryDenied,
+             [&row](std::uint64_t risen) {
+               return "container " + row.container + ": " + std::to_string(risen) +
+                      " allocation(s) refused at its cap of " + FormatBytesHuman(row.limit_bytes) +
+                      " on " + row.uuid + " (in use " + FormatBytesHuman(row.used_bytes) +
+                      ", peak " + FormatBytesHuman(row.peak_bytes) +
+                      "); the application saw out-of-memory";
+             });
+    if (!row.compute_readable) continue;
+    TellRise(failures_, failures, row, row.launch_failures, names::kEventLaunchFailed,
+             [&row](std::uint64_t risen) {
+               return "container " + row.container + ": " + std::to_string(risen) +
+                      " kernel launch(es) on " + row.uuid + " refused by the driver (mode " +
+                      std::string(Name(row.mode)) +
+                      (row.mode == SharingMode::kMps
+                           ? ": under an MPS SM limit a launch needing more SMs fails"
+                           : "") +
+                      "); the application saw the error";
+             });
   }
   denials_ = std::move(denials);
+  failures_ = std::move(failures);
   sampled_once_ = true;
   if (deps_.set_counts) deps_.set_counts(counts());
+}
+
+void DriftActions::TellRise(std::map<std::string, Told>& told_before,
+                            std::map<std::string, Told>& next, const observe::ContainerRow& row,
+                            std::uint64_t count, std::string_view reason,
+                            const std::function<std::string(std::uint64_t)>& message) {
+  const auto now = deps_.now();
+  auto seen = told_before.find(row.Key());
+  Told told = seen != told_before.end() ? seen->second : Told{sampled_once_ ? 0 : count, {}};
+  if (count > told.count &&
+      (told.at == DriftDeps::Clock::time_point{} || now - told.at >= std::chrono::minutes(1))) {
+    const k8s::Json pod = {
+        {"metadata", {{"namespace", row.ns}, {"name", row.pod}, {"uid", row.pod_uid}}}};
+    deps_.api->WarnPod(pod, reason, message(count - told.count));
+    told = {count, now};
+  }
+  next[row.Key()] = told;
 }
 
 observe::NodeCounts DriftActions::counts() const {

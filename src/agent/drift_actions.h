@@ -109,7 +109,14 @@ class DriftActions {
     std::uint64_t count = 0;            // denials already told (or there at start)
     DriftDeps::Clock::time_point at{};  // when the last Event went out
   };
-  std::map<std::string, Told> denials_;  // by container key
+  std::map<std::string, Told> denials_;   // by container key
+  std::map<std::string, Told> failures_;  // launch failures, by container key
+  // A counter of `row` that rose since it was last told (`told`, updated): posts `reason` with
+  // `message(risen by)` at most once a minute; what rose before the agent's first sample is not
+  // told.
+  void TellRise(std::map<std::string, Told>& told, std::map<std::string, Told>& next,
+                const observe::ContainerRow& row, std::uint64_t count, std::string_view reason,
+                const std::function<std::string(std::uint64_t)>& message);
   bool sampled_once_ = false;
   struct {
     std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;

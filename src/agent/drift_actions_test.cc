@@ -357,6 +357,33 @@ TEST_F(DriftActionsTest, NoMetricsNoSampleNoDenialEvents) {
   EXPECT_TRUE(api_.events.empty());
 }
 
+// A launch the driver refused (too few SMs under an MPS limit, say) is told like a denial: once a
+// minute at most, only what rose after the agent started, with the count and the mode.
+TEST_F(DriftActionsTest, RefusedLaunchesAreToldAsTheyRise) {
+  DriftActions& drift = Make();
+  observe::ContainerRow row = Row(0);
+  row.compute_readable = true;
+  row.mode = SharingMode::kMps;
+  row.launch_failures = 4;  // before this agent started: not told
+  rows_ = {row};
+  drift.Sample({});
+  EXPECT_TRUE(api_.events.empty());
+  row.launch_failures = 7;
+  rows_ = {row};
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_EQ(api_.events[0].reason, names::kEventLaunchFailed);
+  EXPECT_EQ(api_.events[0].message,
+            "container main: 3 kernel launch(es) on " + std::string(kGpu) +
+                " refused by the driver (mode mps: under an MPS SM limit a launch needing more "
+                "SMs fails); the application saw the error");
+  now_ += std::chrono::seconds(10);
+  row.launch_failures = 8;
+  rows_ = {row};
+  drift.Sample({});
+  EXPECT_EQ(api_.events.size(), 1u);  // within the minute: held back
+}
+
 TEST_F(DriftActionsTest, DenialsAreToldAtMostOnceAMinuteFromWhenTheAgentStarted) {
   DriftActions& drift = Make();
   rows_ = {Row(3)};  // refused before this agent started: not told

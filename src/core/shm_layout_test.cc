@@ -47,6 +47,7 @@ TEST(ShmLayout, IsPinned) {
   EXPECT_EQ(offsetof(Compute, arbiter_beat_ns), 64u);
   EXPECT_EQ(offsetof(Compute, gate), 72u);
   EXPECT_EQ(offsetof(Compute, depth_us), 76u);
+  EXPECT_EQ(offsetof(Compute, launch_failures), 80u);
   EXPECT_EQ(static_cast<std::uint32_t>(Gate::kFree), 0u);
   EXPECT_EQ(static_cast<std::uint32_t>(Gate::kOpen), 1u);
   EXPECT_EQ(static_cast<std::uint32_t>(Gate::kHeldShare), 2u);

@@ -450,6 +450,8 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   if (r == CUDA_SUCCESS) {  // a failing launch (a sticky fault) is no demand for the GPU
     c.launches.fetch_add(1, std::memory_order_relaxed);
     c.active_ns.store(now, std::memory_order_relaxed);
+  } else {  // e.g. too few SMs under an MPS limit: the node reports it (metric, Event)
+    c.launch_failures.fetch_add(1, std::memory_order_relaxed);
   }
   if (g.watcher_idle) g.work.notify_one();
   if (g_stats_enabled) {

@@ -93,6 +93,7 @@ std::string RenderExposition(const Snapshot& s) {
     out.Add(n::kMetricContainerPriorityHeld, labels, Seconds(c.priority_held_ns));
     out.Add(n::kMetricContainerPriorityHolds, labels, static_cast<double>(c.priority_holds));
     out.Add(n::kMetricContainerLaunches, labels, static_cast<double>(c.launches));
+    out.Add(n::kMetricContainerLaunchFailures, labels, static_cast<double>(c.launch_failures));
   }
   if (s.counts) {
     const Labels node = {{"Hostname", s.node}};
@@ -177,6 +178,8 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
       row_of(x).priority_holds = Count(x.value);
     } else if (m == n::kMetricContainerLaunches) {
       row_of(x).launches = Count(x.value);
+    } else if (m == n::kMetricContainerLaunchFailures) {
+      row_of(x).launch_failures = Count(x.value);
     } else if (m == n::kMetricNodeOverCap) {
       counts.over_cap = Count(x.value), any_count = true;
     } else if (m == n::kMetricNodeUnattributed) {
