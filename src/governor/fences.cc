@@ -116,6 +116,7 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
           EventApi::State::kPending) {
         Ref(tail);
         s.open_begin = tail;
+        s.open_exact = true;
         return true;
       }
       return StartAtNewEvent(s, true);
@@ -129,6 +130,7 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
     if (api_->Query(events_[static_cast<std::size_t>(tail)].handle) == EventApi::State::kPending) {
       Ref(tail);
       s.open_begin = tail;
+      s.open_exact = true;
       return true;
     }
   }
@@ -141,7 +143,16 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
     ++errors_;
     return false;
   }
-  s.holding = probe && api_->Hold(s.handle);
+  // Hold only a kind with a completed launch, and with its fence event made beforehand: nothing
+  // that could wait for the GPU may run while the stream is held.
+  if (probe && s.next_estimate_ns > 0) {
+    s.reserved_end = NewEvent();
+    s.holding = s.reserved_end >= 0 && api_->Hold(s.handle);
+    if (!s.holding && s.reserved_end >= 0) {
+      Unref(s.reserved_end);
+      s.reserved_end = -1;
+    }
+  }
   if (!api_->Record(events_[static_cast<std::size_t>(start)].handle, s.handle)) {
     Discard(start);
     ReleaseHold(s);
@@ -149,13 +160,19 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
     return false;
   }
   s.open_begin = start;
+  s.open_exact = s.holding;
   return true;
 }
 
 void FenceTracker::ReleaseHold(Stream& s) {
-  if (!s.holding) return;
-  s.holding = false;
-  api_->Release();
+  if (s.holding) {
+    s.holding = false;
+    api_->Release();
+  }
+  if (s.reserved_end >= 0) {
+    Unref(s.reserved_end);
+    s.reserved_end = -1;
+  }
 }
 
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns) {
@@ -185,7 +202,12 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     Drop(s);
     return;
   }
-  const int end = NewEvent();
+  int end = s.reserved_end;
+  if (end >= 0) {
+    s.reserved_end = -1;  // ours now: ReleaseHold must not drop it
+  } else {
+    end = NewEvent();
+  }
   if (end < 0 || !api_->Record(events_[static_cast<std::size_t>(end)].handle, s.handle)) {
     Discard(end);
     Unref(s.open_begin);
@@ -193,8 +215,8 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   } else {
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
-                               s.open_estimate_ns, s.open_probe, s.open_probe_key, now_ns,
-                               s.last_launch_ns});
+                               s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
+                               s.open_probe_key, now_ns, s.last_launch_ns});
   }
   ReleaseHold(s);
   s.open_begin = -1;
@@ -202,6 +224,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   s.open_unknown = 0;
   s.open_estimate_ns = 0;
   s.open_probe = false;
+  s.open_exact = false;
 }
 
 void FenceTracker::Drop(Stream& s) {
@@ -212,6 +235,7 @@ void FenceTracker::Drop(Stream& s) {
   s.open_unknown = 0;
   s.open_estimate_ns = 0;
   s.open_probe = false;
+  s.open_exact = false;
 }
 
 void FenceTracker::Fence(void* stream, std::uint64_t now_ns, MayRecord may_record) {
@@ -296,7 +320,12 @@ void FenceTracker::Poll(Measured* out) {
         if (seg.probe) {
           const double ns = std::max(static_cast<double>(span), 1.0);
           Kind& k = kinds_[seg.probe_key];
-          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+          if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
+            k.estimate_ns = 0;
+            k.exact = true;
+          }
+          if (seg.exact || !k.exact)
+            k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
           s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
         } else if (s.per_launch_ns <= 0) {
           // No probe has completed on this stream yet: its first segment's mean ends the

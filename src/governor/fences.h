@@ -11,9 +11,12 @@
 // gaps between its kernels when the host launches more slowly than the GPU runs them (a
 // launch-bound loop). Busy time therefore comes from two measurements together:
 //   - probes: a launch, chosen by its kind (`key`: the function and its grid, or the graph) — the
-//     first two of each kind, then one in `probe_period` at random — is fenced on both sides (on
-//     an idle stream behind a Hold, so that the start event does not run ahead of the launch),
-//     so its span is that launch's GPU time; each kind keeps a running estimate of it;
+//     first two of each kind, then one in `probe_period` at random — is fenced on both sides, so
+//     its span is that launch's GPU time; each kind keeps a running estimate of it. On an idle
+//     stream the start event runs ahead of the launch (its submission latency counts) unless the
+//     probe waits behind a Hold; a kind is held only once a launch of it has completed (its
+//     first launch may load its module, which can synchronize the context: with the stream
+//     held, that would never end), and exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
 //     submitted (the host was ahead: no gap between its kernels) and its fence followed that
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
@@ -158,6 +161,9 @@ class FenceTracker {
     std::uint32_t unknown = 0;  // launches of kinds with no estimate yet
     double estimate_ns = 0;     // the sum of its launches' estimates (unknown ones excluded)
     bool probe = false;         // one launch fenced on both sides: its span is its GPU time
+    // A probe that began where its launch ran: behind a Hold, or at the fence of work still
+    // running. Other probes of an idle stream also hold the launch's submission latency.
+    bool exact = false;
     std::uint64_t probe_key = 0;
     std::uint64_t fenced_at_ns = 0;
     std::uint64_t last_launch_ns = 0;  // host clock, when its last launch had been submitted
@@ -170,7 +176,9 @@ class FenceTracker {
     std::uint32_t open_unknown = 0;
     double open_estimate_ns = 0;
     bool open_probe = false;
-    bool holding = false;  // the stream waits at Hold until this probe's fence is recorded
+    bool open_exact = false;  // the open probe starts right where its launch runs (below)
+    bool holding = false;     // the stream waits at Hold until this probe's fence is recorded
+    int reserved_end = -1;    // the held probe's fence event, created before the Hold
     std::uint64_t open_probe_key = 0;
     bool next_is_probe = false;  // BeforeLaunch's findings for AfterLaunch
     std::uint64_t next_key = 0;
@@ -181,6 +189,7 @@ class FenceTracker {
   struct Kind {
     double estimate_ns = 0;    // 0: not measured yet
     std::uint32_t probes = 0;  // probes taken (completed or pending)
+    bool exact = false;        // the estimate comes from exact probes
   };
   struct Event {
     void* handle = nullptr;

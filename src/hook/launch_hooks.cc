@@ -40,6 +40,11 @@ constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the dept
 // host's drift apart by parts per million; cuEventElapsedTime is a float of milliseconds).
 constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 
+void SleepNs(std::uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
+  nanosleep(&ts, nullptr);
+}
+
 // The calling thread's stream-capture mode is relaxed for the scope, so that our event queries
 // and records never invalidate a capture another thread runs in global mode.
 class RelaxedCapture {
@@ -106,18 +111,22 @@ class CudaEvents final : public governor::EventApi {
   bool Hold(void* stream) override {
     const RelaxedCapture relaxed;
     if (!gate_tried_) PrepareGate();
-    if (wait_ == nullptr) return false;
-    const std::uint32_t next = gate_seq_ + 1;
+    if (wait_ == nullptr || gate_broken_.load(std::memory_order_relaxed)) return false;
+    const std::uint32_t next = gate_seq_.load(std::memory_order_relaxed) + 1;
     if (wait_(static_cast<CUstream>(stream), gate_device_, next, CU_STREAM_WAIT_VALUE_GEQ) !=
         CUDA_SUCCESS) {
-      wait_ = nullptr;  // not supported here: never again
-      CountMachineryError("stream memory operations are unavailable; probes run without a gate");
+      wait_ = nullptr;  // refused here (unsupported, or a capture began): no gate from now on
+      CountMachineryError("a probe's stream wait was refused; probes run without a gate");
       return false;
     }
-    gate_seq_ = next;
+    gate_seq_.store(next, std::memory_order_relaxed);
+    hold_since_ns_.store(NowNs(), std::memory_order_release);
     return true;
   }
-  void Release() override { __atomic_store_n(gate_host_, gate_seq_, __ATOMIC_RELEASE); }
+  void Release() override {
+    __atomic_store_n(gate_host_, gate_seq_.load(std::memory_order_relaxed), __ATOMIC_RELEASE);
+    hold_since_ns_.store(0, std::memory_order_release);
+  }
 
  private:
   using HostAllocFn = CUresult (*)(void**, std::size_t, unsigned int);
@@ -129,6 +138,9 @@ class CudaEvents final : public governor::EventApi {
     // (test/gpu/busy_probe.cu), but a PyTorch loop governed with it stalled (ADR 0017).
     const char* knob = std::getenv(std::string(names::kEnvProbeGate).c_str());
     if (knob == nullptr || knob[0] != '1') return;
+    // Every launch waits for its kernel: with the stream held it would never return.
+    const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+    if (blocking != nullptr && blocking[0] == '1') return;
     const DlsymFn lookup = RealDlsym();
     void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (lookup == nullptr || cuda == nullptr) return;
@@ -146,14 +158,48 @@ class CudaEvents final : public governor::EventApi {
     }
     gate_host_ = static_cast<std::uint32_t*>(word);
     *gate_host_ = 0;
-    wait_ = wait;
+    if (StartGateWatchdog()) wait_ = wait;
+  }
+
+  // Opens a gate held for over kGateWatchdogNs without taking any lock (the launch path holds
+  // its mutex across the real launch, and a launch that blocks while its stream is held — a
+  // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING — would never return); the
+  // gate is off from then on.
+  static constexpr std::uint64_t kGateWatchdogNs = 5'000'000;
+  bool StartGateWatchdog() {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    const int rc = pthread_create(
+        &thread, &attr,
+        [](void* self) -> void* {
+          auto* events = static_cast<CudaEvents*>(self);
+          while (!events->gate_broken_.load(std::memory_order_relaxed)) {
+            SleepNs(1'000'000);
+            const std::uint64_t since = events->hold_since_ns_.load(std::memory_order_acquire);
+            if (since != 0 && NowNs() > since + kGateWatchdogNs) {
+              events->gate_broken_.store(true);
+              events->Release();
+              CountMachineryError(
+                  "a probe's gate stayed closed for 5 ms (a launch blocked behind it); probes "
+                  "run without a gate from now on");
+            }
+          }
+          return nullptr;
+        },
+        this);
+    pthread_attr_destroy(&attr);
+    return rc == 0;
   }
 
   bool gate_tried_ = false;
   WaitValueFn wait_ = nullptr;
   std::uint32_t* gate_host_ = nullptr;
   CUdeviceptr gate_device_ = 0;
-  std::uint32_t gate_seq_ = 0;
+  std::atomic<std::uint32_t> gate_seq_{0};
+  std::atomic<std::uint64_t> hold_since_ns_{0};
+  std::atomic<bool> gate_broken_{false};
 };
 
 struct DeviceGovernor {
@@ -187,11 +233,6 @@ struct GovernorStats {
 };
 GovernorStats g_governor_stats;
 Governor* g_governor = new Governor();
-
-void SleepNs(std::uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
-  nanosleep(&ts, nullptr);
-}
 
 shm::Gate GateOf(const shm::Compute& c) {
   return static_cast<shm::Gate>(c.gate.load(std::memory_order_acquire));

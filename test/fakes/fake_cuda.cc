@@ -522,6 +522,18 @@ CUresult FakeLaunch(CUfunction f, void** params, CUstream stream = nullptr) {
     }
   }
   if (name == nullptr) return CUDA_SUCCESS;
+  {
+    // A function's first launch loads its module (CUDA's lazy loading), which may synchronize
+    // the context: it waits for every stream, held ones included.
+    static std::mutex loaded_mu;
+    static std::vector<const std::string*> loaded;
+    std::unique_lock<std::mutex> lock(loaded_mu);
+    if (std::find(loaded.begin(), loaded.end(), name) == loaded.end()) {
+      loaded.push_back(name);
+      lock.unlock();
+      if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
+    }
+  }
   if (*name == "tessera_fault") g_sticky.store(CUDA_ERROR_ILLEGAL_ADDRESS);
   if (*name == "tessera_burn")
     std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
