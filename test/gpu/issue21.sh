@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The H200 runs issue #21 still needs, in one command (~9 min once tessera is built; the device
+# tool allows 10 min a call: split with PARTS). Output folder: $1 (default build/issue21-out).
+#   PARTS="gate shares spatial" (default all):
+#   gate     a governed PyTorch launch-bound loop with the probes' gate on and off (TESSERA_PROBE_GATE,
+#            each killed after 40 s if it stalls), with the governed path's timing (TESSERA_HOOK_STATS)
+#   shares   busy_shares.sh (delivered rate against min(1, s/b), overhead where the share does
+#            not bind); GATE=1 runs it with the gate on
+#   spatial  spatial_priority.sh (3 LC models x 3 BE shapes under MPS)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+out=${1:-build/issue21-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+parts=${PARTS:-gate shares spatial}
+cmake --preset gpu >/dev/null && cmake --build build/gpu -j "$(nproc)" --target tessera tessera_hook 2>&1 | tail -n 1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [[ " $parts " == *" gate "* ]]; then
+  for gate in 0 1; do
+    echo "== gate=$gate"
+    TESSERA_PROBE_GATE=$gate TESSERA_HOOK_STATS=1 timeout -s KILL 40 build/gpu/cmd/tessera/tessera run \
+      --gpu-cores 90 -- python3 test/gpu/busy_shares.py work launchbound --seconds 5 2>&1 |
+      grep -E '"units"|stats: governed|compute governor|GPU busy' | tail -6
+    echo "rc=$?"
+  done
+fi
+if [[ " $parts " == *" shares "* ]]; then
+  TESSERA_PROBE_GATE=${GATE:-0} SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} PAIRS=${PAIRS:-6} \
+    bash test/gpu/busy_shares.sh "$out/shares"
+fi
+if [[ " $parts " == *" spatial "* ]]; then
+  LC_SECONDS=${LC_SECONDS:-8} bash test/gpu/spatial_priority.sh "$out/spatial"
+fi
