@@ -25,14 +25,14 @@ struct EnumRow {
   std::string_view meaning;
 };
 
-#define TESSERA_ENUM_ENUMERATOR_(enumerator, name, meaning) enumerator,
-#define TESSERA_ENUM_ROW_(enumerator, name, meaning) {enumerator, name, meaning},
-#define TESSERA_ENUM_TABLE(Type, kRows, LIST)                                  \
-  enum class Type : std::uint8_t { LIST(TESSERA_ENUM_ENUMERATOR_) };           \
-  inline constexpr auto kRows = [] {                                           \
-    using enum Type;                                                           \
-    return std::to_array<::tessera::EnumRow<Type>>({LIST(TESSERA_ENUM_ROW_)}); \
-  }();                                                                         \
+#define TESSERA_ENUM_ENUMERATOR_OF(enumerator, name, meaning) enumerator,
+#define TESSERA_ENUM_ROW_OF(enumerator, name, meaning) {enumerator, name, meaning},
+#define TESSERA_ENUM_TABLE(Type, kRows, LIST)                                    \
+  enum class Type : std::uint8_t { LIST(TESSERA_ENUM_ENUMERATOR_OF) };           \
+  inline constexpr auto kRows = [] {                                             \
+    using enum Type;                                                             \
+    return std::to_array<::tessera::EnumRow<Type>>({LIST(TESSERA_ENUM_ROW_OF)}); \
+  }();                                                                           \
   constexpr const auto& EnumRowsOf(Type) { return kRows; }
 
 // Generic helpers over any EnumRow table (also used by the policy file's vocabularies).

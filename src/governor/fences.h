@@ -220,7 +220,6 @@ class FenceTracker {
   std::unordered_map<std::uint64_t, Kind> kinds_;
   std::uint64_t rng_;
   int epoch_ = -1;
-  std::uint64_t epoch_host_ns_ = 0;
   std::unordered_map<int, std::uint64_t> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
 };
