@@ -235,15 +235,8 @@ std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_v
   for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/slots", ec)) {
     const std::string slot = entry.path().filename().string();
     if (slot == except_slot || !ParseSlotId(slot).ok()) continue;
-    const std::string path = PathsOf(state_dir, "", slot).limits;
-    auto limits = ParseLimitsFile(ReadFile(path, kMaxLimitsFileBytes).value_or(""));
-    if (!limits.ok() || limits->mode != SharingMode::kMps ||
-        limits->priority != PriorityClass::kLatencyCritical) {
-      continue;
-    }
-    for (const DeviceLimits& d : limits->devices) {
-      if (d.uuid == uuid) sum += d.cores_percent;
-    }
+    sum += governor::LatencyCriticalMpsShare(
+        ReadFile(PathsOf(state_dir, "", slot).limits, kMaxLimitsFileBytes).value_or(""), uuid);
   }
   return std::min(sum, 100u);
 }

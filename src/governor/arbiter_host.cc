@@ -331,15 +331,9 @@ std::uint32_t LatencyCriticalMpsAsks(const std::string& dir, const std::string& 
     if (name.rfind(kMemberPrefix, 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + kMemberPrefix.size()));
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH)) continue;
-    auto limits = ParseLimitsFile(
-        ReadFile(ReadRegistration(entry.path().string()).first, kMaxLimitsFileBytes).value_or(""));
-    if (!limits.ok() || limits->mode != SharingMode::kMps ||
-        limits->priority != PriorityClass::kLatencyCritical) {
-      continue;
-    }
-    for (const DeviceLimits& d : limits->devices) {
-      if (d.uuid == uuid) sum += d.cores_percent;
-    }
+    sum += LatencyCriticalMpsShare(
+        ReadFile(ReadRegistration(entry.path().string()).first, kMaxLimitsFileBytes).value_or(""),
+        uuid);
   }
   return std::min(sum, 100u);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tessera/file.h"
+#include "tessera/limits.h"
 #include "tessera/subprocess.h"
 
 namespace tessera::governor {
@@ -177,6 +178,19 @@ std::uint32_t ActiveThreadPercent(std::uint32_t cores_percent, PriorityClass pri
   const std::uint32_t reserve =
       std::min(std::max(policy.lc_reserve_percent, lc_asks_percent), 100u);
   return std::max(std::min(share, 100 - reserve), policy.min_sm_percent);
+}
+
+std::uint32_t LatencyCriticalMpsShare(std::string_view limits_text, std::string_view uuid) {
+  auto limits = ParseLimitsFile(limits_text);
+  if (!limits.ok() || limits->mode != SharingMode::kMps ||
+      limits->priority != PriorityClass::kLatencyCritical) {
+    return 0;
+  }
+  std::uint32_t share = 0;
+  for (const DeviceLimits& d : limits->devices) {
+    if (d.uuid == uuid) share += d.cores_percent;
+  }
+  return share;
 }
 
 bool YieldsSms(PriorityClass priority, const SpatialPolicy& policy) {

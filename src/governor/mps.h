@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <vector>
 
@@ -56,6 +57,9 @@ std::uint32_t ActiveThreadPercent(std::uint32_t cores_percent, PriorityClass pri
 // Whether a client with that limit leaves latency-critical clients their reserve: the arbiter
 // then does not hold it for priority (the SMs already protect them).
 bool YieldsSms(PriorityClass priority, const SpatialPolicy& policy);
+// The share a limits file's text gives a latency-critical MPS client on the GPU `uuid` (0 for any
+// other file, or one that cannot be parsed): what the reserve of that GPU must leave it.
+std::uint32_t LatencyCriticalMpsShare(std::string_view limits_text, std::string_view uuid);
 // Refuses an SM limit below the floor: `cores_percent` (1-99) under mode mps is the client's SM
 // limit. Names the field as `field`.
 Status CheckSmFloor(std::uint32_t cores_percent, const std::string& field);

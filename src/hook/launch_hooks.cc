@@ -45,6 +45,17 @@ void SleepNs(std::uint64_t ns) {
   nanosleep(&ts, nullptr);
 }
 
+// A detached thread running fn(arg); false if none could be made (e.g. the pod's pids limit).
+bool StartDetached(void* (*fn)(void*), void* arg) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  const int rc = pthread_create(&thread, &attr, fn, arg);
+  pthread_attr_destroy(&attr);
+  return rc == 0;
+}
+
 // The calling thread's stream-capture mode is relaxed for the scope, so that our event queries
 // and records never invalidate a capture another thread runs in global mode.
 class RelaxedCapture {
@@ -167,12 +178,7 @@ class CudaEvents final : public governor::EventApi {
   // gate is off from then on.
   static constexpr std::uint64_t kGateWatchdogNs = 5'000'000;
   bool StartGateWatchdog() {
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t thread;
-    const int rc = pthread_create(
-        &thread, &attr,
+    return StartDetached(
         [](void* self) -> void* {
           auto* events = static_cast<CudaEvents*>(self);
           while (!events->gate_broken_.load(std::memory_order_relaxed)) {
@@ -189,8 +195,6 @@ class CudaEvents final : public governor::EventApi {
           return nullptr;
         },
         this);
-    pthread_attr_destroy(&attr);
-    return rc == 0;
   }
 
   bool gate_tried_ = false;
@@ -318,21 +322,15 @@ bool StartWatcher(Governor& g, shm::Region* region) {
     shm::Region* region;
   };
   auto* args = new Args{&g, region};
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  const int rc = pthread_create(
-      &thread, &attr,
+  const bool started = StartDetached(
       [](void* p) -> void* {
         const Args a = *static_cast<Args*>(p);
         delete static_cast<Args*>(p);
         return WatcherMain(a.g, a.region);
       },
       args);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) delete args;
-  return rc == 0;
+  if (!started) delete args;
+  return started;
 }
 
 void* WatcherMain(Governor* g, shm::Region* region) {
