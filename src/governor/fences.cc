@@ -84,9 +84,12 @@ double FenceTracker::KindEstimateNs(std::uint64_t key) const {
   return it != kinds_.end() ? it->second.estimate_ns : 0;
 }
 
-bool FenceTracker::ShouldProbe(std::uint64_t key) {
+FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   if (kinds_.size() >= kMaxKinds && kinds_.find(key) == kinds_.end()) kinds_.clear();
-  Kind& k = kinds_[key];
+  return kinds_[key];
+}
+
+bool FenceTracker::ShouldProbe(Kind& k) {
   bool probe = k.probes < kFirstProbes;
   if (!probe && options_.probe_period > 0) {
     rng_ ^= rng_ << 13;  // xorshift64
@@ -100,10 +103,11 @@ bool FenceTracker::ShouldProbe(std::uint64_t key) {
 
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
-  const bool probe = ShouldProbe(key);
+  Kind& kind = KindFor(key);  // one lookup a launch
+  const bool probe = ShouldProbe(kind);
   s.next_is_probe = probe;
   s.next_key = key;
-  s.next_estimate_ns = KindEstimateNs(key);
+  s.next_estimate_ns = kind.estimate_ns;
   // A probe is fenced on both sides: what is open ends here. If the stream is still busy, that
   // fence completes right before the probe's launch runs and is its start; if it is idle, the
   // probe starts at an event of its own, behind a Hold.
@@ -175,7 +179,7 @@ void FenceTracker::ReleaseHold(Stream& s) {
   }
 }
 
-void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns) {
+void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns) {
   Stream& s = StreamFor(stream);
   if (s.open_begin < 0) return;  // BeforeLaunch failed: unmeasured
   if (s.next_is_probe && s.open_launches == 0) {
@@ -190,7 +194,8 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns) {
     ++s.open_unknown;
   }
   const double open_work = s.open_estimate_ns + s.open_unknown * Estimate(s);
-  if (s.open_probe || open_work >= static_cast<double>(options_.quantum_ns) ||
+  if (s.open_probe || OneLaunch(depth_ns) ||
+      open_work >= static_cast<double>(options_.quantum_ns) ||
       s.open_launches >= options_.max_segment_launches) {
     Close(s, now_ns);
   }

@@ -102,7 +102,9 @@ class FenceTracker {
   // recorded (the launch then goes unmeasured; the caller counts a machinery error).
   // `key` names the launch's kind (LaunchKey, GraphKey).
   bool BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key = 0);
-  void AfterLaunch(void* stream, std::uint64_t now_ns);
+  // `depth_ns`: the depth the launch went under; at one launch (OverDepth) its segment is fenced
+  // at once, so that the next launch waits for exactly this one.
+  void AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns = ~0ULL);
   // Closes the open segment of one stream / of every stream (before something waits on them),
   // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
   // segment is dropped unmeasured.
@@ -137,8 +139,11 @@ class FenceTracker {
   // is still learning its estimate or the estimate reaches `depth_ns` (one segment may always
   // be in flight, so a kernel longer than the depth still runs). A depth of one launch
   // (shm::kDepthOneLaunchUs) waits while anything fenced is in flight.
+  static bool OneLaunch(std::uint64_t depth_ns) {
+    return depth_ns <= shm::kDepthOneLaunchUs * 1000ULL;
+  }
   bool OverDepth(std::uint64_t depth_ns, std::uint64_t now_ns) const {
-    if (depth_ns <= shm::kDepthOneLaunchUs * 1000ULL) return HasFenced();
+    if (OneLaunch(depth_ns)) return HasFenced();
     return HasFenced() && (Learning() || InFlightEstimateNs(now_ns) >= depth_ns);
   }
   // The longest a fenced segment now pending is expected to take (its launches at its stream's
@@ -208,7 +213,8 @@ class FenceTracker {
   bool StartAtNewEvent(Stream& s, bool probe);
   double Estimate(const Stream& s) const;
   double PendingNs(const Stream& s, const Segment& seg) const;
-  bool ShouldProbe(std::uint64_t key);
+  Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
+  bool ShouldProbe(Kind& kind);
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
 

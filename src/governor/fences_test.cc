@@ -52,10 +52,20 @@ class OneStreamGpu final : public TimestampEvents {
 
 void* const kStream = reinterpret_cast<void*>(0x10);
 
-void LaunchOn(FenceTracker& t, OneStreamGpu& gpu, std::uint64_t ns) {
-  ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now));
+// One launch of `ns` (of kind `key`) on the simulated stream, through the tracker.
+template <typename Gpu>
+void LaunchOn(FenceTracker& t, Gpu& gpu, std::uint64_t ns, std::uint64_t key = 0) {
+  ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, key));
   gpu.Launch(ns);
   t.AfterLaunch(kStream, gpu.now);
+}
+
+// Fences what is open, lets the GPU finish and takes the rest of the measured time.
+template <typename Gpu>
+std::uint64_t Drain(FenceTracker& t, Gpu& gpu) {
+  t.FenceAll(gpu.now);
+  gpu.now += 1'000'000;
+  return t.Poll();
 }
 
 TEST(FenceTracker, MeasuresBusyTimeNotIdleTime) {
@@ -141,9 +151,7 @@ TEST(FenceTracker, ALaunchBoundLoopIsChargedItsKernelsNotItsGaps) {
     if (i % 500 == 499) t.FenceAll(gpu.now);
     busy += t.Poll();
   }
-  t.FenceAll(gpu.now);
-  gpu.now += 1'000'000;
-  busy += t.Poll();
+  busy += Drain(t, gpu);
   EXPECT_NEAR(static_cast<double>(busy), 20'000 * 5'000.0, 0.01 * 20'000 * 5'000.0);
   EXPECT_NEAR(t.KindEstimateNs(0), 5'000.0, 1.0);
   // Sparse: far fewer events than launches.
@@ -158,15 +166,11 @@ TEST(FenceTracker, KindsAreEstimatedSeparately) {
   std::uint64_t busy = 0;
   for (int i = 0; i < 10'000; ++i) {
     const bool big = i % 2 == 1;
-    ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, big ? 2 : 1));
-    gpu.Launch(big ? 40'000 : 2'000);
-    t.AfterLaunch(kStream, gpu.now);
+    LaunchOn(t, gpu, big ? 40'000 : 2'000, big ? 2 : 1);
     gpu.now += 60'000;
     busy += t.Poll();
   }
-  t.FenceAll(gpu.now);
-  gpu.now += 1'000'000;
-  busy += t.Poll();
+  busy += Drain(t, gpu);
   EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, 1.0);
   EXPECT_NEAR(t.KindEstimateNs(2), 40'000.0, 1.0);
   EXPECT_NEAR(static_cast<double>(busy), 5'000 * 42'000.0, 0.01 * 5'000 * 42'000.0);
@@ -270,15 +274,11 @@ TEST(FenceTracker, ProbesOfAnIdleStreamWaitAtAGateSoTheyMeasureTheKernelAlone) {
     FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 7});
     std::uint64_t busy = 0;
     for (int i = 0; i < 20'000; ++i) {
-      ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, 1));
-      gpu.Launch(2'000);
-      t.AfterLaunch(kStream, gpu.now);
+      LaunchOn(t, gpu, 2'000, 1);
       gpu.now += 20'000;
       busy += t.Poll();
     }
-    t.FenceAll(gpu.now);
-    gpu.now += 1'000'000;
-    busy += t.Poll();
+    busy += Drain(t, gpu);
     const double truth = 20'000 * 2'000.0;
     if (gate) {
       EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, 1.0);

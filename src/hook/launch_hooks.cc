@@ -425,6 +425,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent
   // kernel) must not hang the application's next launch.
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
+  std::uint64_t depth_ns = kDefaultDepthNs;
   for (;;) {
     const std::uint64_t at_gate = g_stats_enabled ? NowNs() : 0;
     if (!WaitAtGate(c)) return launch();
@@ -432,7 +433,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     lock.lock();
     DeviceGovernor& waiting = DeviceFor(g, quota.region_device);
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
-    const std::uint64_t depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
+    depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
     std::uint64_t now = NowNs();
     const std::uint64_t started = now;
     while (waiting.tracker.OverDepth(depth_ns, now)) {
@@ -475,11 +476,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   const std::uint64_t after_real = now;
   if (measured) {
     if (r == CUDA_SUCCESS) {
-      d.tracker.AfterLaunch(stream_key, now);
-      // One launch in flight (below a latency-critical container): fenced alone, so that the
-      // next launch waits for exactly this one.
-      if (c.depth_us.load(std::memory_order_relaxed) == shm::kDepthOneLaunchUs)
-        d.tracker.Fence(stream_key, now);
+      d.tracker.AfterLaunch(stream_key, now, depth_ns);
     } else {
       d.tracker.Fence(stream_key, now);  // nothing was launched: the start event is dropped
     }

@@ -650,10 +650,7 @@ class Container {
     }
     const bool measured = p.tracker.BeforeLaunch(stream, now_ns, want.kernel_ns + 1);
     gpu_->Launch(stream, want.kernel_ns, shape_.width);
-    if (measured) {
-      p.tracker.AfterLaunch(stream, now_ns);
-      if (verdict_.depth_us == shm::kDepthOneLaunchUs) p.tracker.Fence(stream, now_ns);
-    }
+    if (measured) p.tracker.AfterLaunch(stream, now_ns, p.depth_ns);
     observation_.active_ns = now_ns;
     p.past_gate = false;
     ++p.launches;
