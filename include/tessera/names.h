@@ -60,7 +60,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEnvHookStats, "TESSERA_HOOK_STATS",                                                           \
     "1: the preload library prints its start-up times and per-hook call counts at exit")           \
   X(kEnvProbeGate, "TESSERA_PROBE_GATE",                                                           \
-    "1: the compute governor's probes of idle streams wait at a gate (experimental, ADR 0017)")    \
+    "0: the compute governor's probes run without their gate (default: with it; ADR 0017)")        \
   X(kEnvHookLibrary, "TESSERA_HOOK_LIBRARY",                                                       \
     "tessera run: path of libtessera-cuda.so (default: beside the tessera binary)")                \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \

@@ -11,6 +11,11 @@ constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
 // idle time can trail its work.
 constexpr std::uint64_t kDenseFenceSlackNs = 20'000;
+// ... and the GPU reached its start this much later than its last launch at least (beyond the
+// epoch's own uncertainty): a single launch on an idle GPU starts about when it is submitted,
+// and an epoch error of microseconds must not make it look dense (its span then holds the
+// launch's submission latency).
+constexpr std::uint64_t kDenseMarginNs = 10'000;
 
 std::uint64_t Mix(std::uint64_t x) {  // splitmix64's finalizer
   x ^= x >> 30;
@@ -108,23 +113,15 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
   s.next_is_probe = probe;
   s.next_key = key;
   s.next_estimate_ns = kind.estimate_ns;
-  // A probe is fenced on both sides: what is open ends here. If the stream is still busy, that
-  // fence completes right before the probe's launch runs and is its start; if it is idle, the
-  // probe starts at an event of its own, behind a Hold.
-  if (probe && s.open_launches > 0) {
-    const std::size_t fenced = s.fenced.size();
-    Close(s, now_ns);
-    if (s.fenced.size() > fenced) {
-      const int tail = s.fenced.back().end;
-      if (api_->Query(events_[static_cast<std::size_t>(tail)].handle) ==
-          EventApi::State::kPending) {
-        Ref(tail);
-        s.open_begin = tail;
-        s.open_exact = true;
-        return true;
-      }
-      return StartAtNewEvent(s, true);
-    }
+  // A probe is fenced on both sides: what is open ends here, and the probe starts at an event of
+  // its own, behind a Hold where it can. Whether its span is the launch's GPU time alone is
+  // known only once the launch has been submitted (AfterLaunch): a fence that was just recorded
+  // is still pending on an idle GPU too (the GPU has not reached it yet), so its state says
+  // nothing about the stream being busy.
+  if (probe) {
+    if (s.open_begin >= 0) Close(s, now_ns);
+    s.open_begin_ns = now_ns;
+    return StartAtNewEvent(s, true);
   }
   if (s.open_launches > 0 || s.open_begin >= 0) return true;
   // Contiguous with the newest fenced segment if that one is still running; otherwise the
@@ -134,7 +131,6 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
     if (api_->Query(events_[static_cast<std::size_t>(tail)].handle) == EventApi::State::kPending) {
       Ref(tail);
       s.open_begin = tail;
-      s.open_exact = true;
       return true;
     }
   }
@@ -164,7 +160,6 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
     return false;
   }
   s.open_begin = start;
-  s.open_exact = s.holding;
   return true;
 }
 
@@ -185,6 +180,13 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
   if (s.next_is_probe && s.open_launches == 0) {
     s.open_probe = true;
     s.open_probe_key = s.next_key;
+    // Exact: held at the gate, or its start event still pending now that the launch has been
+    // submitted (the launch is queued right behind it). Otherwise the GPU reached the start
+    // before the launch, and the host time between the two is taken off the span.
+    s.open_exact =
+        s.holding || api_->Query(events_[static_cast<std::size_t>(s.open_begin)].handle) ==
+                         EventApi::State::kPending;
+    s.open_probe_gap_ns = s.open_exact || now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
   }
   ++s.open_launches;
   s.last_launch_ns = now_ns;
@@ -221,7 +223,8 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
-                               s.open_probe_key, now_ns, s.last_launch_ns});
+                               s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
+                               s.last_launch_ns});
   }
   ReleaseHold(s);
   s.open_begin = -1;
@@ -230,6 +233,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   s.open_estimate_ns = 0;
   s.open_probe = false;
   s.open_exact = false;
+  s.open_probe_gap_ns = 0;
 }
 
 void FenceTracker::Drop(Stream& s) {
@@ -241,6 +245,7 @@ void FenceTracker::Drop(Stream& s) {
   s.open_estimate_ns = 0;
   s.open_probe = false;
   s.open_exact = false;
+  s.open_probe_gap_ns = 0;
 }
 
 void FenceTracker::Fence(void* stream, std::uint64_t now_ns, MayRecord may_record) {
@@ -297,7 +302,7 @@ bool FenceTracker::Calibrate(void* stream, const std::function<std::uint64_t()>&
     if (events_[static_cast<std::size_t>(epoch_)].refs == 0) epoch_hosts_.erase(epoch_);
   }
   epoch_ = e;
-  epoch_hosts_[e] = before + (after - before) / 2;
+  epoch_hosts_[e] = Epoch{before + (after - before) / 2, (after - before) / 2 + kDenseMarginNs};
   return true;
 }
 
@@ -305,9 +310,14 @@ double FenceTracker::PendingNs(const Stream& s, const Segment& seg) const {
   return seg.estimate_ns + seg.unknown * Estimate(s);
 }
 
+std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) {
+  return std::max<std::uint64_t>(span_ns > seg.probe_gap_ns ? span_ns - seg.probe_gap_ns : 0, 1);
+}
+
 std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                                    bool dense) const {
-  if (seg.probe || dense) return span_ns;
+  if (seg.probe) return ProbeNs(seg, span_ns);
+  if (dense) return span_ns;
   if (seg.unknown > 0 && s.per_launch_ns <= 0) return span_ns;  // nothing to bound it with
   return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
 }
@@ -323,7 +333,7 @@ void FenceTracker::Poll(Measured* out) {
           api_->ElapsedNs(events_[static_cast<std::size_t>(seg.begin)].handle,
                           events_[static_cast<std::size_t>(seg.end)].handle, &span)) {
         if (seg.probe) {
-          const double ns = std::max(static_cast<double>(span), 1.0);
+          const double ns = static_cast<double>(ProbeNs(seg, span));
           Kind& k = kinds_[seg.probe_key];
           if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
             k.estimate_ns = 0;
@@ -348,11 +358,23 @@ void FenceTracker::Poll(Measured* out) {
                            api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
                                            events_[static_cast<std::size_t>(seg.begin)].handle,
                                            &from_epoch_to_begin) &&
-                           host->second + from_epoch_to_begin > seg.last_launch_ns &&
+                           host->second.host_ns + from_epoch_to_begin >
+                               seg.last_launch_ns + host->second.uncertainty_ns &&
                            seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
         const std::uint64_t charge = Charge(s, seg, span, dense);
+        ++stats_.segments;
+        stats_.span_ns += span;
+        if (seg.probe) {
+          ++(seg.exact ? stats_.probes_exact : stats_.probes_inexact);
+          stats_.probe_ns += charge;
+        } else if (dense) {
+          ++stats_.dense;
+          stats_.dense_ns += charge;
+        } else {
+          stats_.estimate_ns += charge;
+        }
         if (placed) {
-          const std::uint64_t end = host->second + from_epoch_to_end;
+          const std::uint64_t end = host->second.host_ns + from_epoch_to_end;
           out->spans.push_back(Span{end - std::min(end, charge), end});
         } else {
           out->unplaced_ns += charge;

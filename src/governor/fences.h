@@ -12,11 +12,15 @@
 // launch-bound loop). Busy time therefore comes from two measurements together:
 //   - probes: a launch, chosen by its kind (`key`: the function and its grid, or the graph) — the
 //     first two of each kind, then one in `probe_period` at random — is fenced on both sides, so
-//     its span is that launch's GPU time; each kind keeps a running estimate of it. On an idle
-//     stream the start event runs ahead of the launch (its submission latency counts) unless the
-//     probe waits behind a Hold; a kind is held only once a launch of it has completed (its
-//     first launch may load its module, which can synchronize the context: with the stream
-//     held, that would never end), and exact probes replace inexact estimates;
+//     its span is that launch's GPU time; each kind keeps a running estimate of it. A probe
+//     starts at an event of its own, behind a Hold where the driver allows one (a kind is held
+//     only once a launch of it has completed: its first launch may load its module, which can
+//     synchronize the context, and with the stream held that would never end). It is exact
+//     when it was held or its start event is still pending once the launch has been submitted
+//     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
+//     reached it, and the host time from the start's record to the launch's return is taken off
+//     the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
+//     Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
 //     submitted (the host was ahead: no gap between its kernels) and its fence followed that
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
@@ -154,6 +158,15 @@ class FenceTracker {
   bool HasFenced() const;
   bool HasWork() const;  // fenced or open segments
   std::uint64_t errors() const { return errors_; }
+  // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
+  struct Stats {
+    std::uint64_t segments = 0, probes_exact = 0, probes_inexact = 0, dense = 0;
+    std::uint64_t span_ns = 0;      // the completed segments' spans, summed
+    std::uint64_t probe_ns = 0;     // charged by probes
+    std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
+    std::uint64_t estimate_ns = 0;  // charged by the others (min(span, estimates))
+  };
+  const Stats& stats() const { return stats_; }
   // The running estimate of one kind's GPU time (0: not measured yet); for tests and doctor.
   double KindEstimateNs(std::uint64_t key) const;
 
@@ -170,6 +183,9 @@ class FenceTracker {
     // running. Other probes of an idle stream also hold the launch's submission latency.
     bool exact = false;
     std::uint64_t probe_key = 0;
+    // An inexact probe: the host time from its start event's record to its launch's return,
+    // taken off its span (the GPU ran the start event before the launch reached it).
+    std::uint64_t probe_gap_ns = 0;
     std::uint64_t fenced_at_ns = 0;
     std::uint64_t last_launch_ns = 0;  // host clock, when its last launch had been submitted
   };
@@ -181,9 +197,11 @@ class FenceTracker {
     std::uint32_t open_unknown = 0;
     double open_estimate_ns = 0;
     bool open_probe = false;
-    bool open_exact = false;  // the open probe starts right where its launch runs (below)
-    bool holding = false;     // the stream waits at Hold until this probe's fence is recorded
-    int reserved_end = -1;    // the held probe's fence event, created before the Hold
+    bool open_exact = false;          // the open probe starts right where its launch runs (below)
+    std::uint64_t open_begin_ns = 0;  // host clock, before the open probe's start was recorded
+    std::uint64_t open_probe_gap_ns = 0;  // Segment::probe_gap_ns of the open probe
+    bool holding = false;   // the stream waits at Hold until this probe's fence is recorded
+    int reserved_end = -1;  // the held probe's fence event, created before the Hold
     std::uint64_t open_probe_key = 0;
     bool next_is_probe = false;  // BeforeLaunch's findings for AfterLaunch
     std::uint64_t next_key = 0;
@@ -217,6 +235,7 @@ class FenceTracker {
   bool ShouldProbe(Kind& kind);
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
+  static std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns);  // its launch's time
 
   EventApi* api_;
   FenceOptions options_;
@@ -226,8 +245,13 @@ class FenceTracker {
   std::unordered_map<std::uint64_t, Kind> kinds_;
   std::uint64_t rng_;
   int epoch_ = -1;
-  std::unordered_map<int, std::uint64_t> epoch_hosts_;  // live epoch events -> their host time
+  struct Epoch {
+    std::uint64_t host_ns = 0;         // the host time the epoch event ran at
+    std::uint64_t uncertainty_ns = 0;  // how far that may be off (half the window, a margin)
+  };
+  std::unordered_map<int, Epoch> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
+  Stats stats_;
 };
 
 // The kind of a kernel launch: its function and its grid and block (one function launched on

@@ -115,8 +115,8 @@ class CudaEvents final : public governor::EventApi {
     *ns = static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
     return true;
   }
-  // The probe's gate (TESSERA_PROBE_GATE=1): the stream waits (cuStreamWaitValue32, GEQ) on a
-  // word of pinned host memory that Release then writes. Driver functions outside the hook
+  // The probe's gate (off with TESSERA_PROBE_GATE=0): the stream waits (cuStreamWaitValue32, GEQ)
+  // on a word of pinned host memory that Release then writes. Driver functions outside the hook
   // table, resolved once; unavailable (an old driver, stream memory operations off) means probes
   // without a gate.
   bool Hold(void* stream) override {
@@ -145,10 +145,11 @@ class CudaEvents final : public governor::EventApi {
   using WaitValueFn = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
   void PrepareGate() {
     gate_tried_ = true;
-    // Off unless asked for: on the H200 the gate timed a kernel alone in isolation
-    // (test/gpu/busy_probe.cu), but a PyTorch loop governed with it stalled (ADR 0017).
+    // On unless TESSERA_PROBE_GATE=0. Without it a probe of an idle stream counts its launch's
+    // submission and is corrected from host times only (fences.h); a launch that blocks while
+    // the stream is held is let through by the watchdog below.
     const char* knob = std::getenv(std::string(names::kEnvProbeGate).c_str());
-    if (knob == nullptr || knob[0] != '1') return;
+    if (knob != nullptr && knob[0] == '0') return;
     // Every launch waits for its kernel: with the stream held it would never return.
     const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
     if (blocking != nullptr && blocking[0] == '1') return;
@@ -233,7 +234,8 @@ struct Governor {
 // TESSERA_HOOK_STATS=1: where the governed launch path spends its time (printed at exit with the
 // call counts), to keep its cost visible on real workloads.
 struct GovernorStats {
-  std::atomic<std::uint64_t> launches{0}, total_ns{0}, real_ns{0}, gate_ns{0}, depth_ns{0};
+  std::atomic<std::uint64_t> launches{0}, total_ns{0}, real_ns{0}, gate_ns{0}, depth_ns{0},
+      capture_ns{0}, lock_ns{0}, fences_ns{0};
 };
 GovernorStats g_governor_stats;
 Governor* g_governor = new Governor();
@@ -410,12 +412,16 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
                                             std::uint64_t key, const Launch& launch) {
   Governor& g = *g_governor;
   const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
-  std::uint64_t gate_ns = 0, depth_wait_ns = 0;
+  std::uint64_t gate_ns = 0, depth_wait_ns = 0, capture_ns = 0, lock_ns = 0;
   if (g.disabled) return launch();
   const DeviceQuota quota = QuotaForLaunch();
   if (quota.region_device < 0) return launch();
   shm::Compute& c = region->compute[quota.region_device];
-  if (GateOf(c) == shm::Gate::kFree || Capturing(stream, per_thread)) return launch();
+  if (GateOf(c) == shm::Gate::kFree) return launch();
+  const std::uint64_t at_capture = g_stats_enabled ? NowNs() : 0;
+  const bool capturing = Capturing(stream, per_thread);
+  if (g_stats_enabled) capture_ns = NowNs() - at_capture;
+  if (capturing) return launch();
   if (Stale(c, NowNs())) {
     CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
     return launch();
@@ -429,8 +435,10 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   for (;;) {
     const std::uint64_t at_gate = g_stats_enabled ? NowNs() : 0;
     if (!WaitAtGate(c)) return launch();
-    if (g_stats_enabled) gate_ns += NowNs() - at_gate;
+    const std::uint64_t at_lock = g_stats_enabled ? NowNs() : 0;
+    if (g_stats_enabled) gate_ns += at_lock - at_gate;
     lock.lock();
+    if (g_stats_enabled) lock_ns += NowNs() - at_lock;
     DeviceGovernor& waiting = DeviceFor(g, quota.region_device);
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
     depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
@@ -469,6 +477,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   DeviceGovernor& d = DeviceFor(g, quota.region_device);
   std::uint64_t now = NowNs();
   void* stream_key = StreamKey(stream, per_thread);
+  const std::uint64_t before_fences = g_stats_enabled ? now : 0;
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
   const std::uint64_t before_real = g_stats_enabled ? NowNs() : 0;
   const CUresult r = launch();
@@ -483,6 +492,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   } else {
     CountMachineryError("a fence event could not be recorded; that work went unmeasured");
   }
+  const std::uint64_t now_after_fences = g_stats_enabled ? NowNs() : 0;
   if (r == CUDA_SUCCESS) {  // a failing launch (a sticky fault) is no demand for the GPU
     c.launches.fetch_add(1, std::memory_order_relaxed);
     c.active_ns.store(now, std::memory_order_relaxed);
@@ -497,6 +507,10 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     st.real_ns.fetch_add(after_real - before_real, std::memory_order_relaxed);
     st.gate_ns.fetch_add(gate_ns, std::memory_order_relaxed);
     st.depth_ns.fetch_add(depth_wait_ns, std::memory_order_relaxed);
+    st.capture_ns.fetch_add(capture_ns, std::memory_order_relaxed);
+    st.lock_ns.fetch_add(lock_ns, std::memory_order_relaxed);
+    st.fences_ns.fetch_add((before_real - before_fences) + (now_after_fences - after_real),
+                           std::memory_order_relaxed);
   }
   return r;
 }
@@ -541,9 +555,26 @@ void PrintGovernorStats() {
   };
   TESSERA_LOG(kWarn, kHook,
               "stats: governed launches %llu: %.0f ns each in the governed path, of which the "
-              "real launch %.0f, waiting at the gate %.0f, waiting for the depth %.0f",
+              "real launch %.0f, the capture check %.0f, taking the lock %.0f, the fences %.0f, "
+              "waiting at the gate %.0f, waiting for the depth %.0f",
               static_cast<unsigned long long>(n), per(st.total_ns), per(st.real_ns),
-              per(st.gate_ns), per(st.depth_ns));
+              per(st.capture_ns), per(st.lock_ns), per(st.fences_ns), per(st.gate_ns),
+              per(st.depth_ns));
+  Governor& g = *g_governor;
+  const std::unique_lock<std::mutex> lock(g.mu, std::try_to_lock);  // (at exit: never wait)
+  if (!lock.owns_lock()) return;
+  for (const DeviceGovernor* d : g.devices) {
+    if (d == nullptr) continue;
+    const governor::FenceTracker::Stats& f = d->tracker.stats();
+    const auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+    TESSERA_LOG(kWarn, kHook,
+                "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact and "
+                "%llu inexact probes, %.1f ms by %llu dense segments, %.1f ms by estimates",
+                static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
+                static_cast<unsigned long long>(f.probes_exact),
+                static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
+                static_cast<unsigned long long>(f.dense), ms(f.estimate_ns));
+  }
 }
 
 void ResetGovernorAfterFork() { g_governor = new Governor(); }

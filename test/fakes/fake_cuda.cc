@@ -445,12 +445,14 @@ CUresult Behave<CudaHook::cuModuleGetFunction>(CUfunction* fn, CUmodule, const c
   *fn = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
 }
-// Events: kernels run synchronously at launch, so an event completes when it is recorded; it
-// keeps that moment (CLOCK_MONOTONIC) for cuEventElapsedTime, which the compute governor's
-// fences use to measure busy time. A stream held by cuStreamWaitValue32 (the governor's probe
-// gate) completes nothing recorded on it until the watched word reaches the value: its events
-// stay pending, and a synchronize waits for the word (at most 2 s, then it fails: a gate that is
-// never opened is a bug the tests must see, not a hang).
+// Kernels run asynchronously, as on a GPU: a launch returns at once and its time is queued on
+// its stream's timeline (CLOCK_MONOTONIC), where an event completes when everything queued
+// before it has; cuEventElapsedTime reads those moments, which the compute governor's fences use
+// to measure busy time. Streams run side by side (no legacy-stream ordering); a synchronize waits
+// for every stream. A stream held by cuStreamWaitValue32 (the governor's probe gate) completes
+// nothing recorded on it until the watched word reaches the value: its events stay pending, and
+// a synchronize waits for the word (at most 2 s, then it fails: a gate that is never opened is a
+// bug the tests must see, not a hang).
 constexpr std::int64_t kPendingNs = -2;
 struct FakeEvent {
   std::atomic<std::int64_t> at_ns{-1};
@@ -468,20 +470,43 @@ struct StreamGate {
   // time (it runs once the gate opens, instead of during its launch).
   std::vector<std::pair<FakeEvent*, std::int64_t>> queued;
 };
-std::mutex g_gates_mu;
+std::mutex g_gates_mu;  // also guards the timelines
 std::vector<StreamGate> g_gates;
+std::vector<std::pair<CUstream, std::int64_t>> g_timelines;  // stream -> when its work ends
+std::int64_t& TimelineLocked(CUstream stream) {
+  for (auto& [s, until] : g_timelines) {
+    if (s == stream) return until;
+  }
+  return g_timelines.emplace_back(stream, 0).second;
+}
+// Queues `ns` of work on the stream's timeline; returns when it ends.
+std::int64_t RunLocked(CUstream stream, std::int64_t ns) {
+  std::int64_t& until = TimelineLocked(stream);
+  until = std::max(until, FakeNowNs()) + ns;
+  return until;
+}
+// Sleeps until every stream's queued work has run.
+void WaitForTimelines() {
+  std::int64_t last = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_gates_mu);
+    for (const auto& [s, until] : g_timelines) last = std::max(last, until);
+  }
+  const std::int64_t now = FakeNowNs();
+  if (last > now) std::this_thread::sleep_for(std::chrono::nanoseconds(last - now));
+}
 bool Reached(const StreamGate& g) { return static_cast<std::int32_t>(*g.word - g.value) >= 0; }
 // Opens the gates whose word has been written: what waited behind them completes now.
 void OpenGates() {
   std::lock_guard<std::mutex> lock(g_gates_mu);
   std::erase_if(g_gates, [](StreamGate& g) {
     if (!Reached(g)) return false;
-    std::int64_t t = FakeNowNs();
+    std::int64_t t = RunLocked(g.stream, 0);
     for (const auto& [event, kernel_ns] : g.queued) {
       if (event != nullptr) {
         event->at_ns.store(t);
       } else {
-        t += kernel_ns;
+        t = RunLocked(g.stream, kernel_ns);
       }
     }
     return true;
@@ -499,17 +524,16 @@ bool WaitForGates() {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
-// Queues a kernel of `ns` behind the gate of `stream`, if it has one (then the launch returns at
-// once, as a real one does).
-bool QueueBehindGate(CUstream stream, std::int64_t ns) {
+// Queues a kernel of `ns` on `stream`: behind its gate if it has one, else on its timeline.
+void QueueKernel(CUstream stream, std::int64_t ns) {
   std::lock_guard<std::mutex> lock(g_gates_mu);
   for (StreamGate& g : g_gates) {
     if (g.stream == stream) {
       g.queued.emplace_back(nullptr, ns);
-      return true;
+      return;
     }
   }
-  return false;
+  RunLocked(stream, ns);
 }
 CUresult FakeLaunch(CUfunction f, void** params, CUstream stream = nullptr) {
   if (g_sticky.load() != CUDA_SUCCESS) return g_sticky.load();
@@ -535,14 +559,15 @@ CUresult FakeLaunch(CUfunction f, void** params, CUstream stream = nullptr) {
     }
   }
   if (*name == "tessera_fault") g_sticky.store(CUDA_ERROR_ILLEGAL_ADDRESS);
-  if (*name == "tessera_burn")
-    std::this_thread::sleep_for(std::chrono::microseconds(200));  // doctor's burn
+  std::int64_t ns = 0;
+  if (*name == "tessera_burn") ns = 200'000;  // doctor's burn
   if (*name == "tessera_spin" && params != nullptr && params[0] != nullptr) {
-    const auto ns =
-        std::min<std::uint64_t>(*static_cast<std::uint64_t*>(params[0]) / 20, 10'000'000);
+    ns = static_cast<std::int64_t>(
+        std::min<std::uint64_t>(*static_cast<std::uint64_t*>(params[0]) / 20, 10'000'000));
+  }
+  if (ns > 0) {
     OpenGates();
-    if (!QueueBehindGate(stream, static_cast<std::int64_t>(ns)))
-      std::this_thread::sleep_for(std::chrono::nanoseconds(ns));
+    QueueKernel(stream, ns);
   }
   return CUDA_SUCCESS;
 }
@@ -577,7 +602,10 @@ CUresult FakeRecord(CUevent event, CUstream stream) {
       }
     }
   }
-  e->at_ns.store(FakeNowNs());
+  {
+    std::lock_guard<std::mutex> lock(g_gates_mu);
+    e->at_ns.store(RunLocked(stream, 0));
+  }
   return g_sticky.load();
 }
 template <>
@@ -592,7 +620,8 @@ template <>
 CUresult Behave<CudaHook::cuEventQuery>(CUevent event) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   OpenGates();
-  if (reinterpret_cast<FakeEvent*>(event)->at_ns.load() == kPendingNs) return CUDA_ERROR_NOT_READY;
+  const std::int64_t at = reinterpret_cast<FakeEvent*>(event)->at_ns.load();
+  if (at == kPendingNs || at > FakeNowNs()) return CUDA_ERROR_NOT_READY;
   return g_sticky.load();
 }
 CUresult FakeElapsed(float* ms, CUevent start, CUevent end) {
@@ -600,7 +629,8 @@ CUresult FakeElapsed(float* ms, CUevent start, CUevent end) {
   OpenGates();
   const std::int64_t a = reinterpret_cast<FakeEvent*>(start)->at_ns.load();
   const std::int64_t b = reinterpret_cast<FakeEvent*>(end)->at_ns.load();
-  if (a == kPendingNs || b == kPendingNs) return CUDA_ERROR_NOT_READY;
+  if (a == kPendingNs || b == kPendingNs || std::max(a, b) > FakeNowNs())
+    return CUDA_ERROR_NOT_READY;
   if (a < 0 || b < 0) return CUDA_ERROR_INVALID_HANDLE;
   *ms = static_cast<float>(static_cast<double>(b - a) / 1e6);
   return CUDA_SUCCESS;
@@ -617,11 +647,13 @@ CUresult Behave<CudaHook::cuEventElapsedTime_v2>(float* ms, CUevent start, CUeve
 template <>
 CUresult Behave<CudaHook::cuCtxSynchronize>() {
   if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
+  WaitForTimelines();
   return g_sticky.load();
 }
 template <>
 CUresult Behave<CudaHook::cuStreamSynchronize>(CUstream) {
   if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
+  WaitForTimelines();
   return g_sticky.load();
 }
 

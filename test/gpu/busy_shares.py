@@ -17,6 +17,9 @@ Shapes (all from PyTorch, none tuned to tessera):
                not fill the GPU, so the streams' kernels overlap), a synchronize every 32 rounds
   procs        two processes of one container, each a loop of 8192^3 bf16 matrix products
                (time-sliced against each other)
+  cupy         CuPy (its own kernels, launched through the driver API rather than PyTorch's
+               runtime): elementwise ops on a 16384-element array with ~20 us of host work every
+               8 ops, a synchronize every 128 ops
 
 drive: per shape, b from the solo trace (independent of tessera: CUPTI's kernel records), the
 solo rate (mean of the per-second units over the middle of the run), then `tessera run
@@ -36,7 +39,7 @@ import time
 from jsonl import json_lines  # beside this script
 
 SELF = [sys.executable, os.path.abspath(__file__)]
-SHAPES = ("launchbound", "graphs", "streams", "procs")
+SHAPES = ("launchbound", "graphs", "streams", "procs", "cupy")
 
 
 def spin(seconds):
@@ -97,6 +100,17 @@ def workload(shape):
                 torch.mm(a, b, out=o)
             torch.cuda.synchronize()
         return step, 4
+    if shape == "cupy":
+        import cupy as cp
+        y = cp.ones(16384, dtype=cp.float32)
+
+        def step():
+            for i in range(128):
+                cp.multiply(y, cp.float32(1.0001), out=y)
+                if i % 8 == 7:
+                    spin(20e-6)
+            cp.cuda.Device().synchronize()
+        return step, 128
     raise SystemExit(f"unknown shape {shape}")
 
 
@@ -129,6 +143,7 @@ def work(shape, seconds):
 def trace(shape, seconds):
     import torch
     from torch.profiler import ProfilerActivity, profile
+    torch.cuda.init()  # CUPTI records every kernel of the process, CuPy's too
     if shape == "procs":
         shape = "gemm"
     step, _ = workload(shape)

@@ -5,7 +5,7 @@
 #   gate     a governed PyTorch launch-bound loop with the probes' gate on and off (TESSERA_PROBE_GATE,
 #            each killed after 40 s if it stalls), with the governed path's timing (TESSERA_HOOK_STATS)
 #   shares   busy_shares.sh (delivered rate against min(1, s/b), overhead where the share does
-#            not bind); GATE=1 runs it with the gate on
+#            not bind); GATE=0 runs it without the gate
 #   spatial  spatial_priority.sh (3 LC models x 3 BE shapes under MPS)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -25,7 +25,7 @@ if [[ " $parts " == *" gate "* ]]; then
   done
 fi
 if [[ " $parts " == *" shares "* ]]; then
-  TESSERA_PROBE_GATE=${GATE:-0} SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} PAIRS=${PAIRS:-6} \
+  TESSERA_PROBE_GATE=${GATE:-1} SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} PAIRS=${PAIRS:-6} \
     bash test/gpu/busy_shares.sh "$out/shares"
 fi
 if [[ " $parts " == *" spatial "* ]]; then
