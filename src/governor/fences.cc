@@ -5,7 +5,9 @@
 namespace tessera::governor {
 namespace {
 constexpr std::size_t kMaxStreams = 64;
-constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates start again
+constexpr std::size_t kMaxKinds = 4096;
+constexpr std::size_t kMaxPolledPerStream = 256;  // segments one Poll looks at per stream  // past
+                                                  // this many kinds, the estimates start again
 constexpr std::uint32_t kFirstProbes = 2;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
@@ -279,30 +281,53 @@ void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRec
 
 bool FenceTracker::Calibrate(void* stream, const std::function<std::uint64_t()>& now,
                              std::uint64_t max_window_ns) {
-  const int e = NewEvent();
-  if (e < 0) return false;
-  void* handle = events_[static_cast<std::size_t>(e)].handle;
+  EpochTiming timing;
+  if (!PrepareEpoch(&timing)) return false;
+  TimeEpoch(api_, stream, now, max_window_ns, &timing);
+  return InstallEpoch(timing);
+}
+
+bool FenceTracker::PrepareEpoch(EpochTiming* timing) {
+  timing->event = NewEvent();
+  timing->handle =
+      timing->event >= 0 ? events_[static_cast<std::size_t>(timing->event)].handle : nullptr;
+  timing->recorded = timing->timed = false;
+  return timing->event >= 0;
+}
+
+void FenceTracker::TimeEpoch(EventApi* api, void* stream, const std::function<std::uint64_t()>& now,
+                             std::uint64_t max_window_ns, EpochTiming* timing) {
   const std::uint64_t before = now();
-  if (!api_->Record(handle, stream)) {
-    Discard(e);
-    return false;
-  }
-  EventApi::State state = api_->Query(handle);
+  timing->recorded = api->Record(timing->handle, stream);
+  if (!timing->recorded) return;
+  EventApi::State state = api->Query(timing->handle);
   std::uint64_t after = now();
   while (state == EventApi::State::kPending && after - before < kCalibrationSpinNs) {
-    state = api_->Query(handle);
+    state = api->Query(timing->handle);
     after = now();
   }
-  if (state != EventApi::State::kDone || after - before > max_window_ns) {
-    Unref(e);  // a stream kept busy, or a slow reading: try again later
+  // A stream kept busy, or a slow reading: not an epoch (tried again later).
+  timing->timed = state == EventApi::State::kDone && after - before <= max_window_ns;
+  timing->host_ns = before + (after - before) / 2;
+  timing->uncertainty_ns = (after - before) / 2 + kDenseMarginNs;
+}
+
+bool FenceTracker::InstallEpoch(const EpochTiming& timing) {
+  if (timing.event < 0) return false;
+  if (!timing.recorded) {
+    Discard(timing.event);
+    return false;
+  }
+  if (!timing.timed) {
+    Unref(timing.event);
     return false;
   }
   if (epoch_ >= 0) {
     Unref(epoch_);
     if (events_[static_cast<std::size_t>(epoch_)].refs == 0) epoch_hosts_.erase(epoch_);
   }
-  epoch_ = e;
-  epoch_hosts_[e] = Epoch{before + (after - before) / 2, (after - before) / 2 + kDenseMarginNs};
+  epoch_ = timing.event;
+  epoch_hosts_[epoch_] = Epoch{timing.host_ns, timing.uncertainty_ns};
   return true;
 }
 
@@ -322,77 +347,116 @@ std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uin
   return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
 }
 
-void FenceTracker::Poll(Measured* out) {
-  for (Stream& s : streams_) {
-    while (!s.fenced.empty()) {
-      const Segment seg = s.fenced.front();
-      const auto state = api_->Query(events_[static_cast<std::size_t>(seg.end)].handle);
-      if (state == EventApi::State::kPending) break;
-      std::uint64_t span = 0;
-      if (state == EventApi::State::kDone &&
-          api_->ElapsedNs(events_[static_cast<std::size_t>(seg.begin)].handle,
-                          events_[static_cast<std::size_t>(seg.end)].handle, &span)) {
-        if (seg.probe) {
-          const double ns = static_cast<double>(ProbeNs(seg, span));
-          Kind& k = kinds_[seg.probe_key];
-          if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
-            k.estimate_ns = 0;
-            k.exact = true;
-          }
-          if (seg.exact || !k.exact)
-            k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
-          s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
-        } else if (s.per_launch_ns <= 0) {
-          // No probe has completed on this stream yet: its first segment's mean ends the
-          // learning (one segment in flight at a time) all the same.
-          s.per_launch_ns = std::max(static_cast<double>(span) / seg.launches, 1.0);
+void FenceTracker::BeginPoll(PollBatch* batch) const {
+  batch->items.clear();
+  for (const Stream& s : streams_) {
+    std::size_t taken = 0;
+    for (const Segment& seg : s.fenced) {
+      if (++taken > kMaxPolledPerStream) break;
+      PollBatch::Item item;
+      item.stream = s.handle;
+      item.begin = seg.begin;
+      item.end = seg.end;
+      item.begin_event = events_[static_cast<std::size_t>(seg.begin)].handle;
+      item.end_event = events_[static_cast<std::size_t>(seg.end)].handle;
+      if (seg.epoch >= 0 && epoch_hosts_.contains(seg.epoch))
+        item.epoch_event = events_[static_cast<std::size_t>(seg.epoch)].handle;
+      batch->items.push_back(item);
+    }
+  }
+}
+
+void FenceTracker::QueryBatch(EventApi* api, PollBatch* batch) {
+  void* blocked = nullptr;  // a stream whose oldest pending segment was found: the rest waits
+  bool any_blocked = false;
+  for (PollBatch::Item& item : batch->items) {
+    if (any_blocked && item.stream == blocked) continue;
+    item.state = api->Query(item.end_event);
+    if (item.state == EventApi::State::kPending) {
+      blocked = item.stream;
+      any_blocked = true;
+      continue;
+    }
+    if (item.state != EventApi::State::kDone) continue;
+    item.timed = api->ElapsedNs(item.begin_event, item.end_event, &item.span_ns);
+    if (item.timed && item.epoch_event != nullptr) {
+      item.placed = api->ElapsedNs(item.epoch_event, item.end_event, &item.epoch_to_end_ns);
+      item.begin_placed = item.placed && api->ElapsedNs(item.epoch_event, item.begin_event,
+                                                        &item.epoch_to_begin_ns);
+    }
+  }
+}
+
+void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
+  for (const PollBatch::Item& item : batch.items) {
+    if (item.state == EventApi::State::kPending) continue;  // (and the rest of its stream waits)
+    Stream* sp = nullptr;
+    for (Stream& s : streams_) {
+      if (s.handle == item.stream) sp = &s;
+    }
+    // Only Poll takes segments, in order: the item is its stream's oldest, unless the stream's
+    // earlier item was still pending (then this one is skipped too).
+    if (sp == nullptr || sp->fenced.empty() || sp->fenced.front().begin != item.begin ||
+        sp->fenced.front().end != item.end) {
+      continue;
+    }
+    Stream& s = *sp;
+    const Segment seg = s.fenced.front();
+    if (item.state == EventApi::State::kDone && item.timed) {
+      const std::uint64_t span = item.span_ns;
+      if (seg.probe) {
+        const double ns = static_cast<double>(ProbeNs(seg, span));
+        Kind& k = kinds_[seg.probe_key];
+        if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
+          k.estimate_ns = 0;
+          k.exact = true;
         }
-        // On the host clock: where the segment's work began and ended (its epoch, if any).
-        std::uint64_t from_epoch_to_end = 0, from_epoch_to_begin = 0;
-        const auto host = epoch_hosts_.find(seg.epoch);
-        const bool placed =
-            seg.epoch >= 0 && host != epoch_hosts_.end() &&
-            api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
-                            events_[static_cast<std::size_t>(seg.end)].handle, &from_epoch_to_end);
-        const bool dense = placed &&
-                           api_->ElapsedNs(events_[static_cast<std::size_t>(seg.epoch)].handle,
-                                           events_[static_cast<std::size_t>(seg.begin)].handle,
-                                           &from_epoch_to_begin) &&
-                           host->second.host_ns + from_epoch_to_begin >
-                               seg.last_launch_ns + host->second.uncertainty_ns &&
-                           seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
-        const std::uint64_t charge = Charge(s, seg, span, dense);
-        ++stats_.segments;
-        stats_.span_ns += span;
-        if (seg.probe) {
-          ++(seg.exact ? stats_.probes_exact : stats_.probes_inexact);
-          stats_.probe_ns += charge;
-        } else if (dense) {
-          ++stats_.dense;
-          stats_.dense_ns += charge;
-        } else {
-          stats_.estimate_ns += charge;
-        }
-        if (placed) {
-          const std::uint64_t end = host->second.host_ns + from_epoch_to_end;
-          out->spans.push_back(Span{end - std::min(end, charge), end});
-        } else {
-          out->unplaced_ns += charge;
-        }
+        if (seg.exact || !k.exact)
+          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+        s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
+      } else if (s.per_launch_ns <= 0) {
+        // No probe has completed on this stream yet: its first segment's mean ends the learning
+        // (one segment in flight at a time) all the same.
+        s.per_launch_ns = std::max(static_cast<double>(span) / seg.launches, 1.0);
+      }
+      // On the host clock: where the segment's work began and ended (its epoch, if any).
+      const auto host = epoch_hosts_.find(seg.epoch);
+      const bool placed = item.placed && host != epoch_hosts_.end();
+      const bool dense = placed && item.begin_placed &&
+                         host->second.host_ns + item.epoch_to_begin_ns >
+                             seg.last_launch_ns + host->second.uncertainty_ns &&
+                         seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
+      const std::uint64_t charge = Charge(s, seg, span, dense);
+      ++stats_.segments;
+      stats_.span_ns += span;
+      if (seg.probe) {
+        ++(seg.exact ? stats_.probes_exact : stats_.probes_inexact);
+        stats_.probe_ns += charge;
+      } else if (dense) {
+        ++stats_.dense;
+        stats_.dense_ns += charge;
       } else {
-        ++errors_;  // a destroyed context, a sticky fault: the segment goes unmeasured
-        // ... and it must not keep the stream learning for ever (every launch would wait).
-        if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
+        stats_.estimate_ns += charge;
       }
-      s.fenced.pop_front();
-      Unref(seg.begin);
-      // The end event stays referenced while a contiguous successor begins at it.
-      Unref(seg.end);
-      if (seg.epoch >= 0) {
-        Unref(seg.epoch);
-        if (seg.epoch != epoch_ && events_[static_cast<std::size_t>(seg.epoch)].refs == 0)
-          epoch_hosts_.erase(seg.epoch);
+      if (placed) {
+        const std::uint64_t end = host->second.host_ns + item.epoch_to_end_ns;
+        out->spans.push_back(Span{end - std::min(end, charge), end});
+      } else {
+        out->unplaced_ns += charge;
       }
+    } else {
+      ++errors_;  // a destroyed context, a sticky fault: the segment goes unmeasured
+      // ... and it must not keep the stream learning for ever (every launch would wait).
+      if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
+    }
+    s.fenced.pop_front();
+    Unref(seg.begin);
+    // The end event stays referenced while a contiguous successor begins at it.
+    Unref(seg.end);
+    if (seg.epoch >= 0) {
+      Unref(seg.epoch);
+      if (seg.epoch != epoch_ && events_[static_cast<std::size_t>(seg.epoch)].refs == 0)
+        epoch_hosts_.erase(seg.epoch);
     }
   }
   // Idle streams keep their estimate; past kMaxStreams streams the idle ones are forgotten (a
@@ -400,6 +464,13 @@ void FenceTracker::Poll(Measured* out) {
   if (streams_.size() > kMaxStreams) {
     std::erase_if(streams_, [](const Stream& s) { return s.fenced.empty() && s.open_begin < 0; });
   }
+}
+
+void FenceTracker::Poll(Measured* out) {
+  PollBatch batch;
+  BeginPoll(&batch);
+  QueryBatch(api_, &batch);
+  EndPoll(batch, out);
 }
 
 std::uint64_t FenceTracker::InFlightEstimateNs(std::uint64_t now_ns) const {

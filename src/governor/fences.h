@@ -123,6 +123,26 @@ class FenceTracker {
 
   // Takes completed segments: adds their busy time to `out`.
   void Poll(Measured* out);
+  // Poll in three steps, so that a caller that shares the tracker with a launch path under a
+  // mutex makes the driver calls (event queries and elapsed times) without holding it:
+  // BeginPoll and EndPoll under the mutex, QueryBatch outside it. Only Poll takes segments, so
+  // what BeginPoll saw is still there for EndPoll; events stay alive while a segment holds them.
+  struct PollBatch {
+    struct Item {
+      void* stream = nullptr;
+      int begin = -1, end = -1;
+      void* begin_event = nullptr;
+      void* end_event = nullptr;
+      void* epoch_event = nullptr;  // null: not placed
+      EventApi::State state = EventApi::State::kPending;
+      bool timed = false, placed = false, begin_placed = false;
+      std::uint64_t span_ns = 0, epoch_to_end_ns = 0, epoch_to_begin_ns = 0;
+    };
+    std::vector<Item> items;
+  };
+  void BeginPoll(PollBatch* batch) const;
+  static void QueryBatch(EventApi* api, PollBatch* batch);
+  void EndPoll(const PollBatch& batch, Measured* out);
   // The same, as one number (a single process whose streams do not overlap: the tests).
   std::uint64_t Poll() {
     Measured m;
@@ -137,6 +157,18 @@ class FenceTracker {
   bool Calibrate(void* stream, const std::function<std::uint64_t()>& now,
                  std::uint64_t max_window_ns = 50'000);
   bool HasEpoch() const { return epoch_ >= 0; }
+  // Calibrate in three steps, as Poll (PrepareEpoch and InstallEpoch under the caller's mutex,
+  // TimeEpoch, which waits for the GPU, outside it).
+  struct EpochTiming {
+    int event = -1;
+    void* handle = nullptr;
+    bool recorded = false, timed = false;
+    std::uint64_t host_ns = 0, uncertainty_ns = 0;
+  };
+  bool PrepareEpoch(EpochTiming* timing);
+  static void TimeEpoch(EventApi* api, void* stream, const std::function<std::uint64_t()>& now,
+                        std::uint64_t max_window_ns, EpochTiming* timing);
+  bool InstallEpoch(const EpochTiming& timing);
 
   std::uint64_t InFlightEstimateNs(std::uint64_t now_ns) const;
   // The launch path's rule: a launch waits while fenced work is in flight and either a stream
@@ -158,6 +190,7 @@ class FenceTracker {
   bool HasFenced() const;
   bool HasWork() const;  // fenced or open segments
   std::uint64_t errors() const { return errors_; }
+  EventApi* api() const { return api_; }
   // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
   struct Stats {
     std::uint64_t segments = 0, probes_exact = 0, probes_inexact = 0, dense = 0;

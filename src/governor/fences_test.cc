@@ -335,6 +335,30 @@ TEST(FenceTracker, ADenseSegmentIsChargedItsSpan) {
   EXPECT_EQ(t.Poll(), 5'000'000u + 10 * 200'000u);
 }
 
+// The watcher polls in three steps so that launches need not wait for its driver calls: work
+// launched and fenced between BeginPoll and EndPoll is neither lost nor counted twice, and a
+// segment found pending waits for the next poll with everything behind it.
+TEST(FenceTracker, APollSplitAroundConcurrentLaunchesCountsEverythingOnce) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no random probes
+  LaunchOn(t, gpu, 10'000, 1);  // the two first probes
+  LaunchOn(t, gpu, 10'000, 1);
+  FenceTracker::PollBatch batch;
+  t.BeginPoll(&batch);
+  EXPECT_EQ(batch.items.size(), 2u);
+  LaunchOn(t, gpu, 10'000, 1);  // meanwhile, on the launch path: a third, fenced
+  t.FenceAll(gpu.now);
+  gpu.now += 15'000;  // the first probe has completed, the second has not
+  FenceTracker::QueryBatch(&gpu, &batch);
+  Measured m;
+  t.EndPoll(batch, &m);
+  EXPECT_EQ(m.total_ns(), 10'000u);
+  EXPECT_TRUE(t.HasFenced());
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 20'000u);
+  EXPECT_FALSE(t.HasFenced());
+}
+
 // A segment the driver cannot time (a failed elapsed-time query) is unmeasured, but it must not
 // leave the stream learning: every later launch would wait for the depth.
 class UntimedGpu final : public EventApi {

@@ -214,6 +214,7 @@ struct DeviceGovernor {
   CUstream epoch_stream = nullptr;  // the watcher's own, for the epoch event
   std::uint64_t epoch_at_ns = 0;    // when the epoch was last timed (or tried)
   governor::Measured measured;      // reused by each pass
+  governor::FenceTracker::PollBatch batch;
   std::uint64_t errors_counted = 0;
 };
 
@@ -273,8 +274,9 @@ void* StreamKey(CUstream stream, bool per_thread) {
 }
 
 // Times the device's epoch against the host clock when it is due (the watcher, its context
-// current): what lets the container's streams and processes count overlapping work once.
-void KeepEpoch(DeviceGovernor& d, std::uint64_t now) {
+// current): what lets the container's streams and processes count overlapping work once. The
+// wait for the GPU runs without the governor's mutex (`lock`), so launches do not wait for it.
+void KeepEpoch(DeviceGovernor& d, std::uint64_t now, std::unique_lock<std::mutex>& lock) {
   if (d.tracker.HasEpoch() && now < d.epoch_at_ns + kEpochPeriodNs) return;
   if (!d.tracker.HasEpoch() && d.epoch_at_ns != 0 && now < d.epoch_at_ns + kEpochPeriodNs / 10)
     return;
@@ -286,15 +288,28 @@ void KeepEpoch(DeviceGovernor& d, std::uint64_t now) {
       return;
     }
   }
-  d.tracker.Calibrate(d.epoch_stream, NowNs);
+  governor::FenceTracker::EpochTiming timing;
+  if (!d.tracker.PrepareEpoch(&timing)) return;
+  lock.unlock();
+  governor::FenceTracker::TimeEpoch(d.tracker.api(), d.epoch_stream, NowNs, 50'000, &timing);
+  lock.lock();
+  d.tracker.InstallEpoch(timing);
 }
 
 // Adds the watcher's findings to the region — the part of the measured spans that no other
-// stream or process of the container had covered — and counts the tracker's new failures.
-void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_t now) {
+// stream or process of the container had covered — and counts the tracker's new failures. The
+// driver calls (event queries, elapsed times) run without the governor's mutex.
+void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_t now,
+             std::unique_lock<std::mutex>& lock) {
   d.measured.spans.clear();
   d.measured.unplaced_ns = 0;
-  d.tracker.Poll(&d.measured);
+  d.tracker.BeginPoll(&d.batch);
+  if (!d.batch.items.empty()) {
+    lock.unlock();
+    governor::FenceTracker::QueryBatch(d.tracker.api(), &d.batch);
+    lock.lock();
+    d.tracker.EndPoll(d.batch, &d.measured);
+  }
   bool contended = false;
   const std::uint64_t busy =
       governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;
@@ -354,8 +369,8 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       // Work launched and then left without a synchronize: fence it so that it is measured
       // and the container does not look busy for ever.
       d->tracker.FenceIdle(now, kIdleFenceNs, MayRecordFromWatcher);
-      KeepEpoch(*d, now);
-      Publish(*d, region->compute[i], region->busy[i], now);
+      KeepEpoch(*d, now, lock);
+      Publish(*d, region->compute[i], region->busy[i], now, lock);
     }
     g->completed.notify_all();
     if (!any) {
