@@ -108,6 +108,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "the preload library refused a container's allocations at its memory cap (once per rise)")   \
   X(kEventLaunchFailed, "TesseraLaunchFailed",                                                   \
     "the driver refused a container's kernel launches (e.g. too few SMs under an MPS limit)")    \
+  X(kEventGovernorFailed, "TesseraGovernorFailed",                                               \
+    "a container's launches found the compute governor failed (they ran ungoverned or waited)")  \
   X(kEventMemoryDrift, "TesseraMemoryDrift",                                                     \
     "NVML shows a container holding more than the preload library accounted (once per episode)") \
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                             \
@@ -181,6 +183,10 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "governed launches (kernels, graphs)")                                                         \
   X(kMetricContainerLaunchFailures, "tessera_container_gpu_launch_failures_total", "counter",      \
     "container", "governed launches the driver refused (e.g. too few SMs under an MPS limit)")     \
+  X(kMetricContainerGovernorFailures, "tessera_container_gpu_governor_failures_total", "counter",  \
+    "container", "launches that found the compute governor failed (fail-open: ran ungoverned)")    \
+  X(kMetricContainerGovernorDown, "tessera_container_gpu_governor_down_seconds_total", "counter",  \
+    "container", "time launches waited for a failed compute governor (fail-closed tiers)")         \
   X(kMetricNodeOverCap, "tessera_node_drift_over_cap_total", "counter", "node",                    \
     "episodes of a container above its memory cap by NVML")                                        \
   X(kMetricNodeUnattributed, "tessera_node_unattributed_processes_total", "counter", "node",       \

@@ -98,7 +98,12 @@ struct Compute {
                                                // kDepthOneLaunchUs: one launch)
   // Written by the container's processes:
   std::atomic<std::uint64_t> launch_failures;  // governed launches the driver refused
-  std::uint8_t reserved[40];
+  // The governor itself failed (its arbiter stopped deciding, no watcher thread): how often a
+  // launch found it so, and how long launches waited for it (fail-closed tiers only; fail-open
+  // ones run ungoverned meanwhile).
+  std::atomic<std::uint64_t> governor_failures;
+  std::atomic<std::uint64_t> governor_down_ns;
+  std::uint8_t reserved[24];
 };
 
 // Per device: the container's recent busy time as disjoint spans on the host clock, so that the

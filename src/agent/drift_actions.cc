@@ -115,7 +115,7 @@ void DriftActions::Sample(const std::map<std::string, std::uint64_t>& nvml_by_ke
   // At most one Event per container a minute (a job retrying allocations would post one every
   // pass); the count is of everything refused since the last Event. The Pod is named from the
   // limits file: no API read on this thread.
-  std::map<std::string, Told> denials, failures;
+  std::map<std::string, Told> denials, failures, governor;
   for (const observe::ContainerRow& row : rows) {
     if (!row.region_readable) continue;
     TellRise(denials_, denials, row, row.oom_denials, names::kEventGpuMemoryDenied,
@@ -137,9 +137,23 @@ void DriftActions::Sample(const std::map<std::string, std::uint64_t>& nvml_by_ke
                            : "") +
                       "); the application saw the error";
              });
+    TellRise(governor_, governor, row, row.governor_failures, names::kEventGovernorFailed,
+             [&row](std::uint64_t risen) {
+               return "container " + row.container + ": " + std::to_string(risen) +
+                      " launch(es) on " + row.uuid +
+                      " found the compute governor failed (its arbiter stopped deciding, or no "
+                      "watcher thread); " +
+                      (row.governor_down_ns != 0
+                           ? "they waited for it (fail-closed, " +
+                                 std::to_string(row.governor_down_ns / 1'000'000) +
+                                 " ms so far): its share and priority held"
+                           : std::string("they ran ungoverned (fail-open): its share and "
+                                         "priority did not hold meanwhile"));
+             });
   }
   denials_ = std::move(denials);
   failures_ = std::move(failures);
+  governor_ = std::move(governor);
   sampled_once_ = true;
   if (deps_.set_counts) deps_.set_counts(counts());
 }

@@ -384,6 +384,34 @@ TEST_F(DriftActionsTest, RefusedLaunchesAreToldAsTheyRise) {
   EXPECT_EQ(api_.events.size(), 1u);  // within the minute: held back
 }
 
+// Launches that found the compute governor failed are told as they rise, with what the tier made
+// of it: ran ungoverned (fail-open), or waited (fail-closed: the wait so far).
+TEST_F(DriftActionsTest, AFailedGovernorIsToldWithWhatTheTierMadeOfIt) {
+  DriftActions& drift = Make();
+  observe::ContainerRow row = Row(0);
+  row.compute_readable = true;
+  rows_ = {row};
+  drift.Sample({});
+  row.governor_failures = 2;
+  rows_ = {row};
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 1u);
+  EXPECT_EQ(api_.events[0].reason, names::kEventGovernorFailed);
+  EXPECT_NE(api_.events[0].message.find("2 launch(es)"), std::string::npos)
+      << api_.events[0].message;
+  EXPECT_NE(api_.events[0].message.find("ran ungoverned (fail-open)"), std::string::npos)
+      << api_.events[0].message;
+  now_ += std::chrono::seconds(61);
+  row.governor_failures = 3;
+  row.governor_down_ns = 1'500'000'000;
+  rows_ = {row};
+  drift.Sample({});
+  ASSERT_EQ(api_.events.size(), 2u);
+  EXPECT_NE(api_.events[1].message.find("waited for it (fail-closed, 1500 ms so far)"),
+            std::string::npos)
+      << api_.events[1].message;
+}
+
 TEST_F(DriftActionsTest, DenialsAreToldAtMostOnceAMinuteFromWhenTheAgentStarted) {
   DriftActions& drift = Make();
   rows_ = {Row(3)};  // refused before this agent started: not told

@@ -361,7 +361,15 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
         << ", " << d.oom_rejections.load() << " allocation(s) refused; GPU busy "
         << c.busy_ns.load() / 1'000'000 << " ms, throttled " << c.throttled_ns.load() / 1'000'000
         << " ms, held for priority " << c.priority_held_ns.load() / 1'000'000 << " ms, "
-        << c.launches.load() << " governed launch(es)\n";
+        << c.launches.load() << " governed launch(es)";
+    if (c.governor_failures.load() != 0) {
+      err << "; the compute governor failed under " << c.governor_failures.load()
+          << " launch(es), which "
+          << (o.fail_closed ? "waited " + std::to_string(c.governor_down_ns.load() / 1'000'000) +
+                                  " ms for it (fail-closed)"
+                            : "ran ungoverned (fail-open)");
+    }
+    err << "\n";
   }
   if (o.keep) err << "tessera run: kept " << dir << "\n";
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

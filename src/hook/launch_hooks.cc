@@ -25,6 +25,7 @@
 #include "governor/busy_log.h"
 #include "governor/fences.h"
 #include "hook/intercept.h"
+#include "hook/process_state.h"
 
 namespace tessera::hook {
 namespace {
@@ -384,8 +385,32 @@ void* WatcherMain(Governor* g, shm::Region* region) {
   }
 }
 
+// The governor's arbiter stopped deciding under a launch: counted on the device, logged once. A
+// fail-open container's launch then runs ungoverned (true); a fail-closed one's waits until the
+// arbiter decides again (its share and priority keep holding), counting the wait, and is then
+// governed as usual (false). A governor that cannot come back (no watcher thread) refuses a
+// fail-closed container's launches instead (see Governed).
+bool GovernorFailed(shm::Compute& c) {
+  c.governor_failures.fetch_add(1, std::memory_order_relaxed);
+  if (!S().fail_closed) {
+    CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned (fail-open)");
+    return true;
+  }
+  CountMachineryError(
+      "the GPU's arbiter stopped deciding; launches wait until it decides again (fail-closed)");
+  std::uint64_t now = NowNs();
+  while (Stale(c, now)) {
+    c.waiting_ns.store(now, std::memory_order_relaxed);
+    SleepNs(kGatePollNs);
+    const std::uint64_t later = NowNs();
+    c.governor_down_ns.fetch_add(later - now, std::memory_order_relaxed);
+    now = later;
+  }
+  return false;
+}
+
 // Waits while the arbiter holds the gate; false if the launch should not be governed after all
-// (the arbiter went away).
+// (the arbiter went away and the container fails open).
 bool WaitAtGate(shm::Compute& c) {
   shm::Gate gate = GateOf(c);
   if (gate == shm::Gate::kOpen || gate == shm::Gate::kFree) return gate == shm::Gate::kOpen;
@@ -393,8 +418,10 @@ bool WaitAtGate(shm::Compute& c) {
   bool counted_share = false, counted_priority = false;
   while (gate == shm::Gate::kHeldShare || gate == shm::Gate::kHeldPriority) {
     if (Stale(c, now)) {
-      CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
-      return false;
+      if (GovernorFailed(c)) return false;
+      now = NowNs();
+      gate = GateOf(c);
+      continue;
     }
     const bool priority = gate == shm::Gate::kHeldPriority;
     bool& counted = priority ? counted_priority : counted_share;
@@ -428,19 +455,20 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   Governor& g = *g_governor;
   const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
   std::uint64_t gate_ns = 0, depth_wait_ns = 0, capture_ns = 0, lock_ns = 0;
-  if (g.disabled) return launch();
   const DeviceQuota quota = QuotaForLaunch();
   if (quota.region_device < 0) return launch();
   shm::Compute& c = region->compute[quota.region_device];
+  if (g.disabled) {  // no watcher thread could be started: nothing can measure this launch
+    if (GateOf(c) == shm::Gate::kFree) return launch();
+    c.governor_failures.fetch_add(1, std::memory_order_relaxed);
+    return S().fail_closed ? CUDA_ERROR_OPERATING_SYSTEM : launch();
+  }
   if (GateOf(c) == shm::Gate::kFree) return launch();
   const std::uint64_t at_capture = g_stats_enabled ? NowNs() : 0;
   const bool capturing = Capturing(stream, per_thread);
   if (g_stats_enabled) capture_ns = NowNs() - at_capture;
   if (capturing) return launch();
-  if (Stale(c, NowNs())) {
-    CountMachineryError("the GPU's arbiter stopped deciding; launches run ungoverned");
-    return launch();
-  }
+  if (Stale(c, NowNs()) && GovernorFailed(c)) return launch();
   // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
   // the share ran out, a higher class arrived): then wait at it again. The depth wait is
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent
@@ -484,9 +512,14 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     g.watcher_started.store(true);
     if (!StartWatcher(g, region)) {
       g.disabled = true;
-      CountMachineryError("no watcher thread could be started; launches run ungoverned");
+      c.governor_failures.fetch_add(1, std::memory_order_relaxed);
+      CountMachineryError(S().fail_closed
+                              ? "no watcher thread could be started; launches are refused "
+                                "(fail-closed)"
+                              : "no watcher thread could be started; launches run ungoverned "
+                                "(fail-open)");
       lock.unlock();
-      return launch();
+      return S().fail_closed ? CUDA_ERROR_OPERATING_SYSTEM : launch();
     }
   }
   DeviceGovernor& d = DeviceFor(g, quota.region_device);

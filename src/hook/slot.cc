@@ -103,7 +103,7 @@ void CountMachineryError(const char* what) {
   std::lock_guard<std::mutex> lock(mu);
   if (std::find(logged->begin(), logged->end(), what) != logged->end()) return;
   logged->push_back(what);
-  TESSERA_LOG(kWarn, kHook, "compute governor: %s (fail-open; logged once)", what);
+  TESSERA_LOG(kWarn, kHook, "compute governor: %s (logged once)", what);
 }
 
 }  // namespace tessera::hook

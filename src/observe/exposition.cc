@@ -94,6 +94,8 @@ std::string RenderExposition(const Snapshot& s) {
     out.Add(n::kMetricContainerPriorityHolds, labels, static_cast<double>(c.priority_holds));
     out.Add(n::kMetricContainerLaunches, labels, static_cast<double>(c.launches));
     out.Add(n::kMetricContainerLaunchFailures, labels, static_cast<double>(c.launch_failures));
+    out.Add(n::kMetricContainerGovernorFailures, labels, static_cast<double>(c.governor_failures));
+    out.Add(n::kMetricContainerGovernorDown, labels, Seconds(c.governor_down_ns));
   }
   if (s.counts) {
     const Labels node = {{"Hostname", s.node}};
@@ -180,6 +182,10 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
       row_of(x).launches = Count(x.value);
     } else if (m == n::kMetricContainerLaunchFailures) {
       row_of(x).launch_failures = Count(x.value);
+    } else if (m == n::kMetricContainerGovernorFailures) {
+      row_of(x).governor_failures = Count(x.value);
+    } else if (m == n::kMetricContainerGovernorDown) {
+      row_of(x).governor_down_ns = Count(x.value * 1e9);
     } else if (m == n::kMetricNodeOverCap) {
       counts.over_cap = Count(x.value), any_count = true;
     } else if (m == n::kMetricNodeUnattributed) {

@@ -88,6 +88,8 @@ std::vector<ContainerRow> ReadContainers(const std::vector<ContainerSource>& sou
         row.priority_holds = c.priority_holds.load(std::memory_order_relaxed);
         row.launches = c.launches.load(std::memory_order_relaxed);
         row.launch_failures = c.launch_failures.load(std::memory_order_relaxed);
+        row.governor_failures = c.governor_failures.load(std::memory_order_relaxed);
+        row.governor_down_ns = c.governor_down_ns.load(std::memory_order_relaxed);
         const std::uint32_t gate = c.gate.load(std::memory_order_relaxed);
         row.gate = gate <= static_cast<std::uint32_t>(shm::Gate::kHeldPriority)
                        ? static_cast<shm::Gate>(gate)

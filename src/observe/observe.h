@@ -46,7 +46,7 @@ struct ContainerRow {
       false;  // false: a region of layout 1 (the previous library): no compute counters
   std::uint64_t used_bytes = 0, peak_bytes = 0, oom_denials = 0;
   std::uint64_t busy_ns = 0, throttled_ns = 0, priority_held_ns = 0, priority_holds = 0,
-                launches = 0, launch_failures = 0;
+                launches = 0, launch_failures = 0, governor_failures = 0, governor_down_ns = 0;
   shm::Gate gate = shm::Gate::kFree;
   std::optional<std::uint64_t> nvml_bytes;  // only the node agent knows (NVML)
   std::optional<double> delivered;          // busy per wall second over the last window

@@ -26,9 +26,13 @@ namespace tessera::policy {
   X(kSameNamespace, "same-namespace", "may share a GPU only with pods of its namespace") \
   X(kNone, "none", "never shares a GPU, not even with its own namespace")
 
-#define TESSERA_ENFORCEMENT(X)                                                                   \
-  X(kFailOpen, "fail-open", "if tessera's own machinery fails, GPU calls pass through (logged)") \
-  X(kFailClosed, "fail-closed", "if tessera's own machinery fails, GPU allocations are refused")
+#define TESSERA_ENFORCEMENT(X)                                                                 \
+  X(kFailOpen, "fail-open",                                                                    \
+    "if tessera's own machinery fails, GPU calls pass through and launches run ungoverned "    \
+    "(counted)")                                                                               \
+  X(kFailClosed, "fail-closed",                                                                \
+    "if tessera's own machinery fails, GPU allocations are refused and launches wait for the " \
+    "compute governor (counted)")
 
 #define TESSERA_DRIFT_ACTIONS(X)                                                \
   X(kReport, "report", "usage beyond the decision is reported (Event, metric)") \

@@ -1,6 +1,7 @@
 // The preload library, loaded by LD_PRELOAD into real processes, against the fake driver:
 // every resolution path, every hooked path, limits file vs HAMi variables, fail-open and
 // fail-closed, many processes, SIGKILL, fork.
+#include <chrono>
 #include <cstdio>
 #include <fcntl.h>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -106,6 +108,7 @@ class Process {
     return line;
   }
   void Kill() { kill(pid_, SIGKILL); }
+  pid_t pid() const { return pid_; }
   Output Wait() {
     Output out;
     char buffer[4096];
@@ -568,14 +571,20 @@ TEST_F(HookTest, ForkedChildAccountsInItsOwnSlot) {
 class TesseraRunTest : public HookTest {
  protected:
   Output Run(std::vector<std::string> args, const std::vector<std::string>& extra_env = {}) {
+    return Process(Argv(std::move(args)), Env(extra_env)).Wait();
+  }
+  static std::vector<std::string> Argv(std::vector<std::string> args) {
     std::vector<std::string> argv = {TESSERA_CLI, "run"};
     argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+  static std::vector<std::string> Env(const std::vector<std::string>& extra_env = {}) {
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
                                     "TESSERA_FAKE_GPU_MEMORY=" + std::to_string(16 * kGiB),
                                     "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
                                     "PATH=/usr/bin:/bin"};
     env.insert(env.end(), extra_env.begin(), extra_env.end());
-    return Process(argv, env).Wait();
+    return env;
   }
 };
 
@@ -659,8 +668,8 @@ TEST_F(TesseraRunTest, RejectsBadInput) {
 }
 
 // The compute governor through the real launch path (the fake driver's "tessera_spin" kernels
-// sleep, so they take time like GPU work): the numbers are `tessera run`'s closing line, read
-// from the container's region.
+// are queued on their stream's timeline, so they take time like GPU work): the numbers are `tessera
+// run`'s closing line, read from the container's region.
 unsigned long long MsAfter(const std::string& text, const std::string& label) {
   const std::size_t at = text.rfind(label);
   return at == std::string::npos ? ~0ULL : std::stoull(text.substr(at + label.size()));
@@ -707,6 +716,37 @@ TEST_F(TesseraRunTest, TheProbeGateIsAlwaysOpenedAgain) {
     EXPECT_GT(out.Num("kernels"), 50u) << out.text;
     EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;
     EXPECT_EQ(out.text.find("compute governor:"), std::string::npos) << out.text;  // fail-open
+  }
+}
+
+// The governor fails under a running command: its arbiter stops deciding (the `tessera run`
+// process that hosts it is stopped for a second). A fail-open container runs ungoverned
+// meanwhile; a fail-closed one waits for the arbiter, then is governed again. Both are counted
+// and said (and exported: tessera_container_gpu_governor_*, TesseraGovernorFailed).
+TEST_F(TesseraRunTest, AFailedGovernorFailsOpenOrClosedAsTheTierSays) {
+  for (const bool closed : {false, true}) {
+    testutil::TempDir arbiter;
+    std::vector<std::string> args = {"--gpu-cores",   "50",          "--context-bytes", "0",
+                                     "--arbiter-dir", arbiter.path()};
+    if (closed) args.push_back("--fail-closed");
+    for (const char* a : {"--", TESSERA_HOOK_CLIENT, "dlopen", "spin", "2.5", "100"})
+      args.push_back(a);
+    Process run(Argv(args), Env());
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));  // the command is launching
+    kill(run.pid(), SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // well past the 200 ms staleness
+    kill(run.pid(), SIGCONT);
+    const Output out = run.Wait();
+    EXPECT_EQ(out.exit_code, 0) << out.text;
+    EXPECT_EQ(out.Num("sync_errors"), 0u) << out.text;
+    EXPECT_NE(out.text.find("the compute governor failed under"), std::string::npos) << out.text;
+    if (closed) {
+      EXPECT_NE(out.text.find("which waited "), std::string::npos) << out.text;
+      EXPECT_GT(MsAfter(out.text, "which waited "), 0u) << out.text;
+      EXPECT_NE(out.text.find("(fail-closed)"), std::string::npos) << out.text;
+    } else {
+      EXPECT_NE(out.text.find("ran ungoverned (fail-open)"), std::string::npos) << out.text;
+    }
   }
 }
 
