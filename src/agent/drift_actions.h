@@ -111,7 +111,7 @@ class DriftActions {
   };
   std::map<std::string, Told> denials_;   // by container key
   std::map<std::string, Told> failures_;  // launch failures, by container key
-  std::map<std::string, Told> governor_;   // governor failures, by container key
+  std::map<std::string, Told> governor_;  // governor failures, by container key
   // A counter of `row` that rose since it was last told (`told`, updated): posts `reason` with
   // `message(risen by)` at most once a minute; what rose before the agent's first sample is not
   // told.

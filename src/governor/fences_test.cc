@@ -341,7 +341,7 @@ TEST(FenceTracker, ADenseSegmentIsChargedItsSpan) {
 TEST(FenceTracker, APollSplitAroundConcurrentLaunchesCountsEverythingOnce) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no random probes
-  LaunchOn(t, gpu, 10'000, 1);  // the two first probes
+  LaunchOn(t, gpu, 10'000, 1);                                    // the two first probes
   LaunchOn(t, gpu, 10'000, 1);
   FenceTracker::PollBatch batch;
   t.BeginPoll(&batch);
