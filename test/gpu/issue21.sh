@@ -20,7 +20,7 @@ if [[ " $parts " == *" gate "* ]]; then
     echo "== gate=$gate"
     TESSERA_PROBE_GATE=$gate TESSERA_HOOK_STATS=1 timeout -s KILL 40 build/gpu/cmd/tessera/tessera run \
       --gpu-cores 90 -- python3 test/gpu/busy_shares.py work launchbound --seconds 5 2>&1 |
-      grep -E '"units"|stats: governed|compute governor|GPU busy' | tail -6
+      grep -E '"units"|stats: governed|stats: fences|compute governor|GPU busy' | tail -7
     echo "rc=$?"
   done
 fi
