@@ -125,6 +125,30 @@ spec:
   EXPECT_EQ(missing.code, 2);
 }
 
+// What is not a pod manifest is refused with the path and what it is, never a crash: an empty
+// file, a list, a string, a number, null, invalid YAML, a directory, a device.
+TEST(Cli, ExplainRefusesWhatIsNotAPodManifest) {
+  const struct {
+    std::string path;
+    const char* says;
+  } cases[] = {
+      {WriteManifest("empty", ""), "got an empty document"},
+      {WriteManifest("list", "[1, 2, 3]\n"), "got a list"},
+      {WriteManifest("string", "\"a pod\"\n"), "got a string"},
+      {WriteManifest("number", "42\n"), "got a number"},
+      {WriteManifest("null", "null\n"), "got an empty document"},
+      {WriteManifest("broken", "kind: Pod\nspec: [unclosed\n"), "not valid YAML (line"},
+      {::testing::TempDir(), "it is a directory"},
+      {"/dev/zero", "it is a character device"},
+  };
+  for (const auto& c : cases) {
+    Result r = RunCli({"explain", "pod", "-f", c.path.c_str()});
+    EXPECT_EQ(r.code, 2) << c.path << ": " << r.err;
+    EXPECT_NE(r.err.find(c.path), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+  }
+}
+
 TEST(Cli, InventoryRefusesBadFlags) {
   Result r = RunCli({"inventory", "--gpus", "0,,1"});
   EXPECT_EQ(r.code, 2);

@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <yaml-cpp/yaml.h>
 
+#include "tessera/file.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -61,6 +62,36 @@ json ToJson(const YAML::Node& node) {
   }
 }
 
+// A pod manifest is a few kilobytes; anything past this is not one.
+constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 20;
+
+// The manifest of `explain pod -f PATH`, as JSON: a bounded read of a regular file, YAML or JSON
+// that parses to a mapping. Every failure is an error naming the path (never an exception).
+StatusOr<json> LoadManifest(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(path, kMaxManifestBytes));
+  json pod;
+  try {
+    pod = ToJson(YAML::Load(text));
+  } catch (const YAML::Exception& e) {
+    return InvalidArgumentError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
+                                ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(path + ": cannot be read as YAML: " + e.what());
+  }
+  if (!pod.is_object()) {
+    const char* got = pod.is_null()      ? "an empty document"
+                      : pod.is_array()   ? "a list"
+                      : pod.is_string()  ? "a string"
+                      : pod.is_boolean() ? "a boolean"
+                                         : "a number";
+    return InvalidArgumentError(path +
+                                ": expected a pod manifest (a mapping with apiVersion, kind: Pod, "
+                                "metadata, spec), got " +
+                                got);
+  }
+  return pod;
+}
+
 std::string Describe(const contract::PodAsk& ask, const policy::Policy& policy) {
   const placement::Request& q = ask.request;
   std::ostringstream s;
@@ -101,12 +132,12 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   json pod;
   std::unique_ptr<k8s::Client> client;
   if (!args.file.empty()) {
-    try {
-      pod = ToJson(YAML::LoadFile(args.file));
-    } catch (const YAML::Exception& e) {
-      err << "tessera explain: -f " << args.file << ": " << e.what() << "\n";
+    auto manifest = LoadManifest(args.file);
+    if (!manifest.ok()) {
+      err << "tessera explain: -f: " << manifest.status().message() << "\n";
       return 2;
     }
+    pod = *std::move(manifest);
   } else {
     const std::size_t slash = args.pod.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == args.pod.size()) {
