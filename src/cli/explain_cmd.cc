@@ -163,6 +163,11 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     pod = *std::move(got);
   }
 
+  if (!pod.is_object()) {
+    err << "tessera explain: the API server answered with something that is not a pod\n";
+    return 1;
+  }
+  bool denied = false;
   const contract::PodAsk id = contract::PodIdentity(pod);
   const std::string phase =
       pod.value("/status/phase"_json_pointer, std::string(client ? "" : "(manifest)"));
@@ -172,7 +177,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   auto ask = contract::ParsePodAsk(pod, policy);
   if (!ask.ok()) {
     out << "  denied by the admission webhook: " << ask.status().message() << "\n";
-    return 0;
+    return 1;  // the answer is "no"
   }
   if (!ask->wants_gpu()) {
     out << "  asks tessera for no GPU\n";
@@ -188,8 +193,34 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   }
   if (!client) {
     // A manifest: what the validating webhook would say with no cluster facts.
-    webhook::Admission admission(&policy, webhook::WebhookOptions{}, webhook::ClusterView{},
-                                 nullptr);
+    // No cluster to ask: tessera's own PriorityClasses (the chart installs them) are taken to
+    // exist, other ones not; no GPU size is known.
+    webhook::ClusterView view;
+    view.priority_class_value = [&policy](const std::string& name) -> std::optional<std::int32_t> {
+      for (const std::string& mine : policy.priority_classes) {
+        if (mine == name) return 0;
+      }
+      return std::nullopt;
+    };
+    webhook::Admission admission(&policy, webhook::WebhookOptions{}, view, nullptr);
+    // The mutating webhook runs first in a cluster: validate what it would leave.
+    json admitted = pod;
+    const json patch = admission.MutationsFor(pod);
+    if (patch.is_array() && !patch.empty()) {
+      try {
+        admitted = pod.patch(patch);
+        out << "  the mutating webhook would change:";
+        const char* sep = " ";
+        for (const json& op : patch) {
+          out << sep << op.value("op", std::string()) << " " << op.value("path", std::string());
+          sep = ", ";
+        }
+        out << "\n";
+      } catch (const json::exception& e) {
+        out << "  the mutating webhook's patch does not apply to this manifest: " << e.what()
+            << "\n";
+      }
+    }
     json review = {{"apiVersion", "admission.k8s.io/v1"},
                    {"request",
                     {{"uid", "explain"},
@@ -197,8 +228,9 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
                      {"resource", {{"resource", "pods"}}},
                      {"namespace", id.namespace_name},
                      {"name", id.name},
-                     {"object", pod}}}};
+                     {"object", admitted}}}};
     const json res = admission.Validate(review)["response"];
+    denied = !res.value("allowed", false);
     out << "  admission: "
         << (res.value("allowed", false)
                 ? std::string("allowed by the policy")
@@ -230,6 +262,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     o.field_selector = "involvedObject.name=" + id.name;
     if (auto events = client->List(k8s::EventsPath(id.namespace_name), o); events.ok()) {
       for (const json& e : events->items) {
+        if (!e.is_object()) continue;
         out << "  event " << e.value("reason", std::string()) << ": "
             << e.value("message", std::string()) << "\n";
       }
@@ -243,10 +276,17 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
       return 1;
     }
     const json verdicts = json::parse(res->body, nullptr, false);
+    if (!verdicts.is_object()) {
+      err << "tessera explain: --scheduler " << args.scheduler
+          << ": answered with something that is not a JSON object\n";
+      return 1;
+    }
     std::map<std::string, int> refusals;
     int fitting = 0;
     out << "  candidate GPUs (tessera-scheduler, now):\n";
-    for (const json& g : verdicts.value("gpus", json::array())) {
+    const json gpus = verdicts.value("gpus", json::array());
+    for (const json& g : gpus.is_array() ? gpus : json::array()) {
+      if (!g.is_object()) continue;
       const bool fits = g.value("fits", false);
       fitting += fits ? 1 : 0;
       ++refusals[g.value("why", std::string())];
@@ -257,7 +297,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     }
     out << "  " << fitting << " GPU(s) could take it now\n";
   }
-  return 0;
+  return denied ? 1 : 0;  // a denial is the answer "no"
 }
 
 }  // namespace

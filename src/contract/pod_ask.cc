@@ -21,9 +21,13 @@ namespace {
 using nlohmann::json;
 
 // A quantity the API server serialised: a string ("4Gi") or, from hand-written objects, a number.
+// A quantity as written: a string, or a bare number in a manifest (kubectl accepts `30`, and the
+// API server turns it into "30"; signed or fractional ones are then refused by the reader).
 std::optional<std::string> QuantityText(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_number_float()) return v.dump();
   return std::nullopt;
 }
 
@@ -55,7 +59,11 @@ StatusOr<ContainerAsk> ReadContainer(const json& container, const std::string& w
       continue;
     }
     auto text = QuantityText(*limit);
-    if (!text) return InvalidArgumentError(field + ": expected a quantity string");
+    if (!text) {
+      return InvalidArgumentError(field +
+                                  ": expected a quantity (a string such as \"30\" or "
+                                  "\"4Gi\", or a whole number)");
+    }
     if (request != nullptr && QuantityText(*request) != text) {
       return InvalidArgumentError(field + ": requests must equal limits for extended resources");
     }
