@@ -154,6 +154,10 @@ TEST(Cli, ExplainRefusesWhatIsNotAPodManifest) {
       {WriteManifest("number", "42\n"), "got a number"},
       {WriteManifest("null", "null\n"), "got an empty document"},
       {WriteManifest("broken", "kind: Pod\nspec: [unclosed\n"), "not valid YAML (line"},
+      {WriteManifest("deployment", "kind: Deployment\nspec: {}\n"),
+       "kind: \"Deployment\": expected Pod"},
+      {WriteManifest("numeric", "kind: Pod\nmetadata:\n  annotations: {tessera.dev/priority: 5}\n"),
+       "metadata.annotations[tessera.dev/priority]: 5 is not a string"},
       {::testing::TempDir(), "it is a directory"},
       {"/dev/zero", "it is a character device"},
   };

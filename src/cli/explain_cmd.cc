@@ -15,6 +15,7 @@
 #include "contract/decision.h"
 #include "contract/pod_ask.h"
 #include "k8s/client.h"
+#include "k8s/object.h"
 #include "k8s/paths.h"
 #include "policy/policy.h"
 #include "webhook/admission.h"
@@ -88,6 +89,28 @@ StatusOr<json> LoadManifest(const std::string& path) {
                                 ": expected a pod manifest (a mapping with apiVersion, kind: Pod, "
                                 "metadata, spec), got " +
                                 got);
+  }
+  // What the API server would refuse before any webhook sees it.
+  if (const json* kind = k8s::Find(pod, "kind"); kind != nullptr && *kind != "Pod") {
+    return InvalidArgumentError(path + ": kind: " + kind->dump() +
+                                ": expected Pod (for a workload, give its pod template as a Pod)");
+  }
+  if (const json* meta = k8s::Find(pod, "metadata")) {
+    if (!meta->is_object()) return InvalidArgumentError(path + ": metadata: expected a mapping");
+    for (const char* field : {"annotations", "labels"}) {
+      const json* map = k8s::Find(*meta, field);
+      if (map == nullptr) continue;
+      if (!map->is_object()) {
+        return InvalidArgumentError(path + ": metadata." + field + ": expected a mapping");
+      }
+      for (const auto& [key, value] : map->items()) {
+        if (!value.is_string()) {
+          return InvalidArgumentError(path + ": metadata." + field + "[" + key +
+                                      "]: " + value.dump() +
+                                      " is not a string; values are strings (quote it)");
+        }
+      }
+    }
   }
   return pod;
 }
