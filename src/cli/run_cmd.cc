@@ -9,10 +9,12 @@
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <utility>
 
 #include "tessera/limits.h"
 #include "tessera/names.h"
@@ -69,12 +71,24 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   RunOptions o;
   bool have_ask = false;
   std::size_t i = 0;
+  std::optional<std::string> inline_value;  // --flag=value
   const auto value = [&](const std::string& flag) -> StatusOr<std::string> {
-    if (i + 1 >= args.size()) return UsageError(flag + " needs a value");
+    if (inline_value) return *std::exchange(inline_value, std::nullopt);
+    if (i + 1 >= args.size() || args[i + 1] == "--") {
+      return UsageError(flag + " needs a value" +
+                        (i + 1 < args.size() ? std::string(" before --") : std::string()));
+    }
     return args[++i];
   };
   for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    std::string a = args[i];
+    inline_value.reset();
+    if (a.starts_with("--") && a.size() > 2) {
+      if (const std::size_t eq = a.find('='); eq != std::string::npos) {
+        inline_value = a.substr(eq + 1);
+        a.resize(eq);
+      }
+    }
     if (a == "--") {
       o.command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
       break;
@@ -166,10 +180,9 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
         o.measure_context = false;
         o.context_bytes = *bytes;
       }
-    } else if (a == "--fail-closed") {
-      o.fail_closed = true;
-    } else if (a == "--keep") {
-      o.keep = true;
+    } else if (a == "--fail-closed" || a == "--keep") {
+      if (inline_value) return UsageError(a + " takes no value");
+      (a == "--keep" ? o.keep : o.fail_closed) = true;
     } else if (a == "--hook-library") {
       TESSERA_ASSIGN_OR_RETURN(o.hook_library, value(a));
     } else {
@@ -194,9 +207,16 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
 
 StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   const std::string hook = FindHookLibrary(o.hook_library);
-  if (hook.empty() || access(hook.c_str(), R_OK) != 0) {
+  if (hook.empty()) {
     return NotFoundError(
-        "cannot find libtessera-cuda.so (use --hook-library or TESSERA_HOOK_LIBRARY)");
+        "cannot find libtessera-cuda.so beside the tessera binary (use --hook-library or " +
+        std::string(names::kEnvHookLibrary) + ")");
+  }
+  if (access(hook.c_str(), R_OK) != 0) {
+    const int why = errno;
+    const std::string from =
+        !o.hook_library.empty() ? "--hook-library" : std::string(names::kEnvHookLibrary);
+    return NotFoundError(from + ": cannot read " + hook + ": " + std::strerror(why));
   }
   std::vector<agent::LocalGpu> gpus;
   for (const std::string& selector : o.gpus.empty() ? std::vector<std::string>{""} : o.gpus) {

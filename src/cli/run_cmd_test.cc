@@ -20,6 +20,18 @@ TEST(RunArgs, ParsesTheCommandVerbatim) {
   EXPECT_EQ(o->command[2], "--gpu-memory");
 }
 
+// --flag=value as well as --flag value, as everywhere else; what follows -- is the command's.
+TEST(RunArgs, TakesFlagEqualsValue) {
+  auto o = ParseRunArgs({"--gpu-memory=4Gi", "--gpu-cores=30", "--priority=best-effort",
+                         "--fail-closed", "--", "x", "--gpu-memory=1"});
+  ASSERT_OK(o);
+  EXPECT_EQ(o->gpu_memory_bytes, 4 * kGiB);
+  EXPECT_EQ(o->gpu_cores, 30u);
+  EXPECT_EQ(o->priority, PriorityClass::kBestEffort);
+  EXPECT_TRUE(o->fail_closed);
+  EXPECT_EQ(o->command, (std::vector<std::string>{"x", "--gpu-memory=1"}));
+}
+
 TEST(RunArgs, SeveralGpus) {
   auto o = ParseRunArgs({"--gpu-memory", "1Gi", "--gpu", "0,GPU-abc", "--", "x"});
   ASSERT_OK(o);
@@ -93,6 +105,9 @@ TEST(RunArgs, BadInputNamesTheFlag) {
       {{"--gpu-memory", "4 Gi", "--", "x"}, "--gpu-memory: \"4 Gi\" contains whitespace"},
       {{"--gpu-memory", "0", "--", "x"}, "--gpu-memory: must be more than 0"},
       {{"--gpu-memory"}, "--gpu-memory needs a value"},
+      {{"--gpu-memory", "--", "true"}, "--gpu-memory needs a value before --"},
+      {{"--gpu-memory=1Gi", "--keep=yes", "--", "x"}, "--keep takes no value"},
+      {{"--gpu-cores=0", "--", "x"}, "--gpu-cores: \"0\" is not a whole percent"},
       {{"--gpu-memory", "1Gi", "--colour", "--", "x"}, "unknown argument \"--colour\""},
       {{"--gpu-memory", "1Gi", "--context-bytes", "lots", "--", "x"},
        "--context-bytes (auto or a quantity)"},
