@@ -9,6 +9,7 @@
 #include <fstream>
 #include <optional>
 #include <thread>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -40,6 +41,8 @@ struct Options {
 
 std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
+constexpr std::int64_t kMaxSeeds = 100'000;
+
 StatusOr<std::int64_t> ParseSeed(std::string_view text) {
   std::int64_t v = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -55,8 +58,12 @@ StatusOr<std::vector<std::int64_t>> ParseSeeds(std::string_view text) {
   if (const std::size_t dots = text.find(".."); dots != std::string_view::npos) {
     TESSERA_ASSIGN_OR_RETURN(const std::int64_t a, ParseSeed(text.substr(0, dots)));
     TESSERA_ASSIGN_OR_RETURN(const std::int64_t b, ParseSeed(text.substr(dots + 2)));
-    if (b < a || b - a >= 100000) {
+    if (b < a) {
       return InvalidArgumentError("--seeds: " + Quote(text) + ": want A..B with A <= B");
+    }
+    if (b - a >= kMaxSeeds) {
+      return InvalidArgumentError("--seeds: " + Quote(text) + ": " + std::to_string(b - a + 1) +
+                                  " seeds; at most " + std::to_string(kMaxSeeds));
     }
     for (std::int64_t s = a; s <= b; ++s) seeds.push_back(s);
     return seeds;
@@ -156,6 +163,14 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
     if (ext != ".svg") {
       return InvalidArgumentError("--plot: " + Quote(o.plot) +
                                   ": only SVG output is supported (name the file *.svg)");
+    }
+    // Fail now, not after the whole replay: the folder must exist and take a file.
+    const fs::path folder =
+        fs::path(o.plot).parent_path().empty() ? fs::path(".") : fs::path(o.plot).parent_path();
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec) || access(folder.c_str(), W_OK) != 0) {
+      return InvalidArgumentError("--plot: " + Quote(o.plot) + ": cannot write into " +
+                                  Quote(folder.string()) + " (no such folder, or not writable)");
     }
   }
   return o;

@@ -68,6 +68,12 @@ TEST(SimCommand, BadInputFailsClearly) {
   EXPECT_EQ(RunSim({"--trace", kData, "--policy", "worst-fit"}, &out, &err), 2);
   EXPECT_EQ(RunSim({"--trace", kData, "--seeds", "9..3"}, &out, &err), 2);
   EXPECT_EQ(RunSim({"--trace", kData, "--plot", "x.png"}, &out, &err), 2);
+  err.clear();
+  EXPECT_EQ(RunSim({"--trace", kData, "--seeds", "0..1000000000"}, &out, &err), 2);
+  EXPECT_NE(err.find("1000000001 seeds; at most 100000"), std::string::npos) << err;
+  err.clear();  // refused before the replay, not after it
+  EXPECT_EQ(RunSim({"--trace", kData, "--plot", "/nonexistent/x.svg"}, &out, &err), 2);
+  EXPECT_NE(err.find("cannot write into \"/nonexistent\""), std::string::npos) << err;
 
   Write(dir.path() + "/openb_node_list_gpu_node.csv", "sn,cpu_milli,memory_mib,gpu,model\n");
   Write(dir.path() + "/pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,500\n");
@@ -83,6 +89,15 @@ TEST(SimCommand, BadInputFailsClearly) {
   Write(dir.path() + "/bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,x,500\n");
   EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 2);
   EXPECT_NE(err.find("bad.csv:2:"), std::string::npos);
+  for (const auto& [row, says] : {std::pair{"p0,-1,1,1,500", "cpu_milli: -1 is negative"},
+                                  std::pair{"p0,1,-2,1,500", "memory_mib: -2 is negative"},
+                                  std::pair{"p0,1,1,65,500", "num_gpu: 65 is not in 0..64"}}) {
+    err.clear();
+    Write(dir.path() + "/bad.csv",
+          std::string("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n") + row + "\n");
+    EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 2);
+    EXPECT_NE(err.find(std::string("bad.csv:2: ") + says), std::string::npos) << err;
+  }
 
   EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "missing.csv"}, &out, &err), 3);
 }

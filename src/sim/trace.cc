@@ -188,10 +188,18 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_v
         TESSERA_ASSIGN_OR_RETURN(const std::int64_t k, ParseInt(f[col[3]], file, line, "num_gpu"));
         TESSERA_ASSIGN_OR_RETURN(const std::int64_t m,
                                  ParseInt(f[col[4]], file, line, "gpu_milli"));
-        if (p.cpu_milli < 0 || p.memory_mib < 0 || k < 0 ||
-            k > static_cast<std::int64_t>(placement::kMaxGpusPerNode)) {
+        if (p.cpu_milli < 0) {
           return InvalidArgumentError(Where(file, line) +
-                                      "cpu_milli, memory_mib must be >= 0 and num_gpu in 0..64");
+                                      "cpu_milli: " + std::to_string(p.cpu_milli) + " is negative");
+        }
+        if (p.memory_mib < 0) {
+          return InvalidArgumentError(
+              Where(file, line) + "memory_mib: " + std::to_string(p.memory_mib) + " is negative");
+        }
+        if (k < 0 || k > static_cast<std::int64_t>(placement::kMaxGpusPerNode)) {
+          return InvalidArgumentError(Where(file, line) + "num_gpu: " + std::to_string(k) +
+                                      " is not in 0.." +
+                                      std::to_string(placement::kMaxGpusPerNode));
         }
         p.num_gpu = static_cast<std::uint32_t>(k);
         if (k > 0) {
