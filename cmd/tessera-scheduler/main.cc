@@ -22,11 +22,11 @@ int main(int argc, char** argv) {
   app.add_option("--reservation-ttl-ms", ttl_ms, "release reservations not bound within this")
       ->check(CLI::Range(std::int64_t{100}, std::int64_t{600'000}))
       ->capture_default_str();
-  app.add_option("--qps", o.qps, "API client rate limit")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--qps", o.qps, "API client rate limit, requests per second (1-100000)")
+      ->check(CLI::Range(1.0, 100'000.0, "1-100000"))
       ->capture_default_str();
-  app.add_option("--burst", o.burst, "API client burst")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--burst", o.burst, "API client burst, requests (1-100000)")
+      ->check(CLI::Range(1, 100'000, "1-100000"))
       ->capture_default_str();
   app.add_option("--threads", o.threads, "HTTP worker threads")
       ->check(CLI::Range(1, 256))
