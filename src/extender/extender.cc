@@ -69,6 +69,13 @@ json Extender::Filter(const json& args) {
     ++counters_.filter_errors;
     return FilterError("tessera-scheduler: ExtenderArgs.Pod: missing");
   }
+  // Reservations are keyed by the pod's UID: a pod without one could take another's.
+  if (PodIdentity(args["Pod"]).uid.empty()) {
+    ++counters_.filter_errors;
+    return FilterError(
+        "tessera-scheduler: ExtenderArgs.Pod.metadata.uid: missing (kube-scheduler always sends "
+        "it; a pod without one cannot be placed)");
+  }
   if (!synced_) {
     ++counters_.filter_errors;
     return FilterError(kNotSynced);

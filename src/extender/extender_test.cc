@@ -173,6 +173,13 @@ TEST_F(ExtenderTest, BadPodsAreUnresolvableEverywhereWithTheReason) {
             std::string::npos);
   EXPECT_EQ(extender_.Filter(json::object())["Error"],
             "tessera-scheduler: ExtenderArgs.Pod: missing");
+  json anonymous = FractionalPod("anon", "1Gi");
+  anonymous["metadata"].erase("uid");
+  const json f2 = extender_.Filter(Args(anonymous, {"g1"}));
+  EXPECT_TRUE(f2["NodeNames"].empty());
+  EXPECT_NE(f2["Error"].get<std::string>().find("ExtenderArgs.Pod.metadata.uid: missing"),
+            std::string::npos)
+      << f2.dump();
 }
 
 TEST_F(ExtenderTest, NothingIsAnsweredBeforeTheFirstSync) {

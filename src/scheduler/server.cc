@@ -42,6 +42,8 @@ struct Server::Impl {
 
 namespace {
 
+constexpr std::size_t kMaxRequestBytes = std::size_t{4} << 20;
+
 // A verb: parse the body, answer JSON. A body that is not JSON is a 400 naming the verb.
 void Verb(httplib::Server& http, VerbStats* stats, const char* path, std::function<bool()> serving,
           std::function<json(const json&)> verb) {
@@ -84,7 +86,18 @@ Server::Server(Extender* extender, Ledger* ledger, int threads) : impl_(std::mak
   httplib::Server& http = impl_->http;
   const std::size_t n = static_cast<std::size_t>(std::max(threads, 1));
   http.new_task_queue = [n] { return new httplib::ThreadPool(n); };
-  http.set_payload_max_length(64ULL << 20);
+  // The largest real ExtenderArgs: a pod (etcd keeps objects under 1.5 MiB) and, with
+  // nodeCacheCapable, the node names of a 5,000-node cluster (each at most 253 bytes): under
+  // 3 MiB. A larger body is refused with 413 naming the limit.
+  http.set_payload_max_length(kMaxRequestBytes);
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status != 413) return;
+    res.set_content(
+        json{{"Error", "tessera-scheduler: " + req.path + ": request body over the limit of " +
+                           std::to_string(kMaxRequestBytes >> 20) + " MiB"}}
+            .dump(),
+        "application/json");
+  });
   // httplib gives a keep-alive connection its worker thread until the connection goes idle
   // past this; kube-scheduler binds from many goroutines at once and keeps their connections
   // open, so keep idle ones short or they starve the pool.

@@ -154,7 +154,16 @@ WebhookServer::WebhookServer(Admission* admission, CertReloader* certs, int thre
   http.new_task_queue = [n] { return new httplib::ThreadPool(n); };
   http.set_tcp_nodelay(true);
   http.set_keep_alive_timeout(1);
-  http.set_payload_max_length(16ULL << 20);
+  // An AdmissionReview holds the object and, on update, the old one: etcd keeps each under
+  // 1.5 MiB. A larger body is refused with 413 naming the limit.
+  constexpr std::size_t kMaxReviewBytes = std::size_t{4} << 20;
+  http.set_payload_max_length(kMaxReviewBytes);
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status != 413) return;
+    res.set_content("tessera-scheduler: " + req.path + ": request body over the limit of " +
+                        std::to_string(kMaxReviewBytes >> 20) + " MiB",
+                    "text/plain");
+  });
   auto verb = [&http](const char* path, std::function<json(const json&)> fn) {
     http.Post(path, [fn = std::move(fn)](const httplib::Request& req, httplib::Response& res) {
       const json review = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
