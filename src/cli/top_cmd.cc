@@ -30,13 +30,14 @@ struct TopOptions {
   std::string local_dir = governor::DefaultLocalArbiterDir();
   std::string from;  // "": local
   bool once = false;
+  bool watch = false;  // refresh even when stdout is not a terminal
   int interval_s = 2;
   int columns = 100;
   std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 constexpr const char* kUsage =
-    "usage: tessera top [--once] [--interval-s N (1-3600)] [--columns N (60-400)]\n"
+    "usage: tessera top [--once | --watch] [--interval-s N (1-3600)] [--columns N (60-400)]\n"
     "                   [--state-dir DIR] [--local-dir DIR] [--nvml-library LIB] [--from FILE|-]\n";
 
 StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
@@ -53,8 +54,9 @@ StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
-    if (flag == "--once") {
-      o.once = true;
+    if (flag == "--once" || flag == "--watch") {
+      (flag == "--once" ? o.once : o.watch) = true;
+      if (o.once && o.watch) return InvalidArgumentError("--once and --watch: give one of them");
       continue;
     }
     if (i + 1 >= args.size())
@@ -163,8 +165,10 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
     return 2;
   }
   const TopOptions& o = *options;
-  // A pipe is read once; a file or this machine are redrawn until Ctrl-C (or once).
-  const bool once = o.once || o.from == "-";
+  // A pipe is read once. A file or this machine are redrawn until Ctrl-C on a terminal, shown
+  // once otherwise (as kubectl top does), unless --watch.
+  const bool terminal = &out == &std::cout && isatty(STDOUT_FILENO);
+  const bool once = o.once || o.from == "-" || (!terminal && !o.watch);
   auto stop = hooks.stop ? hooks.stop : [] { return g_interrupted != 0; };
   auto sleep = hooks.sleep ? hooks.sleep : [](int s) {
     for (int i = 0; i < s * 10 && g_interrupted == 0; ++i)
@@ -179,7 +183,7 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       sleep(1);
     }
   }
-  const bool live = !once && isatty(STDOUT_FILENO) && &out == &std::cout;
+  const bool live = !once && terminal;
   while (true) {
     StatusOr<observe::Snapshot> s =
         local ? StatusOr<observe::Snapshot>(local->Read()) : ReadFrom(o.from);

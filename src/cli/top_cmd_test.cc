@@ -64,17 +64,24 @@ TEST_F(TopCommandTest, ShowsTheNodesContainersAgainstTheirCaps) {
   EXPECT_NE(out.find("50%"), std::string::npos) << out;
 }
 
-TEST_F(TopCommandTest, RedrawsUntilStopped) {
+// Not a terminal: one frame and out (as kubectl top), unless --watch: then until stopped.
+TEST_F(TopCommandTest, RedrawsUntilStoppedOnlyWhenWatching) {
+  for (const bool watch : {false, true}) {
+    std::vector<std::string> args = {"--state-dir",    dir_.path() + "/state",
+                                     "--local-dir",    dir_.path() + "/local",
+                                     "--nvml-library", dir_.path() + "/no-nvml.so"};
+    if (watch) args.push_back("--watch");
+    std::string out, err;
+    ASSERT_EQ(Top(args, &out, &err), 0);
+    std::size_t frames = 0;
+    for (std::size_t at = out.find("tessera top"); at != std::string::npos;
+         at = out.find("tessera top", at + 1))
+      ++frames;
+    EXPECT_EQ(frames, watch ? 2u : 1u) << out;
+  }
   std::string out, err;
-  ASSERT_EQ(Top({"--state-dir", dir_.path() + "/state", "--local-dir", dir_.path() + "/local",
-                 "--nvml-library", dir_.path() + "/no-nvml.so"},
-                &out, &err),
-            0);
-  std::size_t frames = 0;
-  for (std::size_t at = out.find("tessera top"); at != std::string::npos;
-       at = out.find("tessera top", at + 1))
-    ++frames;
-  EXPECT_EQ(frames, 2u) << out;
+  EXPECT_EQ(Top({"--once", "--watch"}, &out, &err), 2);
+  EXPECT_NE(err.find("--once and --watch"), std::string::npos) << err;
 }
 
 TEST_F(TopCommandTest, ReadsANodesMetrics) {
