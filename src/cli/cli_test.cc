@@ -126,6 +126,21 @@ spec:
   EXPECT_EQ(missing.code, 2);
 }
 
+// --scheduler: a malformed URL is a usage error before anything is asked; a scheduler that does
+// not answer is "a service unreachable" (exit 5), with the reason.
+TEST(Cli, ExplainTellsABadSchedulerUrlFromAnUnreachableOne) {
+  const std::string path = WriteManifest("plain",
+                                         "kind: Pod\nmetadata: {name: p, namespace: ml}\n"
+                                         "spec: {containers: [{name: c, resources: {limits: "
+                                         "{tessera.dev/gpu-memory: 4Gi}}}]}\n");
+  Result bad = RunCli({"explain", "pod", "-f", path.c_str(), "--scheduler", "not-a-url"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("\"not-a-url\" is not a URL"), std::string::npos) << bad.err;
+  Result down = RunCli({"explain", "pod", "-f", path.c_str(), "--scheduler", "http://127.0.0.1:1"});
+  EXPECT_EQ(down.code, 5) << down.err;
+  EXPECT_NE(down.err.find("no answer: "), std::string::npos) << down.err;
+}
+
 // A bare number where a quantity goes is what kubectl accepts (`tessera.dev/gpu-cores: 30`).
 TEST(Cli, ExplainTakesABareNumberForAQuantity) {
   const std::string path = WriteManifest("bare", R"(apiVersion: v1

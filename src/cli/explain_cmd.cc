@@ -136,7 +136,22 @@ std::string Describe(const contract::PodAsk& ask, const policy::Policy& policy) 
   return s.str();
 }
 
+// --scheduler: http(s)://HOST[:PORT], checked before anything is read or asked.
+bool SchedulerUrlIsValid(const std::string& url) {
+  const std::size_t scheme = url.find("://");
+  if (scheme == std::string::npos) return false;
+  const std::string proto = url.substr(0, scheme);
+  const std::string rest = url.substr(scheme + 3);
+  return (proto == "http" || proto == "https") && !rest.empty() && rest[0] != ':' &&
+         rest[0] != '/' && rest.find_first_of(" \t") == std::string::npos;
+}
+
 int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
+  if (!args.scheduler.empty() && !SchedulerUrlIsValid(args.scheduler)) {
+    err << "tessera explain: --scheduler: \"" << args.scheduler
+        << "\" is not a URL; expected http://HOST:PORT (tessera-scheduler's --listen)\n";
+    return 2;
+  }
   policy::Policy policy = policy::DefaultPolicy();
   std::string policy_file = args.policy_file;
   if (policy_file.empty()) {
@@ -181,7 +196,9 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     auto got = client->Get(k8s::PodPath(args.pod.substr(0, slash), args.pod.substr(slash + 1)));
     if (!got.ok()) {
       err << "tessera explain: " << got.status().message() << "\n";
-      return got.status().code() == StatusCode::kNotFound ? 3 : 1;
+      return got.status().code() == StatusCode::kNotFound      ? 3
+             : got.status().code() == StatusCode::kUnavailable ? 5
+                                                               : 1;
     }
     pod = *std::move(got);
   }
@@ -294,9 +311,15 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   if (!args.scheduler.empty()) {
     httplib::Client scheduler(args.scheduler);
     auto res = scheduler.Post("/explain", pod.dump(), "application/json");
-    if (!res || res->status != 200) {
-      err << "tessera explain: --scheduler " << args.scheduler << ": no answer\n";
-      return 1;
+    if (!res) {
+      err << "tessera explain: --scheduler " << args.scheduler
+          << ": no answer: " << httplib::to_string(res.error()) << "\n";
+      return 5;  // a service unreachable
+    }
+    if (res->status != 200) {
+      err << "tessera explain: --scheduler " << args.scheduler << ": POST /explain answered "
+          << res->status << "\n";
+      return 5;
     }
     const json verdicts = json::parse(res->body, nullptr, false);
     if (!verdicts.is_object()) {
