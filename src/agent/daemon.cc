@@ -458,6 +458,12 @@ Status NodeDaemon::ValidateFlags() {
   if (!options_.print_inventory && options_.node_name.empty()) {
     return InvalidArgumentError("--node-name: required (or --print-inventory)");
   }
+  // Every flag's form before anything is opened or asked (NVML, the API server).
+  if (!options_.metrics_listen.empty()) {
+    if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
+      return form.status().WithContext("--metrics-listen");
+    }
+  }
   s_->managed = std::move(*managed);
   return Status::Ok();
 }
@@ -514,11 +520,8 @@ Status NodeDaemon::StartMetrics() {
       options_.node_name, TESSERA_VERSION,
       s_->plugin_served ? Or(options_.state_dir, names::kPathHostState) : "");
   if (options_.metrics_listen.empty()) return Status::Ok();
-  // A malformed address is an error; one that cannot be bound (the port taken) is not: the
-  // device plugin and enforcement matter more than the metrics, and they still run.
-  if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
-    return form.status().WithContext("--metrics-listen");
-  }
+  // (Its form was checked with the flags.) An address that cannot be bound (the port taken) is
+  // no error: the device plugin and enforcement matter more than the metrics, and they still run.
   auto served = MetricsServer::Start(options_.metrics_listen, s_->metrics.get());
   if (served.ok()) {
     s_->metrics_server = std::move(*served);

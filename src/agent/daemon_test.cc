@@ -71,11 +71,13 @@ TEST(NodeDaemonTest, ConnectApiNamesTheKubeconfig) {
   EXPECT_EQ(st.message().rfind("--kubeconfig", 0), 0u) << st.ToString();
 }
 
-TEST(NodeDaemonTest, StartMetricsRefusesAMalformedAddress) {
+// A malformed --metrics-listen is found with the flags, before NVML or the API server is
+// touched (Run fails at ValidateFlags: NVML, missing here, would otherwise be the error).
+TEST(NodeDaemonTest, AMalformedMetricsAddressIsRefusedWithTheFlags) {
   NodeOptions o = Options();
   o.metrics_listen = "no-port";
   NodeDaemon node(o);
-  const Status st = node.StartMetrics();
+  const Status st = node.Run();
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
   EXPECT_EQ(st.message().rfind("--metrics-listen", 0), 0u) << st.ToString();
   EXPECT_EQ(node.metrics_port(), 0);
