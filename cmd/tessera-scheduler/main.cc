@@ -1,13 +1,15 @@
 // tessera-scheduler: kube-scheduler extender (docs/design/0012-scheduler-extender.md).
 #include <CLI/CLI.hpp>
 
+#include "tessera/build_info.h"
 #include "tessera/log.h"
 
 #include "scheduler/daemon.h"
 
 int main(int argc, char** argv) {
   tessera::scheduler::SchedulerOptions o;
-  CLI::App app{"tessera-scheduler: places fractional GPU pods for kube-scheduler (extender)"};
+  CLI::App app{"tessera-scheduler: places fractional GPU pods for kube-scheduler (extender)",
+               "tessera-scheduler"};
   app.add_option("--kubeconfig", o.kubeconfig, "kubeconfig (default: $KUBECONFIG, in-cluster)");
   app.add_option("--listen", o.listen,
                  "HOST:PORT of the extender verbs (unauthenticated: keep it on loopback, beside "
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
+  app.set_version_flag("--version", tessera::VersionLine("tessera-scheduler"));
   CLI11_PARSE(app, argc, argv);
   auto parsed = tessera::log::ParseLevel(level);
   if (!parsed.ok()) {

@@ -4,12 +4,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tessera/build_info.h"
 #include "tessera/log.h"
 
 namespace tessera::agent {
 
 std::optional<int> ParseNodeFlags(int argc, const char* const* argv, NodeOptions& options) {
-  CLI::App app{"tessera-node: publishes this node's GPU inventory and health"};
+  CLI::App app{"tessera-node: publishes this node's GPU inventory and health", "tessera-node"};
   app.add_option("--node-name", options.node_name,
                  "the Node object to publish to (usually spec.nodeName)");
   app.add_option("--kubeconfig", options.kubeconfig,
@@ -64,9 +65,10 @@ std::optional<int> ParseNodeFlags(int argc, const char* const* argv, NodeOptions
       ->capture_default_str();
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
+  app.set_version_flag("--version", VersionLine("tessera-node"));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "tessera-node: %s\n", e.what());

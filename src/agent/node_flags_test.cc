@@ -84,5 +84,15 @@ TEST(NodeFlagsTest, HelpExitsZero) {
   EXPECT_EQ(Parse({"--help"}, o), 0);
 }
 
+// --version answers like --help: to stdout, exit 0 (tessera and tessera-scheduler do the same).
+TEST(NodeFlagsTest, VersionExitsZero) {
+  NodeOptions o;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(Parse({"--version"}, o), 0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(out.starts_with("tessera-node ")) << out;
+  EXPECT_NE(out.find("(commit "), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -3,16 +3,19 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "cli/core_commands.h"
 
 namespace tessera::cli {
 
 int Run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (const int code = RunMetaCommand(args, out, err, /*control_plane=*/false); code >= 0)
+    return code;
   const int code = RunCoreCommand(args, out, err);
   if (code >= 0) return code;
-  err << "this tessera was built without the control plane; available: run, version, names, "
-         "inventory, doctor, drift, top\n";
+  err << "tessera: " << args[0]
+      << ": not in this build\n";  // (the table lists it, nothing runs it)
   return 2;
 }
 

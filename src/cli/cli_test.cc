@@ -184,6 +184,18 @@ TEST(Cli, ExplainRefusesWhatIsNotAPodManifest) {
   }
 }
 
+// Commands whose own parser answers --help: to stdout, exit 0, naming the command (never the
+// binary's path).
+TEST(Cli, CommandsWithTheirOwnParserAnswerHelp) {
+  for (const char* command : {"advise", "explain", "demo", "sim"}) {
+    Result r = RunCli({command, "--help"});
+    EXPECT_EQ(r.code, 0) << command << ": " << r.err;
+    EXPECT_NE(r.out.find(std::string("tessera ") + command), std::string::npos)
+        << command << ": " << r.out;
+    EXPECT_EQ(r.out.find("/tessera"), std::string::npos) << r.out;
+  }
+}
+
 TEST(Cli, InventoryRefusesBadFlags) {
   Result r = RunCli({"inventory", "--gpus", "0,,1"});
   EXPECT_EQ(r.code, 2);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tessera/file.h"
+#include "tessera/json_writer.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/region.h"
@@ -13,6 +14,7 @@
 #include "agent/drift.h"
 #include "agent/node_agent.h"
 #include "agent/nvml.h"
+#include "cli/commands.h"
 #include "cli/doctor_cmd.h"
 #include "cli/run_cmd.h"
 #include "cli/top_cmd.h"
@@ -32,8 +34,8 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
       (args[i] == "--gpus" ? gpus : node) = args[i + 1];
       ++i;
     } else {
-      err << "tessera inventory: " << args[i]
-          << ": expected --gpus all|UUID,...|INDEX,... and --node-name NAME\n";
+      err << "tessera inventory: " << args[i] << ": unknown flag, or its value is missing\n"
+          << UsageOf("inventory") << "\n";
       return 2;
     }
   }
@@ -60,7 +62,7 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
 // every GPU process no folder accounts for. Dependency-free: the GPU host runs it.
 int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   if (args.empty()) {
-    err << "usage: tessera drift DIR... (each DIR holding a limits file and a region)\n";
+    err << UsageOf("drift") << "\n";
     return 2;
   }
   std::vector<agent::WatchedContainer> containers;
@@ -110,14 +112,27 @@ int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (args[0] == "doctor") return DoctorCommand(rest, out, err, load_policy);
   if (args[0] == "doctor-worker") return DoctorWorkerCommand(rest, out);
   if (args[0] == "run") return RunCommand({args.begin() + 1, args.end()}, out, err);
-  if (args[0] == "version") {
-    out << "tessera " << TESSERA_VERSION << " (shared-region ABI " << shm::AbiVersion() << ")\n";
-    return 0;
-  }
+  if (args[0] == "version") return VersionCommand(rest, out, err);
   if (args[0] == "inventory") return InventoryCommand({args.begin() + 1, args.end()}, out, err);
   if (args[0] == "drift") return DriftCommand(rest, out, err);
   if (args[0] == "top") return TopCommand(rest, out, err);
   if (args[0] == "names") {
+    const bool json = rest.size() == 1 && rest[0] == "--json";
+    if (!rest.empty() && !json) {
+      err << "tessera names: unexpected \"" << rest[0] << "\"\n" << UsageOf("names") << "\n";
+      return 2;
+    }
+    if (json) {  // [{"kind": ..., "name": ..., "description": ...}, ...]
+      std::string text;
+      AppendJsonArray(text, names::kAllNames, [](const auto& n, std::string& o) {
+        ObjectWriter w(o);
+        w.Str("kind", n.kind);
+        w.Str("name", n.value);
+        w.Str("description", n.description);
+      });
+      out << text << "\n";
+      return 0;
+    }
     for (const auto& n : names::kAllNames)
       out << n.kind << "\t" << n.value << "\t" << n.description << "\n";
     return 0;

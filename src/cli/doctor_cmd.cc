@@ -6,16 +6,12 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "cli/commands.h"
 #include "doctor/doctor.h"
 #include "doctor/worker.h"
 
 namespace tessera::cli {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: tessera doctor [--gpu INDEX|UUID] [--modes native,shared,mps] [--json] [--json-file "
-    "FILE]\n"
-    "                      [--policy FILE] [--keep]";
 
 std::string SelfPath() {
   char path[PATH_MAX];
@@ -60,7 +56,8 @@ int DoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
     } else if (a == "--policy" && has_value) {
       policy_path = args[++i];
     } else {
-      err << "tessera doctor: " << a << ": unknown flag or missing value\n" << kUsage << "\n";
+      err << "tessera doctor: " << a << ": unknown flag or missing value\n"
+          << UsageOf("doctor") << "\n";
       return 2;
     }
   }

@@ -23,22 +23,15 @@
 #include "tessera/subprocess.h"
 
 #include "agent/local_gpu.h"
+#include "cli/commands.h"
 #include "governor/arbiter_host.h"
 #include "governor/mps.h"
 
 namespace tessera::cli {
 namespace {
 
-constexpr std::string_view kUsage =
-    "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] [--compute "
-    "hard|work-conserving] [--compute-window MS] "
-    "[--priority latency-critical|normal|best-effort] [--mode shared|mps] [--mps-lc-reserve 0-90] "
-    "[--gpu UUID|INDEX[,UUID|INDEX...]] [--context-bytes auto|QUANTITY] [--fail-closed] [--keep] "
-    "[--hook-library PATH] -- CMD ARGS...\n(at least one of --gpu-memory, --gpu-cores, --priority, "
-    "--mode)";
-
 Status UsageError(const std::string& what) {
-  return InvalidArgumentError(what + "\n" + std::string(kUsage));
+  return InvalidArgumentError(what + "\n" + std::string(UsageOf("run")));
 }
 
 // The preload library: --hook-library, $TESSERA_HOOK_LIBRARY, or beside the binary

@@ -16,6 +16,7 @@
 
 #include "agent/drift.h"
 #include "agent/nvml.h"
+#include "cli/commands.h"
 #include "governor/arbiter_host.h"
 #include "observe/observe.h"
 
@@ -35,10 +36,6 @@ struct TopOptions {
   int columns = 100;
   std::string nvml_library = "libnvidia-ml.so.1";
 };
-
-constexpr const char* kUsage =
-    "usage: tessera top [--once | --watch] [--interval-s N (1-3600)] [--columns N (60-400)]\n"
-    "                   [--state-dir DIR] [--local-dir DIR] [--nvml-library LIB] [--from FILE|-]\n";
 
 StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
   TopOptions o;
@@ -161,7 +158,7 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
                const TopHooks& hooks) {
   auto options = ParseTopOptions(args);
   if (!options.ok()) {
-    err << "tessera top: " << options.status().message() << "\n" << kUsage;
+    err << "tessera top: " << options.status().message() << "\n" << UsageOf("top") << "\n";
     return 2;
   }
   const TopOptions& o = *options;
