@@ -1,4 +1,6 @@
 // tessera-scheduler: kube-scheduler extender (docs/design/0012-scheduler-extender.md).
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 
 #include "tessera/build_info.h"
@@ -69,7 +71,14 @@ int main(int argc, char** argv) {
   std::string level = "info";
   app.add_option("--log-level", level, "error, warn, info, debug")->capture_default_str();
   app.set_version_flag("--version", tessera::VersionLine("tessera-scheduler"));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {  // a usage error exits 2, as every tessera binary's
+    std::fprintf(stderr, "tessera-scheduler: %s\n", e.what());
+    return 2;
+  }
   auto parsed = tessera::log::ParseLevel(level);
   if (!parsed.ok()) {
     std::fprintf(stderr, "tessera-scheduler: --log-level: %s\n", parsed.status().message().c_str());

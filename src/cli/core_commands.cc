@@ -98,7 +98,7 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   const agent::DriftReport report = agent::CheckDrift(containers, processes, agent::ProcCgroupOf);
   out << agent::FormatDrift(report);
   for (const auto& c : report.containers) {
-    if (c.over_cap()) return 3;
+    if (c.over_cap()) return 1;  // the answer is "no": a container is over its cap
   }
   return 0;
 }
