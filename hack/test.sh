@@ -82,14 +82,14 @@ run_preset asan
 
 step "fuzz: libFuzzer, bounded runs"
 cmake --preset fuzz >/dev/null
-fuzz_targets=(quantity policy limits region admission extender)
+fuzz_targets=(quantity policy limits region admission extender explain)
 cmake --build "build/fuzz" -j "$jobs" --target "${fuzz_targets[@]/%/_fuzz}"
 for target in "${fuzz_targets[@]}"; do
   work=$(mktemp -d)
   cp test/fuzz/${target}_corpus/* "$work"/
-  # Request bodies (admission reviews, extender args) are bigger than the other inputs.
+  # Request bodies (admission reviews, extender args) and manifests are bigger than the others.
   max_len=512
-  [[ $target == admission || $target == extender ]] && max_len=4096
+  [[ $target == admission || $target == extender || $target == explain ]] && max_len=4096
   "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=$max_len "$work" 2>&1 | tail -n 2
   rm -rf "$work"
 done
