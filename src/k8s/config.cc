@@ -17,6 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A kubeconfig (certificates inline included), a CA bundle, a token: well under this.
+constexpr std::size_t kMaxConfigFileBytes = std::size_t{16} << 20;
+
 std::string Trim(std::string text) {
   const char* space = " \t\r\n";
   const size_t begin = text.find_first_not_of(space);
@@ -101,7 +104,7 @@ class Kubeconfig {
     TESSERA_ASSIGN_OR_RETURN(std::optional<std::string> file,
                              String(node, field_path, key.c_str()));
     if (!file) return std::string();
-    StatusOr<std::string> contents = ReadFile(Resolve(*file));
+    StatusOr<std::string> contents = ReadFile(Resolve(*file), kMaxConfigFileBytes);
     if (!contents.ok()) {
       return Error(field_path + "." + key, contents.status().message());
     }
@@ -199,7 +202,7 @@ std::string Getenv(const char* name) {
 }  // namespace
 
 StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  TESSERA_ASSIGN_OR_RETURN(std::string contents, ReadFile(path));
+  TESSERA_ASSIGN_OR_RETURN(std::string contents, ReadFile(path, kMaxConfigFileBytes));
   std::string token = Trim(std::move(contents));
   if (token.empty()) return InvalidArgumentError(path + " is empty");
   return token;
@@ -246,7 +249,7 @@ StatusOr<std::string> Base64Decode(std::string_view text) {
 }
 
 StatusOr<Config> LoadKubeconfig(const std::string& path, std::string_view context) {
-  StatusOr<std::string> text = ReadFile(path);
+  StatusOr<std::string> text = ReadFile(path, kMaxConfigFileBytes);
   if (!text.ok()) return text.status().WithContext("kubeconfig");
   YAML::Node root;
   try {
@@ -272,10 +275,10 @@ StatusOr<Config> InClusterConfig(const std::string& service_account_dir) {
   StatusOr<std::string> token = ReadTokenFile(config.token_file);
   if (!token.ok()) return token.status().WithContext("in-cluster config");
   config.bearer_token = std::move(token).value();
-  StatusOr<std::string> ca = ReadFile((dir / "ca.crt").string());
+  StatusOr<std::string> ca = ReadFile((dir / "ca.crt").string(), kMaxConfigFileBytes);
   if (!ca.ok()) return ca.status().WithContext("in-cluster config");
   config.ca_pem = std::move(ca).value();
-  StatusOr<std::string> ns = ReadFile((dir / "namespace").string());
+  StatusOr<std::string> ns = ReadFile((dir / "namespace").string(), kMaxConfigFileBytes);
   if (ns.ok() && !Trim(*ns).empty()) config.ns = Trim(*ns);
   return config;
 }

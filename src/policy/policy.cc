@@ -377,7 +377,10 @@ StatusOr<Policy> ParsePolicy(std::string_view yaml) {
 }
 
 StatusOr<Policy> LoadPolicyFile(const std::string& path) {
-  auto text = ReadFile(path);
+  // A policy of thousands of namespaces is some hundreds of kilobytes; past this bound a file is
+  // refused at once instead of parsed (YAML takes ~70 times a file's size in memory).
+  constexpr std::size_t kMaxPolicyBytes = std::size_t{4} << 20;
+  auto text = ReadFile(path, kMaxPolicyBytes);
   if (!text.ok()) return text.status().WithContext("policy file");
   auto policy = ParsePolicy(*text);
   if (!policy.ok()) return policy.status().WithContext(path);

@@ -1,5 +1,6 @@
 #include "policy/policy.h"
 
+#include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -166,6 +167,27 @@ TEST(Policy, MissingFileIsNotFound) {
   auto policy = LoadPolicyFile("/nonexistent/policy.yaml");
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().code(), StatusCode::kNotFound);
+}
+
+// A file far larger than any policy is refused at once, naming the limit (parsed, a 50 MB one
+// took seconds and gigabytes); a device is refused as not a regular file.
+TEST(Policy, AnOversizedOrSpecialFileIsRefusedBeforeParsing) {
+  const std::string path = ::testing::TempDir() + "/huge-policy.yaml";
+  {
+    std::ofstream f(path);
+    f << "version: v1\ntierAssignment:\n  namespaces:\n";
+    for (int i = 0; i < 300'000; ++i) f << "    namespace-" << i << ": team\n";
+  }
+  auto huge = LoadPolicyFile(path);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("larger than the limit of 4194304 bytes"),
+            std::string::npos)
+      << huge.status().message();
+  auto device = LoadPolicyFile("/dev/zero");
+  ASSERT_FALSE(device.ok());
+  EXPECT_NE(device.status().message().find("a character device"), std::string::npos)
+      << device.status().message();
 }
 
 }  // namespace

@@ -229,7 +229,7 @@ Status SchedulerProcess::ValidateConfiguration() {
   if (options.signing_key_file.empty()) {
     return InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)");
   }
-  auto pem = ReadFile(options.signing_key_file);
+  auto pem = ReadFile(options.signing_key_file, 64u << 10);  // a PEM key is a few hundred bytes
   if (!pem.ok()) return InvalidArgumentError("--signing-key: " + pem.status().message());
   auto signer = Signer::FromPem(*pem);
   if (!signer.ok()) return signer.status().WithContext("--signing-key");
