@@ -1,5 +1,7 @@
 #include "cli/cli.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -123,7 +125,7 @@ spec:
   Result both = RunCli({"explain", "pod"});
   EXPECT_EQ(both.code, 2);
   Result missing = RunCli({"explain", "pod", "-f", "/nonexistent.yaml"});
-  EXPECT_EQ(missing.code, 2);
+  EXPECT_EQ(missing.code, 3);  // not found
 }
 
 // --scheduler: a malformed URL is a usage error before anything is asked; a scheduler that does
@@ -193,6 +195,57 @@ TEST(Cli, CommandsWithTheirOwnParserAnswerHelp) {
     EXPECT_NE(r.out.find(std::string("tessera ") + command), std::string::npos)
         << command << ": " << r.out;
     EXPECT_EQ(r.out.find("/tessera"), std::string::npos) << r.out;
+  }
+}
+
+// Every file a command reads, given each kind of bad input: the command never crashes, exits 3
+// for a file that is not there and 2 for one it cannot take (empty, a list at the top, truncated
+// YAML, a directory, a device, larger than its bound), and names the file.
+TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
+  const std::string dir = ::testing::TempDir() + "/inputs";
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string big = write("big.yaml", std::string((std::size_t{4} << 20) + 1, '#'));
+  write("openb_node_list_gpu_node.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,1,T4\n");
+  const struct {
+    std::string path;
+    int code;
+  } inputs[] = {
+      {dir + "/missing.yaml", 3},
+      {write("empty.yaml", ""), 2},
+      {write("list.yaml", "[1, 2, 3]\n"), 2},
+      {write("truncated.yaml", "a: [unclosed\n"), 2},
+      {dir, 2},
+      {"/dev/zero", 2},
+  };
+  const std::vector<std::vector<std::string>> commands = {
+      {"advise", "--policy", "FILE"},
+      {"explain", "pod", "-f", "FILE"},
+      {"doctor", "--policy", "FILE"},
+      {"top", "--once", "--from", "FILE"},
+      {"sim", "--trace", dir, "--pods", "FILE", "--seeds", "1"},
+  };
+  for (const std::vector<std::string>& command : commands) {
+    for (const auto& input : inputs) {
+      std::vector<std::string> args = command;
+      std::replace(args.begin(), args.end(), std::string("FILE"), input.path);
+      std::vector<const char*> argv;
+      for (const std::string& a : args) argv.push_back(a.c_str());
+      const Result r = RunCli(argv);
+      EXPECT_EQ(r.code, input.code) << command[0] << " " << input.path << ": " << r.err;
+      EXPECT_NE(r.err.find(std::filesystem::path(input.path).filename().string()),
+                std::string::npos)
+          << command[0] << " " << input.path << ": " << r.err;
+    }
+  }
+  // Larger than the bound: the policy readers' 4 MiB.
+  for (const char* command : {"advise", "doctor"}) {
+    const Result r = RunCli({command, "--policy", big.c_str()});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("larger than the limit of 4194304 bytes"), std::string::npos) << r.err;
   }
 }
 

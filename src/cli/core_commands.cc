@@ -71,7 +71,7 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     auto text = ReadFile(dir + "/limits", 64u << 10);
     if (!text.ok()) {
       err << "tessera drift: " << dir << ": no limits file (" << text.status().message() << ")\n";
-      return 2;
+      return ToExitCode(text.status());
     }
     auto limits = ParseLimitsFile(*text);
     if (!limits.ok()) {

@@ -73,7 +73,7 @@ int DoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
     if (!loaded.ok()) {
       err << "tessera doctor: --policy " << policy_path << ": " << loaded.status().message()
           << "\n";
-      return 2;
+      return ToExitCode(loaded.status());
     }
     policy = std::move(*loaded);
     policy_source = policy_path;

@@ -173,7 +173,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     auto manifest = LoadManifest(args.file);
     if (!manifest.ok()) {
       err << "tessera explain: -f: " << manifest.status().message() << "\n";
-      return 2;
+      return ToExitCode(manifest.status());  // 3 not there, 2 not a pod manifest
     }
     pod = *std::move(manifest);
   } else {

@@ -133,17 +133,25 @@ class LocalSource {
   observe::ShareMeter meter_;
 };
 
+// A node's /metrics text is some kilobytes per container; past this it is not one.
+constexpr std::size_t kMaxMetricsBytes = std::size_t{64} << 20;
+
 StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
   std::string text;
-  if (from == "-") {
-    std::stringstream in;
-    in << std::cin.rdbuf();
-    text = in.str();
+  if (from == "-") {  // bounded like a file: `tessera top --from - < /dev/zero` must end
+    char chunk[1 << 16];
+    while (std::cin.read(chunk, sizeof(chunk)) || std::cin.gcount() > 0) {
+      text.append(chunk, static_cast<std::size_t>(std::cin.gcount()));
+      if (text.size() > kMaxMetricsBytes) {
+        return InvalidArgumentError("--from -: standard input is larger than the limit of " +
+                                    std::to_string(kMaxMetricsBytes) + " bytes");
+      }
+    }
   } else {
-    auto file = ReadFile(from);
+    auto file = ReadFile(from, kMaxMetricsBytes);
     if (!file.ok()) {
-      return NotFoundError("--from: " + file.status().message() +
-                           " (a file of tessera-node /metrics text, or -)");
+      return Status(file.status().code(), "--from: " + file.status().message() +
+                                              " (a file of tessera-node /metrics text, or -)");
     }
     text = std::move(*file);
   }
@@ -186,7 +194,7 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
         local ? StatusOr<observe::Snapshot>(local->Read()) : ReadFrom(o.from);
     if (!s.ok()) {
       err << "tessera top: " << s.status().message() << "\n";
-      return 2;
+      return ToExitCode(s.status());
     }
     if (live) out << "\x1b[H\x1b[2J";
     out << observe::RenderTop(*s, o.columns);
