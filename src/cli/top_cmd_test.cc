@@ -110,7 +110,7 @@ TEST_F(TopCommandTest, BadInputNamesTheFlag) {
   EXPECT_NE(err.find("--columns wide"), std::string::npos) << err;
   EXPECT_EQ(Top({"--colour"}, &out, &err), 2);
   EXPECT_NE(err.find("--colour: unknown flag"), std::string::npos) << err;
-  EXPECT_EQ(Top({"--from", dir_.path() + "/missing"}, &out, &err), 2);
+  EXPECT_EQ(Top({"--from", dir_.path() + "/missing"}, &out, &err), 3);  // not found
   EXPECT_NE(err.find("cannot read"), std::string::npos) << err;
   const std::string junk = dir_.path() + "/junk.txt";
   std::ofstream(junk) << "this is not {metrics\n";
