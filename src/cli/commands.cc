@@ -136,6 +136,14 @@ std::string CommandNames(bool control_plane) {
   return Join(names);
 }
 
+// What to complete after `tessera NAME`: its flags, the commands after `help`, the shells after
+// `completion`.
+std::string WordsAfter(const CommandInfo& c, const std::string& commands) {
+  if (c.name == "help") return commands;
+  if (c.name == "completion") return "bash zsh";
+  return Join(FlagsOf(c.usage)) + " --help";
+}
+
 int Completion(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                bool control_plane) {
   const std::string shell = args.size() == 2 ? args[1] : "";
@@ -155,11 +163,7 @@ int Completion(const std::vector<std::string>& args, std::ostream& out, std::ost
         << "  case ${COMP_WORDS[1]} in\n";
     for (const CommandInfo& c : kCommands) {
       if (c.control_plane && !control_plane) continue;
-      out << "    " << c.name << ") COMPREPLY=($(compgen -W \"" << Join(FlagsOf(c.usage))
-          << (c.name == "help" || c.name == "completion" ? "" : " --help")
-          << (c.name == "help"         ? commands
-              : c.name == "completion" ? "bash zsh"
-                                       : "")
+      out << "    " << c.name << ") COMPREPLY=($(compgen -W \"" << WordsAfter(c, commands)
           << "\" -- \"$cur\")) ;;\n";
     }
     out << "  esac\n"
@@ -177,11 +181,7 @@ int Completion(const std::vector<std::string>& args, std::ostream& out, std::ost
       << "  case $words[2] in\n";
   for (const CommandInfo& c : kCommands) {
     if (c.control_plane && !control_plane) continue;
-    out << "    " << c.name << ") compadd -- "
-        << (c.name == "help"         ? commands
-            : c.name == "completion" ? std::string("bash zsh")
-                                     : Join(FlagsOf(c.usage)) + " --help")
-        << "; _files ;;\n";
+    out << "    " << c.name << ") compadd -- " << WordsAfter(c, commands) << "; _files ;;\n";
   }
   out << "  esac\n"
       << "}\n"
