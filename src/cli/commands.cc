@@ -40,7 +40,7 @@ constexpr std::array kCommands = {
                 "[--context-bytes auto|QUANTITY]\n"
                 "                   [--fail-closed] [--keep] [--hook-library PATH] -- CMD ARGS...\n"
                 "(at least one of --gpu-memory, --gpu-cores, --priority, --mode; "
-                "--flag=value works too)",
+                "each flag also as --gpu-memory=4Gi)",
                 false, false},
     CommandInfo{"top",
                 "Live view per GPU and container: memory vs cap, compute share, holds, denials",
