@@ -73,9 +73,12 @@ StatusOr<json> LoadManifest(const std::string& path) {
   json pod;
   try {
     pod = ToJson(YAML::Load(text));
+    (void)pod.dump();  // throws on text that is not UTF-8, which the API server refuses too
   } catch (const YAML::Exception& e) {
     return InvalidArgumentError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
                                 ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
+  } catch (const json::type_error& e) {
+    return InvalidArgumentError(path + ": not valid UTF-8 text (" + e.what() + ")");
   } catch (const std::exception& e) {
     return InvalidArgumentError(path + ": cannot be read as YAML: " + e.what());
   }
