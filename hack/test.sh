@@ -90,7 +90,9 @@ for target in "${fuzz_targets[@]}"; do
   # Request bodies (admission reviews, extender args) and manifests are bigger than the others.
   max_len=512
   [[ $target == admission || $target == extender || $target == explain ]] && max_len=4096
-  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=$max_len "$work" 2>&1 | tail -n 2
+  # A crashing input is kept beside the corpus copy and printed (base64) in the log's tail.
+  "build/fuzz/test/${target}_fuzz" -runs=200000 -max_total_time=20 -max_len=$max_len \
+    -artifact_prefix="$work/" "$work" 2>&1 | tail -n 2
   rm -rf "$work"
 done
 
