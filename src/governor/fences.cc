@@ -5,9 +5,8 @@
 namespace tessera::governor {
 namespace {
 constexpr std::size_t kMaxStreams = 64;
-constexpr std::size_t kMaxKinds = 4096;
-constexpr std::size_t kMaxPolledPerStream = 256;  // segments one Poll looks at per stream  // past
-                                                  // this many kinds, the estimates start again
+constexpr std::size_t kMaxKinds = 4096;           // past this many kinds, the estimates start again
+constexpr std::size_t kMaxPolledPerStream = 256;  // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
@@ -388,11 +387,14 @@ void FenceTracker::QueryBatch(EventApi* api, PollBatch* batch) {
 }
 
 void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
+  Stream* sp = nullptr;
   for (const PollBatch::Item& item : batch.items) {
     if (item.state == EventApi::State::kPending) continue;  // (and the rest of its stream waits)
-    Stream* sp = nullptr;
-    for (Stream& s : streams_) {
-      if (s.handle == item.stream) sp = &s;
+    if (sp == nullptr || sp->handle != item.stream) {       // a stream's items are consecutive
+      sp = nullptr;
+      for (Stream& s : streams_) {
+        if (s.handle == item.stream) sp = &s;
+      }
     }
     // Only Poll takes segments, in order: the item is its stream's oldest, unless the stream's
     // earlier item was still pending (then this one is skipped too).

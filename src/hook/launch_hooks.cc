@@ -458,12 +458,11 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   const DeviceQuota quota = QuotaForLaunch();
   if (quota.region_device < 0) return launch();
   shm::Compute& c = region->compute[quota.region_device];
+  if (GateOf(c) == shm::Gate::kFree) return launch();
   if (g.disabled) {  // no watcher thread could be started: nothing can measure this launch
-    if (GateOf(c) == shm::Gate::kFree) return launch();
     c.governor_failures.fetch_add(1, std::memory_order_relaxed);
     return S().fail_closed ? CUDA_ERROR_OPERATING_SYSTEM : launch();
   }
-  if (GateOf(c) == shm::Gate::kFree) return launch();
   const std::uint64_t at_capture = g_stats_enabled ? NowNs() : 0;
   const bool capturing = Capturing(stream, per_thread);
   if (g_stats_enabled) capture_ns = NowNs() - at_capture;
