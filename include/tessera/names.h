@@ -61,6 +61,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "1: the preload library prints its start-up times and per-hook call counts at exit")           \
   X(kEnvProbeGate, "TESSERA_PROBE_GATE",                                                           \
     "0: the compute governor's probes run without their gate (default: with it; ADR 0017)")        \
+  X(kEnvProbeSetupNs, "TESSERA_PROBE_SETUP_NS",                                                    \
+    "ns a probe counts for its launch's setup on the GPU beyond its events (default 1050: H200)")  \
   X(kEnvHookLibrary, "TESSERA_HOOK_LIBRARY",                                                       \
     "tessera run: path of libtessera-cuda.so (default: beside the tessera binary)")                \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \

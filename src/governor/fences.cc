@@ -95,22 +95,26 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   return kinds_[key];
 }
 
-bool FenceTracker::ShouldProbe(Kind& k) {
+bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   bool probe = k.probes < kFirstProbes;
   if (!probe && options_.probe_period > 0) {
     rng_ ^= rng_ << 13;  // xorshift64
     rng_ ^= rng_ >> 7;
     rng_ ^= rng_ << 17;
-    probe = rng_ % options_.probe_period == 0;
+    probe = rng_ % options_.probe_period == 0 &&
+            (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns);
   }
-  if (probe) ++k.probes;
+  if (probe) {
+    ++k.probes;
+    s.last_probe_ns = now_ns;
+  }
   return probe;
 }
 
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
   Kind& kind = KindFor(key);  // one lookup a launch
-  const bool probe = ShouldProbe(kind);
+  const bool probe = ShouldProbe(kind, s, now_ns);
   s.next_is_probe = probe;
   s.next_key = key;
   s.next_estimate_ns = kind.estimate_ns;
@@ -125,17 +129,30 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
     return StartAtNewEvent(s, true);
   }
   if (s.open_launches > 0 || s.open_begin >= 0) return true;
-  // Contiguous with the newest fenced segment if that one is still running; otherwise the
-  // stream is idle and the segment starts at an event of its own.
-  if (!s.fenced.empty()) {
-    const int tail = s.fenced.back().end;
-    if (api_->Query(events_[static_cast<std::size_t>(tail)].handle) == EventApi::State::kPending) {
-      Ref(tail);
-      s.open_begin = tail;
-      return true;
-    }
+  // At the stream's newest fence while its work is expected to be still running; otherwise at
+  // an event of its own, so that its span starts where its work does and bounds its charge
+  // (estimates can be long: a probe that waited behind another context's work). No driver call
+  // asks which: where the GPU really was decides at Poll whether the segment is dense, either way.
+  if (s.tail >= 0 && ExpectedBusy(s, now_ns)) {
+    Ref(s.tail);
+    s.open_begin = s.tail;
+    return true;
   }
-  return StartAtNewEvent(s, probe);
+  return StartAtNewEvent(s, false);
+}
+
+bool FenceTracker::ExpectedBusy(const Stream& s, std::uint64_t now_ns) const {
+  if (s.fenced.empty()) return false;  // all polled: completed
+  double pending = 0;
+  for (const Segment& seg : s.fenced) pending += PendingNs(s, seg);
+  return static_cast<double>(s.fenced.back().fenced_at_ns) + pending >
+         static_cast<double>(now_ns);
+}
+
+void FenceTracker::SetTail(Stream& s, int event) {
+  if (event >= 0) Ref(event);
+  Unref(s.tail);
+  s.tail = event;
 }
 
 bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
@@ -226,6 +243,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
                                s.last_launch_ns});
+    SetTail(s, end);
   }
   ReleaseHold(s);
   s.open_begin = -1;
@@ -334,8 +352,9 @@ double FenceTracker::PendingNs(const Stream& s, const Segment& seg) const {
   return seg.estimate_ns + seg.unknown * Estimate(s);
 }
 
-std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) {
-  return std::max<std::uint64_t>(span_ns > seg.probe_gap_ns ? span_ns - seg.probe_gap_ns : 0, 1);
+std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) const {
+  const std::uint64_t taken = seg.probe_gap_ns + probe_offset_ns_;
+  return std::max<std::uint64_t>(span_ns > taken ? span_ns - taken : 0, 1);
 }
 
 std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
@@ -437,8 +456,11 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       } else if (dense) {
         ++stats_.dense;
         stats_.dense_ns += charge;
+        stats_.dense_launches += seg.launches;
       } else {
         stats_.estimate_ns += charge;
+        stats_.estimate_launches += seg.launches;
+        if (charge == span) ++stats_.span_bound;
       }
       if (placed) {
         const std::uint64_t end = host->second.host_ns + item.epoch_to_end_ns;
@@ -464,7 +486,11 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
   // Idle streams keep their estimate; past kMaxStreams streams the idle ones are forgotten (a
   // program that creates streams without end).
   if (streams_.size() > kMaxStreams) {
-    std::erase_if(streams_, [](const Stream& s) { return s.fenced.empty() && s.open_begin < 0; });
+    std::erase_if(streams_, [this](Stream& s) {
+      if (!s.fenced.empty() || s.open_begin >= 0) return false;
+      SetTail(s, -1);
+      return true;
+    });
   }
 }
 

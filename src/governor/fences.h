@@ -73,7 +73,11 @@ class EventApi {
 struct FenceOptions {
   std::uint64_t quantum_ns = 200'000;  // estimated work per segment
   std::uint32_t max_segment_launches = 64;
-  std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many
+  std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many ...
+  // ... and, on one stream, no sooner than this after its previous probe (host clock): a probe
+  // costs a handful of driver calls, so a launch-bound loop of microsecond kernels would
+  // otherwise pay a few per cent of its throughput for probes alone.
+  std::uint64_t min_probe_gap_ns = 1'000'000;
   std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
 };
 
@@ -190,6 +194,12 @@ class FenceTracker {
   bool HasFenced() const;
   bool HasWork() const;  // fenced or open segments
   std::uint64_t errors() const { return errors_; }
+  // What a probe's span holds beyond its kernel, taken off each probe: the two events' own
+  // processing and the launch's setup on the GPU. On the H200 a gated bracket exceeds the
+  // kernel's CUPTI record by 2.3 us for kernels from 1 us to 120 us (docs/benchmarks.md), several
+  // times a small kernel. Set by the caller from its measurements (0: nothing taken off).
+  void SetProbeOffsetNs(std::uint64_t ns) { probe_offset_ns_ = ns; }
+  std::uint64_t probe_offset_ns() const { return probe_offset_ns_; }
   EventApi* api() const { return api_; }
   // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
   struct Stats {
@@ -198,6 +208,8 @@ class FenceTracker {
     std::uint64_t probe_ns = 0;     // charged by probes
     std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
     std::uint64_t estimate_ns = 0;  // charged by the others (min(span, estimates))
+    std::uint64_t dense_launches = 0, estimate_launches = 0;
+    std::uint64_t span_bound = 0;  // segments whose span was below their launches' estimates
   };
   const Stats& stats() const { return stats_; }
   // The running estimate of one kind's GPU time (0: not measured yet); for tests and doctor.
@@ -240,6 +252,11 @@ class FenceTracker {
     std::uint64_t next_key = 0;
     double next_estimate_ns = 0;
     std::uint64_t last_launch_ns = 0;
+    std::uint64_t last_probe_ns = 0;  // host clock, when its latest probe began
+    // Its newest fence (referenced): the next segment begins there, with no driver call. If
+    // the GPU reached it only after that segment's last launch, the host was ahead (dense);
+    // otherwise the segment's span holds idle time and its launches' estimates bound it.
+    int tail = -1;
     double per_launch_ns = 0;  // mean of its probes; 0: unknown until the first one completes
   };
   struct Kind {
@@ -265,10 +282,13 @@ class FenceTracker {
   double Estimate(const Stream& s) const;
   double PendingNs(const Stream& s, const Segment& seg) const;
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
-  bool ShouldProbe(Kind& kind);
+  bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
-  static std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns);  // its launch's time
+  std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns) const;  // its launch's time
+  void SetTail(Stream& s, int event);
+  // Whether the stream's fenced work is expected to run still (its launches' estimates).
+  bool ExpectedBusy(const Stream& s, std::uint64_t now_ns) const;
 
   EventApi* api_;
   FenceOptions options_;
@@ -278,6 +298,7 @@ class FenceTracker {
   std::unordered_map<std::uint64_t, Kind> kinds_;
   std::uint64_t rng_;
   int epoch_ = -1;
+  std::uint64_t probe_offset_ns_ = 0;
   struct Epoch {
     std::uint64_t host_ns = 0;         // the host time the epoch event ran at
     std::uint64_t uncertainty_ns = 0;  // how far that may be off (half the window, a margin)

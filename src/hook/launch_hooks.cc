@@ -10,6 +10,7 @@
 // Launches into a stream being captured are not launches (they become graph nodes) and pass.
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <string>
 #include <time.h>
+#include <vector>
 
 #include "tessera/log.h"
 #include "tessera/names.h"
@@ -40,6 +42,14 @@ constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the dept
 // How often the watcher re-times its epoch against the host clock (the GPU's timer and the
 // host's drift apart by parts per million; cuEventElapsedTime is a float of milliseconds).
 constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
+// What a probe's span holds beyond its kernel (FenceTracker::SetProbeOffsetNs): its two events'
+// own processing, timed at run time as an empty bracket behind the gate (this value until then,
+// or without a gate), and the launch's setup on the GPU (TESSERA_PROBE_SETUP_NS). On the H200
+// (driver 580.159.04, test/gpu/probe_offset.py) an empty gated bracket took 1.25 us and a
+// bracket exceeded the kernel's CUPTI record by 2.27-2.45 us for kernels of 1 to 120 us.
+constexpr std::uint64_t kDefaultEmptyBracketNs = 1'250;
+constexpr std::uint64_t kDefaultProbeSetupNs = 1'050;
+constexpr std::uint64_t kMaxProbeSetupNs = 1'000'000;
 
 void SleepNs(std::uint64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
@@ -217,6 +227,9 @@ struct DeviceGovernor {
   governor::Measured measured;      // reused by each pass
   governor::FenceTracker::PollBatch batch;
   std::uint64_t errors_counted = 0;
+  void* bracket[2] = {};                  // an empty bracket behind the gate (KeepProbeOffset)
+  std::uint64_t empty_brackets[8] = {};   // its latest timings (0: none yet)
+  std::uint32_t empty_next = 0;
 };
 
 // Per-process state. Leaked on purpose (hooks may run while the process exits); a fork child
@@ -274,6 +287,57 @@ void* StreamKey(CUstream stream, bool per_thread) {
                                          : static_cast<void*>(stream);
 }
 
+std::uint64_t ProbeSetupNs() {
+  static const std::uint64_t setup = [] {
+    const std::string name(names::kEnvProbeSetupNs);
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr || *value == '\0') return kDefaultProbeSetupNs;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long ns = std::strtoull(value, &end, 10);
+    if (errno == 0 && *end == '\0' && value[0] != '-' && ns <= kMaxProbeSetupNs)
+      return static_cast<std::uint64_t>(ns);
+    TESSERA_LOG(kWarn, kHook, "%s=%s: expected whole nanoseconds from 0 to %llu; using %llu",
+                name.c_str(), value, static_cast<unsigned long long>(kMaxProbeSetupNs),
+                static_cast<unsigned long long>(kDefaultProbeSetupNs));
+    return kDefaultProbeSetupNs;
+  }();
+  return setup;
+}
+
+// Times an empty bracket behind the gate on the watcher's stream (with the epoch, once a second)
+// and sets the probes' offset from the median of the latest eight: a bracket that waited behind
+// another context's work comes out longer, and the median ignores a few of those.
+void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
+  governor::EventApi& api = *d.tracker.api();
+  if (d.bracket[0] == nullptr) d.bracket[0] = api.Create();
+  if (d.bracket[1] == nullptr) d.bracket[1] = api.Create();
+  if (d.bracket[0] == nullptr || d.bracket[1] == nullptr || !api.Hold(d.epoch_stream)) return;
+  const bool recorded =
+      api.Record(d.bracket[0], d.epoch_stream) && api.Record(d.bracket[1], d.epoch_stream);
+  api.Release();
+  if (!recorded) return;
+  lock.unlock();
+  const std::uint64_t start = NowNs();
+  governor::EventApi::State state = api.Query(d.bracket[1]);
+  while (state == governor::EventApi::State::kPending && NowNs() - start < kGatePollNs * 200) {
+    state = api.Query(d.bracket[1]);
+  }
+  std::uint64_t ns = 0;
+  const bool timed = state == governor::EventApi::State::kDone &&
+                     api.ElapsedNs(d.bracket[0], d.bracket[1], &ns) && ns > 0;
+  lock.lock();
+  if (!timed) return;
+  d.empty_brackets[d.empty_next++ % std::size(d.empty_brackets)] = ns;
+  std::vector<std::uint64_t> timings;
+  for (const std::uint64_t b : d.empty_brackets) {
+    if (b != 0) timings.push_back(b);
+  }
+  const auto middle = timings.begin() + static_cast<std::ptrdiff_t>(timings.size() / 2);
+  std::nth_element(timings.begin(), middle, timings.end());
+  d.tracker.SetProbeOffsetNs(*middle + ProbeSetupNs());
+}
+
 // Times the device's epoch against the host clock when it is due (the watcher, its context
 // current): what lets the container's streams and processes count overlapping work once. The
 // wait for the GPU runs without the governor's mutex (`lock`), so launches do not wait for it.
@@ -295,6 +359,7 @@ void KeepEpoch(DeviceGovernor& d, std::uint64_t now, std::unique_lock<std::mutex
   governor::FenceTracker::TimeEpoch(d.tracker.api(), d.epoch_stream, NowNs, 50'000, &timing);
   lock.lock();
   d.tracker.InstallEpoch(timing);
+  KeepProbeOffset(d, lock);
 }
 
 // Adds the watcher's findings to the region — the part of the measured spans that no other
@@ -442,7 +507,10 @@ bool WaitAtGate(shm::Compute& c) {
 
 DeviceGovernor& DeviceFor(Governor& g, int index) {
   DeviceGovernor*& d = g.devices[index];
-  if (d == nullptr) d = new DeviceGovernor(&g.events);
+  if (d == nullptr) {
+    d = new DeviceGovernor(&g.events);
+    d->tracker.SetProbeOffsetNs(kDefaultEmptyBracketNs + ProbeSetupNs());
+  }
   if (d->context == nullptr) {
     if (const auto get = Real<CudaHook::cuCtxGetCurrent>()) get(&d->context);
   }
@@ -616,11 +684,15 @@ void PrintGovernorStats() {
     const auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
     TESSERA_LOG(kWarn, kHook,
                 "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact and "
-                "%llu inexact probes, %.1f ms by %llu dense segments, %.1f ms by estimates",
+                "%llu inexact probes, %.1f ms by %llu dense segments (%llu launches), %.1f ms by "
+                "estimates (%llu launches; %llu segments bounded by their span)",
                 static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
                 static_cast<unsigned long long>(f.probes_exact),
                 static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
-                static_cast<unsigned long long>(f.dense), ms(f.estimate_ns));
+                static_cast<unsigned long long>(f.dense),
+                static_cast<unsigned long long>(f.dense_launches), ms(f.estimate_ns),
+                static_cast<unsigned long long>(f.estimate_launches),
+                static_cast<unsigned long long>(f.span_bound));
   }
 }
 

@@ -25,6 +25,25 @@ __global__ void small_kernel(float* x, int n) {
   if (i < n) x[i] = x[i] * 1.0001f + 1e-4f;
 }
 
+__device__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// The same work, timing itself on the SMs: the earliest block start and the latest block end
+// (what a kernel record of CUPTI reports, give or take the launch's own setup).
+__global__ void timed_kernel(float* x, int n, unsigned long long* span) {
+  const unsigned long long start = GlobalTimer();
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = x[i] * 1.0001f + 1e-4f;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicMin(&span[0], start);
+    atomicMax(&span[1], GlobalTimer());
+  }
+}
+
 namespace {
 
 double NowUs() {
@@ -85,7 +104,47 @@ int main(int argc, char** argv) {
   float ms = 0;
   CHECK(cuEventElapsedTime(&ms, events[0], events[1]));
   const double kernel_us = ms * 1000.0 / 2000;
-  std::printf("{\"mode\":\"truth\",\"kernel_us\":%.3f}\n", kernel_us);
+  std::printf("{\"mode\":\"back-to-back\",\"kernel_us\":%.3f}\n", kernel_us);
+
+  // The kernel's time on the SMs, launched on an idle stream (%globaltimer, first block start to
+  // last block end), against brackets behind a gate with 0, 1, 2 and 4 kernels in them: the
+  // brackets' intercept is what a probe counts beyond its kernels.
+  {
+    const int m = 2000;
+    unsigned long long* spans = nullptr;
+    cudaMalloc(&spans, 2 * sizeof(unsigned long long) * m);
+    std::vector<unsigned long long> init(2 * m);
+    for (int i = 0; i < m; ++i) init[2 * i] = ~0ULL, init[2 * i + 1] = 0;
+    cudaMemcpy(spans, init.data(), init.size() * sizeof(init[0]), cudaMemcpyHostToDevice);
+    for (int i = 0; i < m; ++i) {
+      timed_kernel<<<(n + 255) / 256, 256, 0, stream>>>(x, n, spans + 2 * i);
+      cudaStreamSynchronize(stream);
+      Spin(host_us);
+    }
+    cudaMemcpy(init.data(), spans, init.size() * sizeof(init[0]), cudaMemcpyDeviceToHost);
+    double sum = 0;
+    for (int i = 0; i < m; ++i) sum += static_cast<double>(init[2 * i + 1] - init[2 * i]);
+    std::printf("{\"mode\":\"on-sm\",\"kernel_us\":%.3f}\n", sum / m / 1000.0);
+    unsigned seq0 = 1u << 30;
+    for (const int kernels : {0, 1, 2, 4, 0}) {
+      double total = 0;
+      for (int i = 0; i < m; ++i) {
+        CHECK(cuStreamWaitValue32(s, word_device, ++seq0, CU_STREAM_WAIT_VALUE_GEQ));
+        CHECK(cuEventRecord(events[0], s));
+        for (int k = 0; k < kernels; ++k) launch();
+        CHECK(cuEventRecord(events[1], s));
+        __atomic_store_n(word, seq0, __ATOMIC_RELEASE);
+        CHECK(cuEventSynchronize(events[1]));
+        CHECK(cuEventElapsedTime(&ms, events[0], events[1]));
+        total += ms * 1000.0;
+        Spin(host_us);
+      }
+      std::printf("{\"mode\":\"gated-bracket\",\"kernels\":%d,\"bracket_us\":%.3f}\n",
+                  kernels, total / m);
+    }
+    *word = 0;  // the modes below count their gate from 0 again
+    std::fflush(stdout);
+  }
 
   unsigned seq = 0;
   for (const std::string mode : {"none", "record1", "bracket", "query", "gate", "none"}) {

@@ -5,7 +5,8 @@ C++ build under test.
 
   busy_shares.py work SHAPE --seconds S     one workload; prints {"t","dt","units"} per second
   busy_shares.py trace SHAPE --seconds S    the same alone under torch.profiler (CUPTI): prints
-                                            {"busy": union of its kernels' intervals / wall}
+                                            {"busy_per_unit": union of its kernels' intervals
+                                            per unit of work, "mean_kernel_us", ...}
   busy_shares.py drive BUILD OUT            the table below; writes OUT/busy_shares.json
 
 Shapes (all from PyTorch, none tuned to tessera):
@@ -21,8 +22,9 @@ Shapes (all from PyTorch, none tuned to tessera):
                runtime): elementwise ops on a 16384-element array with ~20 us of host work every
                8 ops, a synchronize every 128 ops
 
-drive: per shape, b from the solo trace (independent of tessera: CUPTI's kernel records), the
-solo rate (mean of the per-second units over the middle of the run), then `tessera run
+drive: per shape, the solo rate (mean of the per-second units over the middle of the run) and
+b = busy time per unit from the solo trace (independent of tessera: CUPTI's kernel records) x the
+solo rate (the profiler slows the host, so its own busy fraction would understate b), then `tessera run
 --gpu-cores S` for S in SHARES (default 10 30 50 90): delivered = rate / solo rate (with
 REPEATS=N, the median of N interleaved solo/governed pairs), expected min(1, S / b); then the
 overhead of governed launches when the share does not bind: the launch-bound loop at
@@ -150,10 +152,12 @@ def trace(shape, seconds):
     step, _ = workload(shape)
     for _ in range(20):
         step()
+    units = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             step()
+            units += 1
         wall = time.perf_counter() - t0
     spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                    if e.device_type == torch.autograd.DeviceType.CUDA)
@@ -165,13 +169,22 @@ def trace(shape, seconds):
         elif b > end:
             union += b - end
             end = b
-    print(json.dumps({"busy": union / 1e6 / wall, "kernels": len(spans)}))
+    # The profiler slows the host's launches (a launch-bound loop runs slower under it), so the
+    # fraction busy under it understates b; busy time per unit of work does not depend on the
+    # host's pace: b = busy_per_unit x the unprofiled solo rate (drive).
+    print(json.dumps({"busy": union / 1e6 / wall, "kernels": len(spans), "units": units,
+                      "busy_per_unit": union / 1e6 / units,
+                      "mean_kernel_us": sum(b - a for a, b in spans) / max(1, len(spans))}))
 
 
 # ---- drive
 
 
 def run(cmd, timeout):
+    # CPUS=4-7: every run on the same cores (a launch-bound loop's solo rate moved by 20-50 %
+    # between calls on the H200, with the cores it landed on).
+    if os.environ.get("CPUS"):
+        cmd = ["taskset", "-c", os.environ["CPUS"]] + cmd
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -206,11 +219,13 @@ def drive(build, out):
           f"{'error pp':>8}")
     for shape in os.environ.get("SHAPES", " ".join(SHAPES)).split():
         rc, lines, err = run(SELF + ["trace", shape, "--seconds", "3"], 200)
-        b = next((l["busy"] for l in lines if "busy" in l), None)
-        if shape == "procs" and b is not None:
-            b = min(1.0, 2 * b)  # two such processes time-slice a GPU each keeps this busy
+        traced = next((l for l in lines if "busy_per_unit" in l), None)
         solo, _ = rate(shape, [], seconds)
-        row = {"b": b, "solo_rate": solo, "trace_error": None if b else err[-300:], "shares": []}
+        # b: the solo run's busy fraction, from the traced busy time per unit of work and the
+        # unprofiled solo rate (for procs, both processes' units: their demand, at most 1).
+        b = min(1.0, traced["busy_per_unit"] * solo) if traced and solo else None
+        row = {"b": b, "solo_rate": solo, "trace": traced,
+               "trace_error": None if b else err[-300:], "shares": []}
         for s in shares:
             # REPEATS > 1: that many interleaved (solo, governed) pairs, the median ratio (a
             # shape's solo rate moved by 20-50 % between calls on the H200).
