@@ -145,8 +145,7 @@ bool FenceTracker::ExpectedBusy(const Stream& s, std::uint64_t now_ns) const {
   if (s.fenced.empty()) return false;  // all polled: completed
   double pending = 0;
   for (const Segment& seg : s.fenced) pending += PendingNs(s, seg);
-  return static_cast<double>(s.fenced.back().fenced_at_ns) + pending >
-         static_cast<double>(now_ns);
+  return static_cast<double>(s.fenced.back().fenced_at_ns) + pending > static_cast<double>(now_ns);
 }
 
 void FenceTracker::SetTail(Stream& s, int event) {

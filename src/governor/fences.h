@@ -2,10 +2,11 @@
 // without trusting launch counts or NVML samples (HAMi's counter-example, ADR 0017).
 //
 // The launches of a stream are grouped into segments. A segment begins either where the previous
-// one on the stream ended (the stream was still busy: contiguous) or at a start event recorded
-// just before its first launch (the stream was idle); it ends at a fence event recorded after
-// the launch that made its estimated work reach `quantum_ns`, or before anything waits on the
-// stream. So a stream records about one event per `quantum_ns` of work.
+// one on the stream ended (its work expected to be still running, by the estimates below: no
+// driver call asks) or at a start event recorded just before its first launch; it ends at a
+// fence event recorded after the launch that made its estimated work reach `quantum_ns`, or
+// before anything waits on the stream. So a stream records about one event per `quantum_ns` of
+// work.
 //
 // A segment's span (the elapsed time between its two events, GPU timestamps) counts the idle
 // gaps between its kernels when the host launches more slowly than the GPU runs them (a
@@ -20,7 +21,8 @@
 //     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
 //     reached it, and the host time from the start's record to the launch's return is taken off
 //     the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
-//     Exact probes replace inexact estimates;
+//     Every probe also loses the probe offset (SetProbeOffsetNs): what a bracket holds beyond
+//     its kernel even behind the gate. Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
 //     submitted (the host was ahead: no gap between its kernels) and its fence followed that
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
@@ -74,11 +76,11 @@ struct FenceOptions {
   std::uint64_t quantum_ns = 200'000;  // estimated work per segment
   std::uint32_t max_segment_launches = 64;
   std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many ...
+  std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
   // ... and, on one stream, no sooner than this after its previous probe (host clock): a probe
   // costs a handful of driver calls, so a launch-bound loop of microsecond kernels would
   // otherwise pay a few per cent of its throughput for probes alone.
   std::uint64_t min_probe_gap_ns = 1'000'000;
-  std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
 };
 
 // A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).

@@ -10,8 +10,8 @@
 // Launches into a stream being captured are not launches (they become graph nodes) and pass.
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -227,8 +227,8 @@ struct DeviceGovernor {
   governor::Measured measured;      // reused by each pass
   governor::FenceTracker::PollBatch batch;
   std::uint64_t errors_counted = 0;
-  void* bracket[2] = {};                  // an empty bracket behind the gate (KeepProbeOffset)
-  std::uint64_t empty_brackets[8] = {};   // its latest timings (0: none yet)
+  void* bracket[2] = {};                 // an empty bracket behind the gate (KeepProbeOffset)
+  std::uint64_t empty_brackets[8] = {};  // its latest timings (0: none yet)
   std::uint32_t empty_next = 0;
 };
 

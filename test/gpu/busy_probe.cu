@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
         total += ms * 1000.0;
         Spin(host_us);
       }
-      std::printf("{\"mode\":\"gated-bracket\",\"kernels\":%d,\"bracket_us\":%.3f}\n",
-                  kernels, total / m);
+      std::printf("{\"mode\":\"gated-bracket\",\"kernels\":%d,\"bracket_us\":%.3f}\n", kernels,
+                  total / m);
     }
     *word = 0;  // the modes below count their gate from 0 again
     std::fflush(stdout);
