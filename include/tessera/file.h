@@ -17,7 +17,7 @@ inline constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;
 
 // Reads `path` whole. Errors say "cannot read PATH: why":
 //   kNotFound         it does not exist or cannot be opened (the reason from the OS)
-//   kInvalidArgument  it is not a regular file (a directory, a device, a FIFO, a socket), or it
+//   kInvalidInput     it is not a regular file (a directory, a device, a FIFO, a socket), or it
 //                     holds more than `max_bytes` (the message names the limit)
 //   kDataLoss         a read failed part-way
 // Never blocks on a FIFO and never reads past max_bytes + 1.

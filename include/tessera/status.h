@@ -31,7 +31,8 @@ namespace tessera {
   X(Unauthenticated, "unauthenticated")        \
   X(Unavailable, "unavailable")                \
   X(DataLoss, "data_loss")                     \
-  X(Internal, "internal")
+  X(Internal, "internal")                      \
+  X(InvalidInput, "invalid_input")
 #define TESSERA_STATUS_CODES(X) \
   X(Ok, "ok")                   \
   TESSERA_STATUS_ERROR_CODES(X)
@@ -71,9 +72,18 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// The one mapping of a Status to a process exit code (every CLI): 0 ok, 2 bad input (invalid
-// argument), 3 not found, 1 anything else.
+// kInvalidArgument is a bad argument (a flag, a request parameter); kInvalidInput an input that
+// was read but cannot be taken (a file, a manifest, a request body: empty, the wrong type, too
+// large, not a regular file, a field out of range), with the field or path in the message.
+//
+// The one mapping of a Status to a process exit code (every binary; docs/protocol.md "Exit
+// codes"): 0 ok, 2 usage (invalid argument), 3 an input not found or unreadable (not found, a
+// read that failed), 4 an input invalid, 5 a service unavailable, 1 anything else (and, from the
+// commands that answer yes or no, "no").
 int ToExitCode(const Status& status);
+// An input's error as the input's: a kInvalidArgument from a parser of what `path` held becomes
+// kInvalidInput (the other codes stay). For loaders that read a file and parse it.
+Status AsInputError(const Status& status);
 
 // InvalidArgumentError(message), NotFoundError(message), ...: one factory per error code.
 #define TESSERA_STATUS_FACTORY(name, label) Status name##Error(std::string message);

@@ -107,7 +107,9 @@ StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>
     StatusOr<std::string> text = ReadFile(entry.path().string(), kMaxKeyFileBytes);
     if (!text.ok()) return text.status().WithContext("--decision-keys");
     auto v = contract::Verifier::FromPem(*text);
-    if (!v.ok()) return v.status().WithContext("--decision-keys " + entry.path().string());
+    if (!v.ok()) {
+      return AsInputError(v.status().WithContext("--decision-keys " + entry.path().string()));
+    }
     keys[entry.path().stem().string()] = std::make_shared<contract::Verifier>(std::move(*v));
   }
   if (ec) return InvalidArgumentError("--decision-keys " + dir + ": " + ec.message());

@@ -48,7 +48,7 @@ TEST(NodeDaemonTest, OpenNvmlSaysNvmlIsNotAvailable) {
   ASSERT_TRUE(node.ValidateFlags().ok());
   const Status st = node.OpenNvml();
   EXPECT_NE(st.message().find("NVML not available"), std::string::npos) << st.ToString();
-  EXPECT_EQ(ToExitCode(st), 1);
+  EXPECT_EQ(ToExitCode(st), 5);  // unavailable
 }
 
 TEST(NodeDaemonTest, RunStopsAtTheFirstFailedStep) {
@@ -60,7 +60,7 @@ TEST(NodeDaemonTest, RunStopsAtTheFirstFailedStep) {
   // Then OpenNvml.
   const Status st = NodeDaemon(Options()).Run();
   EXPECT_NE(st.message().find("NVML not available"), std::string::npos) << st.ToString();
-  EXPECT_EQ(RunNode(Options()), 1);
+  EXPECT_EQ(RunNode(Options()), 5);
 }
 
 TEST(NodeDaemonTest, ConnectApiNamesTheKubeconfig) {

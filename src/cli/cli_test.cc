@@ -180,7 +180,7 @@ TEST(Cli, ExplainRefusesWhatIsNotAPodManifest) {
   };
   for (const auto& c : cases) {
     Result r = RunCli({"explain", "pod", "-f", c.path.c_str()});
-    EXPECT_EQ(r.code, 2) << c.path << ": " << r.err;
+    EXPECT_EQ(r.code, 4) << c.path << ": " << r.err;  // an invalid input
     EXPECT_NE(r.err.find(c.path), std::string::npos) << r.err;
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
   }
@@ -215,11 +215,11 @@ TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
     int code;
   } inputs[] = {
       {dir + "/missing.yaml", 3},
-      {write("empty.yaml", ""), 2},
-      {write("list.yaml", "[1, 2, 3]\n"), 2},
-      {write("truncated.yaml", "a: [unclosed\n"), 2},
-      {dir, 2},
-      {"/dev/zero", 2},
+      {write("empty.yaml", ""), 4},
+      {write("list.yaml", "[1, 2, 3]\n"), 4},
+      {write("truncated.yaml", "a: [unclosed\n"), 4},
+      {dir, 4},
+      {"/dev/zero", 4},
   };
   const std::vector<std::vector<std::string>> commands = {
       {"advise", "--policy", "FILE"},
@@ -244,7 +244,7 @@ TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
   // Larger than the bound: the policy readers' 4 MiB.
   for (const char* command : {"advise", "doctor"}) {
     const Result r = RunCli({command, "--policy", big.c_str()});
-    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.code, 4) << r.err;
     EXPECT_NE(r.err.find("larger than the limit of 4194304 bytes"), std::string::npos) << r.err;
   }
 }

@@ -75,12 +75,12 @@ StatusOr<json> LoadManifest(const std::string& path) {
     pod = ToJson(YAML::Load(text));
     (void)pod.dump();  // throws on text that is not UTF-8, which the API server refuses too
   } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
+    return InvalidInputError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
                                 ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
   } catch (const json::type_error& e) {
-    return InvalidArgumentError(path + ": not valid UTF-8 text (" + e.what() + ")");
+    return InvalidInputError(path + ": not valid UTF-8 text (" + e.what() + ")");
   } catch (const std::exception& e) {
-    return InvalidArgumentError(path + ": cannot be read as YAML: " + e.what());
+    return InvalidInputError(path + ": cannot be read as YAML: " + e.what());
   }
   if (!pod.is_object()) {
     const char* got = pod.is_null()      ? "an empty document"
@@ -88,27 +88,27 @@ StatusOr<json> LoadManifest(const std::string& path) {
                       : pod.is_string()  ? "a string"
                       : pod.is_boolean() ? "a boolean"
                                          : "a number";
-    return InvalidArgumentError(path +
+    return InvalidInputError(path +
                                 ": expected a pod manifest (a mapping with apiVersion, kind: Pod, "
                                 "metadata, spec), got " +
                                 got);
   }
   // What the API server would refuse before any webhook sees it.
   if (const json* kind = k8s::Find(pod, "kind"); kind != nullptr && *kind != "Pod") {
-    return InvalidArgumentError(path + ": kind: " + kind->dump() +
+    return InvalidInputError(path + ": kind: " + kind->dump() +
                                 ": expected Pod (for a workload, give its pod template as a Pod)");
   }
   if (const json* meta = k8s::Find(pod, "metadata")) {
-    if (!meta->is_object()) return InvalidArgumentError(path + ": metadata: expected a mapping");
+    if (!meta->is_object()) return InvalidInputError(path + ": metadata: expected a mapping");
     for (const char* field : {"annotations", "labels"}) {
       const json* map = k8s::Find(*meta, field);
       if (map == nullptr) continue;
       if (!map->is_object()) {
-        return InvalidArgumentError(path + ": metadata." + field + ": expected a mapping");
+        return InvalidInputError(path + ": metadata." + field + ": expected a mapping");
       }
       for (const auto& [key, value] : map->items()) {
         if (!value.is_string()) {
-          return InvalidArgumentError(path + ": metadata." + field + "[" + key +
+          return InvalidInputError(path + ": metadata." + field + "[" + key +
                                       "]: " + value.dump() +
                                       " is not a string; values are strings (quote it)");
         }

@@ -143,8 +143,8 @@ StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
     while (std::cin.read(chunk, sizeof(chunk)) || std::cin.gcount() > 0) {
       text.append(chunk, static_cast<std::size_t>(std::cin.gcount()));
       if (text.size() > kMaxMetricsBytes) {
-        return InvalidArgumentError("--from -: standard input is larger than the limit of " +
-                                    std::to_string(kMaxMetricsBytes) + " bytes");
+        return InvalidInputError("--from -: standard input is larger than the limit of " +
+                                 std::to_string(kMaxMetricsBytes) + " bytes");
       }
     }
   } else {
@@ -156,7 +156,7 @@ StatusOr<observe::Snapshot> ReadFrom(const std::string& from) {
     text = std::move(*file);
   }
   auto s = observe::SnapshotFromExposition(text);
-  if (!s.ok()) return s.status().WithContext("--from " + from);
+  if (!s.ok()) return AsInputError(s.status().WithContext("--from " + from));
   return s;
 }
 

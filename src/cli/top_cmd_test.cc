@@ -114,7 +114,7 @@ TEST_F(TopCommandTest, BadInputNamesTheFlag) {
   EXPECT_NE(err.find("cannot read"), std::string::npos) << err;
   const std::string junk = dir_.path() + "/junk.txt";
   std::ofstream(junk) << "this is not {metrics\n";
-  EXPECT_EQ(Top({"--from", junk}, &out, &err), 2);
+  EXPECT_EQ(Top({"--from", junk}, &out, &err), 4);  // invalid input
   EXPECT_NE(err.find("--from " + junk + ": metrics line 1"), std::string::npos) << err;
 }
 

@@ -39,7 +39,7 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) {
     const int err = errno;
-    if (err == ENXIO) return InvalidArgumentError("cannot read " + path + ": not a regular file");
+    if (err == ENXIO) return InvalidInputError("cannot read " + path + ": not a regular file");
     return NotFoundError("cannot read " + path + ": " + std::strerror(err));
   }
   struct stat st {};
@@ -47,11 +47,11 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
     return NotFoundError("cannot read " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
-    return InvalidArgumentError("cannot read " + path + ": it is " +
+    return InvalidInputError("cannot read " + path + ": it is " +
                                 std::string(KindOf(st.st_mode)) + ", expected a regular file");
   }
   const auto too_big = [&] {
-    return InvalidArgumentError("cannot read " + path + ": larger than the limit of " +
+    return InvalidInputError("cannot read " + path + ": larger than the limit of " +
                                 std::to_string(max_bytes) + " bytes");
   };
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big();

@@ -43,7 +43,7 @@ TEST(ReadFile, DirectoryIsInvalidArgumentNotAnEmptyRead) {
   testutil::TempDir dir;
   auto text = ReadFile(dir.path());
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(text.status().message().find("is a directory"), std::string::npos);
   EXPECT_NE(text.status().message().find(dir.path()), std::string::npos);
 }
@@ -51,7 +51,7 @@ TEST(ReadFile, DirectoryIsInvalidArgumentNotAnEmptyRead) {
 TEST(ReadFile, DeviceIsRefusedBeforeAnyRead) {
   auto text = ReadFile("/dev/zero");  // would never end
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(text.status().message().find("character device"), std::string::npos);
 }
 
@@ -61,7 +61,7 @@ TEST(ReadFile, FifoIsRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo(path.c_str(), 0600), 0);
   auto text = ReadFile(path);
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidInput);
 }
 
 TEST(ReadFile, OversizedFileNamesTheLimit) {
@@ -70,7 +70,7 @@ TEST(ReadFile, OversizedFileNamesTheLimit) {
   std::ofstream(path) << std::string(101, 'x');
   auto text = ReadFile(path, 100);
   ASSERT_FALSE(text.ok());
-  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(text.status().message().find("limit of 100 bytes"), std::string::npos);
   auto exact = ReadFile(path, 101);
   ASSERT_TRUE(exact.ok());
@@ -83,7 +83,7 @@ TEST(ReadFile, ProcFilesWithSizeZeroAreReadUpToTheBound) {
   EXPECT_NE(text->find("Pid:"), std::string::npos);
   auto small = ReadFile("/proc/self/status", 8);
   ASSERT_FALSE(small.ok());
-  EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(small.status().code(), StatusCode::kInvalidInput);
 }
 
 }  // namespace

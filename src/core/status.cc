@@ -40,10 +40,20 @@ int ToExitCode(const Status& status) {
     case StatusCode::kInvalidArgument:
       return 2;
     case StatusCode::kNotFound:
+    case StatusCode::kDataLoss:
       return 3;
+    case StatusCode::kInvalidInput:
+      return 4;
+    case StatusCode::kUnavailable:
+      return 5;
     default:
       return 1;
   }
+}
+
+Status AsInputError(const Status& status) {
+  if (status.code() != StatusCode::kInvalidArgument) return status;
+  return InvalidInputError(status.message());
 }
 
 #define TESSERA_STATUS_FACTORY(name, label) \

@@ -204,7 +204,7 @@ std::string Getenv(const char* name) {
 StatusOr<std::string> ReadTokenFile(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(std::string contents, ReadFile(path, kMaxConfigFileBytes));
   std::string token = Trim(std::move(contents));
-  if (token.empty()) return InvalidArgumentError(path + " is empty");
+  if (token.empty()) return InvalidInputError(path + " is empty");
   return token;
 }
 
@@ -254,9 +254,11 @@ StatusOr<Config> LoadKubeconfig(const std::string& path, std::string_view contex
   YAML::Node root;
   try {
     root = YAML::Load(*text);
-    return Kubeconfig(path, root).Load(context);
+    StatusOr<Config> config = Kubeconfig(path, root).Load(context);
+    if (!config.ok()) return AsInputError(config.status());
+    return config;
   } catch (const YAML::Exception& e) {
-    return InvalidArgumentError("kubeconfig " + path + ": not valid YAML: " + e.what());
+    return InvalidInputError("kubeconfig " + path + ": not valid YAML: " + e.what());
   }
 }
 

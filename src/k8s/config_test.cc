@@ -172,7 +172,7 @@ TEST(Kubeconfig, ErrorsNameTheField) {
     Write(path, c.yaml);
     StatusOr<Config> config = LoadKubeconfig(path, c.context);
     ASSERT_FALSE(config.ok()) << c.name;
-    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << c.name;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidInput) << c.name;
     EXPECT_NE(config.status().message().find("kubeconfig " + path + ": "), std::string::npos)
         << c.name << ": " << config.status().message();
     EXPECT_NE(config.status().message().find(c.expected), std::string::npos)

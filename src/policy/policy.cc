@@ -383,7 +383,7 @@ StatusOr<Policy> LoadPolicyFile(const std::string& path) {
   auto text = ReadFile(path, kMaxPolicyBytes);
   if (!text.ok()) return text.status().WithContext("policy file");
   auto policy = ParsePolicy(*text);
-  if (!policy.ok()) return policy.status().WithContext(path);
+  if (!policy.ok()) return AsInputError(policy.status().WithContext(path));
   return policy;
 }
 

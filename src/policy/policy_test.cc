@@ -180,7 +180,7 @@ TEST(Policy, AnOversizedOrSpecialFileIsRefusedBeforeParsing) {
   }
   auto huge = LoadPolicyFile(path);
   ASSERT_FALSE(huge.ok());
-  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidInput);
   EXPECT_NE(huge.status().message().find("larger than the limit of 4194304 bytes"),
             std::string::npos)
       << huge.status().message();

@@ -230,9 +230,9 @@ Status SchedulerProcess::ValidateConfiguration() {
     return InvalidArgumentError("--signing-key: required (an Ed25519 private key, PEM)");
   }
   auto pem = ReadFile(options.signing_key_file, 64u << 10);  // a PEM key is a few hundred bytes
-  if (!pem.ok()) return InvalidArgumentError("--signing-key: " + pem.status().message());
+  if (!pem.ok()) return pem.status().WithContext("--signing-key");
   auto signer = Signer::FromPem(*pem);
-  if (!signer.ok()) return signer.status().WithContext("--signing-key");
+  if (!signer.ok()) return AsInputError(signer.status().WithContext("--signing-key"));
   s_->signer = std::move(*signer);
   return Status::Ok();
 }

@@ -55,16 +55,17 @@ TEST_F(SchedulerConfigurationTest, SigningKeyIsRequiredAndMustBeARegularFileWith
   EXPECT_NE(Validate().message().find("--signing-key: required"), std::string::npos);
   options_.signing_key_file = dir_.path() + "/missing.pem";
   Status st = Validate();
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.code(), StatusCode::kNotFound);  // exit 3, as every missing input
   EXPECT_NE(st.message().find("missing.pem"), std::string::npos) << st.message();
   options_.signing_key_file = dir_.path();  // a directory is not an empty key
   st = Validate();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);  // exit 4
   EXPECT_NE(st.message().find("is a directory"), std::string::npos) << st.message();
   const std::string junk = dir_.path() + "/junk.pem";
   std::ofstream(junk) << "not a key";
   options_.signing_key_file = junk;
   st = Validate();
-  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidInput);
   EXPECT_NE(st.message().find("--signing-key"), std::string::npos) << st.message();
 }
 

@@ -29,7 +29,7 @@ StatusOr<std::vector<PublishedRow>> LoadPublishedCsv(const std::string& path) {
       continue;
     }
     if (f.size() != header.size()) {
-      return InvalidArgumentError(path + ":" + std::to_string(line_no) + ": " +
+      return InvalidInputError(path + ":" + std::to_string(line_no) + ": " +
                                   std::to_string(f.size()) + " fields, the header has " +
                                   std::to_string(header.size()));
     }

@@ -87,7 +87,7 @@ TEST(SimCommand, BadInputFailsClearly) {
   EXPECT_NE(err.find("empty pod list"), std::string::npos);
 
   Write(dir.path() + "/bad.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,x,500\n");
-  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 2);
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 4);
   EXPECT_NE(err.find("bad.csv:2:"), std::string::npos);
   for (const auto& [row, says] : {std::pair{"p0,-1,1,1,500", "cpu_milli: -1 is negative"},
                                   std::pair{"p0,1,-2,1,500", "memory_mib: -2 is negative"},
@@ -95,7 +95,7 @@ TEST(SimCommand, BadInputFailsClearly) {
     err.clear();
     Write(dir.path() + "/bad.csv",
           std::string("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n") + row + "\n");
-    EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 2);
+    EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "bad.csv"}, &out, &err), 4);
     EXPECT_NE(err.find(std::string("bad.csv:2: ") + says), std::string::npos) << err;
   }
 

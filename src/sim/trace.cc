@@ -165,7 +165,9 @@ StatusOr<std::vector<placement::Node>> ParseNodeCsv(std::string_view text, std::
 
 StatusOr<std::vector<placement::Node>> LoadNodeCsv(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  return ParseNodeCsv(text, path);
+  auto nodes = ParseNodeCsv(text, path);
+  if (!nodes.ok()) return AsInputError(nodes.status());
+  return nodes;
 }
 
 StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_view file) {
@@ -228,7 +230,9 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_v
 
 StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  return ParsePodCsv(text, path);
+  auto pods = ParsePodCsv(text, path);
+  if (!pods.ok()) return AsInputError(pods.status());
+  return pods;
 }
 
 placement::Request ToRequest(const TracePod& pod) {

@@ -45,11 +45,11 @@ struct Pair {
 StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_file) {
   StatusOr<std::string> cert_pem = ReadFile(cert_file);
   if (!cert_pem.ok()) {
-    return InvalidArgumentError("--tls-cert-file: " + cert_pem.status().message());
+    return cert_pem.status().WithContext("--tls-cert-file");
   }
   std::vector<k8s::X509Ptr> certs = k8s::ReadCertificates(*cert_pem);
   if (certs.empty()) {
-    return InvalidArgumentError("--tls-cert-file " + cert_file + ": no PEM certificate");
+    return InvalidInputError("--tls-cert-file " + cert_file + ": no PEM certificate");
   }
   Pair p;
   p.cert = std::move(certs[0]);
@@ -61,13 +61,13 @@ StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_fil
   }
   StatusOr<std::string> key_pem = ReadFile(key_file);
   if (!key_pem.ok()) {
-    return InvalidArgumentError("--tls-key-file: " + key_pem.status().message());
+    return key_pem.status().WithContext("--tls-key-file");
   }
   p.key = k8s::ReadPrivateKey(*key_pem);
   OPENSSL_cleanse(key_pem->data(), key_pem->size());
   if (!p.key || X509_check_private_key(p.cert.get(), p.key.get()) != 1) {
     ERR_clear_error();
-    return InvalidArgumentError("--tls-key-file " + key_file +
+    return InvalidInputError("--tls-key-file " + key_file +
                                 ": no PEM private key matching the certificate");
   }
   return p;
