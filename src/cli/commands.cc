@@ -205,6 +205,22 @@ std::string_view UsageOf(std::string_view name) {
   return c != nullptr ? c->usage : std::string_view();
 }
 
+std::vector<std::string> SplitFlagValues(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  bool ours = true;
+  for (const std::string& a : args) {
+    if (a == "--") ours = false;
+    const std::size_t eq = a.find('=');
+    if (ours && a.starts_with("--") && eq != std::string::npos && eq > 2) {
+      out.push_back(a.substr(0, eq));
+      out.push_back(a.substr(eq + 1));
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
 int VersionCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const bool json = args.size() == 1 && args[0] == "--json";
   if (!args.empty() && !json) {

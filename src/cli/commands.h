@@ -34,6 +34,10 @@ std::string_view UsageOf(std::string_view name);
 int RunMetaCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                    bool control_plane);
 
+// `--flag=value` as `--flag`, `value`, up to a `--` (what follows it is not ours): one argument
+// style for the commands that parse their own flags.
+std::vector<std::string> SplitFlagValues(const std::vector<std::string>& args);
+
 // `tessera version [--json]`.
 int VersionCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

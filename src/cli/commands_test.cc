@@ -22,6 +22,17 @@ Result Tessera(std::vector<std::string> args, bool control_plane = true) {
   return {code, out.str(), err.str()};
 }
 
+TEST(Commands, FlagEqualsValueIsSplitUpToTheSeparator) {
+  EXPECT_EQ(SplitFlagValues({"--from=/x", "--once", "--a=b=c", "-f=x", "--=y", "--", "--c=d"}),
+            (std::vector<std::string>{"--from", "/x", "--once", "--a", "b=c", "-f=x", "--=y", "--",
+                                      "--c=d"}));
+  // The hand-parsed commands take both styles: the same missing file either way.
+  std::ostringstream out, err;
+  EXPECT_EQ(RunCoreCommand({"top", "--once", "--from=/nonexistent/metrics"}, out, err), 3)
+      << err.str();
+  EXPECT_NE(err.str().find("/nonexistent/metrics"), std::string::npos) << err.str();
+}
+
 TEST(Commands, EveryCommandAnswersHelpWithItsUsageOnStdout) {
   for (const CommandInfo& c : Commands()) {
     ASSERT_TRUE(c.usage.starts_with("usage: tessera " + std::string(c.name))) << c.name;

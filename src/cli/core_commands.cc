@@ -47,7 +47,7 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
   auto source = agent::NvmlGpuSource::Open();
   if (!source.ok()) {
     err << "tessera inventory: " << source.status().message() << "\n";
-    return 1;
+    return ToExitCode(source.status());
   }
   const Status st = agent::PrintInventory(**source, node, TESSERA_VERSION, *managed, out);
   if (!st.ok()) {
@@ -76,7 +76,7 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     auto limits = ParseLimitsFile(*text);
     if (!limits.ok()) {
       err << "tessera drift: " << dir << "/limits: " << limits.status().message() << "\n";
-      return 2;
+      return ToExitCode(AsInputError(limits.status()));
     }
     for (const auto& d : limits->devices) uuids.insert(d.uuid);
     containers.push_back({dir, std::move(*limits), dir + "/region"});
@@ -84,14 +84,14 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   auto source = agent::NvmlGpuSource::Open();
   if (!source.ok()) {
     err << "tessera drift: " << source.status().message() << "\n";
-    return 1;
+    return ToExitCode(source.status());
   }
   std::map<std::string, std::vector<agent::GpuProcess>> processes;
   for (const std::string& uuid : uuids) {
     auto list = (*source)->Processes(uuid);
     if (!list.ok()) {
       err << "tessera drift: " << list.status().message() << "\n";
-      return 1;
+      return ToExitCode(list.status());
     }
     processes[uuid] = std::move(*list);
   }
@@ -108,12 +108,12 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
 int RunCoreCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
                    const PolicyLoader& load_policy) {
   if (args.empty()) return -1;
-  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  const std::vector<std::string> rest = SplitFlagValues({args.begin() + 1, args.end()});
   if (args[0] == "doctor") return DoctorCommand(rest, out, err, load_policy);
   if (args[0] == "doctor-worker") return DoctorWorkerCommand(rest, out);
   if (args[0] == "run") return RunCommand({args.begin() + 1, args.end()}, out, err);
   if (args[0] == "version") return VersionCommand(rest, out, err);
-  if (args[0] == "inventory") return InventoryCommand({args.begin() + 1, args.end()}, out, err);
+  if (args[0] == "inventory") return InventoryCommand(rest, out, err);
   if (args[0] == "drift") return DriftCommand(rest, out, err);
   if (args[0] == "top") return TopCommand(rest, out, err);
   if (args[0] == "names") {

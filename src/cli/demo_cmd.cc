@@ -53,7 +53,7 @@ int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
   }
   if (f.json && (status.ok() || result.completed)) out << demo::ResultToJson(result) << "\n";
   if (status.code() == StatusCode::kAborted) return 130;  // Ctrl-C, as a shell reports it
-  if (!status.ok()) return 1;
+  if (!status.ok()) return ToExitCode(status);
   if (result.unexpected() > 0) {
     err << "tessera demo: " << result.unexpected()
         << " pod(s) did not end as the story says (marked (!) above)\n";

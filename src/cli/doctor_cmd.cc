@@ -83,7 +83,7 @@ int DoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::
   auto report = doctor::RunDoctor(options, err);
   if (!report.ok()) {
     err << "tessera doctor: " << report.status().message() << "\n";
-    return 1;
+    return ToExitCode(report.status());
   }
   const auto verdicts = doctor::Judge(*report, policy);
   const std::string as_json = doctor::FormatJson(*report, verdicts, policy_source);

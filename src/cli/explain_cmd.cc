@@ -76,7 +76,7 @@ StatusOr<json> LoadManifest(const std::string& path) {
     (void)pod.dump();  // throws on text that is not UTF-8, which the API server refuses too
   } catch (const YAML::Exception& e) {
     return InvalidInputError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) +
-                                ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
+                             ", column " + std::to_string(e.mark.column + 1) + "): " + e.msg);
   } catch (const json::type_error& e) {
     return InvalidInputError(path + ": not valid UTF-8 text (" + e.what() + ")");
   } catch (const std::exception& e) {
@@ -89,14 +89,14 @@ StatusOr<json> LoadManifest(const std::string& path) {
                       : pod.is_boolean() ? "a boolean"
                                          : "a number";
     return InvalidInputError(path +
-                                ": expected a pod manifest (a mapping with apiVersion, kind: Pod, "
-                                "metadata, spec), got " +
-                                got);
+                             ": expected a pod manifest (a mapping with apiVersion, kind: Pod, "
+                             "metadata, spec), got " +
+                             got);
   }
   // What the API server would refuse before any webhook sees it.
   if (const json* kind = k8s::Find(pod, "kind"); kind != nullptr && *kind != "Pod") {
     return InvalidInputError(path + ": kind: " + kind->dump() +
-                                ": expected Pod (for a workload, give its pod template as a Pod)");
+                             ": expected Pod (for a workload, give its pod template as a Pod)");
   }
   if (const json* meta = k8s::Find(pod, "metadata")) {
     if (!meta->is_object()) return InvalidInputError(path + ": metadata: expected a mapping");
@@ -108,9 +108,8 @@ StatusOr<json> LoadManifest(const std::string& path) {
       }
       for (const auto& [key, value] : map->items()) {
         if (!value.is_string()) {
-          return InvalidInputError(path + ": metadata." + field + "[" + key +
-                                      "]: " + value.dump() +
-                                      " is not a string; values are strings (quote it)");
+          return InvalidInputError(path + ": metadata." + field + "[" + key + "]: " + value.dump() +
+                                   " is not a string; values are strings (quote it)");
         }
       }
     }
@@ -188,20 +187,18 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     auto config = k8s::ResolveConfig(args.kubeconfig);
     if (!config.ok()) {
       err << "tessera explain: --kubeconfig: " << config.status().message() << "\n";
-      return 2;
+      return ToExitCode(config.status());
     }
     auto made = k8s::Client::New(*config);
     if (!made.ok()) {
       err << "tessera explain: " << made.status().message() << "\n";
-      return 1;
+      return ToExitCode(made.status());
     }
     client = std::move(*made);
     auto got = client->Get(k8s::PodPath(args.pod.substr(0, slash), args.pod.substr(slash + 1)));
     if (!got.ok()) {
       err << "tessera explain: " << got.status().message() << "\n";
-      return got.status().code() == StatusCode::kNotFound      ? 3
-             : got.status().code() == StatusCode::kUnavailable ? 5
-                                                               : 1;
+      return ToExitCode(got.status());  // 3 no such pod, 5 the API server unreachable
     }
     pod = *std::move(got);
   }

@@ -47,12 +47,12 @@ StatusOr<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
     return NotFoundError("cannot read " + path + ": " + std::strerror(errno));
   }
   if (!S_ISREG(st.st_mode)) {
-    return InvalidInputError("cannot read " + path + ": it is " +
-                                std::string(KindOf(st.st_mode)) + ", expected a regular file");
+    return InvalidInputError("cannot read " + path + ": it is " + std::string(KindOf(st.st_mode)) +
+                             ", expected a regular file");
   }
   const auto too_big = [&] {
     return InvalidInputError("cannot read " + path + ": larger than the limit of " +
-                                std::to_string(max_bytes) + " bytes");
+                             std::to_string(max_bytes) + " bytes");
   };
   if (static_cast<std::uint64_t>(st.st_size) > max_bytes) return too_big();
   // /proc and /sys files report size 0: read in chunks up to the bound either way.

@@ -30,8 +30,8 @@ StatusOr<std::vector<PublishedRow>> LoadPublishedCsv(const std::string& path) {
     }
     if (f.size() != header.size()) {
       return InvalidInputError(path + ":" + std::to_string(line_no) + ": " +
-                                  std::to_string(f.size()) + " fields, the header has " +
-                                  std::to_string(header.size()));
+                               std::to_string(f.size()) + " fields, the header has " +
+                               std::to_string(header.size()));
     }
     PublishedRow row;
     std::size_t first_col = header.size();

@@ -68,7 +68,7 @@ StatusOr<Pair> LoadPair(const std::string& cert_file, const std::string& key_fil
   if (!p.key || X509_check_private_key(p.cert.get(), p.key.get()) != 1) {
     ERR_clear_error();
     return InvalidInputError("--tls-key-file " + key_file +
-                                ": no PEM private key matching the certificate");
+                             ": no PEM private key matching the certificate");
   }
   return p;
 }
