@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 namespace tessera::cli {
 namespace {
@@ -103,6 +104,20 @@ spec:
   EXPECT_NE(r.out.find("the mutating webhook would change:"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("add /spec/priorityClassName"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("admission: allowed by the policy"), std::string::npos) << r.out;
+
+  // --json: the same findings, one object with stable names (docs/protocol.md).
+  Result j = RunCli({"explain", "pod", "-f", path.c_str(), "--json"});
+  EXPECT_EQ(j.code, 0) << j.err;
+  const nlohmann::json report = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << j.out;
+  EXPECT_EQ(report.value("pod", ""), "ml/inference-service");
+  EXPECT_EQ(report.value("source", ""), "manifest");
+  EXPECT_EQ(report.value("answer", ""), "admitted");
+  EXPECT_NE(report.value("ask", "").find("1.95 GiB"), std::string::npos) << j.out;
+  EXPECT_EQ(report["admission"].value("allowed", false), true) << j.out;
+  ASSERT_TRUE(report["mutations"].is_array()) << j.out;
+  EXPECT_NE(report["mutations"].dump().find("\"/spec/priorityClassName\""), std::string::npos)
+      << j.out;
 }
 
 TEST(Cli, ExplainsWhyAManifestIsDenied) {
@@ -119,6 +134,14 @@ spec:
   Result r = RunCli({"explain", "pod", "-f", path.c_str(), "--policy", policy.c_str()});
   EXPECT_EQ(r.code, 1) << r.err;  // a denial is the answer "no"
   EXPECT_NE(r.out.find("tier regulated allows no shared-GPU mode"), std::string::npos) << r.out;
+  Result j = RunCli({"explain", "pod", "-f", path.c_str(), "--policy", policy.c_str(), "--json"});
+  EXPECT_EQ(j.code, 1) << j.err;
+  const nlohmann::json report = nlohmann::json::parse(j.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << j.out;
+  EXPECT_EQ(report.value("answer", ""), "denied") << j.out;
+  const std::string why = report.contains("denied") ? report.value("denied", "")
+                                                    : report["admission"].value("message", "");
+  EXPECT_NE(why.find("tier regulated allows no shared-GPU mode"), std::string::npos) << j.out;
   Result bad = RunCli({"explain", "pod", "nonamespace"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.err.find("NAMESPACE/NAME"), std::string::npos);

@@ -21,8 +21,8 @@ constexpr std::array kCommands = {
                 true, true},
     CommandInfo{"explain", "Why a pod is where it is, Pending, or denied",
                 "usage: tessera explain pod NAMESPACE/NAME [--kubeconfig FILE] [--scheduler URL] "
-                "[--policy FILE]\n"
-                "       tessera explain pod -f FILE [--scheduler URL] [--policy FILE]",
+                "[--policy FILE] [--json]\n"
+                "       tessera explain pod -f FILE [--scheduler URL] [--policy FILE] [--json]",
                 true, true},
     CommandInfo{"demo",
                 "Replay the seeds' GPU-sharing scenarios on a local control plane with simulated "

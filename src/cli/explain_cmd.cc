@@ -32,6 +32,7 @@ struct ExplainArgs {
   std::string kubeconfig;
   std::string scheduler;  // http://host:port of tessera-scheduler
   std::string policy_file;
+  bool json = false;  // the report as one JSON object (docs/protocol.md "explain --json")
 };
 
 // YAML (or JSON, which is YAML) to JSON: scalars that look like integers or booleans become
@@ -148,7 +149,19 @@ bool SchedulerUrlIsValid(const std::string& url) {
          rest[0] != '/' && rest.find_first_of(" \t") == std::string::npos;
 }
 
+int ExplainInto(const ExplainArgs& args, std::ostream& out, std::ostream& err, json& report);
+
+// The text report, or with --json the same findings as one object (the text is not printed).
 int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
+  json report = json::object();
+  if (!args.json) return ExplainInto(args, out, err, report);
+  std::ostringstream text;
+  const int code = ExplainInto(args, text, err, report);
+  if (report.contains("pod")) out << report.dump(2) << "\n";
+  return code;
+}
+
+int ExplainInto(const ExplainArgs& args, std::ostream& out, std::ostream& err, json& report) {
   if (!args.scheduler.empty() && !SchedulerUrlIsValid(args.scheduler)) {
     err << "tessera explain: --scheduler: \"" << args.scheduler
         << "\" is not a URL; expected http://HOST:PORT (tessera-scheduler's --listen)\n";
@@ -164,7 +177,7 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     auto p = policy::LoadPolicyFile(policy_file);
     if (!p.ok()) {
       err << "tessera explain: --policy: " << p.status().message() << "\n";
-      return 2;
+      return ToExitCode(p.status());
     }
     policy = *std::move(p);
   }
@@ -214,21 +227,39 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
   out << "pod " << id.key() << ": " << phase;
   if (!id.node_name.empty()) out << " on " << id.node_name;
   out << "\n";
+  report["pod"] = id.key();
+  report["source"] = client ? "api" : "manifest";
+  if (client) report["phase"] = phase;
+  if (!id.node_name.empty()) report["node"] = id.node_name;
   auto ask = contract::ParsePodAsk(pod, policy);
   if (!ask.ok()) {
     out << "  denied by the admission webhook: " << ask.status().message() << "\n";
+    report["answer"] = "denied";
+    report["denied"] = ask.status().message();
     return 1;  // the answer is "no"
   }
   if (!ask->wants_gpu()) {
     out << "  asks tessera for no GPU\n";
+    report["answer"] = "no-gpu";
     return 0;
   }
   out << "  ask: " << Describe(*ask, policy) << "\n";
+  report["ask"] = Describe(*ask, policy);
   if (const policy::Quota* quota = policy.QuotaOf(id.namespace_name)) {
     out << "  quota (policy quotas." << id.namespace_name << "):";
-    if (quota->gpu_memory_bytes) out << " gpuMemory " << FormatQuantity(*quota->gpu_memory_bytes);
-    if (quota->gpu_cores_percent) out << " gpuCores " << *quota->gpu_cores_percent << "%";
-    if (quota->gpus) out << " gpus " << *quota->gpus;
+    json& q = report["quota"] = {{"namespace", id.namespace_name}};
+    if (quota->gpu_memory_bytes) {
+      out << " gpuMemory " << FormatQuantity(*quota->gpu_memory_bytes);
+      q["gpuMemoryBytes"] = *quota->gpu_memory_bytes;
+    }
+    if (quota->gpu_cores_percent) {
+      out << " gpuCores " << *quota->gpu_cores_percent << "%";
+      q["gpuCoresPercent"] = *quota->gpu_cores_percent;
+    }
+    if (quota->gpus) {
+      out << " gpus " << *quota->gpus;
+      q["gpus"] = *quota->gpus;
+    }
     out << "\n";
   }
   if (!client) {
@@ -251,14 +282,18 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
         admitted = pod.patch(patch);
         out << "  the mutating webhook would change:";
         const char* sep = " ";
+        json& changes = report["mutations"] = json::array();
         for (const json& op : patch) {
           out << sep << op.value("op", std::string()) << " " << op.value("path", std::string());
+          changes.push_back(
+              {{"op", op.value("op", std::string())}, {"path", op.value("path", std::string())}});
           sep = ", ";
         }
         out << "\n";
       } catch (const json::exception& e) {
         out << "  the mutating webhook's patch does not apply to this manifest: " << e.what()
             << "\n";
+        report["mutationsError"] = e.what();
       }
     }
     json review = {{"apiVersion", "admission.k8s.io/v1"},
@@ -271,11 +306,11 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
                      {"object", admitted}}}};
     const json res = admission.Validate(review)["response"];
     denied = !res.value("allowed", false);
-    out << "  admission: "
-        << (res.value("allowed", false)
-                ? std::string("allowed by the policy")
-                : "denied: " + res.value("/status/message"_json_pointer, std::string()))
+    const std::string why = res.value("/status/message"_json_pointer, std::string());
+    out << "  admission: " << (denied ? "denied: " + why : std::string("allowed by the policy"))
         << "\n";
+    report["admission"] = {{"allowed", !denied}};
+    if (denied) report["admission"]["message"] = why;
   }
   const std::string decision = pod.value(
       json::json_pointer("/metadata/annotations/" +
@@ -285,13 +320,21 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     auto d = contract::ParseDecision(decision);
     if (!d.ok()) {
       out << "  decision: unreadable (" << d.status().message() << ")\n";
+      report["decision"] = {{"error", d.status().message()}};
     } else {
       out << "  decision (key " << d->key_id << ", issued " << d->issued_at << "):";
+      json& placed = report["decision"] = {{"keyId", d->key_id}, {"issuedAt", d->issued_at}};
+      placed["devices"] = json::array();
       for (const auto& c : d->containers) {
         for (const auto& dev : c.devices) {
           out << " container " << c.name << " -> " << dev.uuid << " "
               << FormatBytesHuman(dev.memory_bytes) << ", " << dev.cores_percent << " %, "
               << Name(c.mode) << ";";
+          placed["devices"].push_back({{"container", c.name},
+                                       {"uuid", dev.uuid},
+                                       {"memoryBytes", dev.memory_bytes},
+                                       {"coresPercent", dev.cores_percent},
+                                       {"mode", Name(c.mode)}});
         }
       }
       out << "\n";
@@ -301,10 +344,13 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     k8s::ListOptions o;
     o.field_selector = "involvedObject.name=" + id.name;
     if (auto events = client->List(k8s::EventsPath(id.namespace_name), o); events.ok()) {
+      json& listed = report["events"] = json::array();
       for (const json& e : events->items) {
         if (!e.is_object()) continue;
         out << "  event " << e.value("reason", std::string()) << ": "
             << e.value("message", std::string()) << "\n";
+        listed.push_back({{"reason", e.value("reason", std::string())},
+                          {"message", e.value("message", std::string())}});
       }
     }
   }
@@ -331,8 +377,15 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
     int fitting = 0;
     out << "  candidate GPUs (tessera-scheduler, now):\n";
     const json gpus = verdicts.value("gpus", json::array());
+    json& candidates = report["candidates"] = json::array();
     for (const json& g : gpus.is_array() ? gpus : json::array()) {
       if (!g.is_object()) continue;
+      candidates.push_back({{"node", g.value("node", std::string())},
+                            {"uuid", g.value("uuid", std::string())},
+                            {"fits", g.value("fits", false)},
+                            {"memoryFreeBytes", g.value("memoryFree", std::uint64_t{0})},
+                            {"coresFreePercent", g.value("coresFree", 0)},
+                            {"why", g.value("why", std::string())}});
       const bool fits = g.value("fits", false);
       fitting += fits ? 1 : 0;
       ++refusals[g.value("why", std::string())];
@@ -342,7 +395,9 @@ int Explain(const ExplainArgs& args, std::ostream& out, std::ostream& err) {
           << "\n";
     }
     out << "  " << fitting << " GPU(s) could take it now\n";
+    report["fitting"] = fitting;
   }
+  report["answer"] = denied ? "denied" : "admitted";
   return denied ? 1 : 0;  // a denial is the answer "no"
 }
 
@@ -360,6 +415,7 @@ void AddExplainCommand(CLI::App& app, std::ostream& out, std::ostream& err, int*
   pod->add_option("--scheduler", args->scheduler,
                   "tessera-scheduler's URL (http://host:8888): adds every candidate GPU's verdict");
   pod->add_option("--policy", args->policy_file, "the policy file (default: $TESSERA_POLICY_FILE)");
+  pod->add_flag("--json", args->json, "the report as one JSON object (docs/protocol.md)");
   explain->require_subcommand(1);
   pod->callback([args, &out, &err, exit_code] {
     if (args->pod.empty() == args->file.empty()) {
