@@ -8,6 +8,8 @@
 
 #include "tessera/quantity.h"
 
+#include "advise/features.h"
+
 namespace tessera::advise {
 namespace {
 
@@ -81,7 +83,10 @@ const std::vector<OptionFacts>& Facts() {
         "memory released by one client may be reused by another inside the server: tessera "
         "scrubs on release where measured necessary"}},
       {Option::kMig,
-       {"placement of pods on MIG instances by the fragmentation-aware scheduler",
+       {Built(FeatureId::kMigPlacement)
+            ? "placement of pods on MIG instances by the fragmentation-aware scheduler"
+            : "nothing yet: tessera does not place pods on MIG instances (admission refuses mode "
+              "mig); the instances are configured and assigned outside tessera",
         "the hardware itself isolates memory, SMs, L2, bandwidth and faults per instance"},
        {"more than the GPU's maximum instances (7 on A100/H100/H200/B200)",
         "profiles are fixed sizes: requests are rounded up to the next profile",
@@ -360,10 +365,14 @@ Advice Advise(const Request& request) {
   advice.notes.push_back(
       "user-space interception stops accidents and greedy neighbours, not a determined attacker; "
       "tiers facing one need MIG or dedicated GPUs");
-  advice.notes.push_back(
-      "this release enforces GPU memory caps and compute shares and priority classes (measured "
-      "GPU time, an arbiter per GPU), runs MPS daemons for mode mps, and checks NVML against every "
-      "container (drift); MIG placement is not built yet");
+  std::string built = "this release builds: ", missing = "not built yet: ";
+  for (const Feature& f : kFeatures) {
+    std::string& list = f.built ? built : missing;
+    if (!list.ends_with(": ")) list += "; ";
+    list += f.text;
+  }
+  advice.notes.push_back(built);
+  advice.notes.push_back(missing);
   return advice;
 }
 
