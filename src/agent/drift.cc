@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tessera/file.h"
+#include "tessera/json_writer.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
 
@@ -119,6 +120,38 @@ std::string FormatDrift(const DriftReport& report) {
         << FormatBytesHuman(u.process.bytes) << " outside every tessera container\n";
   }
   return out.str();
+}
+
+std::string DriftJson(const DriftReport& report) {
+  std::string out;
+  {
+    ObjectWriter o(out);
+    AppendJsonArray(
+        o.Field("containers"), report.containers, [](const ContainerDrift& c, std::string& into) {
+          ObjectWriter w(into);
+          w.Str("id", c.id);
+          w.Str("pod", c.pod);
+          w.Str("podUid", c.pod_uid);
+          w.Str("container", c.container);
+          w.Str("uuid", c.uuid);
+          w.Num("capBytes", c.cap_bytes);
+          w.Num("regionBytes", c.region_bytes);
+          w.Num("nvmlBytes", c.nvml_bytes);
+          w.Num("driftBytes", c.drift_bytes());
+          w.Bool("overCap", c.over_cap());
+          AppendJsonArray(w.Field("pids"), c.pids,
+                          [](unsigned int pid, std::string& p) { p += std::to_string(pid); });
+        });
+    AppendJsonArray(o.Field("unattributed"), report.unattributed,
+                    [](const UnattributedProcess& u, std::string& into) {
+                      ObjectWriter w(into);
+                      w.Str("uuid", u.uuid);
+                      w.Num("pid", u.process.pid);
+                      w.Num("bytes", u.process.bytes);
+                    });
+  }
+  out += '\n';
+  return out;
 }
 
 }  // namespace tessera::agent

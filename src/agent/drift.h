@@ -67,5 +67,9 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
 
 // One line per finding, for logs and `tessera drift`.
 std::string FormatDrift(const DriftReport& report);
+// The same as one JSON object, for `tessera drift --json` (docs/protocol.md):
+// {"containers": [{id, pod, podUid, container, uuid, capBytes, regionBytes, nvmlBytes,
+//   driftBytes, overCap, pids}], "unattributed": [{uuid, pid, bytes}]}
+std::string DriftJson(const DriftReport& report);
 
 }  // namespace tessera::agent

@@ -58,9 +58,10 @@ constexpr std::array kCommands = {
                 "Print this machine's GPU inventory as tessera-node publishes it (NVML)",
                 "usage: tessera inventory [--gpus all|UUID,...|INDEX,...] [--node-name NAME]",
                 false, false},
-    CommandInfo{"drift", "Compare NVML with containers' regions and caps",
-                "usage: tessera drift DIR... (each DIR holding a limits file and a region)", false,
-                false},
+    CommandInfo{
+        "drift", "Compare NVML with containers' regions and caps",
+        "usage: tessera drift [--json] DIR... (each DIR holding a limits file and a region)", false,
+        false},
     CommandInfo{"sim", "Replay a GPU trace through placement policies",
                 "usage: tessera sim --trace DIR [--pods FILE] [--policy P[,P...]] [--seeds A..B] "
                 "[--rng go|std]\n"

@@ -61,13 +61,25 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
 // tessera-node's slots and `tessera run --keep` leave them) against its region and cap, and
 // every GPU process no folder accounts for. Dependency-free: the GPU host runs it.
 int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  if (args.empty()) {
+  std::vector<std::string> dirs;
+  bool json = false;
+  for (const std::string& a : args) {
+    if (a == "--json") {
+      json = true;
+    } else if (a.starts_with("-")) {
+      err << "tessera drift: " << a << ": unknown flag\n" << UsageOf("drift") << "\n";
+      return 2;
+    } else {
+      dirs.push_back(a);
+    }
+  }
+  if (dirs.empty()) {
     err << UsageOf("drift") << "\n";
     return 2;
   }
   std::vector<agent::WatchedContainer> containers;
   std::set<std::string> uuids;
-  for (const std::string& dir : args) {
+  for (const std::string& dir : dirs) {
     auto text = ReadFile(dir + "/limits", 64u << 10);
     if (!text.ok()) {
       err << "tessera drift: " << dir << ": no limits file (" << text.status().message() << ")\n";
@@ -96,7 +108,7 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
     processes[uuid] = std::move(*list);
   }
   const agent::DriftReport report = agent::CheckDrift(containers, processes, agent::ProcCgroupOf);
-  out << agent::FormatDrift(report);
+  out << (json ? agent::DriftJson(report) : agent::FormatDrift(report));
   for (const auto& c : report.containers) {
     if (c.over_cap()) return 1;  // the answer is "no": a container is over its cap
   }

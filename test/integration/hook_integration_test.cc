@@ -800,6 +800,19 @@ TEST_F(HookTest, DriftSeesATenantThatRewroteItsRegion) {
   EXPECT_NE(drift.text.find("UNATTRIBUTED"), std::string::npos) << drift.text;
   EXPECT_NE(drift.text.find("8.00 MiB outside every tessera container"), std::string::npos)
       << drift.text;
+  // --json: the same findings (docs/protocol.md), the same answer.
+  const Output json = Process({TESSERA_CLI, "drift", "--json", dir_.path()},
+                              {"LD_LIBRARY_PATH=" + std::string(TESSERA_FAKE_CUDA_DIR),
+                               "TESSERA_FAKE_STATE=" + fake_state_})
+                          .Wait();
+  EXPECT_EQ(json.exit_code, 1) << json.text;
+  EXPECT_EQ(json.text.rfind("{\"containers\":[{", 0), 0u) << json.text;
+  EXPECT_NE(json.text.find("\"capBytes\":67108864,\"regionBytes\":16777216,"
+                           "\"nvmlBytes\":134217728,\"driftBytes\":117440512,\"overCap\":true"),
+            std::string::npos)
+      << json.text;
+  EXPECT_NE(json.text.find("\"unattributed\":[{\"uuid\":"), std::string::npos) << json.text;
+  EXPECT_NE(json.text.find("\"bytes\":8388608}"), std::string::npos) << json.text;
 }
 
 TEST_F(HookTest, DriftOfAnHonestTenantIsZero) {
