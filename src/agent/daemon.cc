@@ -97,9 +97,10 @@ class ApiPods : public DriftApi {
 constexpr std::size_t kMaxKeyFileBytes = std::size_t{1} << 20;
 
 // keyId -> Verifier from every <keyId>.pem in `dir`.
-StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>> LoadKeys(
-    const std::string& dir) {
-  std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>> keys;
+using DecisionKeys = std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>;
+
+StatusOr<DecisionKeys> LoadKeys(const std::string& dir) {
+  DecisionKeys keys;
   if (dir.empty()) return keys;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
@@ -112,7 +113,10 @@ StatusOr<std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>>
     }
     keys[entry.path().stem().string()] = std::make_shared<contract::Verifier>(std::move(*v));
   }
-  if (ec) return InvalidArgumentError("--decision-keys " + dir + ": " + ec.message());
+  if (ec == std::errc::no_such_file_or_directory) {
+    return NotFoundError("--decision-keys " + dir + ": " + ec.message());
+  }
+  if (ec) return InvalidInputError("--decision-keys " + dir + ": " + ec.message());
   return keys;
 }
 
@@ -133,8 +137,12 @@ std::vector<std::string> DriverFiles(const std::string& dir) {
 // Everything the device plugin needs, started only where kubelet's device-plugin folder exists.
 class PluginSide {
  public:
+  // `policy` and `keys`: the node's inputs, read and checked before anything was started
+  // (NodeDaemon::ValidateFlags).
   static StatusOr<std::unique_ptr<PluginSide>> Start(const NodeOptions& o, k8s::Client& client,
-                                                     GpuSource& gpus, NodeMetrics* metrics) {
+                                                     GpuSource& gpus, NodeMetrics* metrics,
+                                                     const policy::Policy& policy,
+                                                     const DecisionKeys& keys) {
     auto side = std::unique_ptr<PluginSide>(new PluginSide(gpus));
     side->metrics_ = metrics;
     side->state_dir_ = Or(o.state_dir, names::kPathHostState);
@@ -146,20 +154,12 @@ class PluginSide {
     b.hook_library = Or(o.hook_library, names::kPathHookLibrary);
     b.ld_so_preload = b.state_dir + "/ld.so.preload";
     b.driver_files = DriverFiles(o.driver_lib_dir);
-    if (o.policy_file.empty()) {
-      b.policy = policy::DefaultPolicy();
-    } else {
-      auto p = policy::LoadPolicyFile(o.policy_file);
-      if (!p.ok()) return p.status().WithContext("--policy " + o.policy_file);
-      b.policy = std::move(*p);
-    }
-    auto keys = LoadKeys(o.decision_keys_dir);
-    if (!keys.ok()) return keys.status();
-    if (keys->empty()) {
+    b.policy = policy;
+    if (keys.empty()) {
       TESSERA_LOG(kWarn, kAgent,
                   "no decision keys (--decision-keys): every container will be refused a GPU");
     }
-    b.keys = std::move(*keys);
+    b.keys = keys;
     side->mps_ =
         std::make_unique<governor::NodeMps>(side->state_dir_ + "/mps", "nvidia-cuda-mps-control");
     b.mps = side->mps_.get();
@@ -435,6 +435,8 @@ struct NodeDaemon::State {
   std::unique_ptr<MetricsServer> metrics_server;
   std::unique_ptr<PluginSide> plugin;
   std::unique_ptr<PodResourcesClient> pod_resources;
+  policy::Policy policy = policy::DefaultPolicy();  // --policy
+  DecisionKeys keys;                                // --decision-keys
 };
 
 NodeDaemon::NodeDaemon(NodeOptions options)
@@ -465,6 +467,18 @@ Status NodeDaemon::ValidateFlags() {
     if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
       return form.status().WithContext("--metrics-listen");
     }
+  }
+  // The input files too (a missing one exits 3, an invalid one 4), before NVML, the API server,
+  // the metrics port or the device plugin are touched.
+  if (!options_.print_inventory) {
+    if (!options_.policy_file.empty()) {
+      auto p = policy::LoadPolicyFile(options_.policy_file);
+      if (!p.ok()) return p.status().WithContext("--policy");
+      s_->policy = std::move(*p);
+    }
+    auto keys = LoadKeys(options_.decision_keys_dir);
+    if (!keys.ok()) return keys.status();
+    s_->keys = std::move(*keys);
   }
   s_->managed = std::move(*managed);
   return Status::Ok();
@@ -543,7 +557,8 @@ Status NodeDaemon::StartPlugin() {
                 plugin_dir.c_str());
     return Status::Ok();
   }
-  auto started = PluginSide::Start(options_, *s_->client, *s_->source, s_->metrics.get());
+  auto started = PluginSide::Start(options_, *s_->client, *s_->source, s_->metrics.get(),
+                                   s_->policy, s_->keys);
   if (!started.ok()) return started.status();
   s_->plugin = std::move(*started);
   s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));

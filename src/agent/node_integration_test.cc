@@ -2,11 +2,13 @@
 // dlopen through LD_LIBRARY_PATH, as on a node): GPUs, SM count, NUMA, MIG, an injected XID,
 // and the exit codes for bad flags and a missing NVML.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -137,6 +139,54 @@ TEST(NodeIntegration, BadFlagsExitTwoNamingTheFlag) {
     EXPECT_EQ(run.exit_code, 2) << c.args << ": " << run.err;
     EXPECT_NE(run.err.find(c.names), std::string::npos) << c.args << ": " << run.err;
     EXPECT_EQ(run.out, "") << c.args;
+  }
+}
+
+// Every file tessera-node reads, in each class of bad input: a missing one exits 3, one it
+// cannot take exits 4, and the message names the flag and the path (issue #23). All of it before
+// the API server is asked (there is none here) and before anything is served.
+TEST(NodeIntegration, EveryFileInputRefusesWhatItCannotTake) {
+  const std::string dir = ::testing::TempDir() + "/node-inputs-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir + "/keys-junk");
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string big = write("big.yaml", std::string((std::size_t{16} << 20) + 1, '#'));
+  write("keys-junk/default.pem", "not a key\n");
+  struct Case {
+    std::string flag, path;
+    int code;
+  };
+  const std::vector<Case> cases = {
+      {"--policy", dir + "/missing.yaml", 3},
+      {"--policy", write("empty.yaml", ""), 4},
+      {"--policy", write("list.yaml", "[1, 2, 3]\n"), 4},
+      {"--policy", write("truncated.yaml", "version: v1\ntiers: [unclosed\n"), 4},
+      {"--policy", dir, 4},
+      {"--policy", "/dev/zero", 4},
+      {"--policy", big, 4},
+      {"--decision-keys", dir + "/no-such-folder", 3},
+      {"--decision-keys", dir + "/empty.yaml", 4},  // a file, not a folder
+      {"--decision-keys", dir + "/keys-junk", 4},
+      {"--kubeconfig", dir + "/missing.kubeconfig", 3},
+      {"--kubeconfig", dir + "/empty.yaml", 4},
+      {"--kubeconfig", dir + "/list.yaml", 4},
+      {"--kubeconfig", dir + "/truncated.yaml", 4},
+      {"--kubeconfig", dir, 4},
+      {"--kubeconfig", "/dev/zero", 4},
+      {"--kubeconfig", big, 4},
+  };
+  for (const Case& c : cases) {
+    const Result run =
+        RunNode("TESSERA_FAKE_GPUS=1", "--node-name n --metrics-listen '' --device-plugin-dir " +
+                                           dir + "/no-plugins --state-dir " + dir + "/state " +
+                                           c.flag + " " + c.path);
+    EXPECT_EQ(run.exit_code, c.code) << c.flag << " " << c.path << ": " << run.err;
+    EXPECT_NE(run.err.find(c.flag), std::string::npos)
+        << c.flag << " " << c.path << ": " << run.err;
+    EXPECT_NE(run.err.find(c.path), std::string::npos)
+        << c.flag << " " << c.path << ": " << run.err;
   }
 }
 

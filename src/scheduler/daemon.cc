@@ -143,7 +143,7 @@ class PriorityClasses {
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tessera-scheduler: %s\n", status.message().c_str());
-  return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  return ToExitCode(status);  // docs/protocol.md "Exit codes", as every binary
 }
 
 }  // namespace
@@ -232,7 +232,9 @@ Status SchedulerProcess::ValidateConfiguration() {
   auto pem = ReadFile(options.signing_key_file, 64u << 10);  // a PEM key is a few hundred bytes
   if (!pem.ok()) return pem.status().WithContext("--signing-key");
   auto signer = Signer::FromPem(*pem);
-  if (!signer.ok()) return AsInputError(signer.status().WithContext("--signing-key"));
+  if (!signer.ok()) {
+    return AsInputError(signer.status().WithContext("--signing-key " + options.signing_key_file));
+  }
   s_->signer = std::move(*signer);
   return Status::Ok();
 }
@@ -484,8 +486,8 @@ int RunScheduler(const SchedulerOptions& options) {
   SchedulerProcess process(options);
   // Configuration first: nothing starts unless all of it is right.
   if (Status st = process.ValidateConfiguration(); !st.ok()) return Fail(st);
-  if (Status st = process.ConnectApi(); !st.ok()) return Fail(st);
   if (Status st = process.LoadWebhookCertificates(); !st.ok()) return Fail(st);
+  if (Status st = process.ConnectApi(); !st.ok()) return Fail(st);
   process.BlockSignals();
   if (Status st = process.BuildExtender(); !st.ok()) return Fail(st);
   if (Status st = process.BuildAdmission(); !st.ok()) return Fail(st);

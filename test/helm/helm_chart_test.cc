@@ -661,6 +661,15 @@ TEST_F(HelmChartTest, TheBinariesAcceptTheRenderedFlagsAndFiles) {
   EXPECT_EQ(r.err.find("not expected"), std::string::npos) << r.err;
 
   const auto node_args = Args(Container(m.Get("DaemonSet", kPrefix + "-node"), "tessera-node"));
+  // The decision keys' ConfigMap, where the DaemonSet mounts it (tessera-node reads them before
+  // it opens NVML or asks the API server).
+  for (const std::string& a : node_args) {
+    if (!a.starts_with("--decision-keys=")) continue;
+    const std::string dir = root + a.substr(a.find('=') + 1);
+    for (const auto& key : m.Get("ConfigMap", kPrefix + "-decision-keys")["data"]) {
+      WriteFile(dir + "/" + key.first.as<std::string>(), key.second.as<std::string>());
+    }
+  }
   argv = {TESSERA_NODE_BINARY};
   for (const std::string& a : rooted(node_args)) argv.push_back(a);
   r = RunProgram(argv, env, drop);

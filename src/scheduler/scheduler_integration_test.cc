@@ -1,0 +1,88 @@
+// tessera-scheduler as a process: every file it reads, in each class of bad input, refused with
+// the convention's exit code (3 missing, 4 invalid) and a message naming the flag and the path,
+// before the API server is asked or anything is served (issue #23).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "contract/decision.h"
+
+namespace tessera::scheduler {
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string err;
+};
+
+Result RunScheduler(const std::string& args) {
+  static int calls = 0;
+  const std::string err_path = ::testing::TempDir() + "/scheduler_integration_stderr." +
+                               std::to_string(getpid()) + "." + std::to_string(++calls);
+  const std::string command =
+      "env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST "
+      "-u KUBERNETES_SERVICE_PORT " TESSERA_SCHEDULER_BINARY " " +
+      args + " >/dev/null 2>" + err_path;
+  Result run;
+  const int status = std::system(command.c_str());
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream text;
+  text << err.rdbuf();
+  run.err = text.str();
+  std::remove(err_path.c_str());
+  return run;
+}
+
+TEST(SchedulerIntegration, EveryFileInputRefusesWhatItCannotTake) {
+  const std::string dir = ::testing::TempDir() + "/scheduler-inputs-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  const std::string key = write("key.pem", *contract::GenerateSigningKeyPem());
+  const std::string big = write("big.yaml", std::string((std::size_t{16} << 20) + 1, '#'));
+  const std::string empty = write("empty.yaml", "");
+  const std::string list = write("list.yaml", "[1, 2, 3]\n");
+  const std::string truncated = write("truncated.yaml", "version: v1\ntiers: [unclosed\n");
+  const std::string junk = write("junk.pem", "not a key\n");
+  struct Case {
+    std::string flag, path;
+    int code;
+  };
+  std::vector<Case> cases;
+  for (const std::string flag : {"--policy", "--kubeconfig"}) {
+    cases.push_back({flag, dir + "/missing.yaml", 3});
+    for (const std::string& bad : {empty, list, truncated, dir, std::string("/dev/zero"), big}) {
+      cases.push_back({flag, bad, 4});
+    }
+  }
+  for (const std::string flag : {"--signing-key", "--tls-cert-file"}) {
+    cases.push_back({flag, dir + "/missing.pem", 3});
+    for (const std::string& bad : {empty, junk, dir, std::string("/dev/zero"), big}) {
+      cases.push_back({flag, bad, 4});
+    }
+  }
+  for (const Case& c : cases) {
+    std::string args = "--listen 127.0.0.1:0 --webhook-listen 127.0.0.1:0";
+    if (c.flag != "--signing-key") args += " --signing-key " + key;
+    if (c.flag == "--tls-cert-file") args += " --tls-key-file " + key;
+    const Result run = RunScheduler(args + " " + c.flag + " " + c.path);
+    EXPECT_EQ(run.exit_code, c.code) << c.flag << " " << c.path << ": " << run.err;
+    EXPECT_NE(run.err.find(c.flag), std::string::npos)
+        << c.flag << " " << c.path << ": " << run.err;
+    EXPECT_NE(run.err.find(c.path), std::string::npos)
+        << c.flag << " " << c.path << ": " << run.err;
+  }
+}
+
+}  // namespace
+}  // namespace tessera::scheduler
