@@ -44,7 +44,7 @@ constexpr std::array kCommands = {
                 false, false},
     CommandInfo{"top",
                 "Live view per GPU and container: memory vs cap, compute share, holds, denials",
-                "usage: tessera top [--once | --watch] [--interval-s N (1-3600)] "
+                "usage: tessera top [--once | --watch | --json] [--interval-s N (1-3600)] "
                 "[--columns N (60-400)]\n"
                 "                   [--state-dir DIR] [--local-dir DIR] [--nvml-library LIB] "
                 "[--from FILE|-]",

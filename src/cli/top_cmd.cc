@@ -32,6 +32,7 @@ struct TopOptions {
   std::string from;  // "": local
   bool once = false;
   bool watch = false;  // refresh even when stdout is not a terminal
+  bool json = false;   // one snapshot as JSON (implies --once)
   int interval_s = 2;
   int columns = 100;
   std::string nvml_library = "libnvidia-ml.so.1";
@@ -51,9 +52,17 @@ StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
+    if (flag == "--json") {
+      o.json = true;
+      if (o.watch) return InvalidArgumentError("--json and --watch: --json prints one snapshot");
+      continue;
+    }
     if (flag == "--once" || flag == "--watch") {
       (flag == "--once" ? o.once : o.watch) = true;
       if (o.once && o.watch) return InvalidArgumentError("--once and --watch: give one of them");
+      if (o.json && o.watch) {
+        return InvalidArgumentError("--json and --watch: --json prints one snapshot");
+      }
       continue;
     }
     if (i + 1 >= args.size())
@@ -173,7 +182,7 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
   // A pipe is read once. A file or this machine are redrawn until Ctrl-C on a terminal, shown
   // once otherwise (as kubectl top does), unless --watch.
   const bool terminal = &out == &std::cout && isatty(STDOUT_FILENO);
-  const bool once = o.once || o.from == "-" || (!terminal && !o.watch);
+  const bool once = o.once || o.json || o.from == "-" || (!terminal && !o.watch);
   auto stop = hooks.stop ? hooks.stop : [] { return g_interrupted != 0; };
   auto sleep = hooks.sleep ? hooks.sleep : [](int s) {
     for (int i = 0; i < s * 10 && g_interrupted == 0; ++i)
@@ -197,7 +206,7 @@ int TopCommand(const std::vector<std::string>& args, std::ostream& out, std::ost
       return ToExitCode(s.status());
     }
     if (live) out << "\x1b[H\x1b[2J";
-    out << observe::RenderTop(*s, o.columns);
+    out << (o.json ? observe::SnapshotJson(*s) : observe::RenderTop(*s, o.columns));
     out.flush();
     if (once) return 0;
     sleep(o.interval_s);

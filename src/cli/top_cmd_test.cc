@@ -1,5 +1,6 @@
 #include "cli/top_cmd.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,6 +63,24 @@ TEST_F(TopCommandTest, ShowsTheNodesContainersAgainstTheirCaps) {
   EXPECT_NE(out.find("3.0G used, 4.0G capped"), std::string::npos) << out;
   EXPECT_NE(out.find(" LC "), std::string::npos) << out;
   EXPECT_NE(out.find("50%"), std::string::npos) << out;
+}
+
+// --json: the same snapshot as one object (docs/protocol.md), once; not with --watch.
+TEST_F(TopCommandTest, JsonIsOneSnapshotWithStableNames) {
+  std::string out, err;
+  ASSERT_EQ(Top({"--json", "--state-dir", dir_.path() + "/state", "--local-dir",
+                 dir_.path() + "/local", "--nvml-library", dir_.path() + "/no-nvml.so"},
+                &out, &err),
+            0)
+      << err;
+  EXPECT_EQ(out.find("\"containers\":[{\"id\":"), out.find("\"containers\"")) << out;
+  EXPECT_NE(out.find("\"namespace\":\"team-a\",\"pod\":\"serve-0\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"priority\":\"latency-critical\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"limitBytes\":4294967296,\"coresPercent\":50"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"usedBytes\":3221225472"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;  // one snapshot
+  EXPECT_EQ(Top({"--json", "--watch"}, &out, &err), 2);
+  EXPECT_NE(err.find("--json and --watch"), std::string::npos) << err;
 }
 
 // Not a terminal: one frame and out (as kubectl top), unless --watch: then until stopped.

@@ -258,7 +258,9 @@ StatusOr<Config> LoadKubeconfig(const std::string& path, std::string_view contex
     if (!config.ok()) return AsInputError(config.status());
     return config;
   } catch (const YAML::Exception& e) {
-    return InvalidInputError("kubeconfig " + path + ": not valid YAML: " + e.what());
+    return InvalidInputError("kubeconfig " + path + ": not valid YAML (line " +
+                             std::to_string(e.mark.line + 1) + ", column " +
+                             std::to_string(e.mark.column + 1) + "): " + e.msg);
   }
 }
 

@@ -117,5 +117,7 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text);
 // `tessera top`: per GPU a header line (memory, shares, containers) and per container a line
 // (cap, used, peak, NVML, delivered vs target, held, denials), at most `columns` wide.
 std::string RenderTop(const Snapshot& snapshot, int columns = 100);
+// The snapshot as one JSON object, for `tessera top --json` (docs/protocol.md).
+std::string SnapshotJson(const Snapshot& snapshot);
 
 }  // namespace tessera::observe

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "tessera/json_writer.h"
+
 #include "observe/observe.h"
 
 namespace tessera::observe {
@@ -182,6 +184,67 @@ std::string RenderTop(const Snapshot& s, int columns) {
       "\nHELD: time launches waited (share or priority). DENIED: allocations refused at the cap."
       "\nNVML: the driver's figure (node agent only). GATE: the arbiter's verdict now.\n";
   return Clamp(out, columns);
+}
+
+std::string SnapshotJson(const Snapshot& snapshot) {
+  std::string out;
+  {
+    ObjectWriter o(out);
+    o.Str("node", snapshot.node);
+    if (!snapshot.version.empty()) o.Str("version", snapshot.version);
+    AppendJsonArray(o.Field("gpus"), snapshot.gpus, [](const GpuRow& g, std::string& into) {
+      ObjectWriter w(into);
+      w.Num("index", g.index);
+      w.Str("uuid", g.uuid);
+      w.Str("model", g.model);
+      w.Num("memoryBytes", g.memory_total);
+      w.Bool("healthy", g.healthy);
+    });
+    AppendJsonArray(o.Field("containers"), snapshot.containers,
+                    [](const ContainerRow& c, std::string& into) {
+                      ObjectWriter w(into);
+                      w.Str("id", c.id);
+                      w.Str("namespace", c.ns);
+                      w.Str("pod", c.pod);
+                      w.Str("podUid", c.pod_uid);
+                      w.Str("container", c.container);
+                      w.Str("uuid", c.uuid);
+                      w.Str("priority", Name(c.priority));
+                      w.Str("mode", Name(c.mode));
+                      w.Str("compute", Name(c.compute));
+                      w.Num("limitBytes", c.limit_bytes);
+                      w.Num("coresPercent", c.cores_percent);
+                      w.Bool("regionReadable", c.region_readable);
+                      if (c.region_readable) {
+                        w.Num("usedBytes", c.used_bytes);
+                        w.Num("peakBytes", c.peak_bytes);
+                        w.Num("oomDenials", c.oom_denials);
+                      }
+                      if (c.compute_readable) {
+                        w.Num("busyNs", c.busy_ns);
+                        w.Num("throttledNs", c.throttled_ns);
+                        w.Num("priorityHeldNs", c.priority_held_ns);
+                        w.Num("priorityHolds", c.priority_holds);
+                        w.Num("launches", c.launches);
+                        w.Num("launchFailures", c.launch_failures);
+                        w.Num("governorFailures", c.governor_failures);
+                        w.Num("governorDownNs", c.governor_down_ns);
+                        w.Str("gate", GateName(c.gate));
+                      }
+                      if (c.nvml_bytes) w.Num("nvmlBytes", *c.nvml_bytes);
+                      if (c.delivered) w.Real("delivered", *c.delivered, 4);
+                    });
+    if (snapshot.counts) {
+      ObjectWriter n(o.Field("counts"));
+      n.Num("overCap", snapshot.counts->over_cap);
+      n.Num("unattributed", snapshot.counts->unattributed);
+      n.Num("kills", snapshot.counts->kills);
+      n.Num("evictions", snapshot.counts->evictions);
+      n.Num("eventsDropped", snapshot.counts->events_dropped);
+    }
+  }
+  out += '\n';
+  return out;
 }
 
 }  // namespace tessera::observe
