@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/commands.h"
+
 namespace tessera::cli {
 namespace {
 
@@ -209,20 +211,23 @@ TEST(Cli, ExplainRefusesWhatIsNotAPodManifest) {
   }
 }
 
-// Commands whose own parser answers --help: to stdout, exit 0, naming the command (never the
-// binary's path).
+// Commands whose own parser answers --help: to stdout, exit 0, in the one layout every command
+// has (the table's usage first, then its summary; CLI11's option list after), never naming the
+// binary's path.
 TEST(Cli, CommandsWithTheirOwnParserAnswerHelp) {
   for (const char* command : {"advise", "explain", "demo", "sim"}) {
     Result r = RunCli({command, "--help"});
     EXPECT_EQ(r.code, 0) << command << ": " << r.err;
-    EXPECT_NE(r.out.find(std::string("tessera ") + command), std::string::npos)
+    EXPECT_EQ(r.out.rfind(std::string(UsageOf(command)) + "\n\n", 0), 0u)
         << command << ": " << r.out;
     EXPECT_EQ(r.out.find("/tessera"), std::string::npos) << r.out;
   }
+  Result pod = RunCli({"explain", "pod", "--help"});
+  EXPECT_EQ(pod.out.rfind(std::string(UsageOf("explain")), 0), 0u) << pod.out;
 }
 
 // Every file a command reads, given each kind of bad input: the command never crashes, exits 3
-// for a file that is not there and 2 for one it cannot take (empty, a list at the top, truncated
+// for a file that is not there and 4 for one it cannot take (empty, a list at the top, truncated
 // YAML, a directory, a device, larger than its bound), and names the file.
 TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
   const std::string dir = ::testing::TempDir() + "/inputs";

@@ -210,11 +210,10 @@ std::string Pad(std::string s, std::size_t width) {
 
 }  // namespace
 
-std::string SimUsage() {
-  return "Usage: tessera sim --trace DIR [--pods FILE] [--policy P[,P...]] [--seeds A..B]\n"
-         "                   [--rng go|std] [--json] [--plot FILE.svg] [--jobs N]\n"
-         "Replays an Alibaba GPU trace (cluster-trace-gpu-v2023 format) through placement\n"
-         "policies as the FGD paper's simulator does (docs/sim.md).\n"
+std::string SimHelp() {
+  return "Replays an Alibaba GPU trace (cluster-trace-gpu-v2023 format) through placement\n"
+         "policies as the FGD paper's simulator does (docs/sim.md).\n\n"
+         "Options:\n"
          "  --trace DIR   folder with openb_node_list_gpu_node.csv (and the pod lists)\n"
          "  --nodes FILE  node list (default DIR/openb_node_list_gpu_node.csv)\n"
          "  --pods FILE   pod list: a path, a file in DIR, or a name such as \"default\"\n"
@@ -230,7 +229,8 @@ std::string SimUsage() {
          "  --jobs N      parallel runs (default: the number of cores)\n";
 }
 
-int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
+                  std::string_view usage) {
   StatusOr<Options> parsed = ParseArgs(args);
   if (!parsed.ok()) {
     err << "tessera sim: " << parsed.status().message() << "\n";
@@ -238,7 +238,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   }
   Options o = std::move(parsed).value();
   if (o.help) {
-    out << SimUsage();
+    out << usage << "\n" << SimHelp();
     return 0;
   }
   if (!o.rng_given && !GoSourceAvailable()) {
