@@ -84,5 +84,35 @@ TEST(SchedulerIntegration, EveryFileInputRefusesWhatItCannotTake) {
   }
 }
 
+// Bad flags: exit 2 naming the flag (and its accepted range or values), before anything is read.
+TEST(SchedulerIntegration, BadFlagsExitTwoNamingTheFlag) {
+  const std::string dir = ::testing::TempDir() + "/scheduler-flags-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string key = dir + "/key.pem";
+  std::ofstream(key) << *contract::GenerateSigningKeyPem();
+  struct Case {
+    std::string args, names;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"--qps -1", "--qps"},
+           {"--qps=0", "--qps"},
+           {"--burst 100001", "--burst"},
+           {"--threads 0", "--threads"},
+           {"--bogus", "--bogus"},
+           {"--listen nowhere", "--listen"},
+           {"--placement fgd", "--placement"},
+           {"--placement no-such-policy", "--placement"},
+           {"--tls-cert-file " + key, "--tls-key-file"},
+           {"--reservation-ttl-ms 5", "--reservation-ttl-ms"},
+       }) {
+    const Result run = RunScheduler("--signing-key " + key + " " + c.args);
+    EXPECT_EQ(run.exit_code, 2) << c.args << ": " << run.err;
+    EXPECT_NE(run.err.find(c.names), std::string::npos) << c.args << ": " << run.err;
+  }
+  const Result missing = RunScheduler("--listen 127.0.0.1:0");
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_NE(missing.err.find("--signing-key"), std::string::npos) << missing.err;
+}
+
 }  // namespace
 }  // namespace tessera::scheduler
