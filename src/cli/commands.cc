@@ -63,9 +63,9 @@ constexpr std::array kCommands = {
         "usage: tessera drift [--json] DIR... (each DIR holding a limits file and a region)", false,
         false},
     CommandInfo{"sim", "Replay a GPU trace through placement policies",
-                "usage: tessera sim --trace DIR [--pods FILE] [--policy P[,P...]] [--seeds A..B] "
-                "[--rng go|std]\n"
-                "                   [--json] [--plot FILE.svg] [--jobs N]",
+                "usage: tessera sim --trace DIR [--pods FILE|NAME|all] [--policy P[,P...]] "
+                "[--seeds A..B]\n"
+                "                   [--rng go|std] [--json] [--plot FILE.svg] [--jobs N]",
                 true, true},
     CommandInfo{"names", "List every resource, annotation, label, env var and path",
                 "usage: tessera names", false, false},

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -176,15 +179,60 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
   return o;
 }
 
-// --pods FILE: a path, a file name in the trace folder, or a trace name ("default").
-std::string ResolvePods(const Options& o) {
-  const std::string pods = o.pods.empty() ? "default" : o.pods;
-  if (fs::exists(pods)) return pods;
+// The pod lists published with the trace (alibaba/clusterdata, kUpstreamFolder): a user who
+// lacks one is told where it is. The trace folder holds any subset of them (and other lists).
+constexpr std::string_view kUpstreamFolder = "alibaba/clusterdata, cluster-trace-gpu-v2023/csv/";
+constexpr std::string_view kPublishedPodLists[] = {
+    "cpu0",       "cpu037",     "cpu050",      "cpu072",     "cpu100",     "cpu200",
+    "cpu235",     "cpu250",     "cpu300",      "default",    "gpushare20", "gpushare40",
+    "gpushare60", "gpushare80", "gpushare100", "gpuspec05",  "gpuspec10",  "gpuspec20",
+    "gpuspec25",  "gpuspec33",  "multigpu20",  "multigpu30", "multigpu40", "multigpu50"};
+constexpr std::string_view kPodListPrefix = "openb_pod_list_";
+
+std::string PublishedPlace(std::string_view file) {
+  return "published in " + std::string(kUpstreamFolder) + std::string(file);
+}
+
+// --pods FILE: a path, a file name in the trace folder, or a list's name ("default").
+StatusOr<std::string> ResolvePods(const Options& o, const std::string& wanted) {
+  const std::string pods = wanted.empty() ? "default" : wanted;
+  std::error_code ec;
+  if (fs::exists(pods, ec)) return pods;
   const fs::path dir(o.trace_dir);
-  if (fs::exists(dir / pods)) return (dir / pods).string();
-  const fs::path named = dir / ("openb_pod_list_" + pods + ".csv");
-  if (fs::exists(named)) return named.string();
-  return pods;  // reported as not found by the loader
+  if (fs::exists(dir / pods, ec)) return (dir / pods).string();
+  const std::string file = std::string(kPodListPrefix) + pods + ".csv";
+  if (fs::exists(dir / file, ec)) return (dir / file).string();
+  // Not here: name where it is published, if it is one of the trace's lists.
+  std::string name = fs::path(pods).stem().string();
+  if (name.starts_with(kPodListPrefix)) name = name.substr(kPodListPrefix.size());
+  for (const std::string_view known : kPublishedPodLists) {
+    if (name == known) {
+      const std::string known_file = std::string(kPodListPrefix) + name + ".csv";
+      return NotFoundError("--pods " + Quote(pods) + ": no such file, nor " +
+                           Quote((dir / known_file).string()) + "; that list is " +
+                           PublishedPlace(known_file) + " (put it in " + Quote(o.trace_dir) + ")");
+    }
+  }
+  std::string known;
+  for (const std::string_view k : kPublishedPodLists)
+    known += (known.empty() ? "" : ", ") + std::string(k);
+  return NotFoundError("--pods " + Quote(pods) + ": no such file, nor " +
+                       Quote((dir / pods).string()) + " or " + Quote((dir / file).string()) +
+                       "; the trace's lists are " + known + " (" +
+                       PublishedPlace(std::string(kPodListPrefix) + "NAME.csv") + ")");
+}
+
+// --pods all: every pod list in the trace folder, by name.
+std::vector<std::string> PodListsIn(const std::string& trace_dir) {
+  std::vector<std::string> lists;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(trace_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(kPodListPrefix) && name.ends_with(".csv") && entry.is_regular_file(ec))
+      lists.push_back(entry.path().string());
+  }
+  std::sort(lists.begin(), lists.end());
+  return lists;
 }
 
 std::string Fixed(double v, int digits) {
@@ -208,6 +256,214 @@ std::string Pad(std::string s, std::size_t width) {
   return s;
 }
 
+struct Job {
+  PolicyKind policy;
+  std::int64_t seed;
+};
+
+// One pod list replayed under every chosen policy and seed.
+struct ListRun {
+  SimInput input;
+  std::vector<Job> jobs;
+  std::vector<RunResult> results;  // one per job
+  unsigned workers = 1;
+  double wall_s = 0;
+};
+
+StatusOr<ListRun> ReplayList(const Options& o, const std::vector<placement::Node>& nodes,
+                             const std::string& pods_path) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<TracePod> pods, LoadPodCsv(pods_path));
+  const std::string workload = fs::path(pods_path).stem().string();
+  TESSERA_ASSIGN_OR_RETURN(SimInput input, MakeSimInput(nodes, std::move(pods), workload));
+  ListRun run{std::move(input), {}, {}, 1, 0};
+  for (const PolicyKind p : o.policies) {
+    for (const std::int64_t seed : o.seeds) run.jobs.push_back({p, seed});
+  }
+  std::vector<std::optional<StatusOr<RunResult>>> results(run.jobs.size());
+  const auto start = std::chrono::steady_clock::now();
+  unsigned workers = o.jobs != 0 ? o.jobs : std::max(1U, std::thread::hardware_concurrency());
+  workers = std::min<unsigned>(workers, static_cast<unsigned>(run.jobs.size()));
+  std::atomic<std::size_t> next{0};
+  RunOptions run_options;
+  run_options.rng = o.rng;
+  auto work = [&]() {
+    for (std::size_t j = next++; j < run.jobs.size(); j = next++) {
+      results[j] = RunExperiment(run.input, run.jobs[j].policy, run.jobs[j].seed, run_options);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+  run.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  run.workers = workers;
+  for (auto& r : results) {
+    if (!r->ok()) return r->status();
+    run.results.push_back(std::move(*r).value());
+  }
+  return run;
+}
+
+std::string RngName(const Options& o) { return o.rng == RngKind::kGo ? "go" : "std"; }
+
+std::vector<nlohmann::json> RunsJson(const Options& o, const ListRun& run) {
+  std::vector<nlohmann::json> objects;
+  const RunOptions run_options;
+  for (const RunResult& r : run.results) {
+    nlohmann::json obj;
+    obj["workload"] = run.input.workload;
+    obj["policy"] = std::string(placement::Name(r.policy));
+    obj["sc_policy"] = std::string(placement::PublishedName(r.policy));
+    obj["seed"] = r.seed;
+    obj["rng"] = RngName(o);
+    obj["tune"] = run_options.workload.tune;
+    obj["gpu_alloc_ratio"] =
+        r.curve.alloc.back().has_value() ? nlohmann::json(*r.curve.alloc.back()) : nlohmann::json();
+    obj["frag_ratio"] =
+        r.curve.frag.back().has_value() ? nlohmann::json(*r.curve.frag.back()) : nlohmann::json();
+    obj["unallocated_gpus"] = r.unallocated_gpus;
+    obj["failed_pods"] = r.failed_pods;
+    obj["pods"] = r.pods;
+    obj["arrived_milli"] = r.arrived_milli;
+    obj["allocated_milli"] = r.used_milli;
+    obj["total_gpus"] = run.input.cluster.total_gpus();
+    obj["seconds"] = r.seconds;
+    obj["curve"] = {{"arrival", nlohmann::json::array()},
+                    {"alloc", CurveJson(r.curve.alloc)},
+                    {"frag", CurveJson(r.curve.frag)},
+                    {"frag_ratio", CurveJson(r.curve.frag_ratio)}};
+    for (std::size_t x = 0; x < r.curve.alloc.size(); ++x) obj["curve"]["arrival"].push_back(x);
+    objects.push_back(std::move(obj));
+  }
+  return objects;
+}
+
+std::string ListText(const Options& o, const ListRun& run) {
+  std::ostringstream out;
+  out << "trace " << run.input.workload << ": " << run.input.cluster.size() << " nodes, "
+      << run.input.cluster.total_gpus() << " GPUs, " << run.input.pods.size() << " pods; rng "
+      << RngName(o) << "; " << run.jobs.size() << " runs on " << run.workers << " threads in "
+      << Fixed(run.wall_s, 2) << " s\n";
+  for (const PolicyKind p : o.policies) {
+    out << "\n" << placement::Name(p) << " (" << placement::PublishedName(p) << ")\n";
+    out << "  seed  alloc@130%  unalloc GPUs  frag@130%  failed pods  seconds\n";
+    double sum_alloc = 0, sum_unalloc = 0, sum_frag = 0, sum_failed = 0, sum_sec = 0;
+    int n = 0;
+    for (const RunResult& r : run.results) {
+      if (r.policy != p) continue;
+      out << Pad(std::to_string(r.seed), 6) << Pad(Cell(r.curve.alloc.back(), 2), 12)
+          << Pad(Fixed(r.unallocated_gpus, 1), 14) << Pad(Cell(r.curve.frag.back(), 2), 11)
+          << Pad(std::to_string(r.failed_pods), 13) << Pad(Fixed(r.seconds, 2), 9) << "\n";
+      sum_alloc += r.curve.alloc.back().value_or(NAN);
+      sum_frag += r.curve.frag.back().value_or(NAN);
+      sum_unalloc += r.unallocated_gpus;
+      sum_failed += static_cast<double>(r.failed_pods);
+      sum_sec += r.seconds;
+      ++n;
+    }
+    if (n > 1) {
+      const double d = n;
+      out << Pad("mean", 6) << Pad(Fixed(sum_alloc / d, 2), 12)
+          << Pad(Fixed(sum_unalloc / d, 1), 14) << Pad(Fixed(sum_frag / d, 2), 11)
+          << Pad(Fixed(sum_failed / d, 1), 13) << Pad(Fixed(sum_sec / d, 2), 9) << "\n";
+    }
+  }
+  return out.str();
+}
+
+// A policy's allocation at 130 % arrival per seed.
+std::map<std::int64_t, double> AllocBySeed(const ListRun& run, PolicyKind p) {
+  std::map<std::int64_t, double> by_seed;
+  for (const RunResult& r : run.results) {
+    if (r.policy == p) by_seed[r.seed] = r.curve.alloc.back().value_or(NAN);
+  }
+  return by_seed;
+}
+
+double Mean(const std::map<std::int64_t, double>& values) {
+  double sum = 0;
+  for (const auto& [seed, v] : values) sum += v;
+  return values.empty() ? NAN : sum / static_cast<double>(values.size());
+}
+
+// --pods all: one row per list, the mean allocation at 130 % arrival of every policy, and
+// tessera against each baseline: the difference of the means and the seeds it won (paired).
+std::string Summary(const Options& o, const std::vector<ListRun>& runs) {
+  std::ostringstream out;
+  const bool has_tessera =
+      std::find(o.policies.begin(), o.policies.end(), PolicyKind::kTessera) != o.policies.end();
+  out << "mean GPU allocation at 130 % arrival, " << o.seeds.size() << " seed(s), rng "
+      << RngName(o) << "\n";
+  out << "list                ";
+  for (const PolicyKind p : o.policies) out << Pad(std::string(placement::Name(p)), 16);
+  if (has_tessera) {
+    for (const PolicyKind p : o.policies) {
+      if (p != PolicyKind::kTessera) out << Pad("vs " + std::string(placement::Name(p)), 18);
+    }
+  }
+  out << "\n";
+  for (const ListRun& run : runs) {
+    std::string name = run.input.workload.substr(
+        run.input.workload.starts_with(kPodListPrefix) ? kPodListPrefix.size() : 0);
+    name.resize(std::max<std::size_t>(name.size(), 20), ' ');
+    out << name;
+    for (const PolicyKind p : o.policies) out << Pad(Fixed(Mean(AllocBySeed(run, p)), 2), 16);
+    if (has_tessera) {
+      const auto mine = AllocBySeed(run, PolicyKind::kTessera);
+      for (const PolicyKind p : o.policies) {
+        if (p == PolicyKind::kTessera) continue;
+        const auto theirs = AllocBySeed(run, p);
+        int wins = 0, pairs = 0;
+        for (const auto& [seed, v] : mine) {
+          const auto other = theirs.find(seed);
+          if (other == theirs.end()) continue;
+          ++pairs;
+          wins += v > other->second ? 1 : 0;
+        }
+        const double delta = Mean(mine) - Mean(theirs);
+        out << Pad((delta >= 0 ? "+" : "") + Fixed(delta, 2) + " " + std::to_string(wins) + "/" +
+                       std::to_string(pairs),
+                   18);
+      }
+    }
+    out << "\n";
+  }
+  if (has_tessera)
+    out << "(vs P: tessera's mean minus P's, and the seeds tessera won of the pairs)\n";
+  return out.str();
+}
+
+Status WritePlot(const Options& o, const ListRun& run, const std::string& path) {
+  std::vector<PlotSeries> series;
+  for (const PolicyKind p : o.policies) {
+    PlotSeries s;
+    s.label = std::string(placement::Name(p));
+    std::vector<double> sum;
+    std::vector<int> count;
+    for (const RunResult& r : run.results) {
+      if (r.policy != p) continue;
+      const Curve& c = r.curve;
+      sum.resize(c.alloc.size(), 0.0);
+      count.resize(c.alloc.size(), 0);
+      for (std::size_t x = 0; x < c.alloc.size(); ++x) {
+        if (c.alloc[x].has_value()) {
+          sum[x] += *c.alloc[x];
+          ++count[x];
+        }
+      }
+    }
+    for (std::size_t x = 0; x < sum.size(); ++x) {
+      s.y.push_back(count[x] > 0 ? std::optional<double>(sum[x] / count[x]) : std::nullopt);
+    }
+    series.push_back(std::move(s));
+  }
+  std::ofstream file(path);
+  file << PlotSvg(series, "GPU allocation vs arrival: " + run.input.workload + " (" +
+                              std::to_string(o.seeds.size()) + " seeds)");
+  if (!file) return UnavailableError("--plot: cannot write " + Quote(path));
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string SimHelp() {
@@ -217,7 +473,9 @@ std::string SimHelp() {
          "  --trace DIR   folder with openb_node_list_gpu_node.csv (and the pod lists)\n"
          "  --nodes FILE  node list (default DIR/openb_node_list_gpu_node.csv)\n"
          "  --pods FILE   pod list: a path, a file in DIR, or a name such as \"default\"\n"
-         "                (default DIR/openb_pod_list_default.csv)\n"
+         "                (default DIR/openb_pod_list_default.csv); all: every\n"
+         "                DIR/openb_pod_list_*.csv, with one summary table of tessera against\n"
+         "                each baseline (--plot FILE then writes FILE-<list>.svg per list)\n"
          "  --policy      " +
          placement::AcceptedPolicyNames() +
          ", or all (default all)\n"
@@ -252,152 +510,66 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   }
   const std::string nodes_path =
       o.nodes.empty() ? (fs::path(o.trace_dir) / "openb_node_list_gpu_node.csv").string() : o.nodes;
-  const std::string pods_path = ResolvePods(o);
   StatusOr<std::vector<placement::Node>> nodes = LoadNodeCsv(nodes_path);
   if (!nodes.ok()) {
-    err << "tessera sim: " << nodes.status().message() << "\n";
+    err << "tessera sim: " << nodes.status().message();
+    if (nodes.status().code() == StatusCode::kNotFound && o.nodes.empty()) {
+      err << " (the node list is " << PublishedPlace("openb_node_list_gpu_node.csv") << ")";
+    }
+    err << "\n";
     return ToExitCode(nodes.status());
   }
-  StatusOr<std::vector<TracePod>> pods = LoadPodCsv(pods_path);
-  if (!pods.ok()) {
-    err << "tessera sim: " << pods.status().message() << "\n";
-    return ToExitCode(pods.status());
-  }
-  const std::string workload = fs::path(pods_path).stem().string();
-  StatusOr<SimInput> input =
-      MakeSimInput(std::move(nodes).value(), std::move(pods).value(), workload);
-  if (!input.ok()) {
-    err << "tessera sim: " << input.status().message() << "\n";
-    return ToExitCode(input.status());
-  }
-
-  struct Job {
-    PolicyKind policy;
-    std::int64_t seed;
-  };
-  std::vector<Job> jobs;
-  for (const PolicyKind p : o.policies) {
-    for (const std::int64_t s : o.seeds) jobs.push_back({p, s});
-  }
-  std::vector<std::optional<StatusOr<RunResult>>> results(jobs.size());
-  const auto start = std::chrono::steady_clock::now();
-  unsigned workers = o.jobs != 0 ? o.jobs : std::max(1U, std::thread::hardware_concurrency());
-  workers = std::min<unsigned>(workers, static_cast<unsigned>(jobs.size()));
-  std::atomic<std::size_t> next{0};
-  RunOptions run_options;
-  run_options.rng = o.rng;
-  auto work = [&]() {
-    for (std::size_t j = next++; j < jobs.size(); j = next++) {
-      results[j] = RunExperiment(*input, jobs[j].policy, jobs[j].seed, run_options);
+  std::vector<std::string> lists;
+  if (o.pods == "all") {
+    lists = PodListsIn(o.trace_dir);
+    if (lists.empty()) {
+      err << "tessera sim: --pods all: no " << kPodListPrefix << "*.csv in " << Quote(o.trace_dir)
+          << "; the trace's lists are " << PublishedPlace(std::string(kPodListPrefix) + "*.csv")
+          << "\n";
+      return 3;
     }
-  };
-  std::vector<std::thread> threads;
-  for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
-  work();
-  for (std::thread& t : threads) t.join();
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const auto& r : results) {
-    if (!r->ok()) {
-      err << "tessera sim: " << r->status().message() << "\n";
-      return ToExitCode(r->status());
+  } else {
+    StatusOr<std::string> pods_path = ResolvePods(o, o.pods);
+    if (!pods_path.ok()) {
+      err << "tessera sim: " << pods_path.status().message() << "\n";
+      return ToExitCode(pods_path.status());
     }
+    lists.push_back(*pods_path);
   }
-
-  const std::string rng_name = o.rng == RngKind::kGo ? "go" : "std";
+  std::vector<ListRun> runs;
+  for (const std::string& list : lists) {
+    StatusOr<ListRun> run = ReplayList(o, *nodes, list);
+    if (!run.ok()) {
+      err << "tessera sim: " << run.status().message() << "\n";
+      return ToExitCode(run.status());
+    }
+    runs.push_back(std::move(*run));
+  }
   if (o.json) {
     nlohmann::json all = nlohmann::json::array();
-    for (std::size_t j = 0; j < jobs.size(); ++j) {
-      const RunResult& r = results[j]->value();
-      nlohmann::json obj;
-      obj["workload"] = input->workload;
-      obj["policy"] = std::string(placement::Name(r.policy));
-      obj["sc_policy"] = std::string(placement::PublishedName(r.policy));
-      obj["seed"] = r.seed;
-      obj["rng"] = rng_name;
-      obj["tune"] = run_options.workload.tune;
-      obj["gpu_alloc_ratio"] = r.curve.alloc.back().has_value()
-                                   ? nlohmann::json(*r.curve.alloc.back())
-                                   : nlohmann::json();
-      obj["frag_ratio"] =
-          r.curve.frag.back().has_value() ? nlohmann::json(*r.curve.frag.back()) : nlohmann::json();
-      obj["unallocated_gpus"] = r.unallocated_gpus;
-      obj["failed_pods"] = r.failed_pods;
-      obj["pods"] = r.pods;
-      obj["arrived_milli"] = r.arrived_milli;
-      obj["allocated_milli"] = r.used_milli;
-      obj["total_gpus"] = input->cluster.total_gpus();
-      obj["seconds"] = r.seconds;
-      obj["curve"] = {{"arrival", nlohmann::json::array()},
-                      {"alloc", CurveJson(r.curve.alloc)},
-                      {"frag", CurveJson(r.curve.frag)},
-                      {"frag_ratio", CurveJson(r.curve.frag_ratio)}};
-      for (std::size_t x = 0; x < r.curve.alloc.size(); ++x) obj["curve"]["arrival"].push_back(x);
-      all.push_back(std::move(obj));
+    for (const ListRun& run : runs) {
+      for (nlohmann::json& obj : RunsJson(o, run)) all.push_back(std::move(obj));
     }
     out << all.dump() << "\n";
+  } else if (o.pods == "all") {
+    out << Summary(o, runs);
   } else {
-    out << "trace " << input->workload << ": " << input->cluster.size() << " nodes, "
-        << input->cluster.total_gpus() << " GPUs, " << input->pods.size() << " pods; rng "
-        << rng_name << "; " << jobs.size() << " runs on " << workers << " threads in "
-        << Fixed(wall, 2) << " s\n";
-    for (const PolicyKind p : o.policies) {
-      out << "\n" << placement::Name(p) << " (" << placement::PublishedName(p) << ")\n";
-      out << "  seed  alloc@130%  unalloc GPUs  frag@130%  failed pods  seconds\n";
-      double sum_alloc = 0, sum_unalloc = 0, sum_frag = 0, sum_failed = 0, sum_sec = 0;
-      int n = 0;
-      for (std::size_t j = 0; j < jobs.size(); ++j) {
-        if (jobs[j].policy != p) continue;
-        const RunResult& r = results[j]->value();
-        out << Pad(std::to_string(r.seed), 6) << Pad(Cell(r.curve.alloc.back(), 2), 12)
-            << Pad(Fixed(r.unallocated_gpus, 1), 14) << Pad(Cell(r.curve.frag.back(), 2), 11)
-            << Pad(std::to_string(r.failed_pods), 13) << Pad(Fixed(r.seconds, 2), 9) << "\n";
-        sum_alloc += r.curve.alloc.back().value_or(NAN);
-        sum_frag += r.curve.frag.back().value_or(NAN);
-        sum_unalloc += r.unallocated_gpus;
-        sum_failed += static_cast<double>(r.failed_pods);
-        sum_sec += r.seconds;
-        ++n;
-      }
-      if (n > 1) {
-        const double d = n;
-        out << Pad("mean", 6) << Pad(Fixed(sum_alloc / d, 2), 12)
-            << Pad(Fixed(sum_unalloc / d, 1), 14) << Pad(Fixed(sum_frag / d, 2), 11)
-            << Pad(Fixed(sum_failed / d, 1), 13) << Pad(Fixed(sum_sec / d, 2), 9) << "\n";
-      }
-    }
+    out << ListText(o, runs.front());
   }
-
   if (!o.plot.empty()) {
-    std::vector<PlotSeries> series;
-    for (const PolicyKind p : o.policies) {
-      PlotSeries s;
-      s.label = std::string(placement::Name(p));
-      std::vector<double> sum;
-      std::vector<int> count;
-      for (std::size_t j = 0; j < jobs.size(); ++j) {
-        if (jobs[j].policy != p) continue;
-        const Curve& c = results[j]->value().curve;
-        sum.resize(c.alloc.size(), 0.0);
-        count.resize(c.alloc.size(), 0);
-        for (std::size_t x = 0; x < c.alloc.size(); ++x) {
-          if (c.alloc[x].has_value()) {
-            sum[x] += *c.alloc[x];
-            ++count[x];
-          }
-        }
+    for (const ListRun& run : runs) {
+      // One chart per list; with --pods all, FILE-<list>.svg beside FILE.
+      std::string path = o.plot;
+      if (o.pods == "all") {
+        const fs::path plot(o.plot);
+        path = (plot.parent_path() /
+                (plot.stem().string() + "-" + run.input.workload + plot.extension().string()))
+                   .string();
       }
-      for (std::size_t x = 0; x < sum.size(); ++x) {
-        s.y.push_back(count[x] > 0 ? std::optional<double>(sum[x] / count[x]) : std::nullopt);
+      if (Status st = WritePlot(o, run, path); !st.ok()) {
+        err << "tessera sim: " << st.message() << "\n";
+        return ToExitCode(st);
       }
-      series.push_back(std::move(s));
-    }
-    std::ofstream file(o.plot);
-    file << PlotSvg(series, "GPU allocation vs arrival: " + input->workload + " (" +
-                                std::to_string(o.seeds.size()) + " seeds)");
-    if (!file) {
-      err << "tessera sim: --plot: cannot write " << Quote(o.plot) << "\n";
-      return 1;
     }
   }
   return 0;

@@ -1,5 +1,7 @@
 #include "sim/sim_command.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -58,6 +60,64 @@ TEST(SimCommand, TableAndPlot) {
   std::stringstream text;
   text << in.rdbuf();
   EXPECT_NE(text.str().find("<polyline"), std::string::npos);
+}
+
+// --pods all: every list in the folder, one summary row each, tessera against each baseline with
+// the paired wins; --plot writes one chart per list. The per-list figures are the single runs'.
+TEST(SimCommand, AllListsInTheFolderMakeOneSummary) {
+  testutil::TempDir dir;
+  std::filesystem::copy(std::string(kData) + "/openb_node_list_gpu_node.csv", dir.path());
+  std::filesystem::copy(std::string(kData) + "/openb_pod_list_default.csv", dir.path());
+  {
+    std::ifstream in(std::string(kData) + "/openb_pod_list_default.csv");
+    std::ofstream small(dir.path() + "/openb_pod_list_small.csv");
+    std::string line;
+    for (int i = 0; i < 500 && std::getline(in, line); ++i) small << line << "\n";
+  }
+  std::string out, err;
+  const std::vector<std::string> common = {"--trace", dir.path(), "--policy", "best-fit,tessera",
+                                           "--seeds", "42..43",   "--rng",    "std"};
+  std::vector<std::string> all = common;
+  all.insert(all.end(), {"--pods", "all", "--plot", dir.path() + "/alloc.svg"});
+  ASSERT_EQ(RunSim(all, &out, &err), 0) << err;
+  EXPECT_NE(out.find("vs best-fit"), std::string::npos) << out;
+  const std::size_t row = out.find("\nsmall ");
+  ASSERT_NE(row, std::string::npos) << out;
+  EXPECT_NE(out.find("\ndefault "), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/alloc-openb_pod_list_small.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/alloc-openb_pod_list_default.svg"));
+  // The row's best-fit mean is the single run's.
+  std::vector<std::string> one = common;
+  one.insert(one.end(), {"--pods", "small", "--json"});
+  std::string single;
+  ASSERT_EQ(RunSim(one, &single, &err), 0) << err;
+  const auto runs = nlohmann::json::parse(single);
+  double best_fit = 0;
+  for (const auto& r : runs) {
+    if (r["policy"] == "best-fit") best_fit += r["gpu_alloc_ratio"].get<double>() / 2;
+  }
+  char cell[32];
+  std::snprintf(cell, sizeof(cell), "%.2f", best_fit);
+  const std::string line = out.substr(row + 1, out.find('\n', row + 1) - row - 1);
+  EXPECT_NE(line.find(cell), std::string::npos) << line << " vs " << cell;
+}
+
+// A list that is not there is named where it is published (exit 3); a name that is no list of
+// the trace says which lists there are.
+TEST(SimCommand, AMissingListIsNamedWhereItIsPublished) {
+  std::string out, err;
+  EXPECT_EQ(RunSim({"--trace", kData, "--pods", "multigpu40"}, &out, &err), 3);
+  EXPECT_NE(
+      err.find("alibaba/clusterdata, cluster-trace-gpu-v2023/csv/openb_pod_list_multigpu40.csv"),
+      std::string::npos)
+      << err;
+  err.clear();
+  EXPECT_EQ(RunSim({"--trace", kData, "--pods", "nosuch"}, &out, &err), 3);
+  EXPECT_NE(err.find("the trace's lists are cpu0, "), std::string::npos) << err;
+  testutil::TempDir empty;
+  err.clear();
+  EXPECT_EQ(RunSim({"--trace", empty.path(), "--pods", "all"}, &out, &err), 3);
+  EXPECT_NE(err.find("openb_node_list_gpu_node.csv"), std::string::npos) << err;
 }
 
 TEST(SimCommand, BadInputFailsClearly) {
