@@ -74,7 +74,11 @@ std::map<FeatureId, std::function<bool()>> Checks() {
        [] {
          return Ask({{"tessera.dev/mode", "mig"}}).ok();
        }},
-      {FeatureId::kDraDriver, [] { return AnyNameContains("resource.k8s.io"); }},
+      {FeatureId::kDraDriver,
+       [] {
+         return AnyNameContains("resource.k8s.io") || AnyNameContains("ResourceClaim") ||
+                AnyNameContains("DeviceClass") || cli::FindCommand("dra") != nullptr;
+       }},
       {FeatureId::kCopyEngineTime, [] { return AnyNameContains("copy"); }},
   };
 }
