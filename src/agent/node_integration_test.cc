@@ -1,12 +1,9 @@
 // tessera-node --print-inventory as a process, against the fake libnvidia-ml.so.1 (loaded by
 // dlopen through LD_LIBRARY_PATH, as on a node): GPUs, SM count, NUMA, MIG, an injected XID,
 // and the exit codes for bad flags and a missing NVML.
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
@@ -16,37 +13,16 @@
 #include "tessera/names.h"
 
 #include "contract/inventory.h"
+#include "testutil/shell.h"
 
 namespace tessera::agent {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = testutil::ShellResult;
 
 Result RunNode(const std::string& env, const std::string& args) {
-  // One file per call and process: ctest runs these test cases in parallel processes.
-  static int calls = 0;
-  const std::string err_path = ::testing::TempDir() + "/node_integration_stderr." +
-                               std::to_string(getpid()) + "." + std::to_string(++calls);
-  const std::string command = "env LD_LIBRARY_PATH=" TESSERA_FAKE_NVML_DIR " " + env + " " +
-                              TESSERA_NODE_BINARY " " + args + " 2>" + err_path;
-  Result run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.out.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  run.err = text.str();
-  std::remove(err_path.c_str());
-  return run;
+  return testutil::RunShell("env LD_LIBRARY_PATH=" TESSERA_FAKE_NVML_DIR " " + env + " " +
+                            TESSERA_NODE_BINARY " " + args);
 }
 
 nlohmann::json Parse(const Result& run) {

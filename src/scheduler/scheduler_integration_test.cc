@@ -1,44 +1,27 @@
 // tessera-scheduler as a process: every file it reads, in each class of bad input, refused with
 // the convention's exit code (3 missing, 4 invalid) and a message naming the flag and the path,
 // before the API server is asked or anything is served (issue #23).
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "contract/decision.h"
+#include "testutil/shell.h"
 
 namespace tessera::scheduler {
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string err;
-};
+using Result = testutil::ShellResult;
 
 Result RunScheduler(const std::string& args) {
-  static int calls = 0;
-  const std::string err_path = ::testing::TempDir() + "/scheduler_integration_stderr." +
-                               std::to_string(getpid()) + "." + std::to_string(++calls);
-  const std::string command =
-      "env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST "
-      "-u KUBERNETES_SERVICE_PORT " TESSERA_SCHEDULER_BINARY " " +
-      args + " >/dev/null 2>" + err_path;
-  Result run;
-  const int status = std::system(command.c_str());
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream text;
-  text << err.rdbuf();
-  run.err = text.str();
-  std::remove(err_path.c_str());
-  return run;
+  return testutil::RunShell(
+      "env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST -u "
+      "KUBERNETES_SERVICE_PORT " TESSERA_SCHEDULER_BINARY " " +
+      args + " >/dev/null");
 }
 
 TEST(SchedulerIntegration, EveryFileInputRefusesWhatItCannotTake) {
