@@ -97,5 +97,17 @@ TEST(SchedulerIntegration, BadFlagsExitTwoNamingTheFlag) {
   EXPECT_NE(missing.err.find("--signing-key"), std::string::npos) << missing.err;
 }
 
+// --help and --version: to stdout, exit 0, as every tessera binary.
+TEST(SchedulerIntegration, HelpAndVersionExitZeroOnStdout) {
+  const testutil::ShellResult version = testutil::RunShell(TESSERA_SCHEDULER_BINARY " --version");
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(version.out.rfind("tessera-scheduler ", 0), 0u) << version.out;
+  EXPECT_NE(version.out.find("(commit "), std::string::npos) << version.out;
+  const testutil::ShellResult help = testutil::RunShell(TESSERA_SCHEDULER_BINARY " --help");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_NE(help.out.find("--signing-key"), std::string::npos) << help.out;
+  EXPECT_EQ(help.err, "");
+}
+
 }  // namespace
 }  // namespace tessera::scheduler
