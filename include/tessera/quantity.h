@@ -38,6 +38,10 @@ std::string FormatQuantity(std::uint64_t value);
 // For people: "4.00 GiB", "512 MiB", "17 B".
 std::string FormatBytesHuman(std::uint64_t bytes);
 
+// Plain decimal digits, at most `max` ("not a number" / "too large" otherwise; no sign, no
+// spaces). Allocation-free on success: the preload library parses its settings with it.
+StatusOr<std::uint64_t> ParseUnsigned(std::string_view text, std::uint64_t max);
+
 // A whole percentage: "30" or "30%". Bounds are the caller's (a cores request is 1..100, a
 // namespace quota may be 250%).
 StatusOr<std::uint32_t> ParsePercent(std::string_view text);

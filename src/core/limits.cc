@@ -28,18 +28,6 @@ std::vector<std::string_view> Split(std::string_view line) {
   return out;
 }
 
-StatusOr<std::uint64_t> ParseUnsigned(std::string_view text, std::uint64_t max) {
-  if (text.empty() || text.size() > 20) return InvalidArgumentError("not a number");
-  std::uint64_t v = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return InvalidArgumentError("not a number");
-    const auto digit = static_cast<std::uint64_t>(c - '0');
-    if (v > (max - digit) / 10) return InvalidArgumentError("too large");
-    v = v * 10 + digit;
-  }
-  return v;
-}
-
 Status LineError(std::size_t line, std::string_view what) {
   return InvalidArgumentError("limits file line " + std::to_string(line) + ": " +
                               std::string(what) + "; " + std::string(kLimitsForm));

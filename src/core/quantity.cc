@@ -238,6 +238,18 @@ std::string FormatBytesHuman(std::uint64_t bytes) {
   return out;
 }
 
+StatusOr<std::uint64_t> ParseUnsigned(std::string_view text, std::uint64_t max) {
+  if (text.empty() || text.size() > 20) return InvalidArgumentError("not a number");
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return InvalidArgumentError("not a number");
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (v > (max - digit) / 10) return InvalidArgumentError("too large");
+    v = v * 10 + digit;
+  }
+  return v;
+}
+
 StatusOr<std::uint32_t> ParsePercent(std::string_view text) {
   TESSERA_RETURN_IF_ERROR(CheckCharacters(text, kPercentForm, /*allow_plus=*/false));
   std::string_view digits = text;

@@ -11,7 +11,6 @@
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -23,6 +22,7 @@
 
 #include "tessera/log.h"
 #include "tessera/names.h"
+#include "tessera/quantity.h"
 
 #include "governor/busy_log.h"
 #include "governor/fences.h"
@@ -292,11 +292,8 @@ std::uint64_t ProbeSetupNs() {
     const std::string name(names::kEnvProbeSetupNs);
     const char* value = std::getenv(name.c_str());
     if (value == nullptr || *value == '\0') return kDefaultProbeSetupNs;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long ns = std::strtoull(value, &end, 10);
-    if (errno == 0 && *end == '\0' && value[0] != '-' && ns <= kMaxProbeSetupNs)
-      return static_cast<std::uint64_t>(ns);
+    if (const StatusOr<std::uint64_t> ns = ParseUnsigned(value, kMaxProbeSetupNs); ns.ok())
+      return *ns;
     TESSERA_LOG(kWarn, kHook, "%s=%s: expected whole nanoseconds from 0 to %llu; using %llu",
                 name.c_str(), value, static_cast<unsigned long long>(kMaxProbeSetupNs),
                 static_cast<unsigned long long>(kDefaultProbeSetupNs));
