@@ -52,17 +52,8 @@ StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& flag = args[i];
-    if (flag == "--json") {
-      o.json = true;
-      if (o.watch) return InvalidArgumentError("--json and --watch: --json prints one snapshot");
-      continue;
-    }
-    if (flag == "--once" || flag == "--watch") {
-      (flag == "--once" ? o.once : o.watch) = true;
-      if (o.once && o.watch) return InvalidArgumentError("--once and --watch: give one of them");
-      if (o.json && o.watch) {
-        return InvalidArgumentError("--json and --watch: --json prints one snapshot");
-      }
+    if (flag == "--once" || flag == "--watch" || flag == "--json") {
+      (flag == "--once" ? o.once : flag == "--watch" ? o.watch : o.json) = true;
       continue;
     }
     if (i + 1 >= args.size())
@@ -88,6 +79,9 @@ StatusOr<TopOptions> ParseTopOptions(const std::vector<std::string>& args) {
       return InvalidArgumentError(flag + ": unknown flag");
     }
   }
+  if (o.once && o.watch) return InvalidArgumentError("--once and --watch: give one of them");
+  if (o.json && o.watch)
+    return InvalidArgumentError("--json and --watch: --json prints one snapshot");
   return o;
 }
 
