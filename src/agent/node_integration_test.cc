@@ -13,6 +13,7 @@
 #include "tessera/names.h"
 
 #include "contract/inventory.h"
+#include "testutil/bad_inputs.h"
 #include "testutil/shell.h"
 
 namespace tessera::agent {
@@ -123,36 +124,23 @@ TEST(NodeIntegration, BadFlagsExitTwoNamingTheFlag) {
 // the API server is asked (there is none here) and before anything is served.
 TEST(NodeIntegration, EveryFileInputRefusesWhatItCannotTake) {
   const std::string dir = ::testing::TempDir() + "/node-inputs-" + std::to_string(getpid());
+  const std::vector<testutil::BadInput> bad = testutil::BadInputFiles(dir);
+  const std::string big = testutil::OversizedFile(dir, (std::size_t{16} << 20) + 1);
   std::filesystem::create_directories(dir + "/keys-junk");
-  const auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir + "/" + name) << text;
-    return dir + "/" + name;
-  };
-  const std::string big = write("big.yaml", std::string((std::size_t{16} << 20) + 1, '#'));
-  write("keys-junk/default.pem", "not a key\n");
+  std::ofstream(dir + "/keys-junk/default.pem") << "not a key\n";
   struct Case {
     std::string flag, path;
     int code;
   };
-  const std::vector<Case> cases = {
-      {"--policy", dir + "/missing.yaml", 3},
-      {"--policy", write("empty.yaml", ""), 4},
-      {"--policy", write("list.yaml", "[1, 2, 3]\n"), 4},
-      {"--policy", write("truncated.yaml", "version: v1\ntiers: [unclosed\n"), 4},
-      {"--policy", dir, 4},
-      {"--policy", "/dev/zero", 4},
-      {"--policy", big, 4},
+  std::vector<Case> cases = {
       {"--decision-keys", dir + "/no-such-folder", 3},
       {"--decision-keys", dir + "/empty.yaml", 4},  // a file, not a folder
       {"--decision-keys", dir + "/keys-junk", 4},
-      {"--kubeconfig", dir + "/missing.kubeconfig", 3},
-      {"--kubeconfig", dir + "/empty.yaml", 4},
-      {"--kubeconfig", dir + "/list.yaml", 4},
-      {"--kubeconfig", dir + "/truncated.yaml", 4},
-      {"--kubeconfig", dir, 4},
-      {"--kubeconfig", "/dev/zero", 4},
-      {"--kubeconfig", big, 4},
   };
+  for (const std::string flag : {"--policy", "--kubeconfig"}) {
+    for (const testutil::BadInput& b : bad) cases.push_back({flag, b.path, b.exit_code});
+    cases.push_back({flag, big, 4});
+  }
   for (const Case& c : cases) {
     const Result run =
         RunNode("TESSERA_FAKE_GPUS=1", "--node-name n --metrics-listen '' --device-plugin-dir " +

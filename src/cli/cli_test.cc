@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "testutil/bad_inputs.h"
 
 namespace tessera::cli {
 namespace {
@@ -231,24 +232,10 @@ TEST(Cli, CommandsWithTheirOwnParserAnswerHelp) {
 // YAML, a directory, a device, larger than its bound), and names the file.
 TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
   const std::string dir = ::testing::TempDir() + "/inputs";
-  std::filesystem::create_directories(dir);
-  const auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir + "/" + name) << text;
-    return dir + "/" + name;
-  };
-  const std::string big = write("big.yaml", std::string((std::size_t{4} << 20) + 1, '#'));
-  write("openb_node_list_gpu_node.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,1,T4\n");
-  const struct {
-    std::string path;
-    int code;
-  } inputs[] = {
-      {dir + "/missing.yaml", 3},
-      {write("empty.yaml", ""), 4},
-      {write("list.yaml", "[1, 2, 3]\n"), 4},
-      {write("truncated.yaml", "a: [unclosed\n"), 4},
-      {dir, 4},
-      {"/dev/zero", 4},
-  };
+  const std::vector<testutil::BadInput> inputs = testutil::BadInputFiles(dir);
+  const std::string big = testutil::OversizedFile(dir, (std::size_t{4} << 20) + 1);
+  std::ofstream(dir + "/openb_node_list_gpu_node.csv")
+      << "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,1024,1,T4\n";
   const std::vector<std::vector<std::string>> commands = {
       {"advise", "--policy", "FILE"},
       {"explain", "pod", "-f", "FILE"},
@@ -263,7 +250,7 @@ TEST(Cli, EveryFileInputRefusesWhatItCannotTake) {
       std::vector<const char*> argv;
       for (const std::string& a : args) argv.push_back(a.c_str());
       const Result r = RunCli(argv);
-      EXPECT_EQ(r.code, input.code) << command[0] << " " << input.path << ": " << r.err;
+      EXPECT_EQ(r.code, input.exit_code) << command[0] << " " << input.path << ": " << r.err;
       EXPECT_NE(r.err.find(std::filesystem::path(input.path).filename().string()),
                 std::string::npos)
           << command[0] << " " << input.path << ": " << r.err;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "contract/decision.h"
+#include "testutil/bad_inputs.h"
 #include "testutil/shell.h"
 
 namespace tessera::scheduler {
@@ -26,34 +27,23 @@ Result RunScheduler(const std::string& args) {
 
 TEST(SchedulerIntegration, EveryFileInputRefusesWhatItCannotTake) {
   const std::string dir = ::testing::TempDir() + "/scheduler-inputs-" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
-  const auto write = [&](const std::string& name, const std::string& text) {
-    std::ofstream(dir + "/" + name) << text;
-    return dir + "/" + name;
-  };
-  const std::string key = write("key.pem", *contract::GenerateSigningKeyPem());
-  const std::string big = write("big.yaml", std::string((std::size_t{16} << 20) + 1, '#'));
-  const std::string empty = write("empty.yaml", "");
-  const std::string list = write("list.yaml", "[1, 2, 3]\n");
-  const std::string truncated = write("truncated.yaml", "version: v1\ntiers: [unclosed\n");
-  const std::string junk = write("junk.pem", "not a key\n");
+  const std::vector<testutil::BadInput> bad = testutil::BadInputFiles(dir);
+  const std::string big = testutil::OversizedFile(dir, (std::size_t{16} << 20) + 1);
+  const std::string key = dir + "/key.pem";
+  std::ofstream(key) << *contract::GenerateSigningKeyPem();
+  const std::string junk = dir + "/junk.pem";
+  std::ofstream(junk) << "not a key\n";
   struct Case {
     std::string flag, path;
     int code;
   };
   std::vector<Case> cases;
-  for (const std::string flag : {"--policy", "--kubeconfig"}) {
-    cases.push_back({flag, dir + "/missing.yaml", 3});
-    for (const std::string& bad : {empty, list, truncated, dir, std::string("/dev/zero"), big}) {
-      cases.push_back({flag, bad, 4});
-    }
+  for (const std::string flag : {"--policy", "--kubeconfig", "--signing-key", "--tls-cert-file"}) {
+    for (const testutil::BadInput& b : bad) cases.push_back({flag, b.path, b.exit_code});
+    cases.push_back({flag, big, 4});
   }
-  for (const std::string flag : {"--signing-key", "--tls-cert-file"}) {
-    cases.push_back({flag, dir + "/missing.pem", 3});
-    for (const std::string& bad : {empty, junk, dir, std::string("/dev/zero"), big}) {
-      cases.push_back({flag, bad, 4});
-    }
-  }
+  for (const std::string flag : {"--signing-key", "--tls-cert-file"})
+    cases.push_back({flag, junk, 4});
   for (const Case& c : cases) {
     std::string args = "--listen 127.0.0.1:0 --webhook-listen 127.0.0.1:0";
     if (c.flag != "--signing-key") args += " --signing-key " + key;
