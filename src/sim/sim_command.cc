@@ -16,11 +16,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/file.h"
+
 #include "placement/policies.h"
 #include "sim/go_source.h"
 #include "sim/plot.h"
 #include "sim/replay.h"
 #include "sim/trace.h"
+#include "sim/variants.h"
 
 namespace tessera::sim {
 namespace {
@@ -39,6 +42,9 @@ struct Options {
   bool json = false;
   std::string plot;
   unsigned jobs = 0;
+  bool keep_order = false;  // --order name
+  std::string variants;     // --variants RECIPE: write the recipe's pod lists, no replay
+  std::string out_dir;      // --out DIR (with --variants)
   bool help = false;
 };
 
@@ -139,6 +145,21 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
         return InvalidArgumentError("--rng: " + Quote(text) + "; accepted: go, std");
       }
       o.rng_given = true;
+    } else if (flag == "--order") {
+      TESSERA_ASSIGN_OR_RETURN(const std::string text, take());
+      if (text == "shuffle") {
+        o.keep_order = false;
+      } else if (text == "name") {
+        o.keep_order = true;
+      } else {
+        return InvalidArgumentError("--order: " + Quote(text) + "; accepted: shuffle, name");
+      }
+    } else if (flag == "--variants") {
+      TESSERA_ASSIGN_OR_RETURN(o.variants, take());
+      if (o.variants.empty()) return InvalidArgumentError("--variants: want a recipe file");
+    } else if (flag == "--out") {
+      TESSERA_ASSIGN_OR_RETURN(o.out_dir, take());
+      if (o.out_dir.empty()) return InvalidArgumentError("--out: want a folder");
     } else if (flag == "--jobs" || flag == "-j") {
       TESSERA_ASSIGN_OR_RETURN(const std::string text, take());
       TESSERA_ASSIGN_OR_RETURN(const std::int64_t n, ParseSeed(text));
@@ -150,6 +171,22 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
     }
   }
   if (o.help) return o;
+  if (!o.variants.empty() || !o.out_dir.empty()) {
+    if (o.variants.empty() || o.out_dir.empty()) {
+      return InvalidArgumentError(
+          "--variants RECIPE and --out DIR go together (write the recipe's pod lists into DIR)");
+    }
+    if (o.trace_dir.empty()) {
+      return InvalidArgumentError(
+          "--variants: --trace DIR is required (the lists it derives from)");
+    }
+    if (!o.pods.empty() || !o.policies.empty() || !o.plot.empty() || o.json) {
+      return InvalidArgumentError(
+          "--variants writes pod lists and replays nothing: drop --pods, --policy, --plot and "
+          "--json");
+    }
+    return o;
+  }
   if (o.trace_dir.empty() && (o.pods.empty() || o.nodes.empty())) {
     return InvalidArgumentError("--trace DIR is required (the folder of the node and pod CSVs)");
   }
@@ -286,6 +323,7 @@ StatusOr<ListRun> ReplayList(const Options& o, const std::vector<placement::Node
   std::atomic<std::size_t> next{0};
   RunOptions run_options;
   run_options.rng = o.rng;
+  run_options.workload.shuffle = !o.keep_order;
   auto work = [&]() {
     for (std::size_t j = next++; j < run.jobs.size(); j = next++) {
       results[j] = RunExperiment(run.input, run.jobs[j].policy, run.jobs[j].seed, run_options);
@@ -317,6 +355,7 @@ std::vector<nlohmann::json> RunsJson(const Options& o, const ListRun& run) {
     obj["seed"] = r.seed;
     obj["rng"] = RngName(o);
     obj["tune"] = run_options.workload.tune;
+    obj["order"] = o.keep_order ? "name" : "shuffle";
     obj["gpu_alloc_ratio"] =
         r.curve.alloc.back().has_value() ? nlohmann::json(*r.curve.alloc.back()) : nlohmann::json();
     obj["frag_ratio"] =
@@ -464,6 +503,75 @@ Status WritePlot(const Options& o, const ListRun& run, const std::string& path) 
   return Status::Ok();
 }
 
+// --variants RECIPE --out DIR: every variant of the recipe, derived from the trace folder's lists,
+// written as DIR/<set>[-by-name]/openb_pod_list_<name>.csv beside a copy of the node list.
+int WriteVariants(const Options& o, const std::vector<placement::Node>& nodes,
+                  const std::string& nodes_path, std::ostream& out, std::ostream& err) {
+  StatusOr<std::string> text = ReadFile(o.variants);
+  if (!text.ok()) {
+    err << "tessera sim: --variants: " << text.status().message() << "\n";
+    return ToExitCode(text.status());
+  }
+  StatusOr<std::vector<VariantSpec>> specs = ParseRecipe(*text, o.variants);
+  if (!specs.ok()) {
+    err << "tessera sim: " << specs.status().message() << "\n";
+    return ToExitCode(specs.status());
+  }
+  std::int64_t capacity = 0;
+  for (const placement::Node& n : nodes) {
+    capacity += static_cast<std::int64_t>(n.gpus.size()) * placement::kMilliPerGpu;
+  }
+  std::map<std::string, std::vector<TracePod>> bases;
+  out << "variant              family    base        set       pods  multi-GPU share  folder\n";
+  for (const VariantSpec& spec : *specs) {
+    if (!bases.contains(spec.base)) {
+      StatusOr<std::string> path = ResolvePods(o, spec.base);
+      if (!path.ok()) {
+        err << "tessera sim: variant " << Quote(spec.name) << ": " << path.status().message()
+            << "\n";
+        return ToExitCode(path.status());
+      }
+      StatusOr<std::vector<TracePod>> pods = LoadPodCsv(*path);
+      if (!pods.ok()) {
+        err << "tessera sim: " << pods.status().message() << "\n";
+        return ToExitCode(pods.status());
+      }
+      bases[spec.base] = std::move(*pods);
+    }
+    StatusOr<std::vector<TracePod>> pods = MakeVariant(spec, bases[spec.base], capacity);
+    if (!pods.ok()) {
+      err << "tessera sim: " << pods.status().message() << "\n";
+      return ToExitCode(pods.status());
+    }
+    const std::string set = spec.held_out ? "held-out" : "tuning";
+    const fs::path folder = fs::path(o.out_dir) / (spec.ordered() ? set + "-by-name" : set);
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    const fs::path node_copy = folder / "openb_node_list_gpu_node.csv";
+    if (!ec) fs::copy_file(nodes_path, node_copy, fs::copy_options::overwrite_existing, ec);
+    const fs::path file = folder / (std::string(kPodListPrefix) + spec.name + ".csv");
+    std::ofstream csv(file, std::ios::binary | std::ios::trunc);
+    csv << PodCsv(*pods);
+    csv.close();
+    if (ec || !csv) {
+      err << "tessera sim: --out: cannot write " << Quote(file.string())
+          << (ec ? " (" + ec.message() + ")" : "") << "\n";
+      return 5;
+    }
+    std::string name = spec.name;
+    name.resize(std::max<std::size_t>(name.size(), 20), ' ');
+    std::string family(Name(spec.family));
+    family.resize(10, ' ');
+    std::string base = spec.base;
+    base.resize(std::max<std::size_t>(base.size(), 12), ' ');
+    std::string set_cell = set;
+    set_cell.resize(9, ' ');
+    out << name << " " << family << base << set_cell << Pad(std::to_string(pods->size()), 6)
+        << Pad(Fixed(MultiGpuShare(*pods), 3), 17) << "  " << folder.string() << "\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::string SimHelp() {
@@ -484,7 +592,13 @@ std::string SimHelp() {
          "                when built with Go); std: splitmix64\n"
          "  --json        one object per (policy, seed) run, as a JSON array\n"
          "  --plot FILE   SVG chart of mean allocation vs arrival for the chosen policies\n"
-         "  --jobs N      parallel runs (default: the number of cores)\n";
+         "  --jobs N      parallel runs (default: the number of cores)\n"
+         "  --order       shuffle: pods arrive shuffled, as published (default); name: in name\n"
+         "                order (lists whose names follow time, e.g. --variants' shift family)\n"
+         "  --variants RECIPE --out DIR\n"
+         "                write the recipe's pod lists (derived from the lists in --trace DIR)\n"
+         "                into DIR/<set>/ (DIR/<set>-by-name/ for lists to replay with --order\n"
+         "                name), each folder with the node list; replays nothing\n";
 }
 
 int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err,
@@ -519,6 +633,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     err << "\n";
     return ToExitCode(nodes.status());
   }
+  if (!o.variants.empty()) return WriteVariants(o, *nodes, nodes_path, out, err);
   std::vector<std::string> lists;
   if (o.pods == "all") {
     lists = PodListsIn(o.trace_dir);

@@ -33,9 +33,11 @@ Workload GenerateWorkload(std::vector<TracePod> pods, std::size_t node_count,
   (void)rand.Int63();  // an unused draw in the original (a debug-log argument)
   w.arrival.resize(w.pods.size());
   for (std::size_t i = 0; i < w.arrival.size(); ++i) w.arrival[i] = static_cast<std::uint32_t>(i);
-  rand.Shuffle(n, [&](int i, int j) {
-    std::swap(w.arrival[static_cast<std::size_t>(i)], w.arrival[static_cast<std::size_t>(j)]);
-  });
+  if (options.shuffle) {
+    rand.Shuffle(n, [&](int i, int j) {
+      std::swap(w.arrival[static_cast<std::size_t>(i)], w.arrival[static_cast<std::size_t>(j)]);
+    });
+  }
 
   std::int64_t total = 0;
   for (const TracePod& p : w.pods) total += p.total_milli();

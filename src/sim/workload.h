@@ -31,6 +31,9 @@ struct Workload {
 struct WorkloadOptions {
   double tune = 1.3;           // arrivals sum to this multiple of the cluster's GPU milli
   int skip_after_tuning = 10;  // draws discarded before the node ranks (spec §2.2 step 5)
+  // false: the originals arrive in name order (`--order name`, lists whose names follow time);
+  // the draws the shuffle would have made are not made.
+  bool shuffle = true;
 };
 
 // Builds the workload, consuming `rand` exactly as the authors' simulator consumes Go's global
