@@ -46,11 +46,18 @@ FenceTracker::~FenceTracker() {
 }
 
 FenceTracker::Stream& FenceTracker::StreamFor(void* handle) {
-  for (Stream& s : streams_) {
-    if (s.handle == handle) return s;
+  // The stream of the previous call first: a launch asks twice (Before and AfterLaunch).
+  if (last_stream_ < streams_.size() && streams_[last_stream_].handle == handle)
+    return streams_[last_stream_];
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].handle == handle) {
+      last_stream_ = i;
+      return streams_[i];
+    }
   }
   streams_.push_back(Stream{});
   streams_.back().handle = handle;
+  last_stream_ = streams_.size() - 1;
   return streams_.back();
 }
 
@@ -143,9 +150,8 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
 
 bool FenceTracker::ExpectedBusy(const Stream& s, std::uint64_t now_ns) const {
   if (s.fenced.empty()) return false;  // all polled: completed
-  double pending = 0;
-  for (const Segment& seg : s.fenced) pending += PendingNs(s, seg);
-  return static_cast<double>(s.fenced.back().fenced_at_ns) + pending > static_cast<double>(now_ns);
+  return static_cast<double>(s.fenced.back().fenced_at_ns) + FencedPendingNs(s) >
+         static_cast<double>(now_ns);
 }
 
 void FenceTracker::SetTail(Stream& s, int event) {
@@ -238,6 +244,8 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     ++errors_;
   } else {
     if (epoch_ >= 0) Ref(epoch_);
+    s.fenced_estimate_ns += s.open_estimate_ns;
+    s.fenced_unknown += s.open_unknown;
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
@@ -349,6 +357,10 @@ bool FenceTracker::InstallEpoch(const EpochTiming& timing) {
 
 double FenceTracker::PendingNs(const Stream& s, const Segment& seg) const {
   return seg.estimate_ns + seg.unknown * Estimate(s);
+}
+
+double FenceTracker::FencedPendingNs(const Stream& s) const {
+  return s.fenced_estimate_ns + static_cast<double>(s.fenced_unknown) * Estimate(s);
 }
 
 std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) const {
@@ -473,6 +485,8 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
     }
     s.fenced.pop_front();
+    s.fenced_estimate_ns = s.fenced.empty() ? 0 : s.fenced_estimate_ns - seg.estimate_ns;
+    s.fenced_unknown = s.fenced.empty() ? 0 : s.fenced_unknown - seg.unknown;
     Unref(seg.begin);
     // The end event stays referenced while a contiguous successor begins at it.
     Unref(seg.end);
@@ -503,8 +517,7 @@ void FenceTracker::Poll(Measured* out) {
 std::uint64_t FenceTracker::InFlightEstimateNs(std::uint64_t now_ns) const {
   double total = 0;
   for (const Stream& s : streams_) {
-    double stream_ns = s.open_estimate_ns + s.open_unknown * Estimate(s);
-    for (const Segment& seg : s.fenced) stream_ns += PendingNs(s, seg);
+    double stream_ns = s.open_estimate_ns + s.open_unknown * Estimate(s) + FencedPendingNs(s);
     if (!s.fenced.empty() && now_ns > s.fenced.front().fenced_at_ns) {
       stream_ns = std::max(stream_ns, static_cast<double>(now_ns - s.fenced.front().fenced_at_ns));
     }

@@ -260,6 +260,10 @@ class FenceTracker {
     // otherwise the segment's span holds idle time and its launches' estimates bound it.
     int tail = -1;
     double per_launch_ns = 0;  // mean of its probes; 0: unknown until the first one completes
+    // Its fenced segments' estimates and unknown launches, summed (kept as they are pushed and
+    // polled), so that what a stream has in flight costs the launch path no walk of them.
+    double fenced_estimate_ns = 0;
+    std::uint64_t fenced_unknown = 0;
   };
   struct Kind {
     double estimate_ns = 0;    // 0: not measured yet
@@ -283,6 +287,7 @@ class FenceTracker {
   bool StartAtNewEvent(Stream& s, bool probe);
   double Estimate(const Stream& s) const;
   double PendingNs(const Stream& s, const Segment& seg) const;
+  double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
@@ -295,6 +300,7 @@ class FenceTracker {
   EventApi* api_;
   FenceOptions options_;
   std::vector<Stream> streams_;
+  std::size_t last_stream_ = 0;  // StreamFor's latest answer (an index: checked before use)
   std::vector<Event> events_;
   std::vector<int> free_events_;
   std::unordered_map<std::uint64_t, Kind> kinds_;

@@ -42,7 +42,11 @@ __attribute__((visibility("hidden"))) void* TesseraDlsymHooked(void* handle, con
   const DlsymFn real = RealDlsym();
   __atomic_store_n(&tessera_real_dlsym, reinterpret_cast<void*>(real), __ATOMIC_RELEASE);
   void* trampoline = HookedTrampoline(symbol);
-  if (trampoline == nullptr) return nullptr;
+  if (trampoline == nullptr) {
+    if (symbol != nullptr && symbol[0] == 'c' && symbol[1] == 'u')
+      CaptureEntryPointHandedOut(symbol, false);
+    return nullptr;
+  }
   return real(handle, symbol) != nullptr ? trampoline : nullptr;
 }
 

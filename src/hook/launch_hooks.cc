@@ -264,16 +264,30 @@ bool Stale(const shm::Compute& c, std::uint64_t now) {
   return beat == 0 || now > beat + kStaleArbiterNs;
 }
 
+// Stream captures that began in this process and have not ended: raised before the driver's
+// begin (so no launch can miss a capture that began), lowered once the stream has left capture.
+// While it is 0 no stream can be capturing and a governed launch asks the driver nothing; a
+// capture entry point this library does not intercept (handed out by cuGetProcAddress or dlsym:
+// a newer version) adds kUntrackedCaptures for good, and every governed launch asks again.
+constexpr std::uint32_t kUntrackedCaptures = 1U << 30;
+std::atomic<std::uint32_t> g_captures{0};
+
+CUresult CaptureStatus(CUstream stream, bool per_thread, CUstreamCaptureStatus* status) {
+  const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>()
+                                       : Real<CudaHook::cuStreamIsCapturing>();
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return is_capturing != nullptr ? is_capturing(stream, status) : CUDA_ERROR_NOT_FOUND;
+}
+
 // Whether `stream` is being captured into a graph. When the driver cannot say — e.g.
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream of the context is
 // captured — it counts as captured: nothing of ours may go into it.
 bool Capturing(CUstream stream, bool per_thread) {
-  const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>()
-                                       : Real<CudaHook::cuStreamIsCapturing>();
+  if (g_captures.load(std::memory_order_acquire) == 0) return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (is_capturing == nullptr) return false;
-  if (is_capturing(stream, &status) != CUDA_SUCCESS) return true;
-  return status != CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = CaptureStatus(stream, per_thread, &status);
+  if (r == CUDA_ERROR_NOT_FOUND) return false;
+  return r != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 // Whether a fence may be recorded on `stream` by the calling thread (CU_STREAM_PER_THREAD names
@@ -373,16 +387,21 @@ void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_
     lock.lock();
     d.tracker.EndPoll(d.batch, &d.measured);
   }
-  bool contended = false;
-  const std::uint64_t busy =
-      governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;
-  if (contended) CountMachineryError("the busy log stayed locked; overlap went uncounted");
-  if (busy != 0) c.busy_ns.fetch_add(busy, std::memory_order_relaxed);
   if (d.tracker.HasFenced()) c.active_ns.store(now, std::memory_order_relaxed);
   if (d.tracker.errors() > d.errors_counted) {
     d.errors_counted = d.tracker.errors();
     CountMachineryError("a fence event could not be recorded or timed; that work went unmeasured");
   }
+  if (d.measured.spans.empty() && d.measured.unplaced_ns == 0) return;
+  // The busy log is shared with the container's other processes (a lock of its own): merged
+  // without the governor's mutex, which launches take. d.measured is the watcher's alone.
+  lock.unlock();
+  bool contended = false;
+  const std::uint64_t busy =
+      governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;
+  if (contended) CountMachineryError("the busy log stayed locked; overlap went uncounted");
+  if (busy != 0) c.busy_ns.fetch_add(busy, std::memory_order_relaxed);
+  lock.lock();
 }
 
 // Whether the watcher thread may record a fence on an application stream: not on a per-thread
@@ -520,9 +539,9 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   Governor& g = *g_governor;
   const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
   std::uint64_t gate_ns = 0, depth_wait_ns = 0, capture_ns = 0, lock_ns = 0;
-  const DeviceQuota quota = QuotaForLaunch();
-  if (quota.region_device < 0) return launch();
-  shm::Compute& c = region->compute[quota.region_device];
+  const int region_device = RegionDeviceForLaunch();
+  if (region_device < 0) return launch();
+  shm::Compute& c = region->compute[region_device];
   if (GateOf(c) == shm::Gate::kFree) return launch();
   if (g.disabled) {  // no watcher thread could be started: nothing can measure this launch
     c.governor_failures.fetch_add(1, std::memory_order_relaxed);
@@ -532,24 +551,33 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   const bool capturing = Capturing(stream, per_thread);
   if (g_stats_enabled) capture_ns = NowNs() - at_capture;
   if (capturing) return launch();
-  if (Stale(c, NowNs()) && GovernorFailed(c)) return launch();
+  std::uint64_t now = NowNs();
+  if (Stale(c, now) && GovernorFailed(c)) return launch();
   // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
   // the share ran out, a higher class arrived): then wait at it again. The depth wait is
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent
   // kernel) must not hang the application's next launch.
+  // Clock readings: `now` is read again only after a wait, and once after the launch.
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
   std::uint64_t depth_ns = kDefaultDepthNs;
+  DeviceGovernor* device = nullptr;
   for (;;) {
     const std::uint64_t at_gate = g_stats_enabled ? NowNs() : 0;
-    if (!WaitAtGate(c)) return launch();
+    if (GateOf(c) != shm::Gate::kOpen) {
+      if (!WaitAtGate(c)) return launch();
+      now = NowNs();
+    }
     const std::uint64_t at_lock = g_stats_enabled ? NowNs() : 0;
     if (g_stats_enabled) gate_ns += at_lock - at_gate;
-    lock.lock();
+    if (!lock.try_lock()) {  // the watcher has it: `now` is read again after the wait
+      lock.lock();
+      now = NowNs();
+    }
     if (g_stats_enabled) lock_ns += NowNs() - at_lock;
-    DeviceGovernor& waiting = DeviceFor(g, quota.region_device);
+    device = &DeviceFor(g, region_device);
+    DeviceGovernor& waiting = *device;
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
     depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
-    std::uint64_t now = NowNs();
     const std::uint64_t started = now;
     while (waiting.tracker.OverDepth(depth_ns, now)) {
       // Normal: a few times the pending work's expected length (a 100 ms kernel is waited for).
@@ -586,8 +614,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
       return S().fail_closed ? CUDA_ERROR_OPERATING_SYSTEM : launch();
     }
   }
-  DeviceGovernor& d = DeviceFor(g, quota.region_device);
-  std::uint64_t now = NowNs();
+  DeviceGovernor& d = *device;
   void* stream_key = StreamKey(stream, per_thread);
   const std::uint64_t before_fences = g_stats_enabled ? now : 0;
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
@@ -672,6 +699,10 @@ void PrintGovernorStats() {
               static_cast<unsigned long long>(n), per(st.total_ns), per(st.real_ns),
               per(st.capture_ns), per(st.lock_ns), per(st.fences_ns), per(st.gate_ns),
               per(st.depth_ns));
+  const std::uint32_t captures = g_captures.load();
+  TESSERA_LOG(
+      kWarn, kHook, "stats: stream captures open at exit: %u%s", captures % kUntrackedCaptures,
+      captures >= kUntrackedCaptures ? " (an unintercepted capture entry point was used)" : "");
   Governor& g = *g_governor;
   const std::unique_lock<std::mutex> lock(g.mu, std::try_to_lock);  // (at exit: never wait)
   if (!lock.owns_lock()) return;
@@ -694,6 +725,18 @@ void PrintGovernorStats() {
 }
 
 void ResetGovernorAfterFork() { g_governor = new Governor(); }
+
+void CaptureEntryPointHandedOut(const char* symbol, bool intercepted) {
+  static constexpr std::string_view kBegin = "cuStreamBeginCapture";
+  if (!intercepted && symbol != nullptr && std::string_view(symbol).starts_with(kBegin) &&
+      g_captures.load() < kUntrackedCaptures) {
+    g_captures.fetch_add(kUntrackedCaptures);
+    TESSERA_LOG(kWarn, kHook,
+                "%s is not intercepted: every governed launch asks the driver whether its stream "
+                "is being captured",
+                symbol);
+  }
+}
 
 void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, false); }
 
@@ -751,6 +794,64 @@ TESSERA_GOVERNED_LAUNCH(cuGraphLaunch_ptsz, true, stream, governor::GraphKey(exe
 #undef TESSERA_KERNEL_PARAMS
 #undef TESSERA_COOPERATIVE_PARAMS
 #undef TESSERA_KERNEL_KEY
+
+namespace {
+// Stream capture: counted in g_captures (above).
+template <typename Begin>
+CUresult BeginCapture(const Begin& begin) {
+  g_captures.fetch_add(1);
+  const CUresult r = begin();
+  if (r != CUDA_SUCCESS) g_captures.fetch_sub(1);
+  return r;
+}
+template <typename End>
+CUresult EndCapture(CUstream stream, bool per_thread, const End& end) {
+  CUstreamCaptureStatus before = CU_STREAM_CAPTURE_STATUS_NONE, after = before;
+  const bool was = CaptureStatus(stream, per_thread, &before) == CUDA_SUCCESS &&
+                   before != CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult r = end();
+  // Lowered only for a stream that was captured and no longer is (an end from the wrong thread
+  // leaves the capture running); never below 0.
+  if (was && CaptureStatus(stream, per_thread, &after) == CUDA_SUCCESS &&
+      after == CU_STREAM_CAPTURE_STATUS_NONE) {
+    std::uint32_t n = g_captures.load();
+    while (n > 0 && !g_captures.compare_exchange_weak(n, n - 1)) {
+    }
+  }
+  return r;
+}
+}  // namespace
+#define TESSERA_CAPTURE(hook, how, params, args)      \
+  template <>                                         \
+  CUresult Intercept<CudaHook::hook> params {         \
+    EnsureInitialized();                              \
+    const auto real = Real<CudaHook::hook>();         \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND; \
+    return how;                                       \
+  }
+#define TESSERA_BEGIN_CAPTURE(hook, params, args) \
+  TESSERA_CAPTURE(hook, BeginCapture([&] { return real args; }), params, args)
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCapture, (CUstream stream), (stream))
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, (CUstream stream), (stream))
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCapture_v2, (CUstream stream, CUstreamCaptureMode mode),
+                      (stream, mode))
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, (CUstream stream, CUstreamCaptureMode mode),
+                      (stream, mode))
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph,
+                      (CUstream stream, CUgraph graph, const CUgraphNode* dependencies,
+                       const CUgraphEdgeData* edge_data, size_t count, CUstreamCaptureMode mode),
+                      (stream, graph, dependencies, edge_data, count, mode))
+TESSERA_BEGIN_CAPTURE(cuStreamBeginCaptureToGraph_ptsz,
+                      (CUstream stream, CUgraph graph, const CUgraphNode* dependencies,
+                       const CUgraphEdgeData* edge_data, size_t count, CUstreamCaptureMode mode),
+                      (stream, graph, dependencies, edge_data, count, mode))
+TESSERA_CAPTURE(cuStreamEndCapture, EndCapture(stream, false, [&] { return real(stream, graph); }),
+                (CUstream stream, CUgraph* graph), (stream, graph))
+TESSERA_CAPTURE(cuStreamEndCapture_ptsz,
+                EndCapture(stream, true, [&] { return real(stream, graph); }),
+                (CUstream stream, CUgraph* graph), (stream, graph))
+#undef TESSERA_BEGIN_CAPTURE
+#undef TESSERA_CAPTURE
 
 #define TESSERA_FENCED_WAIT(hook, stream, per_thread, all, params, args) \
   template <>                                                            \

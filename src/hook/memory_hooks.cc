@@ -323,6 +323,15 @@ CUresult Intercept<CudaHook::cuStreamDestroy_v2>(CUstream stream) {
   return Uncharged(KeyOf(stream), Table::kStreams, [&] { return real(stream); });
 }
 
+namespace {
+// The answer of a cuGetProcAddress: our trampoline for a hooked entry point, else the driver's.
+void HandOut(const char* symbol, void** pfn) {
+  void* const real = *pfn;
+  *pfn = TrampolineForReal(real);
+  CaptureEntryPointHandedOut(symbol, real == nullptr || *pfn != real);
+}
+}  // namespace
+
 // The CUDA runtime fetches cuGetProcAddress by dlsym, then asks it for "cuGetProcAddress"
 // itself and uses the answer for every later lookup: every answer that is a hooked entry point
 // must be our trampoline. The real driver resolves name, version and per-thread flags; we map
@@ -335,7 +344,7 @@ CUresult Intercept<CudaHook::cuGetProcAddress_v2>(const char* symbol, void** pfn
   const auto real = Real<CudaHook::cuGetProcAddress_v2>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = real(symbol, pfn, cuda_version, flags, status);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = TrampolineForReal(*pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) HandOut(symbol, pfn);
   return r;
 }
 
@@ -346,7 +355,7 @@ CUresult Intercept<CudaHook::cuGetProcAddress>(const char* symbol, void** pfn, i
   const auto real = Real<CudaHook::cuGetProcAddress>();
   if (real == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult r = real(symbol, pfn, cuda_version, flags);
-  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = TrampolineForReal(*pfn);
+  if (r == CUDA_SUCCESS && pfn != nullptr) HandOut(symbol, pfn);
   return r;
 }
 

@@ -96,7 +96,9 @@ bool ViewForUuid(const char* uuid, int nvml_index, std::uint64_t* limit, std::ui
   return true;
 }
 
-DeviceQuota QuotaForDevice(CUdevice dev) {
+namespace {
+// `with_cap` false: limit_bytes is left 0 (a launch needs only which region device it is on).
+DeviceQuota QuotaOf(CUdevice dev, bool with_cap) {
   State& s = S();
   QuotaInputs in;
   in.mode = s.mode;
@@ -104,8 +106,11 @@ DeviceQuota QuotaForDevice(CUdevice dev) {
   in.fail_closed = s.fail_closed;
   return ResolveQuota(
       in, s.ordinal_map, dev, [&s](CUdevice d) { return ResolveOrdinal(s, d); },
-      [&s, dev](int index) { return LimitOf(s, index, dev); });
+      [&s, dev, with_cap](int index) { return with_cap ? LimitOf(s, index, dev) : 0; });
 }
+}  // namespace
+
+DeviceQuota QuotaForDevice(CUdevice dev) { return QuotaOf(dev, true); }
 
 CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev) {
   const auto get_device = Real<CudaHook::cuCtxGetDevice>();
@@ -116,7 +121,7 @@ CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev) {
   return CUDA_SUCCESS;
 }
 
-DeviceQuota QuotaForLaunch() {
+int RegionDeviceForLaunch() {
   // One visible device (a container's usual case): whatever context is current is on ordinal
   // 0, and a launch pays for no driver call to learn it (a launch with no context fails in the
   // driver itself). The count is read once.
@@ -128,11 +133,11 @@ DeviceQuota QuotaForLaunch() {
     count = get_count != nullptr && get_count(&n) == CUDA_SUCCESS ? n : 0;
     s.device_count.store(count, std::memory_order_relaxed);
   }
-  if (count == 1) return QuotaForDevice(0);
-  DeviceQuota quota;
+  if (count == 1) return QuotaOf(0, false).region_device;
+  const auto get_device = Real<CudaHook::cuCtxGetDevice>();
   CUdevice dev = 0;
-  if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS) quota.region_device = -1;
-  return quota;
+  if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return -1;
+  return QuotaOf(dev, false).region_device;
 }
 
 Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what) {

@@ -41,9 +41,10 @@ struct DeviceQuota {
 DeviceQuota QuotaForDevice(CUdevice dev);
 // The quota of the current context's device (CUDA_ERROR_INVALID_CONTEXT if none).
 CUresult QuotaForCurrentDevice(DeviceQuota* quota, CUdevice* dev);
-// The launch path's: the same without a driver call when the process sees one device;
-// region_device -1 where no quota applies or the device cannot be told.
-DeviceQuota QuotaForLaunch();
+// The launch path's: the region device of the current context's device (its cap is not looked
+// up), without a driver call when the process sees one device; -1 where no quota applies or
+// the device cannot be told.
+int RegionDeviceForLaunch();
 
 // Reserve/release against the region for this process's slot. Reserve logs the refusal.
 Status ReserveBytes(const DeviceQuota& quota, std::uint64_t bytes, const char* what);
@@ -102,6 +103,10 @@ void PrintGovernorStats();
 // about to be destroyed has its open work fenced.
 void ResetGovernorAfterFork();
 void GovernorStreamDestroyed(CUstream stream);
+// Called for every cuGetProcAddress answer and every dlsym of a cu* name this library does not
+// intercept: a stream-capture entry point handed out unintercepted means captures can no longer be
+// counted, and every governed launch asks the driver about its stream (launch_hooks.cc).
+void CaptureEntryPointHandedOut(const char* symbol, bool intercepted);
 
 // Trims this process's memory pools and returns their freed reserve (pool_hooks.cc); true if
 // some charge went down. Called before an allocation is refused.

@@ -445,6 +445,28 @@ CUresult Behave<CudaHook::cuModuleGetFunction>(CUfunction* fn, CUmodule, const c
   *fn = reinterpret_cast<CUfunction>(f);
   return CUDA_SUCCESS;
 }
+// Stream capture: a stream between cuStreamBeginCapture* and cuStreamEndCapture* is captured
+// (as is the handle kCapturingStream, always). Launches into a captured stream become graph nodes:
+// they take no time. Anything else recorded into it — an event, a stream wait (the governor's
+// fences and gates must never go there) — makes the capture "foreign", and its end then fails
+// with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, as a capture broken by a stray call does.
+const CUstream kCapturingStream = reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97));
+std::mutex g_captures_mu;
+std::unordered_map<CUstream, bool> g_captures;  // captured stream -> something foreign went in
+bool CapturedLocked(CUstream stream) {
+  return stream == kCapturingStream || g_captures.contains(stream);
+}
+bool Captured(CUstream stream) {
+  std::lock_guard<std::mutex> lock(g_captures_mu);
+  return CapturedLocked(stream);
+}
+// Something other than a launch went into `stream`: true if it is captured.
+bool ForeignIntoCapture(CUstream stream) {
+  std::lock_guard<std::mutex> lock(g_captures_mu);
+  const auto it = g_captures.find(stream);
+  if (it != g_captures.end()) it->second = true;
+  return CapturedLocked(stream);
+}
 // Kernels run asynchronously, as on a GPU: a launch returns at once and its time is queued on
 // its stream's timeline (CLOCK_MONOTONIC), where an event completes when everything queued
 // before it has; cuEventElapsedTime reads those moments, which the compute governor's fences use
@@ -565,7 +587,7 @@ CUresult FakeLaunch(CUfunction f, void** params, CUstream stream = nullptr) {
     ns = static_cast<std::int64_t>(
         std::min<std::uint64_t>(*static_cast<std::uint64_t*>(params[0]) / 20, 10'000'000));
   }
-  if (ns > 0) {
+  if (ns > 0 && !Captured(stream)) {  // (a launch into a capture is a graph node)
     OpenGates();
     QueueKernel(stream, ns);
   }
@@ -591,6 +613,10 @@ CUresult Behave<CudaHook::cuEventDestroy_v2>(CUevent event) {
 CUresult FakeRecord(CUevent event, CUstream stream) {
   if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   auto* e = reinterpret_cast<FakeEvent*>(event);
+  if (ForeignIntoCapture(stream)) {  // an event node of the capture: never completes here
+    e->at_ns.store(kPendingNs);
+    return CUDA_SUCCESS;
+  }
   OpenGates();
   {
     std::lock_guard<std::mutex> lock(g_gates_mu);
@@ -766,12 +792,64 @@ CUresult Behave<CudaHook::cuImportExternalMemory>(CUexternalMemory* memory,
   return CUDA_SUCCESS;
 }
 
-// A stream the fake reports as being captured into a graph (tests use this handle).
-const CUstream kCapturingStream = reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(0xca97));
+CUresult FakeBeginCapture(CUstream stream) {
+  if (stream == nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream
+  std::lock_guard<std::mutex> lock(g_captures_mu);
+  if (CapturedLocked(stream)) return CUDA_ERROR_ILLEGAL_STATE;
+  g_captures[stream] = false;
+  return CUDA_SUCCESS;
+}
+CUresult FakeEndCapture(CUstream stream, CUgraph* graph) {
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_captures_mu);
+  const auto it = g_captures.find(stream);
+  if (it == g_captures.end()) return CUDA_ERROR_ILLEGAL_STATE;
+  const bool foreign = it->second;
+  g_captures.erase(it);
+  static int graphs = 0;
+  *graph = foreign ? nullptr : reinterpret_cast<CUgraph>(&graphs);
+  return foreign ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCapture>(CUstream stream) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCapture_ptsz>(CUstream stream) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCapture_v2>(CUstream stream, CUstreamCaptureMode) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCapture_v2_ptsz>(CUstream stream, CUstreamCaptureMode) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCaptureToGraph>(CUstream stream, CUgraph, const CUgraphNode*,
+                                                       const CUgraphEdgeData*, size_t,
+                                                       CUstreamCaptureMode) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamBeginCaptureToGraph_ptsz>(CUstream stream, CUgraph,
+                                                            const CUgraphNode*,
+                                                            const CUgraphEdgeData*, size_t,
+                                                            CUstreamCaptureMode) {
+  return FakeBeginCapture(stream);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamEndCapture>(CUstream stream, CUgraph* graph) {
+  return FakeEndCapture(stream, graph);
+}
+template <>
+CUresult Behave<CudaHook::cuStreamEndCapture_ptsz>(CUstream stream, CUgraph* graph) {
+  return FakeEndCapture(stream, graph);
+}
 CUresult FakeIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  *status =
-      stream == kCapturingStream ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  *status = Captured(stream) ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return CUDA_SUCCESS;
 }
 template <>
@@ -955,6 +1033,7 @@ TESSERA_FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* out, void
 TESSERA_FAKE_EXPORT CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr addr,
                                                     cuuint32_t value, unsigned int flags) {
   if (addr == 0 || flags != CU_STREAM_WAIT_VALUE_GEQ) return CUDA_ERROR_NOT_SUPPORTED;
+  if (tessera::fake::ForeignIntoCapture(stream)) return CUDA_SUCCESS;  // a node of the capture
   tessera::fake::StreamGate g{
       stream, reinterpret_cast<const volatile std::uint32_t*>(addr), value, {}};
   if (tessera::fake::Reached(g)) return CUDA_SUCCESS;

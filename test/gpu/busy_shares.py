@@ -185,6 +185,10 @@ def run(cmd, timeout):
     # between calls on the H200, with the cores it landed on).
     if os.environ.get("CPUS"):
         cmd = ["taskset", "-c", os.environ["CPUS"]] + cmd
+    # NOASLR=1: every run with the same address layout (setarch -R; with PYTHONHASHSEED fixed, the
+    # interpreter's own layout too), so that runs differ by what they run, not where it landed.
+    if os.environ.get("NOASLR") == "1":
+        cmd = ["setarch", os.uname().machine, "-R"] + cmd
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -253,15 +257,30 @@ def drive(build, out):
         with open(os.path.join(out, "busy_shares.json"), "w") as f:
             json.dump(results, f, indent=1)
     pairs = []
-    for _ in range(int(os.environ.get("PAIRS", "5"))):
-        native, _ = rate("launchbound", [], 6)
-        governed, _ = rate("launchbound", tessera + ["--gpu-cores", "90", "--"], 6)
+    overhead_seconds = int(os.environ.get("OVERHEAD_SECONDS", "6"))
+    for i in range(int(os.environ.get("PAIRS", "5"))):
+        # ABBA: every other pair runs the governed one first (a drift over the call cancels).
+        order = ("native", "governed") if i % 2 == 0 else ("governed", "native")
+        got = {}
+        for which in order:
+            prefix = [] if which == "native" else tessera + ["--gpu-cores", "90", "--"]
+            got[which], _ = rate("launchbound", prefix, overhead_seconds)
+        native, governed = got["native"], got["governed"]
         if native and governed:
             pairs.append((native, governed))
+            print(f"pair {i}: native {native:.1f}/s governed {governed:.1f}/s "
+                  f"ratio {governed / native:.4f}")
     if pairs:
         ratios = sorted(g / n for n, g in pairs)
+        # A 95 % interval of the median ratio: bootstrap over the pairs (fixed seed).
+        import random
+        rng = random.Random(21)
+        boot = sorted(statistics.median(rng.choice(ratios) for _ in ratios) for _ in range(2000))
         results["overhead"] = {"pairs": pairs, "ratios": ratios,
-                               "median_ratio": statistics.median(ratios)}
+                               "median_ratio": statistics.median(ratios),
+                               "median_ci95": [boot[50], boot[1949]],
+                               "seconds": overhead_seconds}
+        print(f"overhead median ratio 95 % interval {boot[50]:.4f} .. {boot[1949]:.4f}")
         print(f"\noverhead, launch-bound loop at --gpu-cores 90 (does not bind): governed / native "
               f"median {statistics.median(ratios):.4f} over {len(pairs)} interleaved pairs "
               f"(min {ratios[0]:.4f}, max {ratios[-1]:.4f})")

@@ -422,9 +422,11 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("array_after_destroy=%d\n", create(&again, &desc));
     return 0;
   }
-  if (scenario ==
-      "spin") {  // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while
-    // The fake driver sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US.
+  if (scenario == "spin" || scenario == "capture") {
+    // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while (the fake driver
+    // sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US), a synchronize
+    // every 8. capture SECONDS KERNEL_US: first 64 of them into a stream capture (graph nodes),
+    // then the same on that stream, counting the driver's capture queries meanwhile.
     using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
     using Sync = CUresult (*)(void);
     void* driver = dlopen("libcuda.so.1", RTLD_NOW);
@@ -439,15 +441,42 @@ int Run(const Api& api, int argc, char** argv) {
     const double seconds = std::atof(argv[1]);
     std::uint64_t param = std::strtoull(argv[2], nullptr, 10) * 1000 * 20;
     void* params[] = {&param};
+    CUstream stream = nullptr;
+    using Calls = unsigned long long (*)(const char*);
+    const auto calls = reinterpret_cast<Calls>(dlsym(driver, "tessera_fake_calls"));
+    if (scenario == "capture") {
+      const auto create =
+          reinterpret_cast<decltype(&cuStreamCreate)>(dlsym(driver, "cuStreamCreate"));
+      const auto begin = reinterpret_cast<decltype(&cuStreamBeginCapture_v2)>(
+          dlsym(driver, "cuStreamBeginCapture_v2"));
+      const auto end =
+          reinterpret_cast<decltype(&cuStreamEndCapture)>(dlsym(driver, "cuStreamEndCapture"));
+      if (create == nullptr || begin == nullptr || end == nullptr || calls == nullptr ||
+          create(&stream, 0) != CUDA_SUCCESS) {
+        std::printf("error=no capture\n");
+        return 1;
+      }
+      std::printf("begin_capture=%d\n", begin(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+      int captured = 0;
+      for (int i = 0; i < 64; ++i) {
+        if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS)
+          ++captured;
+      }
+      CUgraph graph = nullptr;
+      std::printf("captured_launches=%d\nend_capture=%d\n", captured, end(stream, &graph));
+    }
+    const unsigned long long asked = calls != nullptr ? calls("cuStreamIsCapturing") : 0;
     const auto start = std::chrono::steady_clock::now();
     long kernels = 0, sync_errors = 0;
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() <
            seconds) {
-      if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) != CUDA_SUCCESS) break;
+      if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) != CUDA_SUCCESS) break;
       if (++kernels % 8 == 0 && sync() != CUDA_SUCCESS) ++sync_errors;
     }
     if (sync() != CUDA_SUCCESS) ++sync_errors;
     std::printf("kernels=%ld\nsync_errors=%ld\n", kernels, sync_errors);
+    if (calls != nullptr)
+      std::printf("capture_queries=%llu\n", calls("cuStreamIsCapturing") - asked);
     return 0;
   }
   if (scenario == "streams") {  // streams: create (both entry points) until refused or 256,

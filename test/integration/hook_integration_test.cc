@@ -699,6 +699,30 @@ TEST_F(TesseraRunTest, AHardShareHoldsLaunchesAndMeasuresBusyTime) {
   EXPECT_GT(out.Num("kernels"), 0u);
 }
 
+// Launches into a stream being captured are graph nodes: they pass ungoverned, and nothing of the
+// governor's (a fence event, a probe's gate) goes into the capture — the fake driver fails the
+// capture's end if anything but a launch went in. Once every capture has ended, governed launches
+// ask the driver nothing about capture (the count of captures begun through the library is 0).
+TEST_F(TesseraRunTest, LaunchesIntoACaptureAreGraphNodesAndCapturesAreCounted) {
+  testutil::TempDir arbiter;
+  const Output out =
+      Run({"--gpu-cores", "50", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "capture", "1", "100"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Get("begin_capture"), "0") << out.text;
+  EXPECT_EQ(out.Num("captured_launches"), 64u) << out.text;
+  EXPECT_EQ(out.Get("end_capture"), "0") << out.text;  // nothing of ours went into it
+  EXPECT_EQ(out.Num("sync_errors"), 0u) << out.text;
+  EXPECT_GT(out.Num("kernels"), 50u) << out.text;
+  EXPECT_EQ(out.Num("capture_queries"), 0u) << out.text;
+  EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;  // the launches after it: governed
+  const std::size_t at = out.text.rfind(" governed launch(es)");
+  ASSERT_NE(at, std::string::npos) << out.text;
+  const unsigned long long governed = std::stoull(out.text.substr(out.text.rfind(' ', at - 1)));
+  EXPECT_GT(governed, 0u) << out.text;
+  EXPECT_LE(governed, out.Num("kernels")) << out.text;  // the captured 64 are not among them
+}
+
 // The probes' gate (TESSERA_PROBE_GATE=1) against the fake driver's stream waits: every gate
 // the library closes is opened again (a synchronize never finds one closed), the work is
 // measured, and no gate is closed in front of a launch that synchronizes the context (the fake,
