@@ -385,11 +385,12 @@ Choice TesseraPolicy::Compute(std::size_t node, const Request& q, GpuMask usable
     }
     return c;
   };
-  // Major key: FGD's score of the fragmentation delta (a sigmoid in 0..100). Minor key: the
-  // least cost.
+  // Major key: FGD's sigmoid score (0..100) of the fragmentation delta plus that cost: both are
+  // GPU milli the placement is expected to leave unusable, so they are added before FGD's
+  // truncated sigmoid, not ranked one after the other. Minor key: the least cost.
   const SigmoidTable& sigmoid = Sigmoids();
   auto score = [&](double delta, double c) {
-    const int major = sigmoid(delta / 1000);
+    const int major = sigmoid((delta + c) / 1000);
     const std::int64_t minor =
         kCostClamp - std::clamp<std::int64_t>(std::llround(c), -kCostClamp, kCostClamp);
     return static_cast<int>(major * kMinorRange + minor);

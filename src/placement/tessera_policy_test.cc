@@ -156,6 +156,36 @@ TEST(TesseraPolicyTest, TiesSpareTheOnlyHostOfAMultiGpuShape) {
   EXPECT_EQ(d->node, 1U);
 }
 
+// The expected cost is added to the fragmentation delta, before FGD's sigmoid: a placement that
+// FGD's delta prefers by a step (filling a partly used GPU) but that takes the CPU the only host
+// of a multi-GPU shape needs loses to one that FGD's delta alone would rank lower.
+TEST(TesseraPolicyTest, TheCostOutweighsASmallFragmentationGain) {
+  auto c = Cluster::Create({MakeNode("host", 8, 128000), MakeNode("other", 8, 96000)});
+  ASSERT_OK(c);
+  // One of host's GPUs is 700 milli used: a 300-milli share fills it exactly.
+  const Request used = Pod("used", 1000, 1, 700);
+  const ResolvedRequest ru = c->Resolve(used);
+  Allocation a;
+  a.node = 0;
+  a.gpus.push_back(c->ShareOn(0, 0, ru));
+  ASSERT_OK(c->Add(ru, a));
+  TesseraPolicy p(*c);
+  for (int i = 0; i < 62; ++i) {
+    p.Observe(Pod("w" + std::to_string(i), 1000, 1, 1000));
+    p.Observe(Pod("s" + std::to_string(i), 1000, 1, 300));
+  }
+  // Four GPUs with 100 CPUs: rare (not in the target), and only "host" has the CPUs.
+  for (int i = 0; i < 3; ++i) p.Observe(Pod("big" + std::to_string(i), 100000, 4, 1000));
+  for (const auto& item : p.target().items) ASSERT_EQ(item.gpu_count, 1U);
+  // On "host" the share fills the 300 free milli (FGD's delta: -150, score 53); on "other" it
+  // opens a whole GPU (+350, score 41). But 30 CPUs on "host" leave it 98: no longer a host.
+  Scheduler s(&*c, &p);  // the decision's own arrival is the 128th: a rebuild sees all above
+  const auto d = s.Decide(Pod("q", 30000, 1, 300));
+  ASSERT_TRUE(d.has_value());
+  EXPECT_GT(p.MultiGpuValue(4, 1000, 100000), 1000.0);
+  EXPECT_EQ(d->node, 1U);
+}
+
 TEST(TesseraPolicyTest, HostsAreScarceForEveryShapeThatNeedsThem) {
   // Six nodes of 8 GPUs host both 4-GPU and 8-GPU pods. Four 4-GPU pods alone would not make
   // those hosts scarce, but eight 8-GPU pods compete for the same nodes: the 4-GPU shape is
