@@ -6,12 +6,13 @@
 // of future arrivals is used; an optional configured profile (e.g. yesterday's pods) seeds the
 // histogram as a prior.
 //
-// The major key is FGD's sigmoid score of the fragmentation delta. Its ties (which the
-// published FGD breaks by a random node rank) go to the placement with the least expected cost,
-// in GPU milli: how much it unbalances the node's free CPU against its free GPU milli, measured
-// with the observed demand ratio (CPU per GPU milli), plus the estimated demand for pods of two
-// or more GPUs that the node could host before and not after. Within a node a fractional share
-// goes to the GPU with the best score, then the least free milli, then the least free memory.
+// The major key is FGD's sigmoid score of the fragmentation delta plus an expected cost, in GPU
+// milli: how much the placement unbalances the node's free CPU against its free GPU milli,
+// measured with the observed demand ratio (CPU per GPU milli), plus the estimated demand for
+// pods of two or more GPUs that the node could host before and not after. Ties of that score
+// (which the published FGD breaks by a random node rank) go to the least cost. Within a node a
+// fractional share goes to the GPU with the best score, then the least free milli, then the
+// least free memory.
 #pragma once
 
 #include <cmath>
