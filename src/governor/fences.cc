@@ -5,8 +5,9 @@
 namespace tessera::governor {
 namespace {
 constexpr std::size_t kMaxStreams = 64;
-constexpr std::size_t kMaxKinds = 4096;           // past this many kinds, the estimates start again
-constexpr std::size_t kMaxPolledPerStream = 256;  // segments one Poll looks at per stream
+constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates start again
+constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
+constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
@@ -92,14 +93,33 @@ double FenceTracker::Estimate(const Stream& s) const {
   return s.per_launch_ns > 0 ? s.per_launch_ns : static_cast<double>(options_.quantum_ns);
 }
 
+std::size_t FenceTracker::SlotOf(std::uint64_t key) const {
+  const std::size_t mask = kinds_.size() - 1;
+  std::size_t i = key & mask;
+  while (kinds_[i].used && kinds_[i].key != key) i = (i + 1) & mask;
+  return i;
+}
+
 double FenceTracker::KindEstimateNs(std::uint64_t key) const {
-  const auto it = kinds_.find(key);
-  return it != kinds_.end() ? it->second.estimate_ns : 0;
+  if (kinds_.empty()) return 0;
+  const KindSlot& slot = kinds_[SlotOf(key)];
+  return slot.used ? slot.kind.estimate_ns : 0;
 }
 
 FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
-  if (kinds_.size() >= kMaxKinds && kinds_.find(key) == kinds_.end()) kinds_.clear();
-  return kinds_[key];
+  if (kinds_.empty()) kinds_.resize(kKindSlots);
+  std::size_t i = SlotOf(key);
+  if (!kinds_[i].used) {
+    if (kind_count_ >= kMaxKinds) {  // the estimates start again
+      std::fill(kinds_.begin(), kinds_.end(), KindSlot{});
+      kind_count_ = 0;
+      i = SlotOf(key);
+    }
+    kinds_[i].used = true;
+    kinds_[i].key = key;
+    ++kind_count_;
+  }
+  return kinds_[i].kind;
 }
 
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
@@ -438,7 +458,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
         const double ns = static_cast<double>(ProbeNs(seg, span));
-        Kind& k = kinds_[seg.probe_key];
+        Kind& k = KindFor(seg.probe_key);
         if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
           k.estimate_ns = 0;
           k.exact = true;

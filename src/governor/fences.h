@@ -72,15 +72,19 @@ class EventApi {
   virtual void Release() {}
 };
 
+// Every event record, stream wait and query is a driver call that costs about as much as a
+// launch (on the H200 host ~4.4 us: issue #21's stats), so the defaults keep them to a few per
+// cent of a launch-bound loop's launches: a segment of up to 256 launches takes two records, a
+// probe four calls.
 struct FenceOptions {
   std::uint64_t quantum_ns = 200'000;  // estimated work per segment
-  std::uint32_t max_segment_launches = 64;
+  std::uint32_t max_segment_launches = 256;
   std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many ...
   std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
-  // ... and, on one stream, no sooner than this after its previous probe (host clock): a probe
-  // costs a handful of driver calls, so a launch-bound loop of microsecond kernels would
-  // otherwise pay a few per cent of its throughput for probes alone.
-  std::uint64_t min_probe_gap_ns = 1'000'000;
+  // ... and, on one stream, no sooner than this after its previous probe (host clock): at one a
+  // millisecond, probes alone cost a loop of microsecond kernels ~1.3 % of its throughput on
+  // the H200 host.
+  std::uint64_t min_probe_gap_ns = 4'000'000;
 };
 
 // A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).
@@ -303,7 +307,17 @@ class FenceTracker {
   std::size_t last_stream_ = 0;  // StreamFor's latest answer (an index: checked before use)
   std::vector<Event> events_;
   std::vector<int> free_events_;
-  std::unordered_map<std::uint64_t, Kind> kinds_;
+  // The kinds' estimates: open addressing on the key (already a mixed hash), linear probing, in
+  // one array (a launch looks its kind up: no node to chase, as a map's would be).
+  struct KindSlot {
+    std::uint64_t key = 0;
+    bool used = false;
+    Kind kind;
+  };
+  std::vector<KindSlot> kinds_;
+  std::size_t kind_count_ = 0;
+  // The slot holding `key`, or the empty one where it would go (kinds_ not empty).
+  std::size_t SlotOf(std::uint64_t key) const;
   std::uint64_t rng_;
   int epoch_ = -1;
   std::uint64_t probe_offset_ns_ = 0;

@@ -327,11 +327,13 @@ TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
 }
 
 // Probes are rare in time as well as in launches: a loop of 100,000 launches over 0.6 s makes
-// at most one probe a millisecond (a probe costs a few driver calls).
-TEST(FenceTracker, ProbesAreAtMostOneAMillisecondPerStream) {
+// at most one probe per min_probe_gap_ns (a probe costs a few driver calls).
+TEST(FenceTracker, ProbesAreAtMostOnePerGapPerStream) {
   OneStreamGpu gpu;
-  FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 3});
-  for (int i = 0; i < 100'000; ++i) {
+  FenceOptions options{200'000, 64, 4, 3};
+  ASSERT_EQ(options.min_probe_gap_ns, 4'000'000u);  // the default
+  FenceTracker t(&gpu, options);
+  for (int i = 0; i < 100'000; ++i) {  // 600 ms of launches: 100 gaps of 4 ms
     LaunchOn(t, gpu, 1'000, 1);
     gpu.now += 6'000;
     if (i % 256 == 255) t.FenceAll(gpu.now);
@@ -339,8 +341,8 @@ TEST(FenceTracker, ProbesAreAtMostOneAMillisecondPerStream) {
   }
   Drain(t, gpu);
   const FenceTracker::Stats& s = t.stats();
-  EXPECT_LE(s.probes_exact + s.probes_inexact, 600u + 2u);
-  EXPECT_GE(s.probes_exact + s.probes_inexact, 300u);  // still plenty to estimate from
+  EXPECT_LE(s.probes_exact + s.probes_inexact, 150u + 2u);
+  EXPECT_GE(s.probes_exact + s.probes_inexact, 75u);  // still plenty to estimate from
   EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
 }
 

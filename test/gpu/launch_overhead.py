@@ -1,0 +1,103 @@
+"""The governed launch path's overhead on launch-bound loops (issue #21: <= 3 % of throughput where
+the share does not bind), three ways in rotation, paired by round:
+  native     the loop alone, no tessera
+  free       under `tessera run` without a share (alone on its GPU: the gate is kFree, one load a
+             launch)
+  governed   under `tessera run --gpu-cores 90` (fences, probes, the arbiter; the share does not bind)
+Loops: `cpp` (test/gpu/launch_loop.cu: runtime launches of a tiny kernel, no host work) and
+`torch` (busy_shares.py's launch-bound PyTorch loop).
+
+  launch_overhead.py TESSERA LOOP_BINARY OUT.json   (ROUNDS, SECONDS, LOOPS, CPUS from the environment)
+
+Each round runs the three in a rotated order (a drift over the call cancels); a ratio is taken
+within a round, and its median over the rounds gets a bootstrap 95 % interval.
+"""
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+from jsonl import json_lines  # beside this script
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def loop_cmd(loop, binary, seconds):
+    if loop == "cpp":
+        return [binary, "--seconds", str(seconds)]
+    return [sys.executable, os.path.join(HERE, "busy_shares.py"), "work", "launchbound",
+            "--seconds", str(seconds)]
+
+
+def rate(loop, lines):
+    if loop == "cpp":
+        got = [l["launches_per_s"] for l in lines if "launches_per_s" in l]
+        return got[0] if got else None
+    seconds = [l for l in lines if "units" in l]
+    if not seconds:
+        return None
+    t0 = min(l["t"] for l in seconds)
+    kept = [l for l in seconds if l["t"] - t0 >= 2.0]
+    if not kept:
+        return None
+    span = max(l["t"] for l in kept) - min(l["t"] - l["dt"] for l in kept)
+    return sum(l["units"] for l in kept) / span
+
+
+def run_one(tessera, loop, binary, which, seconds):
+    prefix = []
+    if os.environ.get("CPUS"):
+        prefix = ["taskset", "-c", os.environ["CPUS"]]
+    if which == "free":
+        prefix += [tessera, "run", "--gpu-memory", "24Gi", "--"]
+    elif which == "governed":
+        prefix += [tessera, "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
+    p = subprocess.run(prefix + loop_cmd(loop, binary, seconds), capture_output=True, text=True,
+                       timeout=seconds + 120)
+    got = rate(loop, list(json_lines(p.stdout)))
+    if got is None:
+        print(f"  {loop} {which}: no rate (rc {p.returncode}): {p.stderr.strip()[-300:]}")
+    return got
+
+
+def interval(ratios, rng):
+    boot = sorted(statistics.median(rng.choice(ratios) for _ in ratios) for _ in range(2000))
+    return boot[50], boot[1949]
+
+
+def main():
+    tessera, binary, out = sys.argv[1:4]
+    rounds = int(os.environ.get("ROUNDS", "6"))
+    seconds = int(os.environ.get("SECONDS", "4"))
+    ways = ("native", "free", "governed")
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": rounds, "seconds": seconds,
+               "cpus": os.environ.get("CPUS"), "loops": {}}
+    rng = random.Random(21)
+    for loop in os.environ.get("LOOPS", "cpp torch").split():
+        table = []
+        for r in range(rounds):
+            order = ways[r % 3:] + ways[:r % 3]
+            got = {w: run_one(tessera, loop, binary, w, seconds) for w in order}
+            table.append(got)
+            print(f"{loop} round {r}: " + "  ".join(
+                f"{w} {got[w]:.1f}/s" if got[w] else f"{w} -" for w in ways), flush=True)
+        summary = {"rounds": table}
+        for num, den in (("free", "native"), ("governed", "native"), ("governed", "free")):
+            ratios = sorted(t[num] / t[den] for t in table if t[num] and t[den])
+            if not ratios:
+                continue
+            lo, hi = interval(ratios, rng)
+            summary[f"{num}/{den}"] = {"median": statistics.median(ratios), "ci95": [lo, hi],
+                                       "ratios": ratios}
+            print(f"{loop} {num}/{den}: median {statistics.median(ratios):.4f} "
+                  f"(95 % interval {lo:.4f} .. {hi:.4f}, {len(ratios)} rounds)", flush=True)
+        results["loops"][loop] = summary
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
