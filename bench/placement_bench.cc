@@ -1,55 +1,73 @@
 // One placement decision (filter + score + GPU choice) on the Alibaba cluster, 1,213 nodes, and
-// on the same node mix scaled to 5k and 20k nodes. Each benchmark replays the default trace's
-// arrivals (tuned to 130 % of that cluster's GPU capacity, seed 42) and times every decision;
-// the counters p50_us / p99_us / max_us are over all decisions of the replay, which covers the
-// empty, filling and saturated cluster.
+// on that cluster made k times larger (issue #26): the node list copied k times and the pod list
+// with it (sim/scale.h, as `tessera sim --scale K`), k = 3, 5, 10 (3,639, 6,065 and 12,130
+// nodes). Each benchmark replays the default trace's arrivals (tuned to 130 % of the cluster's
+// GPU capacity, seed 42) and times every decision; the counters p50_us / p99_us / max_us are over
+// all decisions of the replay, which covers the empty, filling and saturated cluster.
+// peak_rss_mib is the process's VmHWM after the replay: run one benchmark per process
+// (--benchmark_filter) to read it per configuration (bench/scale_curve.py does, interleaved).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
 #include "placement/scheduler.h"
 #include "sim/replay.h"
+#include "sim/scale.h"
 #include "sim/trace.h"
 #include "sim/workload.h"
 
 namespace tessera::sim {
 namespace {
 
-std::vector<placement::Node> ScaledNodes(std::size_t count) {
-  auto base = LoadNodeCsv(std::string(TESSERA_TRACE_DATA) + "/openb_node_list_gpu_node.csv");
-  if (!base.ok()) return {};
-  std::vector<placement::Node> nodes;
-  for (std::size_t i = 0; i < count; ++i) {
-    placement::Node n = (*base)[i % base->size()];
-    n.name = "node-" + std::to_string(i);
-    nodes.push_back(std::move(n));
-  }
-  return nodes;
+const std::vector<placement::Node>& BaseNodes() {
+  static const auto* nodes = new std::vector<placement::Node>(
+      LoadNodeCsv(std::string(TESSERA_TRACE_DATA) + "/openb_node_list_gpu_node.csv").value());
+  return *nodes;
 }
 
-const std::vector<TracePod>& Pods() {
+const std::vector<TracePod>& BasePods() {
   static const auto* pods = new std::vector<TracePod>(
       LoadPodCsv(std::string(TESSERA_TRACE_DATA) + "/openb_pod_list_default.csv").value());
   return *pods;
 }
 
+// The process's peak resident set (VmHWM), MiB; 0 if /proc is not there.
+double PeakRssMib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
 void BM_PlacementDecision(benchmark::State& state) {
   const auto kind = static_cast<placement::PolicyKind>(state.range(0));
-  const auto node_count = static_cast<std::size_t>(state.range(1));
-  auto input = MakeSimInput(ScaledNodes(node_count), Pods(), "default");
+  const auto scale = static_cast<int>(state.range(1));
+  auto nodes = ScaleNodes(BaseNodes(), scale);
+  auto pods = ScalePods(BasePods(), scale);
+  if (!nodes.ok() || !pods.ok()) {
+    state.SkipWithError("cannot scale the trace");
+    return;
+  }
+  auto input = MakeSimInput(*std::move(nodes), *std::move(pods), "default");
   if (!input.ok()) {
     state.SkipWithError(input.status().ToString().c_str());
     return;
   }
+  const std::size_t node_count = input->cluster.size();
   std::vector<double> micros;
   for (auto _ : state) {
     state.PauseTiming();
     auto rand = MakeRand(RngKind::kStd, 42).value();
     placement::Cluster cluster = input->cluster;
-    const Workload w = GenerateWorkload(Pods(), cluster.size(), cluster.total_gpu_milli(), *rand);
+    const Workload w =
+        GenerateWorkload(input->pods, cluster.size(), cluster.total_gpu_milli(), *rand);
     std::vector<placement::Request> requests;
     for (const TracePod& p : w.pods) requests.push_back(ToRequest(p));
     auto policy = placement::MakePolicy(kind, cluster, input->typical, rand.get());
@@ -75,16 +93,24 @@ void BM_PlacementDecision(benchmark::State& state) {
   state.counters["p50_us"] = at(0.50);
   state.counters["p99_us"] = at(0.99);
   state.counters["max_us"] = micros.empty() ? 0.0 : micros.back();
+  state.counters["nodes"] = static_cast<double>(node_count);
+  state.counters["peak_rss_mib"] = PeakRssMib();
   state.SetLabel(std::string(placement::Name(kind)) + " " + std::to_string(node_count) + " nodes");
 }
 
+// Every policy on the trace's cluster; FGD, Best-fit and tessera on the larger ones (k = 3, 5,
+// 10). Random is not cacheable: it filters every node at every decision.
 void Args(benchmark::internal::Benchmark* b) {
-  for (const int nodes : {1213, 5000, 20000}) {
-    for (int kind = 0; kind <= static_cast<int>(placement::PolicyKind::kTessera); ++kind) {
-      b->Args({kind, nodes});
+  for (int kind = 0; kind <= static_cast<int>(placement::PolicyKind::kTessera); ++kind) {
+    b->Args({kind, 1});
+  }
+  for (const int scale : {3, 5, 10}) {
+    for (const auto kind : {placement::PolicyKind::kBestFit, placement::PolicyKind::kFgd,
+                            placement::PolicyKind::kTessera}) {
+      b->Args({static_cast<int>(kind), scale});
     }
   }
-  b->Iterations(1)->Unit(benchmark::kMillisecond);
+  b->ArgNames({"policy", "scale"})->Iterations(1)->Unit(benchmark::kMillisecond);
 }
 BENCHMARK(BM_PlacementDecision)->Apply(Args);
 

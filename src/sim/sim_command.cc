@@ -22,6 +22,7 @@
 #include "sim/go_source.h"
 #include "sim/plot.h"
 #include "sim/replay.h"
+#include "sim/scale.h"
 #include "sim/trace.h"
 #include "sim/variants.h"
 
@@ -45,6 +46,7 @@ struct Options {
   bool keep_order = false;  // --order name
   std::string variants;     // --variants RECIPE: write the recipe's pod lists, no replay
   std::string out_dir;      // --out DIR (with --variants)
+  int scale = 1;            // --scale K: the node list copied K times, each pod list with it
   bool help = false;
 };
 
@@ -160,6 +162,9 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
     } else if (flag == "--out") {
       TESSERA_ASSIGN_OR_RETURN(o.out_dir, take());
       if (o.out_dir.empty()) return InvalidArgumentError("--out: want a folder");
+    } else if (flag == "--scale") {
+      TESSERA_ASSIGN_OR_RETURN(const std::string text, take());
+      TESSERA_ASSIGN_OR_RETURN(o.scale, ParseScale(text));
     } else if (flag == "--jobs" || flag == "-j") {
       TESSERA_ASSIGN_OR_RETURN(const std::string text, take());
       TESSERA_ASSIGN_OR_RETURN(const std::int64_t n, ParseSeed(text));
@@ -180,10 +185,10 @@ StatusOr<Options> ParseArgs(const std::vector<std::string>& args) {
       return InvalidArgumentError(
           "--variants: --trace DIR is required (the lists it derives from)");
     }
-    if (!o.pods.empty() || !o.policies.empty() || !o.plot.empty() || o.json) {
+    if (!o.pods.empty() || !o.policies.empty() || !o.plot.empty() || o.json || o.scale != 1) {
       return InvalidArgumentError(
-          "--variants writes pod lists and replays nothing: drop --pods, --policy, --plot and "
-          "--json");
+          "--variants writes pod lists and replays nothing: drop --pods, --policy, --plot, "
+          "--json and --scale");
     }
     return o;
   }
@@ -308,8 +313,17 @@ struct ListRun {
 };
 
 StatusOr<ListRun> ReplayList(const Options& o, const std::vector<placement::Node>& nodes,
-                             const std::string& pods_path) {
+                             const std::string& pods_path, std::ostream& err) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<TracePod> pods, LoadPodCsv(pods_path));
+  // Pods no node can take fail in every run: say which and why, once, before the replay.
+  for (const std::string& line : UnplaceablePods(pods, nodes, pods_path)) {
+    err << "tessera sim: note: " << line << " (counted as failed)\n";
+  }
+  if (o.scale > 1) {
+    StatusOr<std::vector<TracePod>> scaled = ScalePods(pods, o.scale);
+    if (!scaled.ok()) return AsInputError(scaled.status());  // a name the list already has
+    pods = std::move(scaled).value();
+  }
   const std::string workload = fs::path(pods_path).stem().string();
   TESSERA_ASSIGN_OR_RETURN(SimInput input, MakeSimInput(nodes, std::move(pods), workload));
   ListRun run{std::move(input), {}, {}, 1, 0};
@@ -356,6 +370,8 @@ std::vector<nlohmann::json> RunsJson(const Options& o, const ListRun& run) {
     obj["rng"] = RngName(o);
     obj["tune"] = run_options.workload.tune;
     obj["order"] = o.keep_order ? "name" : "shuffle";
+    obj["scale"] = o.scale;
+    obj["nodes"] = run.input.cluster.size();
     obj["gpu_alloc_ratio"] =
         r.curve.alloc.back().has_value() ? nlohmann::json(*r.curve.alloc.back()) : nlohmann::json();
     obj["frag_ratio"] =
@@ -380,8 +396,9 @@ std::vector<nlohmann::json> RunsJson(const Options& o, const ListRun& run) {
 std::string ListText(const Options& o, const ListRun& run) {
   std::ostringstream out;
   out << "trace " << run.input.workload << ": " << run.input.cluster.size() << " nodes, "
-      << run.input.cluster.total_gpus() << " GPUs, " << run.input.pods.size() << " pods; rng "
-      << RngName(o) << "; " << run.jobs.size() << " runs on " << run.workers << " threads in "
+      << run.input.cluster.total_gpus() << " GPUs, " << run.input.pods.size() << " pods"
+      << (o.scale > 1 ? " (--scale " + std::to_string(o.scale) + ")" : "") << "; rng " << RngName(o)
+      << "; " << run.jobs.size() << " runs on " << run.workers << " threads in "
       << Fixed(run.wall_s, 2) << " s\n";
   for (const PolicyKind p : o.policies) {
     out << "\n" << placement::Name(p) << " (" << placement::PublishedName(p) << ")\n";
@@ -593,6 +610,8 @@ std::string SimHelp() {
          "  --json        one object per (policy, seed) run, as a JSON array\n"
          "  --plot FILE   SVG chart of mean allocation vs arrival for the chosen policies\n"
          "  --jobs N      parallel runs (default: the number of cores)\n"
+         "  --scale K     K times the cluster: the node list copied K times (copy J's names\n"
+         "                end in -cJ), every pod of each list with it; K in 1..100 (default 1)\n"
          "  --order       shuffle: pods arrive shuffled, as published (default); name: in name\n"
          "                order (lists whose names follow time, e.g. --variants' shift family)\n"
          "  --variants RECIPE --out DIR\n"
@@ -634,6 +653,14 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
     return ToExitCode(nodes.status());
   }
   if (!o.variants.empty()) return WriteVariants(o, *nodes, nodes_path, out, err);
+  if (o.scale > 1) {
+    StatusOr<std::vector<placement::Node>> scaled = ScaleNodes(*nodes, o.scale);
+    if (!scaled.ok()) {
+      err << "tessera sim: " << scaled.status().message() << "\n";
+      return ToExitCode(AsInputError(scaled.status()));
+    }
+    nodes = std::move(scaled);
+  }
   std::vector<std::string> lists;
   if (o.pods == "all") {
     lists = PodListsIn(o.trace_dir);
@@ -653,7 +680,7 @@ int RunSimCommand(const std::vector<std::string>& args, std::ostream& out, std::
   }
   std::vector<ListRun> runs;
   for (const std::string& list : lists) {
-    StatusOr<ListRun> run = ReplayList(o, *nodes, list);
+    StatusOr<ListRun> run = ReplayList(o, *nodes, list, err);
     if (!run.ok()) {
       err << "tessera sim: " << run.status().message() << "\n";
       return ToExitCode(run.status());

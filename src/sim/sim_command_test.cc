@@ -162,6 +162,109 @@ TEST(SimCommand, BadInputFailsClearly) {
   EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "missing.csv"}, &out, &err), 3);
 }
 
+// --scale K: K times the node list, each pod list with it; a bad K is a usage error naming the
+// flag and the accepted form.
+TEST(SimCommand, ScaleCopiesTheClusterAndThePods) {
+  testutil::TempDir dir;
+  Write(dir.path() + "/openb_node_list_gpu_node.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,16384,2,T4\nn1,8000,16384,1,P100\n");
+  Write(dir.path() + "/openb_pod_list_tiny.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "a,1000,100,1,500,\nb,1000,100,1,1000,P100\nc,1000,100,0,0,\nd,2000,100,2,1000,\n");
+  std::string out, err;
+  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--rng", "std", "--json", "--policy",
+                    "fgd,tessera", "--seeds", "42", "--scale", "3"},
+                   &out, &err),
+            0)
+      << err;
+  const auto runs = nlohmann::json::parse(out);
+  ASSERT_EQ(runs.size(), 2U);
+  for (const auto& run : runs) {
+    EXPECT_EQ(run["scale"], 3);
+    EXPECT_EQ(run["nodes"], 6);
+    EXPECT_EQ(run["total_gpus"], 9);
+    EXPECT_GE(run["pods"].get<int>(), 12);
+  }
+  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--rng", "std", "--policy", "fgd",
+                    "--seeds", "42", "--scale=2"},
+                   &out, &err),
+            0)
+      << err;
+  EXPECT_NE(out.find("4 nodes, 6 GPUs, 8 pods (--scale 2)"), std::string::npos) << out;
+  for (const char* bad : {"0", "101", "ten", ""}) {
+    err.clear();
+    EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--scale", bad}, &out, &err), 2);
+    EXPECT_NE(err.find("--scale: \"" + std::string(bad) + "\": want an integer 1..100"),
+              std::string::npos)
+        << err;
+  }
+  err.clear();
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--scale"}, &out, &err), 2);
+  EXPECT_NE(err.find("--scale: missing value"), std::string::npos) << err;
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--variants", "r.txt", "--out", dir.path() + "/v",
+                    "--scale", "2"},
+                   &out, &err),
+            2);
+}
+
+// Issue #26's bad input, also at scale: each names the file, the line and the field; the replay
+// refuses to start (exit 4) or counts the pod as failed, never crashes.
+TEST(SimCommand, BadTracesAreNamedByFileLineAndFieldAtScale) {
+  testutil::TempDir dir;
+  const std::string nodes = dir.path() + "/openb_node_list_gpu_node.csv";
+  Write(dir.path() + "/openb_pod_list_tiny.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\na,1000,100,1,500,\n");
+  const std::string header = "sn,cpu_milli,memory_mib,gpu,model\nn0,8000,16384,2,T4\n";
+  for (const auto& [row, says] :
+       {std::pair{"n0,8000,16384,1,T4",
+                  "openb_node_list_gpu_node.csv:3: sn: node \"n0\" repeats "
+                  "line 2"},
+        std::pair{"n1,8000,16384,1,H100X",
+                  "openb_node_list_gpu_node.csv:3: unknown GPU model "
+                  "\"H100X\""},
+        std::pair{"n1,0,16384,0,",
+                  "openb_node_list_gpu_node.csv:3: cpu_milli: 0: a node with "
+                  "no capacity"},
+        std::pair{"n1,8000,0,1,T4", "openb_node_list_gpu_node.csv:3: memory_mib: 0"}}) {
+    for (const char* scale : {"1", "10"}) {
+      Write(nodes, header + row + "\n");
+      std::string out, err;
+      EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "tiny", "--scale", scale}, &out, &err), 4)
+          << row;
+      EXPECT_NE(err.find(says), std::string::npos) << err;
+    }
+  }
+  // A repeated pod name is refused where the list is read.
+  Write(nodes, header);
+  Write(dir.path() + "/openb_pod_list_dup.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\na,1,1,1,500\na,1,1,1,500\n");
+  std::string out, err;
+  EXPECT_EQ(RunSim({"--trace", dir.path(), "--pods", "dup", "--scale", "10"}, &out, &err), 4);
+  EXPECT_NE(err.find("openb_pod_list_dup.csv:3: pod \"a\" repeats line 2"), std::string::npos)
+      << err;
+  // Pods no node can take: named once, then failed in every copy (capacity enough for every
+  // pod of every copy to arrive: tuned up, not down).
+  Write(nodes, header + "n1,8000,16384,2,T4\nn2,8000,16384,2,T4\nn3,8000,16384,2,T4\n");
+  Write(dir.path() + "/openb_pod_list_big.csv",
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+        "a,1000,100,1,500,\nwide,1000,100,8,1000,\nv100,1000,100,1,500,V100M32\n");
+  err.clear();
+  ASSERT_EQ(RunSim({"--trace", dir.path(), "--pods", "big", "--scale", "10", "--policy",
+                    "fgd,tessera,random", "--seeds", "42", "--rng", "std", "--json"},
+                   &out, &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("openb_pod_list_big.csv:3: pod \"wide\": num_gpu: 8 is more than any node "
+                     "has (2) (counted as failed)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("openb_pod_list_big.csv:4: pod \"v100\": gpu_spec: \"V100M32\" names no "
+                     "GPU model"),
+            std::string::npos)
+      << err;
+  for (const auto& run : nlohmann::json::parse(out)) EXPECT_GE(run["failed_pods"].get<int>(), 20);
+}
+
 TEST(SimCommand, SmallTraceRunsWithEitherGenerator) {
   testutil::TempDir dir;
   Write(dir.path() + "/openb_node_list_gpu_node.csv",

@@ -122,12 +122,17 @@ StatusOr<std::vector<placement::Node>> ParseNodeCsv(std::string_view text, std::
   std::vector<placement::Node> nodes;
   std::vector<std::size_t> col;
   std::size_t width = 0;
+  std::map<std::string, std::size_t, std::less<>> seen;
   TESSERA_RETURN_IF_ERROR(ForEachRow(
       text, file, {"sn", "cpu_milli", "memory_mib", "gpu", "model"}, &col, &width,
       [&](std::size_t line, const std::vector<std::string_view>& f) -> Status {
         placement::Node n;
         n.name = std::string(f[col[0]]);
         if (n.name.empty()) return InvalidArgumentError(Where(file, line) + "empty node name");
+        if (auto [it, fresh] = seen.emplace(n.name, line); !fresh) {
+          return InvalidArgumentError(Where(file, line) + "sn: node " + Quote(n.name) +
+                                      " repeats line " + std::to_string(it->second));
+        }
         TESSERA_ASSIGN_OR_RETURN(n.cpu_milli, ParseInt(f[col[1]], file, line, "cpu_milli"));
         TESSERA_ASSIGN_OR_RETURN(const std::int64_t mib,
                                  ParseInt(f[col[2]], file, line, "memory_mib"));
@@ -136,6 +141,11 @@ StatusOr<std::vector<placement::Node>> ParseNodeCsv(std::string_view text, std::
             gpus > static_cast<std::int64_t>(placement::kMaxGpusPerNode)) {
           return InvalidArgumentError(Where(file, line) +
                                       "cpu_milli, memory_mib must be >= 0 and gpu in 0..64");
+        }
+        if (n.cpu_milli == 0 || mib == 0) {
+          return InvalidArgumentError(Where(file, line) +
+                                      (n.cpu_milli == 0 ? "cpu_milli" : "memory_mib") +
+                                      ": 0: a node with no capacity can take no pod");
         }
         n.memory_bytes = mib << 20;
         const std::string_view model = f[col[4]];
@@ -180,6 +190,7 @@ StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::string_v
       &width, [&](std::size_t line, const std::vector<std::string_view>& f) -> Status {
         TracePod p;
         p.name = std::string(f[col[0]]);
+        p.line = line;
         if (p.name.empty()) return InvalidArgumentError(Where(file, line) + "empty pod name");
         if (auto [it, fresh] = seen.emplace(p.name, line); !fresh) {
           return InvalidArgumentError(Where(file, line) + "pod " + Quote(p.name) +
@@ -233,6 +244,64 @@ StatusOr<std::vector<TracePod>> LoadPodCsv(const std::string& path) {
   auto pods = ParsePodCsv(text, path);
   if (!pods.ok()) return AsInputError(pods.status());
   return pods;
+}
+
+std::vector<std::string> UnplaceablePods(const std::vector<TracePod>& pods,
+                                         const std::vector<placement::Node>& nodes,
+                                         std::string_view file, std::size_t limit) {
+  std::int64_t max_cpu = 0;
+  std::int64_t max_memory = 0;
+  std::size_t max_gpus = 0;
+  std::map<std::string, std::size_t, std::less<>> gpus_of_model;  // the most on one node
+  for (const placement::Node& n : nodes) {
+    max_cpu = std::max(max_cpu, n.cpu_milli);
+    max_memory = std::max(max_memory, n.memory_bytes);
+    max_gpus = std::max(max_gpus, n.gpus.size());
+    std::map<std::string_view, std::size_t> here;
+    for (const placement::Gpu& g : n.gpus) ++here[g.model];
+    for (const auto& [model, count] : here) {
+      std::size_t& most = gpus_of_model[std::string(model)];
+      most = std::max(most, count);
+    }
+  }
+  std::vector<std::string> out;
+  std::size_t more = 0;
+  for (const TracePod& p : pods) {
+    std::string why;
+    if (p.cpu_milli > max_cpu) {
+      why = "cpu_milli: " + std::to_string(p.cpu_milli) + " is more than any node has (" +
+            std::to_string(max_cpu) + ")";
+    } else if ((p.memory_mib << 20) > max_memory) {
+      why = "memory_mib: " + std::to_string(p.memory_mib) + " is more than any node has (" +
+            std::to_string(max_memory >> 20) + ")";
+    } else if (p.gpu_milli > 0 && p.num_gpu > max_gpus) {
+      why = "num_gpu: " + std::to_string(p.num_gpu) + " is more than any node has (" +
+            std::to_string(max_gpus) + ")";
+    } else if (p.gpu_milli > 0 && !p.models.empty()) {
+      std::size_t most = 0;
+      bool known = false;
+      for (const std::string& m : p.models) {
+        if (auto it = gpus_of_model.find(m); it != gpus_of_model.end()) {
+          known = true;
+          most = std::max(most, it->second);
+        }
+      }
+      if (!known) {
+        why = "gpu_spec: " + Quote(p.spec_key) + " names no GPU model of the node list";
+      } else if (p.num_gpu > most) {
+        why = "num_gpu: " + std::to_string(p.num_gpu) + " GPUs of " + Quote(p.spec_key) +
+              ": no node has that many (at most " + std::to_string(most) + ")";
+      }
+    }
+    if (why.empty()) continue;
+    if (out.size() < limit) {
+      out.push_back(Where(file, p.line) + "pod " + Quote(p.name) + ": " + why);
+    } else {
+      ++more;
+    }
+  }
+  if (more > 0) out.push_back(std::to_string(more) + " more such pods in " + std::string(file));
+  return out;
 }
 
 placement::Request ToRequest(const TracePod& pod) {
