@@ -114,6 +114,10 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "a container's launches found the compute governor failed (they ran ungoverned or waited)")  \
   X(kEventMemoryDrift, "TesseraMemoryDrift",                                                     \
     "NVML shows a container holding more than the preload library accounted (once per episode)") \
+  X(kEventComputeDrift, "TesseraComputeDrift",                                                   \
+    "NVML shows a container on the SMs beyond its share, or a process outside the library")      \
+  X(kEventComputeUnchecked, "TesseraComputeDriftUnchecked",                                      \
+    "NVML's per-process utilization of a GPU could not be read: compute drift is not checked")   \
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                             \
     "tessera-scheduler's validating webhook refused a pod; the message names the rule and field")
 
@@ -193,6 +197,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "episodes of a container above its memory cap by NVML")                                        \
   X(kMetricNodeUnattributed, "tessera_node_unattributed_processes_total", "counter", "node",       \
     "processes found on a tessera GPU that belong to no tessera container")                        \
+  X(kMetricNodeComputeDrift, "tessera_node_compute_drift_total", "counter", "node",                \
+    "episodes of a container using the SMs beyond its grant by NVML (or outside the library)")     \
   X(kMetricNodeDriftKills, "tessera_node_drift_kills_total", "counter", "node",                    \
     "containers whose GPU processes were killed for drift (tier onDrift: kill)")                   \
   X(kMetricNodeDriftEvictions, "tessera_node_drift_evictions_total", "counter", "node",            \

@@ -26,7 +26,8 @@ bool CgroupNamesPod(const std::string& cgroup, const std::string& uid) {
 
 struct RegionView {
   std::set<unsigned int> pids;
-  std::map<std::string, std::uint64_t> used;  // by UUID
+  std::map<std::string, std::uint64_t> used;    // by UUID
+  std::map<std::string, std::uint64_t> waited;  // by UUID: throttled + priority-held ns
 };
 
 RegionView ReadRegion(const std::string& path) {
@@ -43,6 +44,7 @@ RegionView ReadRegion(const std::string& path) {
        ++d) {
     const std::string uuid(r.devices[d].uuid, strnlen(r.devices[d].uuid, shm::kUuidBytes));
     view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
+    view.waited[uuid] = r.compute[d].throttled_ns.load() + r.compute[d].priority_held_ns.load();
   }
   return view;
 }
@@ -51,6 +53,22 @@ RegionView ReadRegion(const std::string& path) {
 
 std::string ProcCgroupOf(unsigned int pid) {
   return ReadFile("/proc/" + std::to_string(pid) + "/cgroup", 64u << 10).value_or("");
+}
+
+unsigned int ProcNsPidOf(unsigned int pid) {
+  const StatusOr<std::string> status =
+      ReadFile("/proc/" + std::to_string(pid) + "/status", 64u << 10);
+  if (!status.ok()) return 0;
+  std::istringstream lines(*status);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.starts_with("NSpid:")) continue;
+    std::istringstream fields(line.substr(6));
+    unsigned int innermost = 0, value = 0;
+    while (fields >> value) innermost = value;  // host first, the process's own namespace last
+    return innermost;
+  }
+  return pid;
 }
 
 DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
@@ -91,6 +109,11 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
         drift.container = c.limits.container;
         drift.uuid = uuid;
         drift.cap_bytes = d.memory_bytes;
+        drift.cores_percent = d.cores_percent;
+        drift.compute = c.limits.compute;
+        drift.slot_pids = regions[i].pids;
+        const auto waited = regions[i].waited.find(uuid);
+        drift.waited_ns = waited == regions[i].waited.end() ? 0 : waited->second;
         const auto used = regions[i].used.find(uuid);
         drift.region_bytes = used == regions[i].used.end() ? 0 : used->second;
         for (const GpuProcess& p : owned[i]) {

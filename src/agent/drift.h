@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,13 @@ struct ContainerDrift {
   std::uint64_t region_bytes = 0;  // what the preload library accounted
   std::uint64_t nvml_bytes = 0;    // what NVML says the container's processes hold
   std::vector<unsigned int> pids;  // its processes on the GPU (host PIDs)
+  // For the compute drift check (agent/compute_drift.h): its share on this GPU, the PIDs of its
+  // region's live slots (as the processes see themselves: their own PID namespace's), and the
+  // time its launches were held so far (throttled + priority-held, from its region).
+  std::uint32_t cores_percent = 0;
+  ComputeMode compute = ComputeMode::kHard;
+  std::set<unsigned int> slot_pids;
+  std::uint64_t waited_ns = 0;
   // NVML above the region: what the library could not see (module code, implicit growth,
   // bypassing processes) or a tenant who rewrote the region. Reported, not acted on.
   std::int64_t drift_bytes() const {
@@ -58,6 +66,9 @@ struct DriftReport {
 // The cgroup path of a host PID ("" if gone): /proc/<pid>/cgroup in production.
 using CgroupOf = std::function<std::string(unsigned int pid)>;
 std::string ProcCgroupOf(unsigned int pid);
+// The PID a host process has in its own (innermost) PID namespace, from the NSpid line of
+// /proc/<pid>/status (0 if gone or unreadable; the PID itself where there is no NSpid line).
+unsigned int ProcNsPidOf(unsigned int pid);
 
 // `processes`: NVML's processes of every GPU tessera manages, by UUID. Regions that cannot be
 // read count as 0 bytes (the tenant may have broken its own region; NVML still tells the truth).

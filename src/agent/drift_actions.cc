@@ -30,7 +30,7 @@ bool IsOwnChild(unsigned int pid) { return static_cast<pid_t>(ProcParentOf(pid))
 
 void KillProcess(unsigned int pid) { kill(static_cast<pid_t>(pid), SIGKILL); }
 
-DriftActions::DriftActions(DriftDeps deps) : deps_(std::move(deps)) {}
+DriftActions::DriftActions(DriftDeps deps) : deps_(std::move(deps)), compute_(deps_.compute) {}
 
 std::map<std::string, std::uint64_t> DriftActions::Check() {
   std::map<std::string, std::uint64_t> nvml_by_key;
@@ -86,7 +86,61 @@ std::map<std::string, std::uint64_t> DriftActions::Check() {
   over_cap_ = std::move(over_now);
   unattributed_ = std::move(unattributed_now);
   drifting_ = std::move(drifting_now);
+  CheckCompute(report, processes, managed);
   return nvml_by_key;
+}
+
+void DriftActions::CheckCompute(const DriftReport& report,
+                                const std::map<std::string, std::vector<GpuProcess>>& processes,
+                                const std::vector<std::string>& managed) {
+  std::vector<ComputeTenant> tenants;
+  std::map<std::string, const ContainerDrift*> by_key;
+  for (const ContainerDrift& c : report.containers) {
+    if (processes.count(c.uuid) == 0) continue;  // NVML did not answer for its GPU
+    ComputeTenant t;
+    t.key = c.id + "/" + c.uuid;
+    t.uuid = c.uuid;
+    t.share_percent = c.cores_percent;
+    t.mode = c.compute;
+    t.waited_ns = c.waited_ns;
+    for (unsigned int pid : c.pids) {
+      t.pids.insert(pid);
+      // Its CUDA calls reached the library if it holds a live slot of the region (as it sees
+      // its own PID). A process already gone reads 0 and is left alone.
+      const unsigned int ns_pid = deps_.ns_pid_of(pid);
+      if (ns_pid != 0 && c.slot_pids.count(ns_pid) == 0) t.ungoverned.insert(pid);
+    }
+    by_key[t.key] = &c;
+    tenants.push_back(std::move(t));
+  }
+  std::map<std::string, std::vector<UtilizationSample>> samples;
+  std::map<std::string, std::string> errors;
+  for (const std::string& uuid : managed) {
+    auto got = deps_.gpus->ProcessUtilization(uuid, compute_.LastSeen(uuid));
+    if (got.ok()) {
+      samples[uuid] = std::move(*got);
+    } else {
+      errors[uuid] = got.status().message();
+    }
+  }
+  for (const ComputeFinding& f : compute_.Evaluate(deps_.wall_us(), tenants, samples, errors)) {
+    if (f.kind == ComputeFinding::Kind::kNoSamples) {
+      TESSERA_LOG(kWarn, kAgent, "compute drift: %s", f.Describe().c_str());
+      deps_.api->WarnNode(names::kEventComputeUnchecked, f.Describe());
+      continue;
+    }
+    const auto c = by_key.find(f.key);
+    if (c != by_key.end()) ActOnCompute(*c->second, f);
+  }
+}
+
+void DriftActions::ActOnCompute(const ContainerDrift& c, const ComputeFinding& f) {
+  ++counters_.compute;
+  StatusOr<k8s::Json> pod = InternalError("not read");
+  const std::string done = Enforce(c, f.pids, &pod);
+  const std::string message = "container " + c.container + ": " + f.Describe() + "; " + done;
+  TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
+  if (pod.ok()) deps_.api->WarnPod(*pod, names::kEventComputeDrift, message);
 }
 
 void DriftActions::ReportDrift(const ContainerDrift& c) {
@@ -176,26 +230,33 @@ void DriftActions::TellRise(std::map<std::string, Told>& told_before,
 }
 
 observe::NodeCounts DriftActions::counts() const {
-  return {counters_.over_cap, counters_.unattributed, counters_.kills, counters_.evictions,
-          deps_.api->events_dropped()};
+  return {counters_.over_cap,  counters_.unattributed,      counters_.kills,
+          counters_.evictions, deps_.api->events_dropped(), counters_.compute};
+}
+
+std::string DriftActions::Enforce(const ContainerDrift& c, const std::vector<unsigned int>& pids,
+                                  StatusOr<k8s::Json>* pod) {
+  const std::size_t slash = c.pod.find('/');
+  const std::string ns = c.pod.substr(0, slash), name = c.pod.substr(slash + 1);
+  *pod = deps_.api->GetPod(ns, name);
+  const policy::DriftAction action = deps_.on_drift(*pod);
+  if (action == policy::DriftAction::kKill) {
+    for (unsigned int pid : pids) deps_.kill(pid);
+    ++counters_.kills;
+    return "its " + std::to_string(pids.size()) + " GPU process(es) killed";
+  }
+  if (action == policy::DriftAction::kEvict) {
+    Status r = deps_.api->Evict(ns, name);
+    ++counters_.evictions;
+    return r.ok() ? "the pod evicted" : "eviction failed: " + r.message();
+  }
+  return "reported";
 }
 
 void DriftActions::ActOnOverCap(const ContainerDrift& c) {
   ++counters_.over_cap;
-  const std::size_t slash = c.pod.find('/');
-  const std::string ns = c.pod.substr(0, slash), name = c.pod.substr(slash + 1);
-  StatusOr<k8s::Json> pod = deps_.api->GetPod(ns, name);
-  const policy::DriftAction action = deps_.on_drift(pod);
-  std::string done = "reported";
-  if (action == policy::DriftAction::kKill) {
-    for (unsigned int pid : c.pids) deps_.kill(pid);
-    ++counters_.kills;
-    done = "its " + std::to_string(c.pids.size()) + " GPU process(es) killed";
-  } else if (action == policy::DriftAction::kEvict) {
-    Status r = deps_.api->Evict(ns, name);
-    ++counters_.evictions;
-    done = r.ok() ? "the pod evicted" : "eviction failed: " + r.message();
-  }
+  StatusOr<k8s::Json> pod = InternalError("not read");
+  const std::string done = Enforce(c, c.pids, &pod);
   const std::string message = "container " + c.container + " holds " +
                               FormatBytesHuman(c.nvml_bytes) + " on " + c.uuid +
                               " (NVML), above its cap of " + FormatBytesHuman(c.cap_bytes) +

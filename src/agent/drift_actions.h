@@ -6,7 +6,11 @@
 //     processes, evict its pod), logged and told to its Pod (MemoryOverCap);
 //   - drift above 256 MiB and 5% of the cap: told to its Pod (MemoryDrift);
 //   - a process on a managed GPU that belongs to no tessera container: counted, logged and told
-//     to the Node (UnattributedProcess).
+//     to the Node (UnattributedProcess);
+//   - compute drift (agent/compute_drift.h: NVML's per-process utilization against the share,
+//     or a process outside the library): counted, acted on per the tier's onDrift like a memory
+//     cap, told to its Pod (ComputeDrift); a GPU whose samples cannot be read is told to the
+//     Node (ComputeDriftUnchecked).
 // Then the metrics' sample, and an Event for each container whose allocations were refused at
 // its cap since the last sample (GpuMemoryDenied), at most one a minute per container.
 //
@@ -25,6 +29,7 @@
 
 #include "tessera/status.h"
 
+#include "agent/compute_drift.h"
 #include "agent/drift.h"
 #include "agent/nvml.h"
 #include "agent/slot_binder.h"
@@ -62,6 +67,15 @@ struct DriftDeps {
   // The containers bound to slots (their limits files and regions).
   std::function<std::vector<WatchedContainer>()> containers;
   CgroupOf cgroup_of = ProcCgroupOf;
+  // A host process's PID in its own namespace (what its slot in the region records).
+  std::function<unsigned int(unsigned int pid)> ns_pid_of = ProcNsPidOf;
+  // NVML stamps utilization samples on the CPU's wall clock, in microseconds.
+  std::function<std::uint64_t()> wall_us = [] {
+    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch())
+                                          .count());
+  };
+  ComputeDriftOptions compute{};
   // The agent's own processes (its context-size probes) are not tenants: true for them.
   std::function<bool(unsigned int pid)> own_process = IsOwnChild;
   std::function<Clock::time_point()> now = Clock::now;
@@ -101,8 +115,18 @@ class DriftActions {
  private:
   void ReportDrift(const ContainerDrift& c);
   void ActOnOverCap(const ContainerDrift& c);
+  // Compute drift over the containers of this pass (NVML's processes in `processes`).
+  void CheckCompute(const DriftReport& report,
+                    const std::map<std::string, std::vector<GpuProcess>>& processes,
+                    const std::vector<std::string>& managed);
+  void ActOnCompute(const ContainerDrift& c, const ComputeFinding& f);
+  // The tier's onDrift for the pod `c` runs in: `pids` killed, or the pod evicted, or reported.
+  // Returns what was done, for the Event.
+  std::string Enforce(const ContainerDrift& c, const std::vector<unsigned int>& pids,
+                      StatusOr<k8s::Json>* pod);
 
   DriftDeps deps_;
+  ComputeDrift compute_;
   std::set<std::string> over_cap_, unattributed_;  // the episodes already acted on
   std::set<std::string> drifting_;                 // drift episodes already reported
   struct Told {
@@ -120,7 +144,7 @@ class DriftActions {
                 const std::function<std::string(std::uint64_t)>& message);
   bool sampled_once_ = false;
   struct {
-    std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0;
+    std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0, compute = 0;
   } counters_;  // for the metrics endpoint (issue 11)
 };
 

@@ -17,7 +17,8 @@ constexpr std::uint64_t kGiB = 1ULL << 30;
 const std::string kGpu = "GPU-00000000";
 const std::string kOtherGpu = "GPU-00000001";
 
-// NVML's processes per GPU; a GPU absent from `processes` does not answer.
+// NVML's processes per GPU; a GPU absent from `processes` does not answer. Its utilization
+// samples: `utilization` (none: idle), or an error for the GPUs in `no_utilization`.
 class FakeNvml : public FakeGpuSource {
  public:
   FakeNvml() : FakeGpuSource({}) {}
@@ -26,7 +27,18 @@ class FakeNvml : public FakeGpuSource {
     if (it == processes.end()) return UnavailableError("NVML: no answer for " + uuid);
     return it->second;
   }
+  StatusOr<std::vector<UtilizationSample>> ProcessUtilization(const std::string& uuid,
+                                                              std::uint64_t since_us) override {
+    if (no_utilization.count(uuid) != 0) return FailedPreconditionError("not supported on " + uuid);
+    std::vector<UtilizationSample> out;
+    for (const UtilizationSample& s : utilization[uuid]) {
+      if (s.timestamp_us > since_us) out.push_back(s);
+    }
+    return out;
+  }
   std::map<std::string, std::vector<GpuProcess>> processes;
+  std::map<std::string, std::vector<UtilizationSample>> utilization;
+  std::set<std::string> no_utilization;
 };
 
 struct Event {
@@ -102,6 +114,8 @@ class DriftActionsTest : public ::testing::Test {
     };
     d.own_process = [this](unsigned int pid) { return own_.count(pid) != 0; };
     d.now = [this] { return now_; };
+    d.ns_pid_of = [](unsigned int pid) { return pid; };  // one PID namespace
+    d.wall_us = [this] { return wall_us_; };
     if (with_metrics_) {
       d.sample = [this](const std::map<std::string, std::uint64_t>& nvml_by_key,
                         std::uint64_t now_ns) {
@@ -153,6 +167,7 @@ class DriftActionsTest : public ::testing::Test {
   std::vector<WatchedContainer> containers_ = {Container(2 * kGiB)};
   std::set<unsigned int> tenants_, own_;
   DriftDeps::Clock::time_point now_ = DriftDeps::Clock::time_point{} + std::chrono::hours(1);
+  std::uint64_t wall_us_ = 1'000'000'000;
   bool with_metrics_ = true;
   std::vector<observe::ContainerRow> rows_;
   std::vector<std::map<std::string, std::uint64_t>> sampled_;
@@ -467,6 +482,59 @@ TEST(ProcParentOfTest, ReadsTheParentFromProc) {
             static_cast<unsigned int>(getppid()));
   EXPECT_FALSE(IsOwnChild(static_cast<unsigned int>(getpid())));
   EXPECT_EQ(ProcParentOf(0x7ffffff0u), 0u);  // no such process
+}
+
+}  // namespace
+}  // namespace tessera::agent
+
+namespace tessera::agent {
+namespace {
+
+// NVML's utilization samples of `pid` on kGpu at `percent`, every 100 ms over (from, to].
+void Runs(FakeNvml& nvml, unsigned int pid, unsigned int percent, std::uint64_t from_us,
+          std::uint64_t to_us) {
+  for (std::uint64_t t = from_us + 100'000; t <= to_us; t += 100'000)
+    nvml.utilization[kGpu].push_back({pid, t, percent});
+}
+
+// A process of the container that holds no slot of its region (here: the container has no
+// region at all) and runs on the SMs never went through the library: once it has used them for
+// 5 % of the window, the container's compute drift is acted on as its tier says (kill: that
+// process), told to its Pod and counted, once for the episode.
+TEST_F(DriftActionsTest, AProcessOutsideTheLibraryIsComputeDriftActedOnOnce) {
+  DriftActions& drift = Make();
+  action_ = policy::DriftAction::kKill;
+  Holds(100 * kMiB, {101});
+  for (int second = 1; second <= 10; ++second) {
+    Runs(nvml_, 101, 100, wall_us_, wall_us_ + 1'000'000);
+    wall_us_ += 1'000'000;
+    drift.Check();
+  }
+  const std::vector<Event> told = api_.Of(names::kEventComputeDrift);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].target, "Pod team/job");
+  EXPECT_NE(told[0].message.find("container main: process(es) 101 ran on the SMs of " + kGpu),
+            std::string::npos)
+      << told[0].message;
+  EXPECT_NE(told[0].message.find("its 1 GPU process(es) killed"), std::string::npos)
+      << told[0].message;
+  EXPECT_EQ(killed_, std::vector<unsigned int>{101});
+  EXPECT_EQ(drift.counts().compute_drift, 1u);
+}
+
+// A GPU whose per-process utilization cannot be read is told to the Node once per episode; its
+// memory is still checked.
+TEST_F(DriftActionsTest, AGpuWithoutUtilizationIsToldToTheNodeOnce) {
+  DriftActions& drift = Make();
+  nvml_.no_utilization = {kGpu};
+  Holds(100 * kMiB);
+  drift.Check();
+  drift.Check();
+  const std::vector<Event> told = api_.Of(names::kEventComputeUnchecked);
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0].target, "Node");
+  EXPECT_NE(told[0].message.find("not supported on " + kGpu), std::string::npos) << told[0].message;
+  EXPECT_EQ(drift.counts().compute_drift, 0u);
 }
 
 }  // namespace

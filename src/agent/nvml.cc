@@ -19,28 +19,29 @@ namespace tessera::agent {
 
 // The entry points the agent uses: X(symbol, required). Optional ones may be missing from an
 // older driver; the facts they give are then left at "unknown".
-#define TESSERA_AGENT_NVML(X)                   \
-  X(nvmlInit_v2, true)                          \
-  X(nvmlShutdown, true)                         \
-  X(nvmlDeviceGetCount_v2, true)                \
-  X(nvmlDeviceGetHandleByIndex_v2, true)        \
-  X(nvmlDeviceGetUUID, true)                    \
-  X(nvmlDeviceGetName, true)                    \
-  X(nvmlDeviceGetMemoryInfo, true)              \
-  X(nvmlErrorString, false)                     \
-  X(nvmlDeviceGetAttributes_v2, false)          \
-  X(nvmlDeviceGetNumaNodeId, false)             \
-  X(nvmlDeviceGetPciInfo_v3, false)             \
-  X(nvmlDeviceGetMigMode, false)                \
-  X(nvmlDeviceGetMaxMigDeviceCount, false)      \
-  X(nvmlDeviceGetMigDeviceHandleByIndex, false) \
-  X(nvmlEventSetCreate, false)                  \
-  X(nvmlEventSetFree, false)                    \
-  X(nvmlDeviceGetSupportedEventTypes, false)    \
-  X(nvmlDeviceRegisterEvents, false)            \
-  X(nvmlEventSetWait_v2, false)                 \
-  X(nvmlDeviceGetHandleByUUID, false)           \
-  X(nvmlDeviceGetComputeRunningProcesses_v3, false)
+#define TESSERA_AGENT_NVML(X)                       \
+  X(nvmlInit_v2, true)                              \
+  X(nvmlShutdown, true)                             \
+  X(nvmlDeviceGetCount_v2, true)                    \
+  X(nvmlDeviceGetHandleByIndex_v2, true)            \
+  X(nvmlDeviceGetUUID, true)                        \
+  X(nvmlDeviceGetName, true)                        \
+  X(nvmlDeviceGetMemoryInfo, true)                  \
+  X(nvmlErrorString, false)                         \
+  X(nvmlDeviceGetAttributes_v2, false)              \
+  X(nvmlDeviceGetNumaNodeId, false)                 \
+  X(nvmlDeviceGetPciInfo_v3, false)                 \
+  X(nvmlDeviceGetMigMode, false)                    \
+  X(nvmlDeviceGetMaxMigDeviceCount, false)          \
+  X(nvmlDeviceGetMigDeviceHandleByIndex, false)     \
+  X(nvmlEventSetCreate, false)                      \
+  X(nvmlEventSetFree, false)                        \
+  X(nvmlDeviceGetSupportedEventTypes, false)        \
+  X(nvmlDeviceRegisterEvents, false)                \
+  X(nvmlEventSetWait_v2, false)                     \
+  X(nvmlDeviceGetHandleByUUID, false)               \
+  X(nvmlDeviceGetComputeRunningProcesses_v3, false) \
+  X(nvmlDeviceGetProcessUtilization, false)
 
 struct NvmlGpuSource::Api {
 #define TESSERA_AGENT_NVML_PTR(sym, required) decltype(&::sym) sym = nullptr;
@@ -238,6 +239,37 @@ StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uu
   }
   return UnavailableError("nvmlDeviceGetComputeRunningProcesses_v3(" + uuid +
                           "): the list kept growing");
+}
+
+StatusOr<std::vector<UtilizationSample>> NvmlGpuSource::ProcessUtilization(const std::string& uuid,
+                                                                           std::uint64_t since_us) {
+  const Api& api = *api_;
+  if (api.nvmlDeviceGetHandleByUUID == nullptr || api.nvmlDeviceGetProcessUtilization == nullptr) {
+    return FailedPreconditionError(
+        "this NVML has no per-process utilization (nvmlDeviceGetProcessUtilization)");
+  }
+  nvmlDevice_t device = nullptr;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetHandleByUUID(" + uuid + ")", rc);
+  }
+  std::vector<nvmlProcessUtilizationSample_t> samples(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(samples.size());
+    const nvmlReturn_t rc =
+        api.nvmlDeviceGetProcessUtilization(device, samples.data(), &count, since_us);
+    if (rc == NVML_ERROR_NOT_FOUND) return std::vector<UtilizationSample>{};  // none since
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      samples.resize(count + 16);
+      continue;
+    }
+    if (rc != NVML_SUCCESS)
+      return CallError(api, "nvmlDeviceGetProcessUtilization(" + uuid + ")", rc);
+    std::vector<UtilizationSample> out;
+    for (unsigned int i = 0; i < count && i < samples.size(); ++i)
+      out.push_back({samples[i].pid, samples[i].timeStamp, samples[i].smUtil});
+    return out;
+  }
+  return UnavailableError("nvmlDeviceGetProcessUtilization(" + uuid + "): the list kept growing");
 }
 
 StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {

@@ -50,9 +50,26 @@ struct GpuProcess {
   friend bool operator==(const GpuProcess&, const GpuProcess&) = default;
 };
 
+// One NVML utilization sample of a process (nvmlDeviceGetProcessUtilization): the percentage of
+// the driver's sample period in which a kernel of the process ran on the SMs, stamped on the
+// CPU clock in microseconds.
+struct UtilizationSample {
+  unsigned int pid = 0;
+  std::uint64_t timestamp_us = 0;
+  unsigned int sm_percent = 0;
+  friend bool operator==(const UtilizationSample&, const UtilizationSample&) = default;
+};
+
 class GpuSource {
  public:
   virtual ~GpuSource() = default;
+  // The utilization samples of the processes on the GPU `uuid` stamped after `since_us` (0: all
+  // the driver keeps); empty when no process ran since (compute drift checks).
+  virtual StatusOr<std::vector<UtilizationSample>> ProcessUtilization(const std::string& uuid,
+                                                                      std::uint64_t since_us) {
+    (void)since_us;
+    return FailedPreconditionError("no per-process utilization for " + uuid);
+  }
   // The compute processes on the GPU `uuid` and their memory (drift checks).
   virtual StatusOr<std::vector<GpuProcess>> Processes(const std::string& uuid) {
     return FailedPreconditionError("no per-process data for " + uuid);
@@ -83,6 +100,8 @@ class NvmlGpuSource : public GpuSource {
 
   StatusOr<std::vector<GpuFacts>> Discover() override;
   StatusOr<std::vector<GpuProcess>> Processes(const std::string& uuid) override;
+  StatusOr<std::vector<UtilizationSample>> ProcessUtilization(const std::string& uuid,
+                                                              std::uint64_t since_us) override;
   // Registers every GPU for the health events it supports on first use.
   StatusOr<std::optional<HealthEvent>> WaitHealthEvent(std::chrono::milliseconds timeout) override;
 

@@ -1,8 +1,13 @@
 #include "agent/nvml.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "tessera/nvml_api.h"
+
+#include "testutil/temp_dir.h"
 
 namespace tessera::agent {
 namespace {
@@ -33,6 +38,40 @@ TEST(NvmlGpuSource, MissingLibraryIsUnavailable) {
   EXPECT_NE(source.status().message().find("dlopen /nonexistent/libnvidia-ml.so.1"),
             std::string::npos)
       << source.status().message();
+}
+
+// Per-process utilization through the real loader path, against the fake libnvidia-ml with
+// scripted samples (TESSERA_FAKE_NVML_UTIL_FILE): what was stamped after `since`, none as an empty
+// list (NVML_ERROR_NOT_FOUND), a source that cannot be read as an error naming the call.
+TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
+  testutil::TempDir dir;
+  const std::string samples = dir.path() + "/utilization";
+  std::ofstream(samples) << "# gpu pid timestamp_us sm_percent\n"
+                            "0 101 1000 30\n0 102 1000 60\n0 101 2000 40\n1 103 1500 90\n";
+  setenv("TESSERA_FAKE_NVML_UTIL_FILE", samples.c_str(), 1);
+  auto source = NvmlGpuSource::Open(std::string(TESSERA_FAKE_NVML_DIR) + "/libnvidia-ml.so.1");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  auto gpus = (*source)->Discover();
+  ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
+  ASSERT_GE(gpus->size(), 2u);
+  const std::string gpu0 = (*gpus)[0].uuid;
+  auto all = (*source)->ProcessUtilization(gpu0, 0);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(*all,
+            (std::vector<UtilizationSample>{{101, 1000, 30}, {102, 1000, 60}, {101, 2000, 40}}));
+  auto later = (*source)->ProcessUtilization(gpu0, 1000);
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(*later, (std::vector<UtilizationSample>{{101, 2000, 40}}));
+  auto none = (*source)->ProcessUtilization(gpu0, 2000);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_TRUE(none->empty());
+  std::ofstream(samples) << "0 101 not-a-number 30\n";
+  auto broken = (*source)->ProcessUtilization(gpu0, 0);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("nvmlDeviceGetProcessUtilization(" + gpu0 + ")"),
+            std::string::npos)
+      << broken.status().message();
+  unsetenv("TESSERA_FAKE_NVML_UTIL_FILE");
 }
 
 }  // namespace

@@ -101,6 +101,7 @@ std::string RenderExposition(const Snapshot& s) {
     const Labels node = {{"Hostname", s.node}};
     out.Add(n::kMetricNodeOverCap, node, static_cast<double>(s.counts->over_cap));
     out.Add(n::kMetricNodeUnattributed, node, static_cast<double>(s.counts->unattributed));
+    out.Add(n::kMetricNodeComputeDrift, node, static_cast<double>(s.counts->compute_drift));
     out.Add(n::kMetricNodeDriftKills, node, static_cast<double>(s.counts->kills));
     out.Add(n::kMetricNodeDriftEvictions, node, static_cast<double>(s.counts->evictions));
     out.Add(n::kMetricNodeEventsDropped, node, static_cast<double>(s.counts->events_dropped));
@@ -190,6 +191,8 @@ StatusOr<Snapshot> SnapshotFromExposition(std::string_view text) {
       counts.over_cap = Count(x.value), any_count = true;
     } else if (m == n::kMetricNodeUnattributed) {
       counts.unattributed = Count(x.value), any_count = true;
+    } else if (m == n::kMetricNodeComputeDrift) {
+      counts.compute_drift = Count(x.value), any_count = true;
     } else if (m == n::kMetricNodeDriftKills) {
       counts.kills = Count(x.value), any_count = true;
     } else if (m == n::kMetricNodeDriftEvictions) {

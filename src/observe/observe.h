@@ -62,6 +62,7 @@ struct ContainerRow {
 
 struct NodeCounts {
   std::uint64_t over_cap = 0, unattributed = 0, kills = 0, evictions = 0, events_dropped = 0;
+  std::uint64_t compute_drift = 0;  // episodes (agent/compute_drift.h)
 };
 
 struct Snapshot {

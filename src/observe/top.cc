@@ -101,9 +101,10 @@ std::string RenderTop(const Snapshot& s, int columns) {
   out += line;
   if (s.counts) {
     std::snprintf(line, sizeof(line),
-                  "drift: %llu over-cap episode(s), %llu unattributed process(es), "
-                  "%llu kill(s), %llu eviction(s)\n",
+                  "drift: %llu over-cap episode(s), %llu compute episode(s), %llu unattributed "
+                  "process(es), %llu kill(s), %llu eviction(s)\n",
                   static_cast<unsigned long long>(s.counts->over_cap),
+                  static_cast<unsigned long long>(s.counts->compute_drift),
                   static_cast<unsigned long long>(s.counts->unattributed),
                   static_cast<unsigned long long>(s.counts->kills),
                   static_cast<unsigned long long>(s.counts->evictions));
@@ -238,6 +239,7 @@ std::string SnapshotJson(const Snapshot& snapshot) {
       ObjectWriter n(o.Field("counts"));
       n.Num("overCap", snapshot.counts->over_cap);
       n.Num("unattributed", snapshot.counts->unattributed);
+      n.Num("computeDrift", snapshot.counts->compute_drift);
       n.Num("kills", snapshot.counts->kills);
       n.Num("evictions", snapshot.counts->evictions);
       n.Num("eventsDropped", snapshot.counts->events_dropped);

@@ -12,6 +12,9 @@
 //                                 number, or dbe / sbe for a double-/single-bit ECC event
 //   TESSERA_FAKE_XID_FILE=PATH    the same list read from PATH on every wait; new contents are
 //                                 delivered once (to inject an event into a running process)
+//   TESSERA_FAKE_NVML_UTIL_FILE=PATH  nvmlDeviceGetProcessUtilization's samples, read from PATH on
+//                                 every call, a line each: GPU_INDEX PID TIMESTAMP_US SM_PERCENT
+//                                 (unset: NOT_SUPPORTED; a line that does not parse: UNKNOWN)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -328,6 +331,35 @@ TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
   attributes->gpuInstanceSliceCount = mig ? 1 : 8;
   attributes->computeInstanceSliceCount = attributes->gpuInstanceSliceCount;
   attributes->memorySizeMB = (mig ? MigMemory() : N().memory) >> 20;
+  return NVML_SUCCESS;
+}
+
+TESSERA_FAKE_EXPORT nvmlReturn_t
+nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t* utilization,
+                                unsigned int* count, unsigned long long last_seen_us) {
+  const int index = tessera::fake::IndexOf(device);
+  if (count == nullptr || index < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  const char* path = std::getenv("TESSERA_FAKE_NVML_UTIL_FILE");
+  if (path == nullptr) return NVML_ERROR_NOT_SUPPORTED;
+  std::ifstream file(path);
+  std::vector<nvmlProcessUtilizationSample_t> all;
+  std::string line;
+  while (std::getline(file, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    int gpu = -1;
+    nvmlProcessUtilizationSample_t sample{};
+    if (!(fields >> gpu >> sample.pid >> sample.timeStamp >> sample.smUtil))
+      return NVML_ERROR_UNKNOWN;
+    if (gpu == index && sample.timeStamp > last_seen_us) all.push_back(sample);
+  }
+  if (all.empty()) return NVML_ERROR_NOT_FOUND;  // as the driver: no sample since last_seen_us
+  if (utilization == nullptr || *count < all.size()) {
+    *count = static_cast<unsigned int>(all.size());
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  std::copy(all.begin(), all.end(), utilization);
+  *count = static_cast<unsigned int>(all.size());
   return NVML_SUCCESS;
 }
 

@@ -1,0 +1,117 @@
+// Compute drift (issue #22, ADR 0017 §drift): the driver's own per-process utilization (NVML
+// samples), summed per container over a sliding window, against the container's grant. The
+// preload library's counters and gate cannot be trusted for this — the tenant can write its own
+// region — and a process whose CUDA calls bypass the library is never governed at all, so the
+// check reads only what the tenant cannot write: NVML, the process's cgroup, the limits file.
+//
+// A container is flagged, once per episode (the condition held at one evaluation and had not at
+// the previous one), for:
+//   - kOverHardShare: a hard share s, and its processes ran on the SMs more than s + margin of
+//     the window (a rewritten gate, a process outside the library);
+//   - kTookFromWaiting: a work-conserving share s, above s + margin while another container of
+//     the GPU with a share got less than its share - margin and waited for the GPU (its region's
+//     held time rose by at least `min_waited` of the window): borrowing idle time is allowed,
+//     taking time another tenant asked for is not (the waiting tenant's region is its own, and
+//     it has no reason to under-report);
+//   - kUngoverned: a process of the container (by cgroup) ran on the SMs for at least
+//     `min_ungoverned` of the window while holding no live slot of the container's region (its
+//     CUDA calls never reached the library).
+// A GPU whose samples cannot be read is reported (kNoSamples), once per episode too.
+//
+// Busy time from samples: NVML stamps each sample at the end of the driver's sampling period, and
+// leaves out processes that did not run. So a sample's percentage applies to the period since the
+// process's previous sample, at most one sampling period: the shortest gap seen between two
+// samples of a process on that GPU (`max_sample_period_us` until one is seen).
+//
+// Pure (no NVML, no files): the node agent feeds it (drift_actions.cc); tests script it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tessera/limits.h"
+
+#include "agent/nvml.h"
+
+namespace tessera::agent {
+
+struct ComputeDriftOptions {
+  std::uint64_t window_us = 10'000'000;
+  double margin = 0.10;                          // of the GPU's time, above or below a share
+  double min_waited = 0.10;                      // of the window: "waited for the GPU"
+  double min_ungoverned = 0.05;                  // of the window: an ungoverned process's use
+  std::uint64_t max_sample_period_us = 200'000;  // until a shorter period is seen (NVML: ~1/6 s)
+};
+
+// One container on one GPU at this evaluation.
+struct ComputeTenant {
+  std::string key;  // stable across evaluations (container id / GPU)
+  std::string uuid;
+  std::uint32_t share_percent = 0;  // 0: no share (nothing to exceed)
+  ComputeMode mode = ComputeMode::kHard;
+  std::set<unsigned int> pids;        // its processes (host PIDs, by cgroup)
+  std::set<unsigned int> ungoverned;  // of those, the ones holding no live slot of its region
+  std::uint64_t waited_ns = 0;        // its region's held time so far (throttled + priority)
+};
+
+struct ComputeFinding {
+  enum class Kind { kOverHardShare, kTookFromWaiting, kUngoverned, kNoSamples };
+  Kind kind = Kind::kOverHardShare;
+  std::string key;  // the tenant's; empty for kNoSamples
+  std::string uuid;
+  double used = 0;                 // of the window, on the SMs
+  double allowed = 0;              // the share (kOverHardShare, kTookFromWaiting)
+  std::string waiting;             // kTookFromWaiting: the key of a tenant that waited
+  std::vector<unsigned int> pids;  // the processes concerned
+  std::string detail;              // kNoSamples: why
+  std::string Describe() const;    // one sentence for Events and logs
+};
+std::string_view Name(ComputeFinding::Kind kind);
+
+class ComputeDrift {
+ public:
+  explicit ComputeDrift(ComputeDriftOptions options = {}) : options_(options) {}
+
+  // One evaluation at `now_us` (the samples' clock): `tenants` on every GPU checked, the new
+  // samples of each GPU (absent: none read this time; `errors` names GPUs whose samples could
+  // not be read). Returns the episodes that begin now.
+  std::vector<ComputeFinding> Evaluate(
+      std::uint64_t now_us, const std::vector<ComputeTenant>& tenants,
+      const std::map<std::string, std::vector<UtilizationSample>>& samples,
+      const std::map<std::string, std::string>& errors = {});
+
+  // The newest sample stamp seen on `uuid` (what to read samples after; 0: none yet).
+  std::uint64_t LastSeen(const std::string& uuid) const;
+  // A tenant's use of the SMs over the window ending at the latest evaluation (tests, metrics).
+  double Used(const std::string& key) const;
+  // Episodes in progress (tests).
+  bool Flagged(const std::string& key, ComputeFinding::Kind kind) const;
+
+ private:
+  struct Busy {
+    std::uint64_t at_us = 0;
+    std::uint64_t busy_us = 0;
+    bool ungoverned = false;
+    unsigned int pid = 0;
+  };
+  struct TenantState {
+    std::deque<Busy> busy;                                       // within the window
+    std::deque<std::pair<std::uint64_t, std::uint64_t>> waited;  // (at_us, waited_ns)
+    double used = 0, used_ungoverned = 0;
+  };
+  void Trim(TenantState& t, std::uint64_t now_us) const;
+  double WaitedFraction(const TenantState& t) const;
+
+  ComputeDriftOptions options_;
+  std::map<std::string, TenantState> tenants_;
+  std::map<std::pair<std::string, unsigned int>, std::uint64_t> last_sample_;  // (uuid, pid)
+  std::map<std::string, std::uint64_t> last_seen_;                             // by uuid
+  std::map<std::string, std::uint64_t> period_us_;  // the sampling period seen, by uuid
+  std::set<std::pair<std::string, ComputeFinding::Kind>> flagged_;  // (key|uuid, kind)
+};
+
+}  // namespace tessera::agent
