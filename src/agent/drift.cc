@@ -127,6 +127,26 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
   return report;
 }
 
+std::vector<ComputeTenant> ComputeTenantsOf(
+    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of) {
+  std::vector<ComputeTenant> tenants;
+  for (const ContainerDrift& c : report.containers) {
+    ComputeTenant t;
+    t.key = c.id + "/" + c.uuid;
+    t.uuid = c.uuid;
+    t.share_percent = c.cores_percent;
+    t.mode = c.compute;
+    t.waited_ns = c.waited_ns;
+    for (unsigned int pid : c.pids) {
+      t.pids.insert(pid);
+      const unsigned int ns_pid = ns_pid_of(pid);
+      if (ns_pid != 0 && c.slot_pids.count(ns_pid) == 0) t.ungoverned.insert(pid);
+    }
+    tenants.push_back(std::move(t));
+  }
+  return tenants;
+}
+
 std::string FormatDrift(const DriftReport& report) {
   std::ostringstream out;
   for (const ContainerDrift& c : report.containers) {

@@ -19,6 +19,7 @@
 #include "tessera/limits.h"
 #include "tessera/status.h"
 
+#include "agent/compute_drift.h"
 #include "agent/nvml.h"
 #include "observe/observe.h"
 
@@ -75,6 +76,12 @@ unsigned int ProcNsPidOf(unsigned int pid);
 DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
                        const std::map<std::string, std::vector<GpuProcess>>& processes,
                        const CgroupOf& cgroup_of);
+
+// The compute drift check's view of the report's containers (agent/compute_drift.h): a tenant per
+// container and GPU (key "<id>/<uuid>"), its processes, and among them the ones whose PID in
+// their own namespace (`ns_pid_of`; 0: gone, left alone) holds no live slot of its region.
+std::vector<ComputeTenant> ComputeTenantsOf(
+    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of);
 
 // One line per finding, for logs and `tessera drift`.
 std::string FormatDrift(const DriftReport& report);

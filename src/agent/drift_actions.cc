@@ -93,26 +93,12 @@ std::map<std::string, std::uint64_t> DriftActions::Check() {
 void DriftActions::CheckCompute(const DriftReport& report,
                                 const std::map<std::string, std::vector<GpuProcess>>& processes,
                                 const std::vector<std::string>& managed) {
-  std::vector<ComputeTenant> tenants;
+  std::vector<ComputeTenant> tenants = ComputeTenantsOf(report, deps_.ns_pid_of);
+  std::erase_if(tenants, [&processes](const ComputeTenant& t) {
+    return processes.count(t.uuid) == 0;  // NVML did not answer for its GPU
+  });
   std::map<std::string, const ContainerDrift*> by_key;
-  for (const ContainerDrift& c : report.containers) {
-    if (processes.count(c.uuid) == 0) continue;  // NVML did not answer for its GPU
-    ComputeTenant t;
-    t.key = c.id + "/" + c.uuid;
-    t.uuid = c.uuid;
-    t.share_percent = c.cores_percent;
-    t.mode = c.compute;
-    t.waited_ns = c.waited_ns;
-    for (unsigned int pid : c.pids) {
-      t.pids.insert(pid);
-      // Its CUDA calls reached the library if it holds a live slot of the region (as it sees
-      // its own PID). A process already gone reads 0 and is left alone.
-      const unsigned int ns_pid = deps_.ns_pid_of(pid);
-      if (ns_pid != 0 && c.slot_pids.count(ns_pid) == 0) t.ungoverned.insert(pid);
-    }
-    by_key[t.key] = &c;
-    tenants.push_back(std::move(t));
-  }
+  for (const ContainerDrift& c : report.containers) by_key[c.id + "/" + c.uuid] = &c;
   std::map<std::string, std::vector<UtilizationSample>> samples;
   std::map<std::string, std::string> errors;
   for (const std::string& uuid : managed) {

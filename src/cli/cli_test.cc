@@ -272,5 +272,22 @@ TEST(Cli, InventoryRefusesBadFlags) {
   EXPECT_EQ(unknown.code, 2);
 }
 
+// `tessera drift --watch-compute SECONDS`: whole seconds from 1 to a day, refused before anything
+// is read (exit 2, the flag and the accepted form named).
+TEST(Cli, DriftRefusesABadWatchPeriod) {
+  for (const std::vector<const char*>& bad :
+       {std::vector<const char*>{"drift", "--watch-compute", "0", "dir"},
+        std::vector<const char*>{"drift", "--watch-compute", "ten", "dir"},
+        std::vector<const char*>{"drift", "--watch-compute=-1", "dir"},
+        std::vector<const char*>{"drift", "--watch-compute", "86401", "dir"},
+        std::vector<const char*>{"drift", "dir", "--watch-compute"}}) {
+    const Result r = RunCli(bad);
+    EXPECT_EQ(r.code, 2) << bad[2];
+    EXPECT_NE(r.err.find("--watch-compute: expected whole seconds from 1 to 86400"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -58,10 +58,11 @@ constexpr std::array kCommands = {
                 "Print this machine's GPU inventory as tessera-node publishes it (NVML)",
                 "usage: tessera inventory [--gpus all|UUID,...|INDEX,...] [--node-name NAME]",
                 false, false},
-    CommandInfo{
-        "drift", "Compare NVML with containers' regions and caps",
-        "usage: tessera drift [--json] DIR... (each DIR holding a limits file and a region)", false,
-        false},
+    CommandInfo{"drift", "Compare NVML with containers' regions and caps",
+                "usage: tessera drift [--json] [--watch-compute SECONDS] DIR... (each DIR holding "
+                "a limits\n"
+                "                     file and a region)",
+                false, false},
     CommandInfo{"sim", "Replay a GPU trace through placement policies",
                 "usage: tessera sim --trace DIR [--pods FILE|NAME|all] [--policy P[,P...]] "
                 "[--seeds A..B]\n"

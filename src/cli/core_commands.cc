@@ -1,14 +1,17 @@
 #include "cli/core_commands.h"
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "tessera/file.h"
 #include "tessera/json_writer.h"
 #include "tessera/limits.h"
 #include "tessera/names.h"
+#include "tessera/quantity.h"
 #include "tessera/region.h"
 
 #include "agent/drift.h"
@@ -60,12 +63,84 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
 // `tessera drift DIR...`: NVML's view of each container folder (a limits file and a region, as
 // tessera-node's slots and `tessera run --keep` leave them) against its region and cap, and
 // every GPU process no folder accounts for. Dependency-free: the GPU host runs it.
+// With --watch-compute SECONDS it then checks compute drift (agent/compute_drift.h) once a second
+// for that long, printing each episode as it begins; exit 1 if any began.
+constexpr std::uint64_t kMaxWatchSeconds = 86'400;
+
+int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
+                 const std::set<std::string>& uuids, agent::GpuSource& source,
+                 std::uint64_t seconds, bool json, std::ostream& out, std::ostream& err) {
+  agent::ComputeDrift drift;
+  const auto start = std::chrono::steady_clock::now();
+  int findings = 0;
+  for (std::uint64_t tick = 1; tick <= seconds; ++tick) {
+    std::this_thread::sleep_until(start + std::chrono::seconds(tick));
+    std::map<std::string, std::vector<agent::GpuProcess>> processes;
+    std::map<std::string, std::vector<agent::UtilizationSample>> samples;
+    std::map<std::string, std::string> errors;
+    for (const std::string& uuid : uuids) {
+      auto list = source.Processes(uuid);
+      auto got = source.ProcessUtilization(uuid, drift.LastSeen(uuid));
+      if (!list.ok() || !got.ok()) {
+        errors[uuid] = (!list.ok() ? list.status() : got.status()).message();
+        continue;
+      }
+      processes[uuid] = std::move(*list);
+      samples[uuid] = std::move(*got);
+    }
+    const agent::DriftReport report = agent::CheckDrift(containers, processes, agent::ProcCgroupOf);
+    const auto now_us =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
+    for (const agent::ComputeFinding& f : drift.Evaluate(
+             now_us, agent::ComputeTenantsOf(report, agent::ProcNsPidOf), samples, errors)) {
+      ++findings;
+      if (json) {
+        std::string line;
+        {
+          ObjectWriter w(line);
+          w.Num("second", tick);
+          w.Str("kind", agent::Name(f.kind));
+          w.Str("container", f.key);
+          w.Str("uuid", f.uuid);
+          w.Real("used", f.used, 4);
+          w.Real("allowed", f.allowed, 4);
+          w.Str("message", f.Describe());
+        }
+        out << line << "\n";
+      } else {
+        out << "t=" << tick << "s COMPUTE " << agent::Name(f.kind) << " "
+            << (f.key.empty() ? f.uuid : f.key) << ": " << f.Describe() << "\n";
+      }
+      out.flush();
+    }
+  }
+  if (findings == 0 && !json) out << "compute: no drift in " << seconds << " s\n";
+  (void)err;
+  return findings > 0 ? 1 : 0;
+}
+
 int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   std::vector<std::string> dirs;
   bool json = false;
-  for (const std::string& a : args) {
+  std::uint64_t watch_seconds = 0;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a == "--json") {
       json = true;
+    } else if (a == "--watch-compute") {
+      const StatusOr<std::uint64_t> seconds = i + 1 < args.size()
+                                                  ? ParseUnsigned(args[i + 1], kMaxWatchSeconds)
+                                                  : InvalidArgumentError("missing");
+      if (!seconds.ok() || *seconds == 0) {
+        err << "tessera drift: --watch-compute: expected whole seconds from 1 to "
+            << kMaxWatchSeconds << "\n"
+            << UsageOf("drift") << "\n";
+        return 2;
+      }
+      watch_seconds = *seconds;
+      ++i;
     } else if (a.starts_with("-")) {
       err << "tessera drift: " << a << ": unknown flag\n" << UsageOf("drift") << "\n";
       return 2;
@@ -109,10 +184,13 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   }
   const agent::DriftReport report = agent::CheckDrift(containers, processes, agent::ProcCgroupOf);
   out << (json ? agent::DriftJson(report) : agent::FormatDrift(report));
-  for (const auto& c : report.containers) {
-    if (c.over_cap()) return 1;  // the answer is "no": a container is over its cap
+  bool over = false;
+  for (const auto& c : report.containers) over |= c.over_cap();
+  if (watch_seconds != 0 &&
+      WatchCompute(containers, uuids, **source, watch_seconds, json, out, err) != 0) {
+    over = true;
   }
-  return 0;
+  return over ? 1 : 0;  // the answer is "no": a container is over its cap or drifted
 }
 
 }  // namespace
