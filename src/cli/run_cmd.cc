@@ -314,6 +314,7 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
                   : "\n");
     }
   }
+  if (o.keep) err << "tessera run: folder " << dir << " (kept)\n";  // for `tessera drift DIR`
   for (const agent::LocalGpu& gpu : gpus) {
     err << "tessera run: " << gpu.name << " " << gpu.uuid << ", cap "
         << (o.gpu_memory_bytes != 0 ? FormatBytesHuman(o.gpu_memory_bytes) : std::string("none"))
