@@ -62,6 +62,8 @@ void BM_PlacementDecision(benchmark::State& state) {
   }
   const std::size_t node_count = input->cluster.size();
   std::vector<double> micros;
+  double classes_sum = 0;  // node classes after each decision (sum over the replay)
+  std::size_t classes_max = 0;
   for (auto _ : state) {
     state.PauseTiming();
     auto rand = MakeRand(RngKind::kStd, 42).value();
@@ -74,6 +76,8 @@ void BM_PlacementDecision(benchmark::State& state) {
     placement::Scheduler scheduler(&cluster, policy.get(), w.ranks);
     micros.clear();
     micros.reserve(w.arrival.size());
+    classes_sum = 0;
+    classes_max = 0;
     state.ResumeTiming();
     for (const std::uint32_t idx : w.arrival) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -81,6 +85,8 @@ void BM_PlacementDecision(benchmark::State& state) {
       const auto t1 = std::chrono::steady_clock::now();
       benchmark::DoNotOptimize(placed);
       micros.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      classes_sum += static_cast<double>(scheduler.classes());
+      classes_max = std::max(classes_max, scheduler.classes());
     }
   }
   std::sort(micros.begin(), micros.end());
@@ -94,6 +100,9 @@ void BM_PlacementDecision(benchmark::State& state) {
   state.counters["p99_us"] = at(0.99);
   state.counters["max_us"] = micros.empty() ? 0.0 : micros.back();
   state.counters["nodes"] = static_cast<double>(node_count);
+  state.counters["classes_mean"] =
+      micros.empty() ? 0.0 : classes_sum / static_cast<double>(micros.size());
+  state.counters["classes_max"] = static_cast<double>(classes_max);
   state.counters["peak_rss_mib"] = PeakRssMib();
   state.SetLabel(std::string(placement::Name(kind)) + " " + std::to_string(node_count) + " nodes");
 }

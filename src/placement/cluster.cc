@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 namespace tessera::placement {
@@ -128,6 +129,73 @@ void Cluster::RecomputeMilliFree(std::size_t node) {
   }
   s.version = ++next_version_;
   versions_[node] = s.version;
+  if (changes_.size() >= std::max<std::size_t>(4096, 2 * nodes_.size())) {
+    change_base_ += changes_.size();
+    changes_.clear();
+  }
+  changes_.push_back(static_cast<std::uint32_t>(node));
+}
+
+bool Cluster::ChangesSince(std::uint64_t from, std::span<const std::uint32_t>* nodes) const {
+  if (from < change_base_ || from > change_end()) return false;
+  *nodes = std::span<const std::uint32_t>(changes_).subspan(from - change_base_);
+  return true;
+}
+
+void Cluster::AppendStateKey(std::size_t node, std::string* key) const {
+  auto add = [key](auto v) {
+    static_assert(std::is_integral_v<decltype(v)>);
+    key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  };
+  auto add_string = [&](const std::string& text) {
+    add(text.size());
+    key->append(text);
+  };
+  const Node& n = nodes_[node];
+  const NodeState& s = states_[node];
+  add(n.cpu_milli);
+  add(n.memory_bytes);
+  add(static_cast<std::uint8_t>(n.cordoned));
+  add(n.labels.size());
+  for (const auto& [k, v] : n.labels) {
+    add_string(k);
+    add_string(v);
+  }
+  add(n.gpus.size());
+  for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+    const Gpu& gpu = n.gpus[g];
+    add(gpu_model_ids_[node][g]);
+    add(gpu.memory_bytes);
+    add(gpu.sm_count);
+    add(static_cast<std::uint8_t>(gpu.mig_enabled | gpu.healthy << 1 | gpu.cordoned << 2));
+    add(gpu.mig_instances.size());
+    for (const std::string& m : gpu.mig_instances) add_string(m);
+    add(gpu.numa_node);
+    add(gpu.nvlink_peers.size());
+    for (const std::uint32_t peer : gpu.nvlink_peers) add(peer);
+  }
+  add(s.cpu_free);
+  add(s.memory_free);
+  // Not the pod counts (the node's, each shape's, each tenant's): no decision reads them.
+  add(s.gpu_pod_shapes.size());
+  for (const auto& [shape, count] : s.gpu_pod_shapes) add(shape);
+  for (std::size_t g = 0; g < s.gpus.size(); ++g) {
+    const GpuState& gs = s.gpus[g];
+    add(gs.milli_free);
+    add(gs.memory_free);
+    add(gs.mig_used);
+    add(gs.memory_over);
+    add(gs.milli_over);
+    add(gs.restrictive_);
+    add(s.free_milli[g]);
+    add(gs.tenants.size());
+    for (const TenantEntry& t : gs.tenants) {
+      add(t.namespace_id);
+      add(static_cast<std::uint32_t>(t.tier) << 16 | static_cast<std::uint32_t>(t.co_tenancy) << 8 |
+          static_cast<std::uint32_t>(t.mode));
+      add(t.uid);
+    }
+  }
 }
 
 Status Cluster::SetGpuHealth(std::size_t node, std::size_t gpu, bool healthy) {
@@ -265,12 +333,13 @@ GpuMask Cluster::UsableGpus(std::size_t node, const ResolvedRequest& r) const {
   return mask;
 }
 
-bool Cluster::Feasible(std::size_t node, const ResolvedRequest& r, GpuMask* usable) const {
+bool Cluster::FeasibleUnlessHostMemory(std::size_t node, const ResolvedRequest& r,
+                                       GpuMask* usable) const {
   const NodeState& s = states_[node];
   const Request& q = *r.request;
   *usable = 0;
   if (nodes_[node].cordoned) return false;
-  if (q.cpu_milli > s.cpu_free || q.memory_bytes > s.memory_free) return false;
+  if (q.cpu_milli > s.cpu_free) return false;
   if (!q.is_gpu()) return true;
   const std::uint32_t nm = node_models_[node];
   if (r.model_constrained && nm != kMixedModel && ((r.model_mask >> nm) & 1ULL) == 0) return false;

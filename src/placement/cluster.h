@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -178,7 +179,17 @@ class Cluster {
   // model, MIG, milli, memory, co-tenancy). 0 for a CPU-only request.
   GpuMask UsableGpus(std::size_t node, const ResolvedRequest& request) const;
   // Whether the request fits on the node; sets *usable to UsableGpus().
-  bool Feasible(std::size_t node, const ResolvedRequest& request, GpuMask* usable) const;
+  bool Feasible(std::size_t node, const ResolvedRequest& request, GpuMask* usable) const {
+    if (request.request->memory_bytes > states_[node].memory_free) {
+      *usable = 0;
+      return false;
+    }
+    return FeasibleUnlessHostMemory(node, request, usable);
+  }
+  // Feasible() but for the host memory (the one check that reads the request's host memory):
+  // Feasible() == this && the request's host memory <= the node's free host memory.
+  bool FeasibleUnlessHostMemory(std::size_t node, const ResolvedRequest& request,
+                                GpuMask* usable) const;
 
   // The share the request takes on GPU `gpu` of `node` (memory resolved, MIG instance chosen).
   GpuShare ShareOn(std::size_t node, std::size_t gpu, const ResolvedRequest& request) const;
@@ -195,6 +206,24 @@ class Cluster {
 
   // Releases everything: the state of a fresh cluster.
   void Reset();
+
+  // Appends to *key every fact about the node that a placement decision can read, its name, its
+  // GPUs' UUIDs and its index excepted: static facts (CPU, memory, labels, cordon; per GPU model,
+  // memory, SMs, MIG, NUMA, NVLink, health, cordon) and the ledger's state (free CPU and memory,
+  // the GPU pod shapes present; per GPU free and over-committed milli and memory, MIG instances
+  // taken, tenants in order without their pod counts). Nodes with equal keys are interchangeable
+  // to feasibility, every policy's score and GPU choice (the Scheduler's node classes); nodes
+  // with unequal keys may be too.
+  void AppendStateKey(std::size_t node, std::string* key) const;
+
+  // The change log: every change of a node's state (a version bump: Add, Record, Remove, health,
+  // cordons, Reset) appends the node, so a reader that derives per-node state (the Scheduler's
+  // node classes) catches up from where it was. change_end() is the position after the last
+  // change. The log is trimmed once it holds more than max(4096, 2 x nodes) entries.
+  std::uint64_t change_end() const { return change_base_ + changes_.size(); }
+  // The nodes changed at positions from..change_end() (repeats possible); false if the log no
+  // longer reaches back to `from` (then compare every node's version).
+  bool ChangesSince(std::uint64_t from, std::span<const std::uint32_t>* nodes) const;
 
  private:
   explicit Cluster(std::vector<Node> nodes);
@@ -214,7 +243,9 @@ class Cluster {
   std::map<std::string, std::uint32_t, std::less<>> namespaces_;
   std::int64_t total_gpu_milli_ = 0;
   std::size_t total_gpus_ = 0;
-  std::uint32_t next_version_ = 0;  // versions are unique across Reset()
+  std::uint32_t next_version_ = 0;      // versions are unique across Reset()
+  std::vector<std::uint32_t> changes_;  // the change log from position change_base_
+  std::uint64_t change_base_ = 0;
 };
 
 }  // namespace tessera::placement

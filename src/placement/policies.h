@@ -43,8 +43,9 @@ class PlacementPolicy {
   virtual std::optional<std::size_t> PickNode(std::span<const std::uint32_t> /*feasible*/) {
     return std::nullopt;
   }
-  // Whether Score depends only on (node state, request, epoch()): lets the Scheduler cache
-  // scores.
+  // Whether Score depends only on (node state, request, epoch()), where the node's state is
+  // what Cluster::AppendStateKey covers (not its name or index): lets the Scheduler cache scores
+  // and score nodes in equal states once (its node classes).
   virtual bool cacheable() const { return true; }
   // A policy whose scores also depend on what it has learned (TesseraPolicy's workload
   // estimate) changes this whenever that changes; cached scores of another epoch are not used.

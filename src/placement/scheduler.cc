@@ -1,5 +1,6 @@
 #include "placement/scheduler.h"
 
+#include <algorithm>
 #include <bit>
 #include <numeric>
 
@@ -11,10 +12,136 @@ Scheduler::Scheduler(Cluster* cluster, PlacementPolicy* policy, std::vector<std:
     ranks_.resize(cluster_->size());
     std::iota(ranks_.begin(), ranks_.end(), 0U);
   }
-  if (policy_->cacheable()) cache_.resize(cluster_->size() * kCacheWays);
   for (std::size_t i = 0; i < cluster_->size(); ++i) {
     if (cluster_->node(i).gpus.size() > kKeptUsableGpus) usable_kept_ = false;
   }
+  if (policy_->cacheable()) {
+    class_of_.assign(cluster_->size(), kNoClass);
+    member_pos_.assign(cluster_->size(), 0);
+    class_version_.assign(cluster_->size(), 0);
+    for (std::size_t i = 0; i < cluster_->size(); ++i) Reclassify(static_cast<std::uint32_t>(i));
+    synced_ = cluster_->change_end();
+  }
+}
+
+void Scheduler::SyncClasses() {
+  const std::uint64_t end = cluster_->change_end();
+  if (end == synced_) return;
+  std::span<const std::uint32_t> changed;
+  if (cluster_->ChangesSince(synced_, &changed)) {
+    for (const std::uint32_t i : changed) Reclassify(i);
+  } else {
+    for (std::size_t i = 0; i < cluster_->size(); ++i) Reclassify(static_cast<std::uint32_t>(i));
+  }
+  synced_ = end;
+}
+
+void Scheduler::Reclassify(std::uint32_t node) {
+  const std::uint32_t version = cluster_->version(node);
+  const std::uint32_t old = class_of_[node];
+  if (old != kNoClass && class_version_[node] == version) return;
+  class_version_[node] = version;
+  key_.clear();
+  cluster_->AppendStateKey(node, &key_);
+  std::uint32_t c = 0;
+  if (auto it = class_ids_.find(key_); it != class_ids_.end()) {
+    c = it->second;
+    if (c == old) return;
+  } else {
+    if (free_classes_.empty()) {
+      c = static_cast<std::uint32_t>(classes_.size());
+      classes_.emplace_back();
+      class_size_.push_back(0);
+      class_best_.push_back(kStale);
+      class_memory_.push_back(0);
+      if (classes_.size() > cache_stride_) {  // twice the room, way by way
+        const std::size_t stride = std::max<std::size_t>(64, 2 * cache_stride_);
+        std::vector<CacheEntry> grown(stride * kCacheWays);
+        for (std::size_t w = 0; w < kCacheWays; ++w) {
+          std::copy_n(cache_.begin() + static_cast<std::ptrdiff_t>(w * cache_stride_),
+                      cache_stride_, grown.begin() + static_cast<std::ptrdiff_t>(w * stride));
+        }
+        cache_.swap(grown);
+        cache_stride_ = stride;
+      }
+    } else {
+      c = free_classes_.back();
+      free_classes_.pop_back();
+      for (std::size_t w = 0; w < kCacheWays; ++w) cache_[w * cache_stride_ + c] = CacheEntry{};
+    }
+    classes_[c].key = key_;
+    class_ids_.emplace(key_, c);
+    class_memory_[c] = cluster_->state(node).memory_free;
+  }
+  if (old != kNoClass) {
+    NodeClass& from = classes_[old];
+    const std::uint32_t pos = member_pos_[node];
+    from.members[pos] = from.members.back();
+    member_pos_[from.members[pos]] = pos;
+    from.members.pop_back();
+    --class_size_[old];
+    if (class_best_[old] == node) class_best_[old] = kStale;
+    if (from.members.empty()) {
+      --live_;
+      class_ids_.erase(from.key);
+      from.key.clear();
+      free_classes_.push_back(old);
+    }
+  }
+  NodeClass& to = classes_[c];
+  member_pos_[node] = static_cast<std::uint32_t>(to.members.size());
+  to.members.push_back(node);
+  ++class_size_[c];
+  std::uint32_t& best = class_best_[c];
+  if (to.members.size() == 1) {
+    ++live_;
+    best = node;
+  } else if (best != kStale &&
+             (ranks_[node] < ranks_[best] || (ranks_[node] == ranks_[best] && node < best))) {
+    best = node;
+  }
+  class_of_[node] = c;
+}
+
+std::uint32_t Scheduler::BestMember(std::uint32_t c) {
+  std::uint32_t& best = class_best_[c];
+  if (best == kStale) {
+    const std::vector<std::uint32_t>& members = classes_[c].members;
+    best = members[0];
+    for (const std::uint32_t i : members) {
+      if (ranks_[i] < ranks_[best] || (ranks_[i] == ranks_[best] && i < best)) best = i;
+    }
+  }
+  return best;
+}
+
+const Scheduler::CacheEntry* Scheduler::Probe(std::uint32_t c, const ResolvedRequest& r,
+                                              std::uint32_t shape, std::size_t way,
+                                              std::uint32_t epoch) {
+  if (r.request->memory_bytes > class_memory_[c]) return nullptr;
+  CacheEntry& e = cache_[way * cache_stride_ + c];
+  GpuMask usable = 0;
+  bool have_usable = false;
+  if (e.shape != shape) {
+    e.shape = shape;
+    e.scored = false;
+    const bool ok = cluster_->FeasibleUnlessHostMemory(BestMember(c), r, &usable);
+    e.feasible_usable = (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & kUsableBits);
+    have_usable = true;
+  }
+  if ((e.feasible_usable & kFeasibleBit) == 0) return nullptr;
+  if (!e.scored || e.score_epoch != epoch) {
+    const std::size_t rep = BestMember(c);
+    if (!have_usable) {
+      usable = usable_kept_ ? e.feasible_usable & kUsableBits : cluster_->UsableGpus(rep, r);
+    }
+    const Choice choice = policy_->Score(*cluster_, rep, r, usable);
+    e.scored = true;
+    e.score_epoch = epoch;
+    e.score = choice.score;
+    e.gpus = choice.gpus;
+  }
+  return &e;
 }
 
 std::uint32_t Scheduler::ShapeId(const ResolvedRequest& r, bool with_host_memory) {
@@ -86,46 +213,43 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
       }
     }
   } else {
-    const std::uint32_t shape = ShapeId(r, true);
-    const std::uint32_t score_shape = ShapeId(r, false);
-    const std::size_t way = score_shape % kCacheWays;
+    SyncClasses();
+    const std::uint32_t shape = ShapeId(r, false);
+    const std::size_t way = shape % kCacheWays;
     const auto epoch = static_cast<std::uint32_t>(policy_->epoch());
     std::size_t feasible = 0;
-    for (std::size_t k = 0; k < count; ++k) {
-      const std::size_t i = node_at(k);
-      CacheEntry& e = cache_[way * n + i];
-      const std::uint32_t version = cluster_->version(i);
-      GpuMask usable = 0;
-      bool have_usable = false;
-      if (e.shape != shape || e.version != version) {
-        if (e.version != version) e.score_shape = 0xffffffffU;
-        e.shape = shape;
-        e.version = version;
-        const bool ok = cluster_->Feasible(i, r, &usable);
-        e.feasible_usable =
-            (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & kUsableBits);
-        have_usable = true;
-      }
-      if ((e.feasible_usable & kFeasibleBit) == 0) continue;
-      ++feasible;
-      if (e.score_shape != score_shape || e.score_epoch != epoch) {
-        if (!have_usable) {
-          usable = usable_kept_ ? e.feasible_usable & kUsableBits : cluster_->UsableGpus(i, r);
-        }
-        const Choice c = policy_->Score(*cluster_, i, r, usable);
-        e.score_shape = score_shape;
-        e.score_epoch = epoch;
-        e.score = c.score;
-        e.gpus = c.gpus;
-      }
-      if (best == n || e.score > best_choice.score ||
-          (e.score == best_choice.score && ranks_[i] < ranks_[best])) {
+    int best_score = 0;
+    GpuMask best_gpus = 0;
+    auto consider = [&](const CacheEntry& e, std::size_t i) {
+      if (best == n || Better(e.score, i, best_score, best)) {
         best = i;
-        best_choice = {e.score, e.gpus};
+        best_score = e.score;
+        best_gpus = e.gpus;
+      }
+    };
+    if (nodes.empty()) {
+      // Every node: each class once, its best member for it.
+      for (std::uint32_t c = 0; c < class_size_.size(); ++c) {
+        if (class_size_[c] == 0) continue;
+        const CacheEntry* e = Probe(c, r, shape, way, epoch);
+        if (e == nullptr) continue;
+        feasible += class_size_[c];
+        // A worse score needs no member: only an equal one is decided by rank.
+        if (best != n && e->score < best_score) continue;
+        consider(*e, BestMember(c));
+      }
+    } else {
+      for (std::size_t k = 0; k < count; ++k) {
+        const std::size_t i = node_at(k);
+        const CacheEntry* e = Probe(class_of_[i], r, shape, way, epoch);
+        if (e == nullptr) continue;
+        ++feasible;
+        consider(*e, i);
       }
     }
     last_feasible_ = feasible;
     if (best == n) return std::nullopt;
+    best_choice = {best_score, best_gpus};
   }
   Allocation a;
   a.node = static_cast<std::uint32_t>(best);

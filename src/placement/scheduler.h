@@ -33,26 +33,39 @@ class Scheduler {
   Status Release(const Request& request, const Allocation& allocation);
 
   std::size_t last_feasible() const { return last_feasible_; }
+  // Node classes live now (cacheable policies; 0 otherwise): introspection for tests and docs.
+  std::size_t classes() const { return live_; }
 
  private:
-  // Per node, direct-mapped by the score shape; valid while the node's version (and, for the
-  // score, the policy's epoch) is unchanged.
-  // Scores and GPU choices do not depend on host memory, so they are keyed by a shape without
-  // it and shared by more requests; feasibility is keyed by the whole request.
+  // Node classes (cacheable policies). Nodes with equal Cluster::AppendStateKey are
+  // interchangeable to feasibility and to the policy's score and GPU choice, so a decision
+  // filters and scores each class once, on one member, and takes the class's member of the
+  // lowest (rank, index): the same node as filtering and scoring every node. Classes follow
+  // the cluster's change log; a class's state never changes, so what is cached for it is valid
+  // until the policy's epoch changes (scores) or the class is emptied and reused.
+  //
+  // The cache: per class, direct-mapped by the request's shape without its host memory. The
+  // host memory is the one check of the filter that reads it (Cluster::Feasible ==
+  // FeasibleUnlessHostMemory && memory fits), and scores and GPU choices do not depend on it
+  // (nor on the node's free host memory), so requests that differ only in host memory share an
+  // entry; the class's free host memory is compared at each decision.
   struct CacheEntry {
-    std::uint32_t version = 0;
-    std::uint32_t shape = 0xffffffffU;        // the whole request, for `feasible`
-    std::uint32_t score_shape = 0xffffffffU;  // host memory left out, for score and gpus
-    // The score is dropped when the version changes, so it is valid iff its shape and the
-    // policy's epoch (low 32 bits) match.
-    std::uint32_t score_epoch = 0;
+    std::uint32_t shape = 0xffffffffU;  // host memory left out
+    std::uint32_t score_epoch = 0;      // the policy's epoch (low 32 bits), for score and gpus
+    bool scored = false;                // score and gpus hold a value for shape
     int score = 0;
-    // Bit 31: the node is feasible for `shape`. Bits 0..30: its usable GPUs, used by a rescore
-    // (no second filter pass) when no node of the cluster has more than 31 GPUs; otherwise a
-    // rescore recomputes them.
+    // Bit 31: the class is feasible for `shape` (host memory aside). Bits 0..30: its usable
+    // GPUs, used by a rescore (no second filter pass) when no node of the cluster has more than
+    // 31 GPUs; otherwise a rescore recomputes them.
     std::uint32_t feasible_usable = 0;
     GpuMask gpus = 0;
   };
+  struct NodeClass {
+    std::vector<std::uint32_t> members;  // node indices, in no order
+    std::string key;
+  };
+  static constexpr std::uint32_t kNoClass = 0xffffffffU;
+  static constexpr std::uint32_t kStale = 0xffffffffU;  // class_best_: to be recomputed
   static constexpr std::uint32_t kFeasibleBit = 1U << 31;
   static constexpr std::uint32_t kUsableBits = kFeasibleBit - 1;
   static constexpr std::size_t kKeptUsableGpus = 31;
@@ -60,15 +73,45 @@ class Scheduler {
   std::uint32_t ShapeId(const ResolvedRequest& request, bool with_host_memory);
   std::optional<Allocation> DecideResolved(const ResolvedRequest& request,
                                            std::span<const std::uint32_t> nodes, bool observe);
+  // Brings the classes up to the cluster's change log.
+  void SyncClasses();
+  void Reclassify(std::uint32_t node);
+  std::uint32_t BestMember(std::uint32_t c);
+  // The class's cache entry for the request, filled (filter, then score on one member) if it
+  // does not hold this shape and epoch yet.
+  // (nullptr: not feasible.)
+  const CacheEntry* Probe(std::uint32_t c, const ResolvedRequest& request, std::uint32_t shape,
+                          std::size_t way, std::uint32_t epoch);
+  bool Better(int score, std::size_t node, int best_score, std::size_t best) const {
+    return score > best_score ||
+           (score == best_score &&
+            (ranks_[node] < ranks_[best] || (ranks_[node] == ranks_[best] && node < best)));
+  }
 
   Cluster* cluster_;
   PlacementPolicy* policy_;
   std::vector<std::uint32_t> ranks_;
   std::unordered_map<std::string, std::uint32_t> shapes_;
-  std::vector<CacheEntry> cache_;  // way-major: way w of node i at w * nodes + i
-  bool usable_kept_ = true;        // no node has more GPUs than kKeptUsableGpus
+  bool usable_kept_ = true;  // no node has more GPUs than kKeptUsableGpus
   std::vector<std::uint32_t> feasible_;
   std::size_t last_feasible_ = 0;
+
+  // Per class id (ids of emptied classes are reused first, so they stay dense): a decision over
+  // every node walks ids in order, and the per-way cache and the dense arrays sequentially.
+  std::vector<NodeClass> classes_;
+  std::vector<std::uint32_t> class_size_;   // members; 0: a free id
+  std::vector<std::uint32_t> class_best_;   // the member of the lowest (rank, index), or kStale
+  std::vector<std::int64_t> class_memory_;  // the members' free host memory
+  std::size_t cache_stride_ = 0;            // class ids the cache has room for
+  std::vector<CacheEntry> cache_;           // way-major: way w of class c at w * stride + c
+  std::size_t live_ = 0;                    // classes with members
+  std::vector<std::uint32_t> free_classes_;
+  std::unordered_map<std::string, std::uint32_t> class_ids_;
+  std::vector<std::uint32_t> class_of_;       // per node
+  std::vector<std::uint32_t> member_pos_;     // per node: its index in its class's members
+  std::vector<std::uint32_t> class_version_;  // per node: the version it was classified at
+  std::uint64_t synced_ = 0;                  // the cluster's change log position
+  std::string key_;                           // scratch
 };
 
 }  // namespace tessera::placement

@@ -1,10 +1,14 @@
 #include "placement/scheduler.h"
 
+#include <deque>
 #include <map>
+#include <memory>
+#include <random>
 
 #include <gtest/gtest.h>
 
 #include "placement/placement_testing.h"
+#include "placement/tessera_policy.h"
 #include "testutil/status_matchers.h"
 
 namespace tessera::placement {
@@ -113,28 +117,29 @@ TEST(Scheduler, CachedScoresFollowStateChanges) {
   EXPECT_EQ(third->node, first->node);
 }
 
-// Scores node `favourite` highest; its epoch is the favourite, so changing it must not be hidden
-// by cached scores.
+// Scores nodes of `favourite` GPUs highest (a cacheable score depends on the node's state, not
+// its name); its epoch is the favourite, so changing it must not be hidden by cached scores.
 class FavouritePolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "favourite"; }
   Choice Score(const Cluster& cluster, std::size_t node, const ResolvedRequest& r,
                GpuMask usable) override {
-    return {node == favourite ? 100 : 0, BestGpus(cluster.state(node), *r.request, usable)};
+    return {cluster.node(node).gpus.size() == favourite ? 100 : 0,
+            BestGpus(cluster.state(node), *r.request, usable)};
   }
   std::uint64_t epoch() const override { return favourite; }
-  std::size_t favourite = 0;
+  std::size_t favourite = 1;
 };
 
 TEST(Scheduler, CachedScoresFollowThePolicyEpoch) {
-  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 1)});
+  auto cluster = Cluster::Create({MakeNode("a", 1), MakeNode("b", 2)});
   ASSERT_OK(cluster);
   FavouritePolicy policy;
   Scheduler scheduler(&*cluster, &policy);
   auto first = scheduler.Decide(Pod(1, 100));  // nothing placed: node versions stay the same
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->node, 0U);
-  policy.favourite = 1;
+  policy.favourite = 2;
   auto second = scheduler.Decide(Pod(1, 100));
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->node, 1U);
@@ -219,6 +224,188 @@ TEST(Scheduler, CoTenancyForbidsForeignTenantsOnTheChosenGpu) {
   auto b = scheduler.Place(customer);
   ASSERT_OK(b);
   EXPECT_NE(a->node, b->node);
+}
+
+// ---- Node classes: the same decisions as filtering and scoring every node -------------------
+
+// The reference: filter every candidate, score each feasible one with the policy (no cache, no
+// classes), take the best score, then the lowest rank, then the lowest index.
+std::optional<Allocation> Reference(Cluster& cluster, PlacementPolicy& policy, const Request& q,
+                                    const std::vector<std::uint32_t>& ranks,
+                                    const std::vector<std::uint32_t>& nodes, bool observe) {
+  if (observe) policy.Observe(q);
+  const ResolvedRequest r = cluster.Resolve(q);
+  std::optional<std::size_t> best;
+  Choice best_choice;
+  auto visit = [&](std::size_t i) {
+    GpuMask usable = 0;
+    if (!cluster.Feasible(i, r, &usable)) return;
+    const Choice c = policy.Score(cluster, i, r, usable);
+    if (!best.has_value() || c.score > best_choice.score ||
+        (c.score == best_choice.score && ranks[i] < ranks[*best])) {
+      best = i;
+      best_choice = c;
+    }
+  };
+  if (nodes.empty()) {
+    for (std::size_t i = 0; i < cluster.size(); ++i) visit(i);
+  } else {
+    for (const std::uint32_t i : nodes) visit(i);
+  }
+  if (!best.has_value()) return std::nullopt;
+  Allocation a;
+  a.node = static_cast<std::uint32_t>(*best);
+  for (GpuMask m = best_choice.gpus; m != 0; m &= m - 1) {
+    a.gpus.push_back(cluster.ShareOn(*best, LowestBit(m), r));
+  }
+  return a;
+}
+
+// A small cluster of replicated node types (many nodes in equal states, as in a scaled trace):
+// one-model nodes of 1, 2, 4 and 8 GPUs and a two-model node, `copies` of each.
+std::vector<Node> ReplicatedNodes(int copies) {
+  std::vector<Node> nodes;
+  for (int c = 0; c < copies; ++c) {
+    const std::string s = "-" + std::to_string(c);
+    nodes.push_back(testing::MakeNode("t4" + s, 4, 32000, 128LL << 30, "T4"));
+    nodes.push_back(testing::MakeNode("g2" + s, 8, 96000, 512LL << 30, "G2"));
+    nodes.push_back(testing::MakeNode("p100" + s, 2, 64000, 256LL << 30, "P100"));
+    nodes.push_back(testing::MakeNode("a10" + s, 1, 8000, 32LL << 30, "A10"));
+    Node mixed = testing::MakeNode("mixed" + s, 2, 48000, 192LL << 30, "T4");
+    mixed.gpus.push_back(testing::MakeNode("x", 1, 0, 0, "P100").gpus[0]);
+    mixed.gpus[2].memory_bytes = 12ULL << 30;
+    nodes.push_back(mixed);
+  }
+  return nodes;
+}
+
+WorkloadProfile SmallProfile() {
+  WorkloadProfile p;
+  p.items = {{4000, 1000, 1, {}, 0.4},
+             {2000, 500, 1, {}, 0.3},
+             {8000, 1000, 2, {}, 0.2},
+             {1000, 0, 0, {}, 0.1}};
+  return p;
+}
+
+// Replays a deterministic mix of arrivals, departures, cordons, health changes and decisions
+// over candidate subsets on two copies of a cluster: one through the Scheduler (node classes,
+// caches), one through Reference; every decision must be the same node with the same shares.
+void CheckClassesDecideAsEveryNode(const std::string& policy_name) {
+  auto make_policy = [&](const Cluster& cluster) -> std::unique_ptr<PlacementPolicy> {
+    if (policy_name == "tessera") {
+      TesseraPolicy::Options options;
+      options.rebuild_stride = 16;  // many epochs
+      options.half_life = 64;
+      return std::make_unique<TesseraPolicy>(cluster, options);
+    }
+    return MakePolicy(ParsePolicyKind(policy_name).value(), cluster, SmallProfile(), nullptr);
+  };
+  auto a = Cluster::Create(ReplicatedNodes(6));
+  auto b = Cluster::Create(ReplicatedNodes(6));
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  std::mt19937 rng(7);
+  std::vector<std::uint32_t> ranks(a->size());
+  for (std::size_t i = 0; i < ranks.size(); ++i) ranks[i] = static_cast<std::uint32_t>(i);
+  for (std::size_t i = ranks.size() - 1; i > 0; --i) std::swap(ranks[i], ranks[rng() % (i + 1)]);
+  if (policy_name == "best-fit") ranks[3] = ranks[4];  // a repeated rank: ties go to the index
+  auto policy_a = make_policy(*a);
+  auto policy_b = make_policy(*b);
+  Scheduler scheduler(&*a, policy_a.get(), ranks);
+  std::vector<std::pair<Request, Allocation>> placed;
+  std::deque<Request> requests;  // stable addresses for the requests on the ledger
+  constexpr std::uint32_t kCounts[] = {0, 1, 1, 1, 1, 2, 4, 8};
+  constexpr std::int64_t kCpus[] = {0, 1000, 2000, 4000, 16000};
+  constexpr std::int64_t kMemory[] = {0, 1LL << 30, 8LL << 30, 100LL << 30};
+  int decisions = 0;
+  int shared = 0;  // decisions taken while some nodes shared a class
+  for (int step = 0; step < 1500; ++step) {
+    Request q;
+    q.name = "p" + std::to_string(step);
+    q.cpu_milli = kCpus[rng() % 5];
+    q.memory_bytes = kMemory[rng() % 4];
+    q.gpu_count = kCounts[rng() % 8];
+    q.gpu_milli = q.gpu_count == 0  ? 0
+                  : q.gpu_count > 1 ? 1000
+                                    : static_cast<std::int32_t>(100 * (1 + rng() % 10));
+    if (q.gpu_count > 0 && rng() % 6 == 0) q.models = {rng() % 2 == 0 ? "T4" : "P100"};
+    if (step % 5 == 4) {  // a retry over a subset: decided, not placed, not observed
+      std::vector<std::uint32_t> subset;
+      for (std::uint32_t i = 0; i < a->size(); ++i) {
+        if (rng() % 2 == 0) subset.push_back(i);
+      }
+      const auto got = scheduler.Decide(q, subset, false);
+      const auto want = Reference(*b, *policy_b, q, ranks, subset, false);
+      ASSERT_EQ(got.has_value(), want.has_value()) << policy_name << " step " << step;
+      if (got.has_value()) {
+        ASSERT_EQ(got->node, want->node) << policy_name << " step " << step;
+      }
+      continue;
+    }
+    const auto got = scheduler.Decide(q);
+    const auto want = Reference(*b, *policy_b, q, ranks, {}, true);
+    ++decisions;
+    if (scheduler.classes() < a->size()) ++shared;
+    ASSERT_EQ(got.has_value(), want.has_value()) << policy_name << " step " << step;
+    if (got.has_value()) {
+      ASSERT_EQ(got->node, want->node) << policy_name << " step " << step;
+      ASSERT_EQ(got->gpus.size(), want->gpus.size());
+      for (std::size_t g = 0; g < got->gpus.size(); ++g) {
+        ASSERT_EQ(got->gpus[g].gpu, want->gpus[g].gpu) << policy_name << " step " << step;
+        ASSERT_EQ(got->gpus[g].memory_bytes, want->gpus[g].memory_bytes);
+      }
+      requests.push_back(q);
+      ASSERT_OK(a->Add(a->Resolve(requests.back()), *got));
+      ASSERT_OK(b->Add(b->Resolve(requests.back()), *want));
+      placed.emplace_back(requests.back(), *got);
+    }
+    if (step % 3 == 2 && !placed.empty()) {  // a departure
+      const std::size_t k = rng() % placed.size();
+      ASSERT_OK(scheduler.Release(placed[k].first, placed[k].second));
+      ASSERT_OK(b->Remove(b->Resolve(placed[k].first), placed[k].second));
+      placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    if (step % 97 == 50) {  // cordons and health come and go
+      const std::size_t node = rng() % a->size();
+      const bool on = step % 2 == 0;
+      ASSERT_OK(a->SetNodeCordoned(node, on));
+      ASSERT_OK(b->SetNodeCordoned(node, on));
+      const std::size_t gpu_node = rng() % a->size();
+      ASSERT_OK(a->SetGpuHealth(gpu_node, 0, !on));
+      ASSERT_OK(b->SetGpuHealth(gpu_node, 0, !on));
+    }
+  }
+  EXPECT_GT(decisions, 1000);
+  EXPECT_GT(shared, 100) << policy_name;  // equal states did share a class
+}
+
+TEST(SchedulerClasses, DecideAsEveryNodeForEveryCacheablePolicy) {
+  for (const char* policy :
+       {"best-fit", "dot-product", "gpu-packing", "gpu-clustering", "fgd", "tessera"}) {
+    CheckClassesDecideAsEveryNode(policy);
+  }
+}
+
+// Classes follow the cluster when its change log was trimmed (more changes than it keeps between
+// two decisions): every node's version is compared instead.
+TEST(SchedulerClasses, CatchUpAfterTheChangeLogWasTrimmed) {
+  auto cluster = Cluster::Create(ReplicatedNodes(2));
+  ASSERT_OK(cluster);
+  BestFitPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  EXPECT_EQ(scheduler.classes(), 5U);  // five node types, all empty
+  const std::uint64_t before = cluster->change_end();
+  for (int i = 0; i < 5000; ++i) ASSERT_OK(cluster->SetNodeCordoned(0, i % 2 == 1));
+  std::span<const std::uint32_t> changed;
+  EXPECT_FALSE(cluster->ChangesSince(before, &changed));
+  // Node 0 (a T4 node) is cordoned now: a node of its own class, never chosen.
+  const Request q = Pod(1, 500);
+  const auto a = scheduler.Decide(q);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_NE(a->node, 0U);
+  EXPECT_EQ(scheduler.classes(), 6U);
+  EXPECT_EQ(scheduler.last_feasible(), 9U);
 }
 
 }  // namespace
