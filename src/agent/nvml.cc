@@ -1,5 +1,6 @@
 #include "agent/nvml.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -207,6 +208,38 @@ NvmlGpuSource::~NvmlGpuSource() {
   if (library_ != nullptr) dlclose(library_);  // a no-op unload (RTLD_NODELETE): drops the handle
 }
 
+namespace {
+
+StatusOr<nvmlDevice_t> DeviceByUuid(const NvmlGpuSource::Api& api, const std::string& uuid) {
+  nvmlDevice_t device = nullptr;
+  if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
+    return CallError(api, "nvmlDeviceGetHandleByUUID(" + uuid + ")", rc);
+  }
+  return device;
+}
+
+// A list NVML writes into the caller's buffer: `call(buffer, &count)`, the buffer grown while
+// NVML says it is too small. `what` names the call in errors.
+template <typename T, typename Call>
+StatusOr<std::vector<T>> ReadList(const NvmlGpuSource::Api& api, const std::string& what,
+                                  const Call& call) {
+  std::vector<T> items(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(items.size());
+    const nvmlReturn_t rc = call(items.data(), &count);
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
+      items.resize(count + 16);
+      continue;
+    }
+    if (rc != NVML_SUCCESS) return CallError(api, what, rc);
+    items.resize(std::min<std::size_t>(count, items.size()));
+    return items;
+  }
+  return UnavailableError(what + ": the list kept growing");
+}
+
+}  // namespace
+
 StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uuid) {
   const Api& api = *api_;
   if (api.nvmlDeviceGetHandleByUUID == nullptr ||
@@ -214,31 +247,21 @@ StatusOr<std::vector<GpuProcess>> NvmlGpuSource::Processes(const std::string& uu
     return FailedPreconditionError(
         "this NVML has no per-process memory (nvmlDeviceGetComputeRunningProcesses_v3)");
   }
-  nvmlDevice_t device = nullptr;
-  if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
-    return CallError(api, "nvmlDeviceGetHandleByUUID(" + uuid + ")", rc);
+  const StatusOr<nvmlDevice_t> device = DeviceByUuid(api, uuid);
+  if (!device.ok()) return device.status();
+  const auto infos = ReadList<nvmlProcessInfo_t>(
+      api, "nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + ")",
+      [&](nvmlProcessInfo_t* buffer, unsigned int* count) {
+        return api.nvmlDeviceGetComputeRunningProcesses_v3(*device, count, buffer);
+      });
+  if (!infos.ok()) return infos.status();
+  std::vector<GpuProcess> out;
+  for (const nvmlProcessInfo_t& info : *infos) {
+    const bool known =
+        info.usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
+    out.push_back({info.pid, known ? info.usedGpuMemory : 0});
   }
-  std::vector<nvmlProcessInfo_t> infos(64);
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    unsigned int count = static_cast<unsigned int>(infos.size());
-    const nvmlReturn_t rc =
-        api.nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data());
-    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
-      infos.resize(count + 16);
-      continue;
-    }
-    if (rc != NVML_SUCCESS)
-      return CallError(api, "nvmlDeviceGetComputeRunningProcesses_v3(" + uuid + ")", rc);
-    std::vector<GpuProcess> out;
-    for (unsigned int i = 0; i < count; ++i) {
-      const bool known =
-          infos[i].usedGpuMemory != static_cast<unsigned long long>(NVML_VALUE_NOT_AVAILABLE);
-      out.push_back({infos[i].pid, known ? infos[i].usedGpuMemory : 0});
-    }
-    return out;
-  }
-  return UnavailableError("nvmlDeviceGetComputeRunningProcesses_v3(" + uuid +
-                          "): the list kept growing");
+  return out;
 }
 
 StatusOr<std::vector<UtilizationSample>> NvmlGpuSource::ProcessUtilization(const std::string& uuid,
@@ -248,28 +271,22 @@ StatusOr<std::vector<UtilizationSample>> NvmlGpuSource::ProcessUtilization(const
     return FailedPreconditionError(
         "this NVML has no per-process utilization (nvmlDeviceGetProcessUtilization)");
   }
-  nvmlDevice_t device = nullptr;
-  if (nvmlReturn_t rc = api.nvmlDeviceGetHandleByUUID(uuid.c_str(), &device); rc != NVML_SUCCESS) {
-    return CallError(api, "nvmlDeviceGetHandleByUUID(" + uuid + ")", rc);
-  }
-  std::vector<nvmlProcessUtilizationSample_t> samples(64);
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    unsigned int count = static_cast<unsigned int>(samples.size());
-    const nvmlReturn_t rc =
-        api.nvmlDeviceGetProcessUtilization(device, samples.data(), &count, since_us);
-    if (rc == NVML_ERROR_NOT_FOUND) return std::vector<UtilizationSample>{};  // none since
-    if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
-      samples.resize(count + 16);
-      continue;
-    }
-    if (rc != NVML_SUCCESS)
-      return CallError(api, "nvmlDeviceGetProcessUtilization(" + uuid + ")", rc);
-    std::vector<UtilizationSample> out;
-    for (unsigned int i = 0; i < count && i < samples.size(); ++i)
-      out.push_back({samples[i].pid, samples[i].timeStamp, samples[i].smUtil});
-    return out;
-  }
-  return UnavailableError("nvmlDeviceGetProcessUtilization(" + uuid + "): the list kept growing");
+  const StatusOr<nvmlDevice_t> device = DeviceByUuid(api, uuid);
+  if (!device.ok()) return device.status();
+  const auto samples = ReadList<nvmlProcessUtilizationSample_t>(
+      api, "nvmlDeviceGetProcessUtilization(" + uuid + ")",
+      [&](nvmlProcessUtilizationSample_t* buffer, unsigned int* count) {
+        const nvmlReturn_t rc =
+            api.nvmlDeviceGetProcessUtilization(*device, buffer, count, since_us);
+        if (rc != NVML_ERROR_NOT_FOUND) return rc;
+        *count = 0;  // no sample since `since_us`
+        return NVML_SUCCESS;
+      });
+  if (!samples.ok()) return samples.status();
+  std::vector<UtilizationSample> out;
+  for (const nvmlProcessUtilizationSample_t& s : *samples)
+    out.push_back({s.pid, s.timeStamp, s.smUtil});
+  return out;
 }
 
 StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
