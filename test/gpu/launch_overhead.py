@@ -11,6 +11,11 @@ Loops: `cpp` (test/gpu/launch_loop.cu: runtime launches of a tiny kernel, no hos
 
 Each round runs the three in a rotated order (a drift over the call cancels); a ratio is taken
 within a round, and its median over the rounds gets a bootstrap 95 % interval.
+
+PAIRED=CPUS_A/CPUS_B (e.g. 4-7/8-11): instead, each round runs native and governed at the same
+time, one on each CPU set, swapping the sets every other round: what moves a process's rate on a
+shared host (its clock, its neighbours) then moves both alike. Both loops are launch-bound (the
+GPU idles most of the time), so they rarely wait for each other's kernels.
 """
 import json
 import os
@@ -63,6 +68,48 @@ def run_one(tessera, loop, binary, which, seconds):
     return got
 
 
+def run_paired(tessera, loop, binary, seconds, cpus):
+    """Native on cpus[0] and governed on cpus[1] at once; returns (native, governed)."""
+    procs = {}
+    for which, cpu in (("native", cpus[0]), ("governed", cpus[1])):
+        prefix = ["taskset", "-c", cpu]
+        if which == "governed":
+            prefix += [tessera, "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
+        procs[which] = subprocess.Popen(prefix + loop_cmd(loop, binary, seconds),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    got = {}
+    for which, p in procs.items():
+        out, err = p.communicate(timeout=seconds + 120)
+        got[which] = rate(loop, list(json_lines(out)))
+        if got[which] is None:
+            print(f"  {loop} {which}: no rate (rc {p.returncode}): {err.strip()[-300:]}")
+    return got["native"], got["governed"]
+
+
+def paired_rounds(tessera, binary, out, results, rounds, seconds, sets, rng):
+    results["paired"] = "/".join(sets)
+    for loop in os.environ.get("LOOPS", "cpp torch").split():
+        table = []
+        for r in range(rounds):
+            cpus = sets if r % 2 == 0 else sets[::-1]
+            native, governed = run_paired(tessera, loop, binary, seconds, cpus)
+            table.append({"native": native, "governed": governed, "cpus": cpus})
+            print(f"{loop} paired round {r} (native on {cpus[0]}): native {native}/s "
+                  f"governed {governed}/s", flush=True)
+        ratios = sorted(t["governed"] / t["native"] for t in table
+                        if t["native"] and t["governed"])
+        summary = {"rounds": table}
+        if ratios:
+            lo, hi = interval(ratios, rng)
+            summary["governed/native"] = {"median": statistics.median(ratios), "ci95": [lo, hi],
+                                          "ratios": ratios}
+            print(f"{loop} paired governed/native: median {statistics.median(ratios):.4f} "
+                  f"(95 % interval {lo:.4f} .. {hi:.4f}, {len(ratios)} rounds)", flush=True)
+        results["loops"][loop] = summary
+        with open(out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
 def interval(ratios, rng):
     boot = sorted(statistics.median(rng.choice(ratios) for _ in ratios) for _ in range(2000))
     return boot[50], boot[1949]
@@ -76,6 +123,10 @@ def main():
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "rounds": rounds, "seconds": seconds,
                "cpus": os.environ.get("CPUS"), "loops": {}}
     rng = random.Random(21)
+    if os.environ.get("PAIRED"):
+        paired_rounds(tessera, binary, out, results, rounds, seconds,
+                      os.environ["PAIRED"].split("/"), rng)
+        return
     for loop in os.environ.get("LOOPS", "cpp torch").split():
         table = []
         for r in range(rounds):
