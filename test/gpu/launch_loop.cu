@@ -22,8 +22,7 @@ __global__ void small_kernel(float* x, int n) {
 namespace {
 
 double NowS() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void Spin(double us) {
@@ -38,9 +37,12 @@ int main(int argc, char** argv) {
   double seconds = 5, host_us = 0;
   int sync_every = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--host-us") == 0) host_us = std::atof(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--sync-every") == 0) sync_every = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--seconds") == 0)
+      seconds = std::atof(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--host-us") == 0)
+      host_us = std::atof(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--sync-every") == 0)
+      sync_every = std::atoi(argv[i + 1]);
   }
   const int n = 4096;
   float* x = nullptr;
