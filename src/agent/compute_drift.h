@@ -4,15 +4,16 @@
 // region — and a process whose CUDA calls bypass the library is never governed at all, so the
 // check reads only what the tenant cannot write: NVML, the process's cgroup, the limits file.
 //
-// A container is flagged, once per episode (the condition held at one evaluation and had not at
-// the previous one), for:
+// A container is flagged once per episode — an episode begins when the condition holds and ends
+// once it has not held for a whole window — for:
 //   - kOverHardShare: a hard share s, and its processes ran on the SMs more than s + margin of
 //     the window (a rewritten gate, a process outside the library);
 //   - kTookFromWaiting: a work-conserving share s, above s + margin while another container of
 //     the GPU with a share got less than its share - margin and waited for the GPU (its region's
-//     held time rose by at least `min_waited` of the window): borrowing idle time is allowed,
-//     taking time another tenant asked for is not (the waiting tenant's region is its own, and
-//     it has no reason to under-report);
+//     throttled time rose by at least `min_waited` of the time measured): borrowing idle time is
+//     allowed, taking time another tenant asked for is not. That evidence is the other tenant's
+//     own region, which it could inflate, so this finding is reported, never acted on
+//     (`enforceable` false);
 //   - kUngoverned: a process of the container (by cgroup) ran on the SMs for at least
 //     `min_ungoverned` of the window while holding no live slot of the container's region (its
 //     CUDA calls never reached the library).
@@ -20,8 +21,15 @@
 //
 // Busy time from samples: NVML stamps each sample at the end of the driver's sampling period, and
 // leaves out processes that did not run. So a sample's percentage applies to the period since the
-// process's previous sample, at most one sampling period: the shortest gap seen between two
-// samples of a process on that GPU (`max_sample_period_us` until one is seen).
+// process's previous sample, at most one sampling period: the median of the recent gaps between
+// two samples of a process on that GPU (`max_sample_period_us` until one is seen). Processes of
+// one container sampled at the same stamp add up to at most the whole period; under MPS, where
+// they can run at the same time, the largest counts (a lower bound of their union). Samples
+// stamped before the first evaluation (an agent that restarted: NVML keeps seconds of them) do not
+// count, and a wall clock stepped back starts the samples' bookkeeping again.
+//
+// Not checked yet on a real GPU (issue #22): that NVML returns every sample since the stamp asked
+// for, one per process and sampling period, as the fake does.
 //
 // Pure (no NVML, no files): the node agent feeds it (drift_actions.cc); tests script it.
 #pragma once
@@ -55,7 +63,8 @@ struct ComputeTenant {
   ComputeMode mode = ComputeMode::kHard;
   std::set<unsigned int> pids;        // its processes (host PIDs, by cgroup)
   std::set<unsigned int> ungoverned;  // of those, the ones holding no live slot of its region
-  std::uint64_t waited_ns = 0;        // its region's held time so far (throttled + priority)
+  std::uint64_t waited_ns = 0;        // its region's throttled time so far (share or turn)
+  bool spatial = false;               // MPS: its processes can run on the SMs at the same time
 };
 
 struct ComputeFinding {
@@ -68,6 +77,7 @@ struct ComputeFinding {
   std::string waiting;             // kTookFromWaiting: the key of a tenant that waited
   std::vector<unsigned int> pids;  // the processes concerned
   std::string detail;              // kNoSamples: why
+  bool enforceable = true;         // the tier's onDrift may act on it (else: report)
   std::string Describe() const;    // one sentence for Events and logs
 };
 std::string_view Name(ComputeFinding::Kind kind);
@@ -105,13 +115,20 @@ class ComputeDrift {
   };
   void Trim(TenantState& t, std::uint64_t now_us) const;
   double WaitedFraction(const TenantState& t) const;
+  // Adds one GPU's new samples to its tenants' busy time.
+  void Take(const std::string& uuid, const std::vector<UtilizationSample>& list,
+            const std::map<std::pair<std::string, unsigned int>, const ComputeTenant*>& owner);
+  std::uint64_t PeriodOf(const std::string& uuid) const;
 
   ComputeDriftOptions options_;
+  std::uint64_t start_us_ = 0;      // samples stamped before the first evaluation do not count
+  std::uint64_t last_eval_us_ = 0;  // (a clock stepped back starts the bookkeeping again)
   std::map<std::string, TenantState> tenants_;
   std::map<std::pair<std::string, unsigned int>, std::uint64_t> last_sample_;  // (uuid, pid)
   std::map<std::string, std::uint64_t> last_seen_;                             // by uuid
-  std::map<std::string, std::uint64_t> period_us_;  // the sampling period seen, by uuid
-  std::set<std::pair<std::string, ComputeFinding::Kind>> flagged_;  // (key|uuid, kind)
+  std::map<std::string, std::deque<std::uint64_t>> gaps_us_;  // recent sample gaps, by uuid
+  // Episodes in progress: (key|uuid, kind) -> when the condition last held.
+  std::map<std::pair<std::string, ComputeFinding::Kind>, std::uint64_t> flagged_;
 };
 
 }  // namespace tessera::agent

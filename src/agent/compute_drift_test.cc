@@ -26,7 +26,7 @@ ComputeTenant Tenant(std::string key, std::uint32_t share, ComputeMode mode,
 
 // The scripted GPU: each process's SM percentage as a function of time; samples every kPeriod
 // (a process with 0 % has no sample, as NVML leaves out processes that did not run), read once a
-// second, like the node agent's drift pass.
+// second (`tessera drift --watch-compute`) or at another pass interval (tessera-node: 5 s).
 struct Script {
   std::map<unsigned int, std::function<unsigned int(std::uint64_t at_us)>> percent;
   std::vector<ComputeTenant> tenants;
@@ -40,10 +40,11 @@ struct Flag {
 };
 
 std::vector<Flag> Replay(ComputeDrift& drift, Script& script, std::uint64_t from_us,
-                         std::uint64_t to_us) {
+                         std::uint64_t to_us, std::uint64_t every_us = kSecond) {
   std::vector<Flag> flags;
   std::uint64_t sampled_to = from_us;
-  for (std::uint64_t now = from_us + kSecond; now <= to_us; now += kSecond) {
+  drift.Evaluate(from_us + 1, script.tenants, {});  // the first evaluation: samples count from it
+  for (std::uint64_t now = from_us + every_us; now <= to_us; now += every_us) {
     std::vector<UtilizationSample> samples;
     for (std::uint64_t t = sampled_to + kPeriod; t <= now; t += kPeriod) {
       for (const auto& [pid, f] : script.percent) {
@@ -189,8 +190,99 @@ TEST(ComputeDrift, AGpuWithoutSamplesIsReportedOncePerEpisode) {
   EXPECT_EQ(first[0].uuid, "GPU-1");
   EXPECT_NE(first[0].Describe().find("NVML error 999"), std::string::npos);
   EXPECT_TRUE(drift.Evaluate(2 * kSecond, tenants, {}, broken).empty());
-  EXPECT_TRUE(drift.Evaluate(3 * kSecond, tenants, {}).empty());  // readable again: over
-  EXPECT_EQ(drift.Evaluate(4 * kSecond, tenants, {}, broken).size(), 1u);
+  EXPECT_TRUE(drift.Evaluate(3 * kSecond, tenants, {}).empty());            // readable again
+  EXPECT_TRUE(drift.Evaluate(4 * kSecond, tenants, {}, broken).empty());    // within a window
+  EXPECT_EQ(drift.Evaluate(20 * kSecond, tenants, {}, broken).size(), 1u);  // a new episode
+}
+
+// The node agent's pass runs every 5 s, not every second: the rewritten gate is still flagged
+// within 10 s.
+TEST(ComputeDrift, ARewrittenGateIsFlaggedAtTheAgentsCadence) {
+  ComputeDrift drift;
+  Script s;
+  s.tenants = {Tenant("a", 30, ComputeMode::kHard, {100})};
+  const std::uint64_t cheat = 20 * kSecond;
+  s.percent[100] = [&](std::uint64_t t) { return t > cheat ? 100U : 30U; };
+  const std::vector<Flag> flags = Replay(drift, s, 0, 60 * kSecond, 5 * kSecond);
+  ASSERT_EQ(flags.size(), 1u);
+  EXPECT_LE(flags[0].at_us, cheat + 10 * kSecond);
+}
+
+// An agent that restarts reads seconds of samples NVML kept from before (a tenant may have run
+// ungoverned meanwhile, its arbiter gone): they are not held against it.
+TEST(ComputeDrift, SamplesFromBeforeTheFirstEvaluationDoNotCount) {
+  ComputeDrift drift;
+  const std::vector<ComputeTenant> tenants = {Tenant("a", 30, ComputeMode::kHard, {100})};
+  std::vector<UtilizationSample> before;
+  for (std::uint64_t t = kPeriod; t <= 10 * kSecond; t += kPeriod) before.push_back({100, t, 100});
+  EXPECT_TRUE(drift.Evaluate(10 * kSecond, tenants, {{kGpu, before}}).empty());
+  EXPECT_LT(drift.Used("a"), 0.05);
+}
+
+// Two processes of one container sampled at the same stamp: time-sliced, they add up to at most
+// the period; under MPS they may run at once, and the larger counts (not their sum).
+TEST(ComputeDrift, ProcessesOfOneContainerAtOneStampCountOnce) {
+  for (const bool mps : {false, true}) {
+    ComputeDrift drift;
+    ComputeTenant t = Tenant("a", 30, ComputeMode::kHard, {100, 200});
+    t.spatial = mps;
+    Script s;
+    s.tenants = {t};
+    s.percent[100] = [mps](std::uint64_t) { return mps ? 30U : 60U; };
+    s.percent[200] = [mps](std::uint64_t) { return mps ? 30U : 60U; };
+    const std::vector<Flag> flags = Replay(drift, s, 0, 30 * kSecond);
+    if (mps) {
+      EXPECT_TRUE(flags.empty()) << "two overlapping 30 % processes under MPS are 30 %";
+      EXPECT_NEAR(drift.Used("a"), 0.30, 0.03);
+    } else {
+      EXPECT_NEAR(drift.Used("a"), 1.0, 0.02);  // 60 + 60, at most the whole period
+    }
+  }
+}
+
+// Taking from a waiting tenant rests on the waiting tenant's own counters: reported, not acted
+// on.
+TEST(ComputeDrift, TakingFromAWaitingTenantIsNotEnforceable) {
+  ComputeDrift drift;
+  Script s;
+  s.tenants = {Tenant("a", 30, ComputeMode::kWorkConserving, {100}),
+               Tenant("b", 70, ComputeMode::kWorkConserving, {200})};
+  s.percent[100] = [](std::uint64_t) { return 90U; };
+  s.percent[200] = [](std::uint64_t) { return 10U; };
+  s.waited["b"] = [](std::uint64_t t) { return t * 500; };
+  const std::vector<Flag> flags = Replay(drift, s, 0, 30 * kSecond);
+  ASSERT_EQ(flags.size(), 1u);
+  EXPECT_FALSE(flags[0].finding.enforceable);
+}
+
+// One odd pair of samples close together does not shrink the sampling period for good: the
+// median of the recent gaps holds, and the tenant's use stays right.
+TEST(ComputeDrift, OneShortGapDoesNotChangeThePeriod) {
+  ComputeDrift drift;
+  const std::vector<ComputeTenant> tenants = {Tenant("a", 50, ComputeMode::kHard, {100})};
+  std::vector<UtilizationSample> samples;
+  for (std::uint64_t t = 100'000; t <= 5 * kSecond; t += 100'000) samples.push_back({100, t, 50});
+  samples.push_back({100, 5 * kSecond + 15'000, 50});  // an odd one 15 ms later
+  drift.Evaluate(50'000, tenants, {});  // the first evaluation: samples count from here
+  drift.Evaluate(5'100'000, tenants, {{kGpu, samples}});
+  for (std::uint64_t t = 5'200'000; t <= 10 * kSecond; t += 100'000) {
+    drift.Evaluate(t, tenants, {{kGpu, {{100, t, 50}}}});
+  }
+  EXPECT_NEAR(drift.Used("a"), 0.50, 0.03);
+}
+
+// A wall clock stepped back (NTP) does not blind the check: the bookkeeping starts again.
+TEST(ComputeDrift, AClockSteppedBackStartsAgain) {
+  ComputeDrift drift;
+  const std::vector<ComputeTenant> tenants = {Tenant("a", 30, ComputeMode::kHard, {100})};
+  drift.Evaluate(100 * kSecond, tenants, {{kGpu, {{100, 100 * kSecond, 100}}}});
+  EXPECT_EQ(drift.LastSeen(kGpu), 100 * kSecond);
+  drift.Evaluate(50 * kSecond, tenants, {});
+  EXPECT_EQ(drift.LastSeen(kGpu), 0u);
+  std::vector<UtilizationSample> samples;
+  for (std::uint64_t t = 50 * kSecond + kPeriod; t <= 62 * kSecond; t += kPeriod)
+    samples.push_back({100, t, 100});
+  EXPECT_EQ(drift.Evaluate(62 * kSecond, tenants, {{kGpu, samples}}).size(), 1u);
 }
 
 }  // namespace

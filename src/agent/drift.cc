@@ -25,9 +25,10 @@ bool CgroupNamesPod(const std::string& cgroup, const std::string& uid) {
 }
 
 struct RegionView {
+  bool readable = false;
   std::set<unsigned int> pids;
   std::map<std::string, std::uint64_t> used;    // by UUID
-  std::map<std::string, std::uint64_t> waited;  // by UUID: throttled + priority-held ns
+  std::map<std::string, std::uint64_t> waited;  // by UUID: throttled ns
 };
 
 RegionView ReadRegion(const std::string& path) {
@@ -35,6 +36,7 @@ RegionView ReadRegion(const std::string& path) {
   auto m =
       shm::RegionCopy::Read(path);  // a private copy (truncation-safe); the previous layout too
   if (!m.ok()) return view;
+  view.readable = true;
   const shm::Region& r = m->region();
   for (const auto& slot : r.slots) {
     if (slot.state.load() == 1 && slot.pid > 0)
@@ -44,7 +46,7 @@ RegionView ReadRegion(const std::string& path) {
        ++d) {
     const std::string uuid(r.devices[d].uuid, strnlen(r.devices[d].uuid, shm::kUuidBytes));
     view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
-    view.waited[uuid] = r.compute[d].throttled_ns.load() + r.compute[d].priority_held_ns.load();
+    view.waited[uuid] = r.compute[d].throttled_ns.load();
   }
   return view;
 }
@@ -111,6 +113,8 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
         drift.cap_bytes = d.memory_bytes;
         drift.cores_percent = d.cores_percent;
         drift.compute = c.limits.compute;
+        drift.mode = c.limits.mode;
+        drift.region_readable = regions[i].readable;
         drift.slot_pids = regions[i].pids;
         const auto waited = regions[i].waited.find(uuid);
         drift.waited_ns = waited == regions[i].waited.end() ? 0 : waited->second;
@@ -137,8 +141,10 @@ std::vector<ComputeTenant> ComputeTenantsOf(
     t.share_percent = c.cores_percent;
     t.mode = c.compute;
     t.waited_ns = c.waited_ns;
+    t.spatial = c.mode == SharingMode::kMps;
     for (unsigned int pid : c.pids) {
       t.pids.insert(pid);
+      if (!c.region_readable) continue;
       const unsigned int ns_pid = ns_pid_of(pid);
       if (ns_pid != 0 && c.slot_pids.count(ns_pid) == 0) t.ungoverned.insert(pid);
     }

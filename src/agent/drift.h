@@ -38,11 +38,14 @@ struct ContainerDrift {
   std::uint64_t region_bytes = 0;  // what the preload library accounted
   std::uint64_t nvml_bytes = 0;    // what NVML says the container's processes hold
   std::vector<unsigned int> pids;  // its processes on the GPU (host PIDs)
-  // For the compute drift check (agent/compute_drift.h): its share on this GPU, the PIDs of its
-  // region's live slots (as the processes see themselves: their own PID namespace's), and the
-  // time its launches were held so far (throttled + priority-held, from its region).
+  // For the compute drift check (agent/compute_drift.h): its share on this GPU, its sharing
+  // mode, whether its region could be read, the PIDs of the region's live slots (as the
+  // processes see themselves: their own PID namespace's), and the time its launches were
+  // throttled so far (waiting for the share or a turn, from its region).
   std::uint32_t cores_percent = 0;
   ComputeMode compute = ComputeMode::kHard;
+  SharingMode mode = SharingMode::kShared;
+  bool region_readable = false;
   std::set<unsigned int> slot_pids;
   std::uint64_t waited_ns = 0;
   // NVML above the region: what the library could not see (module code, implicit growth,
@@ -79,7 +82,8 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
 
 // The compute drift check's view of the report's containers (agent/compute_drift.h): a tenant per
 // container and GPU (key "<id>/<uuid>"), its processes, and among them the ones whose PID in
-// their own namespace (`ns_pid_of`; 0: gone, left alone) holds no live slot of its region.
+// their own namespace (`ns_pid_of`; 0: gone, left alone) holds no live slot of its region (none
+// where the region cannot be read: a region being upgraded or recreated is no evidence).
 std::vector<ComputeTenant> ComputeTenantsOf(
     const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of);
 

@@ -86,22 +86,22 @@ std::map<std::string, std::uint64_t> DriftActions::Check() {
   over_cap_ = std::move(over_now);
   unattributed_ = std::move(unattributed_now);
   drifting_ = std::move(drifting_now);
-  CheckCompute(report, processes, managed);
+  CheckCompute(report, processes);
   return nvml_by_key;
 }
 
 void DriftActions::CheckCompute(const DriftReport& report,
-                                const std::map<std::string, std::vector<GpuProcess>>& processes,
-                                const std::vector<std::string>& managed) {
+                                const std::map<std::string, std::vector<GpuProcess>>& processes) {
+  // Only GPUs whose processes NVML listed this pass (their samples could not be attributed
+  // otherwise, and would be lost); the others' tenants keep their window until the next pass.
   std::vector<ComputeTenant> tenants = ComputeTenantsOf(report, deps_.ns_pid_of);
-  std::erase_if(tenants, [&processes](const ComputeTenant& t) {
-    return processes.count(t.uuid) == 0;  // NVML did not answer for its GPU
-  });
+  std::erase_if(tenants,
+                [&processes](const ComputeTenant& t) { return processes.count(t.uuid) == 0; });
   std::map<std::string, const ContainerDrift*> by_key;
   for (const ContainerDrift& c : report.containers) by_key[c.id + "/" + c.uuid] = &c;
   std::map<std::string, std::vector<UtilizationSample>> samples;
   std::map<std::string, std::string> errors;
-  for (const std::string& uuid : managed) {
+  for (const auto& [uuid, listed] : processes) {
     auto got = deps_.gpus->ProcessUtilization(uuid, compute_.LastSeen(uuid));
     if (got.ok()) {
       samples[uuid] = std::move(*got);
@@ -109,22 +109,43 @@ void DriftActions::CheckCompute(const DriftReport& report,
       errors[uuid] = got.status().message();
     }
   }
-  for (const ComputeFinding& f : compute_.Evaluate(deps_.wall_us(), tenants, samples, errors)) {
+  // One action and one Event per container and pass, whatever it was flagged for.
+  std::map<std::string, std::vector<ComputeFinding>> by_tenant;
+  for (ComputeFinding& f : compute_.Evaluate(deps_.wall_us(), tenants, samples, errors)) {
     if (f.kind == ComputeFinding::Kind::kNoSamples) {
       TESSERA_LOG(kWarn, kAgent, "compute drift: %s", f.Describe().c_str());
       deps_.api->WarnNode(names::kEventComputeUnchecked, f.Describe());
       continue;
     }
-    const auto c = by_key.find(f.key);
-    if (c != by_key.end()) ActOnCompute(*c->second, f);
+    by_tenant[f.key].push_back(std::move(f));
+  }
+  for (const auto& [key, findings] : by_tenant) {
+    const auto c = by_key.find(key);
+    if (c != by_key.end()) ActOnCompute(*c->second, findings);
   }
 }
 
-void DriftActions::ActOnCompute(const ContainerDrift& c, const ComputeFinding& f) {
+void DriftActions::ActOnCompute(const ContainerDrift& c,
+                                const std::vector<ComputeFinding>& findings) {
   ++counters_.compute;
+  std::string what;
+  std::set<unsigned int> pids;
+  bool enforceable = false;
+  for (const ComputeFinding& f : findings) {
+    what += (what.empty() ? "" : "; and ") + f.Describe();
+    if (!f.enforceable) continue;
+    enforceable = true;
+    pids.insert(f.pids.begin(), f.pids.end());
+  }
   StatusOr<k8s::Json> pod = InternalError("not read");
-  const std::string done = Enforce(c, f.pids, &pod);
-  const std::string message = "container " + c.container + ": " + f.Describe() + "; " + done;
+  std::string done = "reported";
+  if (enforceable) {
+    done = Enforce(c, {pids.begin(), pids.end()}, &pod);
+  } else {
+    const std::size_t slash = c.pod.find('/');
+    pod = deps_.api->GetPod(c.pod.substr(0, slash), c.pod.substr(slash + 1));
+  }
+  const std::string message = "container " + c.container + ": " + what + "; " + done;
   TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
   if (pod.ok()) deps_.api->WarnPod(*pod, names::kEventComputeDrift, message);
 }

@@ -117,9 +117,9 @@ class DriftActions {
   void ActOnOverCap(const ContainerDrift& c);
   // Compute drift over the containers of this pass (NVML's processes in `processes`).
   void CheckCompute(const DriftReport& report,
-                    const std::map<std::string, std::vector<GpuProcess>>& processes,
-                    const std::vector<std::string>& managed);
-  void ActOnCompute(const ContainerDrift& c, const ComputeFinding& f);
+                    const std::map<std::string, std::vector<GpuProcess>>& processes);
+  // One action and Event for a container's findings of a pass (report-only findings: no action).
+  void ActOnCompute(const ContainerDrift& c, const std::vector<ComputeFinding>& findings);
   // The tier's onDrift for the pod `c` runs in: `pids` killed, or the pod evicted, or reported.
   // Returns what was done, for the Event.
   std::string Enforce(const ContainerDrift& c, const std::vector<unsigned int>& pids,

@@ -1,13 +1,16 @@
 #include "agent/drift_actions.h"
 
 #include <optional>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+#include "tessera/region.h"
 
 #include "agent/agent_testing.h"
+#include "testutil/temp_dir.h"
 
 namespace tessera::agent {
 namespace {
@@ -497,14 +500,23 @@ void Runs(FakeNvml& nvml, unsigned int pid, unsigned int percent, std::uint64_t 
     nvml.utilization[kGpu].push_back({pid, t, percent});
 }
 
-// A process of the container that holds no slot of its region (here: the container has no
-// region at all) and runs on the SMs never went through the library: once it has used them for
-// 5 % of the window, the container's compute drift is acted on as its tier says (kill: that
-// process), told to its Pod and counted, once for the episode.
+// A process of the container that holds no slot of its region runs on the SMs: it never went
+// through the library. Once it has used them for 5 % of the window, the container's compute drift
+// is acted on as its tier says (kill: that process), told to its Pod and counted, once for the
+// episode. The same process with the region unreadable is no evidence: nothing is flagged.
 TEST_F(DriftActionsTest, AProcessOutsideTheLibraryIsComputeDriftActedOnOnce) {
+  testutil::TempDir dir;
+  containers_[0].region_path = dir.path() + "/region";
   DriftActions& drift = Make();
   action_ = policy::DriftAction::kKill;
   Holds(100 * kMiB, {101});
+  for (int second = 1; second <= 10; ++second) {  // no region yet: nothing to judge by
+    Runs(nvml_, 101, 100, wall_us_, wall_us_ + 1'000'000);
+    wall_us_ += 1'000'000;
+    drift.Check();
+  }
+  EXPECT_TRUE(api_.Of(names::kEventComputeDrift).empty());
+  ASSERT_TRUE(shm::Mapping::Create(containers_[0].region_path, {{kGpu, 2 * kGiB, 0}}).ok());
   for (int second = 1; second <= 10; ++second) {
     Runs(nvml_, 101, 100, wall_us_, wall_us_ + 1'000'000);
     wall_us_ += 1'000'000;
@@ -520,6 +532,13 @@ TEST_F(DriftActionsTest, AProcessOutsideTheLibraryIsComputeDriftActedOnOnce) {
       << told[0].message;
   EXPECT_EQ(killed_, std::vector<unsigned int>{101});
   EXPECT_EQ(drift.counts().compute_drift, 1u);
+}
+
+// The PID a process has in its own namespace: this test's own (one namespace) is its PID; a
+// process that is gone is 0.
+TEST(ProcNsPidOf, IsThePidInTheProcesssOwnNamespace) {
+  EXPECT_EQ(ProcNsPidOf(static_cast<unsigned int>(getpid())), static_cast<unsigned int>(getpid()));
+  EXPECT_EQ(ProcNsPidOf(4'000'000'000U), 0u);
 }
 
 // A GPU whose per-process utilization cannot be read is told to the Node once per episode; its

@@ -48,7 +48,12 @@ TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
   const std::string samples = dir.path() + "/utilization";
   std::ofstream(samples) << "# gpu pid timestamp_us sm_percent\n"
                             "0 101 1000 30\n0 102 1000 60\n0 101 2000 40\n1 103 1500 90\n";
-  setenv("TESSERA_FAKE_NVML_UTIL_FILE", samples.c_str(), 1);
+  struct Env {  // set for this test only, whatever it asserts
+    explicit Env(const std::string& value) {
+      setenv("TESSERA_FAKE_NVML_UTIL_FILE", value.c_str(), 1);
+    }
+    ~Env() { unsetenv("TESSERA_FAKE_NVML_UTIL_FILE"); }
+  } env(samples);
   auto source = NvmlGpuSource::Open(std::string(TESSERA_FAKE_NVML_DIR) + "/libnvidia-ml.so.1");
   ASSERT_TRUE(source.ok()) << source.status().ToString();
   auto gpus = (*source)->Discover();
@@ -65,13 +70,19 @@ TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
   auto none = (*source)->ProcessUtilization(gpu0, 2000);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_TRUE(none->empty());
+  {  // more samples than the first buffer holds: it grows
+    std::ofstream many(samples);
+    for (int i = 1; i <= 100; ++i) many << "0 " << 200 + i << " " << 5000 + i << " 10\n";
+  }
+  auto grown = (*source)->ProcessUtilization(gpu0, 0);
+  ASSERT_TRUE(grown.ok()) << grown.status().ToString();
+  EXPECT_EQ(grown->size(), 100u);
   std::ofstream(samples) << "0 101 not-a-number 30\n";
   auto broken = (*source)->ProcessUtilization(gpu0, 0);
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.status().message().find("nvmlDeviceGetProcessUtilization(" + gpu0 + ")"),
             std::string::npos)
       << broken.status().message();
-  unsetenv("TESSERA_FAKE_NVML_UTIL_FILE");
 }
 
 }  // namespace

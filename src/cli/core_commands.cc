@@ -69,7 +69,7 @@ constexpr std::uint64_t kMaxWatchSeconds = 86'400;
 
 int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
                  const std::set<std::string>& uuids, agent::GpuSource& source,
-                 std::uint64_t seconds, bool json, std::ostream& out, std::ostream& err) {
+                 std::uint64_t seconds, bool json, std::ostream& out) {
   agent::ComputeDrift drift;
   const auto start = std::chrono::steady_clock::now();
   int findings = 0;
@@ -117,7 +117,6 @@ int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
     }
   }
   if (findings == 0 && !json) out << "compute: no drift in " << seconds << " s\n";
-  (void)err;
   return findings > 0 ? 1 : 0;
 }
 
@@ -187,7 +186,7 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   bool over = false;
   for (const auto& c : report.containers) over |= c.over_cap();
   if (watch_seconds != 0 &&
-      WatchCompute(containers, uuids, **source, watch_seconds, json, out, err) != 0) {
+      WatchCompute(containers, uuids, **source, watch_seconds, json, out) != 0) {
     over = true;
   }
   return over ? 1 : 0;  // the answer is "no": a container is over its cap or drifted

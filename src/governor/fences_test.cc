@@ -333,7 +333,7 @@ TEST(FenceTracker, ProbesAreAtMostOnePerGapPerStream) {
   FenceOptions options{200'000, 64, 4, 3};
   ASSERT_EQ(options.min_probe_gap_ns, 4'000'000u);  // the default
   FenceTracker t(&gpu, options);
-  for (int i = 0; i < 100'000; ++i) {  // 600 ms of launches: 100 gaps of 4 ms
+  for (int i = 0; i < 100'000; ++i) {  // 600 ms of launches: 150 gaps of 4 ms
     LaunchOn(t, gpu, 1'000, 1);
     gpu.now += 6'000;
     if (i % 256 == 255) t.FenceAll(gpu.now);

@@ -8,6 +8,7 @@
 // calls) to the real dlsym, which then sees the original caller. Elsewhere a C++ fallback
 // forwards the call (correct for every handle but RTLD_NEXT from a caller other than us).
 #include <dlfcn.h>
+#include <string_view>
 
 #include "hook/hook_table.h"
 #include "hook/nvml_table.h"
@@ -43,8 +44,12 @@ __attribute__((visibility("hidden"))) void* TesseraDlsymHooked(void* handle, con
   __atomic_store_n(&tessera_real_dlsym, reinterpret_cast<void*>(real), __ATOMIC_RELEASE);
   void* trampoline = HookedTrampoline(symbol);
   if (trampoline == nullptr) {
-    if (symbol != nullptr && symbol[0] == 'c' && symbol[1] == 'u')
+    // A capture entry point we do not intercept, and the driver has it: captures cannot be
+    // counted from now on (launch_hooks.cc).
+    if (symbol != nullptr && std::string_view(symbol).starts_with("cuStreamBeginCapture") &&
+        real(handle, symbol) != nullptr) {
       CaptureEntryPointHandedOut(symbol, false);
+    }
     return nullptr;
   }
   return real(handle, symbol) != nullptr ? trampoline : nullptr;

@@ -268,9 +268,9 @@ bool Stale(const shm::Compute& c, std::uint64_t now) {
 // begin (so no launch can miss a capture that began), lowered once the stream has left capture.
 // While it is 0 no stream can be capturing and a governed launch asks the driver nothing; a
 // capture entry point this library does not intercept (handed out by cuGetProcAddress or dlsym:
-// a newer version) adds kUntrackedCaptures for good, and every governed launch asks again.
-constexpr std::uint32_t kUntrackedCaptures = 1U << 30;
+// a newer version) sets g_captures_untracked for good, and every governed launch asks again.
 std::atomic<std::uint32_t> g_captures{0};
+std::atomic<bool> g_captures_untracked{false};
 
 CUresult CaptureStatus(CUstream stream, bool per_thread, CUstreamCaptureStatus* status) {
   const auto is_capturing = per_thread ? Real<CudaHook::cuStreamIsCapturing_ptsz>()
@@ -283,7 +283,10 @@ CUresult CaptureStatus(CUstream stream, bool per_thread, CUstreamCaptureStatus* 
 // CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: the legacy stream while another stream of the context is
 // captured — it counts as captured: nothing of ours may go into it.
 bool Capturing(CUstream stream, bool per_thread) {
-  if (g_captures.load(std::memory_order_acquire) == 0) return false;
+  if (g_captures.load(std::memory_order_acquire) == 0 &&
+      !g_captures_untracked.load(std::memory_order_relaxed)) {
+    return false;
+  }
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult r = CaptureStatus(stream, per_thread, &status);
   if (r == CUDA_ERROR_NOT_FOUND) return false;
@@ -552,7 +555,10 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   if (g_stats_enabled) capture_ns = NowNs() - at_capture;
   if (capturing) return launch();
   std::uint64_t now = NowNs();
-  if (Stale(c, now) && GovernorFailed(c)) return launch();
+  if (Stale(c, now)) {
+    if (GovernorFailed(c)) return launch();
+    now = NowNs();  // it waited for the arbiter (fail-closed)
+  }
   // Wait at the gate, then for the depth; the gate may have closed meanwhile (the turn passed,
   // the share ran out, a higher class arrived): then wait at it again. The depth wait is
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent
@@ -699,10 +705,9 @@ void PrintGovernorStats() {
               static_cast<unsigned long long>(n), per(st.total_ns), per(st.real_ns),
               per(st.capture_ns), per(st.lock_ns), per(st.fences_ns), per(st.gate_ns),
               per(st.depth_ns));
-  const std::uint32_t captures = g_captures.load();
   TESSERA_LOG(
-      kWarn, kHook, "stats: stream captures open at exit: %u%s", captures % kUntrackedCaptures,
-      captures >= kUntrackedCaptures ? " (an unintercepted capture entry point was used)" : "");
+      kWarn, kHook, "stats: stream captures open at exit: %u%s", g_captures.load(),
+      g_captures_untracked.load() ? " (an unintercepted capture entry point was used)" : "");
   Governor& g = *g_governor;
   const std::unique_lock<std::mutex> lock(g.mu, std::try_to_lock);  // (at exit: never wait)
   if (!lock.owns_lock()) return;
@@ -729,8 +734,7 @@ void ResetGovernorAfterFork() { g_governor = new Governor(); }
 void CaptureEntryPointHandedOut(const char* symbol, bool intercepted) {
   static constexpr std::string_view kBegin = "cuStreamBeginCapture";
   if (!intercepted && symbol != nullptr && std::string_view(symbol).starts_with(kBegin) &&
-      g_captures.load() < kUntrackedCaptures) {
-    g_captures.fetch_add(kUntrackedCaptures);
+      !g_captures_untracked.exchange(true)) {
     TESSERA_LOG(kWarn, kHook,
                 "%s is not intercepted: every governed launch asks the driver whether its stream "
                 "is being captured",
@@ -800,6 +804,9 @@ namespace {
 template <typename Begin>
 CUresult BeginCapture(const Begin& begin) {
   g_captures.fetch_add(1);
+  // The watcher checks "not captured" and records under the governor's mutex: once this thread
+  // has had it, no check made before the count rose can still be recording into this stream.
+  { const std::lock_guard<std::mutex> synced(g_governor->mu); }
   const CUresult r = begin();
   if (r != CUDA_SUCCESS) g_captures.fetch_sub(1);
   return r;
