@@ -121,17 +121,17 @@ TEST(ComputeDrift, TakingTimeAnotherTenantWaitedForIsFlagged) {
   Script s;
   s.tenants = {Tenant("a", 30, ComputeMode::kWorkConserving, {100}),
                Tenant("b", 70, ComputeMode::kWorkConserving, {200})};
-  const std::uint64_t start = 30 * kSecond;
-  // Until `start` both get their share; then a ignores its gate and b waits half of the time.
-  s.percent[100] = [start](std::uint64_t t) { return t > start ? 90U : 30U; };
-  s.percent[200] = [start](std::uint64_t t) { return t > start ? 10U : 70U; };
-  s.waited["b"] = [start](std::uint64_t t) { return t > start ? (t - start) * 500 : 0; };
+  constexpr std::uint64_t kStart = 30 * kSecond;
+  // Until `kStart` both get their share; then a ignores its gate and b waits half of the time.
+  s.percent[100] = [](std::uint64_t t) { return t > kStart ? 90U : 30U; };
+  s.percent[200] = [](std::uint64_t t) { return t > kStart ? 10U : 70U; };
+  s.waited["b"] = [](std::uint64_t t) { return t > kStart ? (t - kStart) * 500 : 0; };
   const std::vector<Flag> flags = Replay(drift, s, 0, 60 * kSecond);
   ASSERT_EQ(flags.size(), 1u);
   EXPECT_EQ(flags[0].finding.kind, ComputeFinding::Kind::kTookFromWaiting);
   EXPECT_EQ(flags[0].finding.key, "a");
   EXPECT_EQ(flags[0].finding.waiting, "b");
-  EXPECT_LE(flags[0].at_us, start + 10 * kSecond);
+  EXPECT_LE(flags[0].at_us, kStart + 10 * kSecond);
 }
 
 // A process of the container that holds no slot of its region never went through the library:
@@ -141,15 +141,15 @@ TEST(ComputeDrift, AProcessOutsideTheLibraryIsFlagged) {
   ComputeDrift drift;
   Script s;
   s.tenants = {Tenant("a", 0, ComputeMode::kHard, {100, 200, 300}, {200, 300})};
-  const std::uint64_t start = 30 * kSecond;
+  constexpr std::uint64_t kStart = 30 * kSecond;
   s.percent[100] = [](std::uint64_t) { return 50U; };  // governed
-  s.percent[200] = [start](std::uint64_t t) { return t > start ? 60U : 0U; };
+  s.percent[200] = [](std::uint64_t t) { return t > kStart ? 60U : 0U; };
   s.percent[300] = [](std::uint64_t t) { return t % (10 * kSecond) < kPeriod ? 10U : 0U; };
   const std::vector<Flag> flags = Replay(drift, s, 0, 60 * kSecond);
   ASSERT_EQ(flags.size(), 1u);
   EXPECT_EQ(flags[0].finding.kind, ComputeFinding::Kind::kUngoverned);
-  EXPECT_GT(flags[0].at_us, start);  // not for the blips of 300
-  EXPECT_LE(flags[0].at_us, start + 10 * kSecond);
+  EXPECT_GT(flags[0].at_us, kStart);  // not for the blips of 300
+  EXPECT_LE(flags[0].at_us, kStart + 10 * kSecond);
   const std::vector<unsigned int>& pids = flags[0].finding.pids;
   EXPECT_NE(std::find(pids.begin(), pids.end(), 200u), pids.end());
   EXPECT_EQ(std::find(pids.begin(), pids.end(), 100u), pids.end());  // governed
