@@ -144,9 +144,15 @@ void TesseraPolicy::Observe(const Request& q) {
   ++observed_;
   if (observed_ >= next_rebuild_) {
     Rebuild();
-    next_rebuild_ =
-        observed_ < options_.rebuild_stride ? observed_ * 2 : observed_ + options_.rebuild_stride;
+    const std::uint64_t stride = RebuildStride();
+    next_rebuild_ = observed_ < stride ? observed_ * 2 : observed_ + stride;
   }
+}
+
+std::uint64_t TesseraPolicy::RebuildStride() const {
+  const double per_node = options_.rebuild_per_node * static_cast<double>(cluster_.size());
+  const auto scaled = per_node > 0 ? static_cast<std::uint64_t>(std::llround(per_node)) : 0;
+  return std::max<std::uint64_t>(std::max<std::uint64_t>(options_.rebuild_stride, scaled), 1);
 }
 
 void TesseraPolicy::ContinueFrom(const PlacementPolicy& previous) {

@@ -2,7 +2,8 @@
 //
 // Fragmentation gradient descent against a workload estimated online: every arrival (Observe)
 // feeds a decayed histogram of (CPU, milli, GPU count, acceptable models) keys, and the target
-// workload is rebuilt from it at arrivals 1, 2, 4, ... and then at a fixed stride. No knowledge
+// workload is rebuilt from it at arrivals 1, 2, 4, ... and then at a stride that grows with the
+// cluster (RebuildStride: the same rebuilds per cluster fill at any node count). No knowledge
 // of future arrivals is used; an optional configured profile (e.g. yesterday's pods) seeds the
 // histogram as a prior.
 //
@@ -33,8 +34,13 @@ class TesseraPolicy final : public PlacementPolicy {
   struct Options {
     // Weight of an observation halves after this many later arrivals.
     double half_life = 4096;
-    // The target workload is rebuilt at arrivals 1, 2, 4, ... up to this, then every this many.
+    // The target workload is rebuilt at arrivals 1, 2, 4, ... up to the stride, then every
+    // stride arrivals; the stride is max(rebuild_stride, rebuild_per_node x nodes), rounded.
     std::uint64_t rebuild_stride = 256;
+    // Arrivals between rebuilds per node of the cluster: 256 per the paper's 1,213 nodes, so a
+    // larger cluster is rebuilt as often per fill as that one (and no more often), and at 1,213
+    // nodes or fewer the stride is rebuild_stride (decisions as before). 0: a fixed stride.
+    double rebuild_per_node = 256.0 / 1213.0;
     // Keys covering this share of the (decayed) arrivals, most popular first, form the target.
     double coverage = 0.95;
     // A configured profile's items are a prior worth this many arrivals (0: no prior).
@@ -59,6 +65,8 @@ class TesseraPolicy final : public PlacementPolicy {
 
   // Introspection (tests, docs).
   std::uint64_t observed() const override { return observed_; }
+  // Arrivals between rebuilds once past the doubling phase, for this policy's cluster.
+  std::uint64_t RebuildStride() const;
   const WorkloadProfile& target() const { return frag_->profile(); }
   // What a node that stops hosting a pod of this multi-GPU shape is expected to cost, in GPU
   // milli, as of the last rebuild (0: not tracked, or hosts to spare); the first shape with

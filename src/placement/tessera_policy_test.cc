@@ -76,6 +76,58 @@ TEST(TesseraPolicyTest, WorkloadIsLearnedFromArrivals) {
   EXPECT_EQ(p.observed(), 10U);
 }
 
+// The arrivals after which the target workload was rebuilt (the epoch moved), up to `n`.
+std::vector<std::uint64_t> RebuildArrivals(TesseraPolicy& p, std::uint64_t n) {
+  std::vector<std::uint64_t> at;
+  for (std::uint64_t i = 1; i <= n; ++i) {
+    const std::uint64_t epoch = p.epoch();
+    p.Observe(Pod("p" + std::to_string(i), 1000, 1, 500));
+    if (p.epoch() != epoch) at.push_back(i);
+  }
+  return at;
+}
+
+TEST(TesseraPolicyTest, RebuildsDoubleThenFollowTheClusterSize) {
+  std::vector<Node> nodes;
+  for (int i = 0; i < 10; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 8));
+  auto c = Cluster::Create(nodes);
+  ASSERT_OK(c);
+  TesseraPolicy::Options o;
+  o.rebuild_stride = 4;
+  o.rebuild_per_node = 1.5;  // 15 arrivals per rebuild at 10 nodes: more than the floor of 4
+  TesseraPolicy p(*c, o);
+  EXPECT_EQ(p.RebuildStride(), 15U);
+  EXPECT_EQ(RebuildArrivals(p, 60), (std::vector<std::uint64_t>{1, 2, 4, 8, 16, 31, 46}));
+
+  o.rebuild_per_node = 0.2;  // 2 per rebuild at 10 nodes: the floor wins
+  TesseraPolicy floor(*c, o);
+  EXPECT_EQ(floor.RebuildStride(), 4U);
+  EXPECT_EQ(RebuildArrivals(floor, 20), (std::vector<std::uint64_t>{1, 2, 4, 8, 12, 16, 20}));
+
+  o.rebuild_per_node = 0;  // a fixed stride
+  TesseraPolicy fixed(*c, o);
+  EXPECT_EQ(fixed.RebuildStride(), 4U);
+}
+
+TEST(TesseraPolicyTest, DefaultStrideIs256AtThePapersClusterAndScalesBeyond) {
+  const auto stride = [](int n) {
+    std::vector<Node> nodes;
+    for (int i = 0; i < n; ++i) nodes.push_back(MakeNode("n" + std::to_string(i), 1));
+    auto c = Cluster::Create(nodes);
+    EXPECT_TRUE(c.ok());
+    return TesseraPolicy(*c).RebuildStride();
+  };
+  EXPECT_EQ(stride(2), 256U);
+  EXPECT_EQ(stride(1213), 256U);    // the paper's cluster: as before
+  EXPECT_EQ(stride(12130), 2560U);  // ten times the cluster: ten times the stride
+  // Default options on a small cluster: 1, 2, 4, ..., 256, then every 256.
+  auto c = Cluster::Create({MakeNode("n0", 8)});
+  ASSERT_OK(c);
+  TesseraPolicy p(*c);
+  EXPECT_EQ(RebuildArrivals(p, 800),
+            (std::vector<std::uint64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 768}));
+}
+
 TEST(TesseraPolicyTest, ContinueFromKeepsTheEstimateOnAnotherCluster) {
   auto before = Cluster::Create({MakeNode("n0", 8)});
   ASSERT_OK(before);
