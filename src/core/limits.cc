@@ -6,6 +6,7 @@
 
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+#include "tessera/text.h"
 
 namespace tessera {
 namespace {
@@ -15,18 +16,6 @@ constexpr std::string_view kLimitsForm =
     "'enforcement fail-open|fail-closed', 'priority CLASS', 'mode MODE', 'compute hard "
     "[window=MS]|work-conserving', "
     "'device UUID memory=BYTES [cores=PERCENT] [context=BYTES] [stream=BYTES]', comments (#)";
-
-std::vector<std::string_view> Split(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-    const std::size_t start = i;
-    while (i < line.size() && line[i] != ' ' && line[i] != '\t') ++i;
-    if (i > start) out.push_back(line.substr(start, i - start));
-  }
-  return out;
-}
 
 Status LineError(std::size_t line, std::string_view what) {
   return InvalidArgumentError("limits file line " + std::to_string(line) + ": " +
@@ -61,7 +50,7 @@ StatusOr<Limits> ParseLimitsFile(std::string_view text) {
     std::string_view line = text.substr(0, nl);
     text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const auto words = Split(line);
+    const auto words = SplitWords(line);
     if (words.empty() || words[0].front() == '#') continue;
     for (char c : line) {
       if (static_cast<unsigned char>(c) >= 0x80 ||

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "tessera/text.h"
+
 #include "placement/random.h"
 
 namespace tessera::sim {
@@ -18,18 +20,6 @@ std::string Quote(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 std::string Where(std::string_view file, std::size_t line) {
   return std::string(file) + ":" + std::to_string(line) + ": ";
-}
-
-std::vector<std::string_view> Words(std::string_view line) {
-  std::vector<std::string_view> out;
-  std::size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-    const std::size_t start = i;
-    while (i < line.size() && line[i] != ' ' && line[i] != '\t') ++i;
-    if (i > start) out.push_back(line.substr(start, i - start));
-  }
-  return out;
 }
 
 bool ValidName(std::string_view name) {
@@ -125,7 +115,7 @@ StatusOr<std::vector<VariantSpec>> ParseRecipe(std::string_view text, std::strin
       line = line.substr(0, hash);
     }
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::vector<std::string_view> words = Words(line);
+    const std::vector<std::string_view> words = SplitWords(line);
     if (words.empty()) continue;
     const std::string at = Where(file, line_no);
     constexpr std::string_view kForm =
