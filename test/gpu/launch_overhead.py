@@ -52,38 +52,54 @@ def rate(loop, lines):
     return sum(l["units"] for l in kept) / span
 
 
-def run_one(tessera, loop, binary, which, seconds):
-    prefix = []
-    if os.environ.get("CPUS"):
-        prefix = ["taskset", "-c", os.environ["CPUS"]]
+def command(tessera, loop, binary, which, seconds, cpus):
+    """The loop run one of the three ways, pinned to `cpus` (none: unpinned)."""
+    prefix = ["taskset", "-c", cpus] if cpus else []
     if which == "free":
         prefix += [tessera, "run", "--gpu-memory", "24Gi", "--"]
     elif which == "governed":
         prefix += [tessera, "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
-    p = subprocess.run(prefix + loop_cmd(loop, binary, seconds), capture_output=True, text=True,
-                       timeout=seconds + 120)
-    got = rate(loop, list(json_lines(p.stdout)))
+    return prefix + loop_cmd(loop, binary, seconds)
+
+
+def rate_of(loop, which, returncode, out, err):
+    got = rate(loop, list(json_lines(out)))
     if got is None:
-        print(f"  {loop} {which}: no rate (rc {p.returncode}): {p.stderr.strip()[-300:]}")
+        print(f"  {loop} {which}: no rate (rc {returncode}): {err.strip()[-300:]}")
     return got
+
+
+def run_one(tessera, loop, binary, which, seconds):
+    p = subprocess.run(command(tessera, loop, binary, which, seconds, os.environ.get("CPUS")),
+                       capture_output=True, text=True, timeout=seconds + 120)
+    return rate_of(loop, which, p.returncode, p.stdout, p.stderr)
 
 
 def run_paired(tessera, loop, binary, seconds, cpus):
     """Native on cpus[0] and governed on cpus[1] at once; returns (native, governed)."""
-    procs = {}
-    for which, cpu in (("native", cpus[0]), ("governed", cpus[1])):
-        prefix = ["taskset", "-c", cpu]
-        if which == "governed":
-            prefix += [tessera, "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
-        procs[which] = subprocess.Popen(prefix + loop_cmd(loop, binary, seconds),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs = {which: subprocess.Popen(command(tessera, loop, binary, which, seconds, cpu),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for which, cpu in (("native", cpus[0]), ("governed", cpus[1]))}
     got = {}
     for which, p in procs.items():
         out, err = p.communicate(timeout=seconds + 120)
-        got[which] = rate(loop, list(json_lines(out)))
-        if got[which] is None:
-            print(f"  {loop} {which}: no rate (rc {p.returncode}): {err.strip()[-300:]}")
+        got[which] = rate_of(loop, which, p.returncode, out, err)
     return got["native"], got["governed"]
+
+
+def summarize(loop, table, pairs, rng):
+    """Per (numerator, denominator) way: the median ratio within rounds and its interval."""
+    summary = {"rounds": table}
+    for num, den in pairs:
+        ratios = sorted(t[num] / t[den] for t in table if t[num] and t[den])
+        if not ratios:
+            continue
+        lo, hi = interval(ratios, rng)
+        summary[f"{num}/{den}"] = {"median": statistics.median(ratios), "ci95": [lo, hi],
+                                   "ratios": ratios}
+        print(f"{loop} {num}/{den}: median {statistics.median(ratios):.4f} "
+              f"(95 % interval {lo:.4f} .. {hi:.4f}, {len(ratios)} rounds)", flush=True)
+    return summary
 
 
 def paired_rounds(tessera, binary, out, results, rounds, seconds, sets, rng):
@@ -96,16 +112,7 @@ def paired_rounds(tessera, binary, out, results, rounds, seconds, sets, rng):
             table.append({"native": native, "governed": governed, "cpus": cpus})
             print(f"{loop} paired round {r} (native on {cpus[0]}): native {native}/s "
                   f"governed {governed}/s", flush=True)
-        ratios = sorted(t["governed"] / t["native"] for t in table
-                        if t["native"] and t["governed"])
-        summary = {"rounds": table}
-        if ratios:
-            lo, hi = interval(ratios, rng)
-            summary["governed/native"] = {"median": statistics.median(ratios), "ci95": [lo, hi],
-                                          "ratios": ratios}
-            print(f"{loop} paired governed/native: median {statistics.median(ratios):.4f} "
-                  f"(95 % interval {lo:.4f} .. {hi:.4f}, {len(ratios)} rounds)", flush=True)
-        results["loops"][loop] = summary
+        results["loops"][loop] = summarize(loop, table, [("governed", "native")], rng)
         with open(out, "w") as f:
             json.dump(results, f, indent=1)
 
@@ -135,17 +142,8 @@ def main():
             table.append(got)
             print(f"{loop} round {r}: " + "  ".join(
                 f"{w} {got[w]:.1f}/s" if got[w] else f"{w} -" for w in ways), flush=True)
-        summary = {"rounds": table}
-        for num, den in (("free", "native"), ("governed", "native"), ("governed", "free")):
-            ratios = sorted(t[num] / t[den] for t in table if t[num] and t[den])
-            if not ratios:
-                continue
-            lo, hi = interval(ratios, rng)
-            summary[f"{num}/{den}"] = {"median": statistics.median(ratios), "ci95": [lo, hi],
-                                       "ratios": ratios}
-            print(f"{loop} {num}/{den}: median {statistics.median(ratios):.4f} "
-                  f"(95 % interval {lo:.4f} .. {hi:.4f}, {len(ratios)} rounds)", flush=True)
-        results["loops"][loop] = summary
+        results["loops"][loop] = summarize(
+            loop, table, [("free", "native"), ("governed", "native"), ("governed", "free")], rng)
         with open(out, "w") as f:
             json.dump(results, f, indent=1)
 
