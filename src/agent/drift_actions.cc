@@ -30,6 +30,19 @@ bool IsOwnChild(unsigned int pid) { return static_cast<pid_t>(ProcParentOf(pid))
 
 void KillProcess(unsigned int pid) { kill(static_cast<pid_t>(pid), SIGKILL); }
 
+namespace {
+// The container's Pod as its limits file names it ("namespace/name" and uid), for Events that
+// need no API read.
+StatusOr<k8s::Json> PodOf(const ContainerDrift& c) {
+  const std::size_t slash = c.pod.find('/');
+  if (slash == std::string::npos) return InvalidInputError("pod " + c.pod + ": not namespace/name");
+  return k8s::Json{{"metadata",
+                    {{"namespace", c.pod.substr(0, slash)},
+                     {"name", c.pod.substr(slash + 1)},
+                     {"uid", c.pod_uid}}}};
+}
+}  // namespace
+
 DriftActions::DriftActions(DriftDeps deps) : deps_(std::move(deps)), compute_(deps_.compute) {}
 
 std::map<std::string, std::uint64_t> DriftActions::Check() {
@@ -137,28 +150,19 @@ void DriftActions::ActOnCompute(const ContainerDrift& c,
     enforceable = true;
     pids.insert(f.pids.begin(), f.pids.end());
   }
-  StatusOr<k8s::Json> pod = InternalError("not read");
-  std::string done = "reported";
-  if (enforceable) {
-    done = Enforce(c, {pids.begin(), pids.end()}, &pod);
-  } else {
-    const std::size_t slash = c.pod.find('/');
-    pod = deps_.api->GetPod(c.pod.substr(0, slash), c.pod.substr(slash + 1));
-  }
+  // Reported only: the Pod is named from the limits file, no API read (as for memory drift).
+  StatusOr<k8s::Json> pod = PodOf(c);
+  const std::string done = enforceable ? Enforce(c, {pids.begin(), pids.end()}, &pod) : "reported";
   const std::string message = "container " + c.container + ": " + what + "; " + done;
   TESSERA_LOG(kWarn, kAgent, "%s: %s", c.pod.c_str(), message.c_str());
   if (pod.ok()) deps_.api->WarnPod(*pod, names::kEventComputeDrift, message);
 }
 
 void DriftActions::ReportDrift(const ContainerDrift& c) {
-  const std::size_t slash = c.pod.find('/');
-  if (slash == std::string::npos) return;
-  const k8s::Json pod = {{"metadata",
-                          {{"namespace", c.pod.substr(0, slash)},
-                           {"name", c.pod.substr(slash + 1)},
-                           {"uid", c.pod_uid}}}};
+  const StatusOr<k8s::Json> pod = PodOf(c);
+  if (!pod.ok()) return;
   deps_.api->WarnPod(
-      pod, names::kEventMemoryDrift,
+      *pod, names::kEventMemoryDrift,
       "container " + c.container + " holds " + FormatBytesHuman(c.nvml_bytes) + " on " + c.uuid +
           " (NVML) but its region accounts " + FormatBytesHuman(c.region_bytes) +
           ": memory the preload library did not see (module code, implicit driver growth, a "
