@@ -6,10 +6,6 @@
 namespace tessera::agent {
 namespace {
 
-// Two samples of one process closer than this are not the driver's sampling period.
-constexpr std::uint64_t kMinSamplePeriodUs = 10'000;
-constexpr std::size_t kGapsKept = 64;  // the recent gaps the period is the median of
-
 std::string Percent(double fraction) {
   char text[32];
   std::snprintf(text, sizeof text, "%.0f %%", 100 * fraction);
@@ -50,7 +46,9 @@ std::string ComputeFinding::Describe() const {
              ", while " + waiting + " waited for the GPU below its own share";
     case Kind::kUngoverned:
       return "process(es) " + Pids(pids) + " ran on the SMs of " + uuid + " " + Percent(used) +
-             " of the time (NVML) without tessera's library (no slot in the container's region)";
+             " of the time (NVML) without tessera's library (no live slot in the container's "
+             "region, or "
+             "the library no longer mapped)";
     case Kind::kNoSamples:
       return "NVML's per-process utilization of " + uuid + " could not be read (" + detail +
              "): compute drift on this GPU is not checked";
@@ -74,15 +72,6 @@ double ComputeDrift::WaitedFraction(const TenantState& t) const {
          static_cast<double>(t.waited.back().first - t.waited.front().first);
 }
 
-std::uint64_t ComputeDrift::PeriodOf(const std::string& uuid) const {
-  const auto it = gaps_us_.find(uuid);
-  if (it == gaps_us_.end() || it->second.empty()) return options_.max_sample_period_us;
-  std::vector<std::uint64_t> gaps(it->second.begin(), it->second.end());
-  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2),
-                   gaps.end());
-  return gaps[gaps.size() / 2];
-}
-
 void ComputeDrift::Take(
     const std::string& uuid, const std::vector<UtilizationSample>& list,
     const std::map<std::pair<std::string, unsigned int>, const ComputeTenant*>& owner) {
@@ -91,49 +80,32 @@ void ComputeDrift::Take(
             [](const auto& a, const auto& b) { return a.timestamp_us < b.timestamp_us; });
   std::uint64_t& seen = last_seen_[uuid];
   const std::uint64_t before = seen;
-  // The driver's sampling period: the median of the recent gaps between two samples of one
-  // process (a process that idled between two samples has a longer gap, an odd pair a shorter).
-  std::deque<std::uint64_t>& gaps = gaps_us_[uuid];
-  std::map<unsigned int, std::uint64_t> previous_in_batch;
-  for (const UtilizationSample& s : sorted) {
-    if (s.timestamp_us <= before) continue;
-    const auto last = last_sample_.find({uuid, s.pid});
-    std::uint64_t& previous =
-        previous_in_batch.try_emplace(s.pid, last == last_sample_.end() ? 0 : last->second)
-            .first->second;
-    const std::uint64_t gap =
-        previous == 0 ? 0 : s.timestamp_us - std::min(s.timestamp_us, previous);
-    if (gap >= kMinSamplePeriodUs && gap <= options_.max_sample_period_us) {
-      gaps.push_back(gap);
-      if (gaps.size() > kGapsKept) gaps.pop_front();
-    }
-    previous = s.timestamp_us;
-  }
-  const std::uint64_t period = PeriodOf(uuid);
-  // What each tenant was credited per stamp: its processes add up to at most the period (under
-  // MPS the largest counts).
+  // Where each process's span begins: the stamp the read asked after, or its previous sample in
+  // this read.
+  std::map<unsigned int, std::uint64_t> from;
+  // What each tenant was credited per stamp: its processes add up to at most the span (under MPS
+  // the largest counts).
   std::map<std::pair<std::string, std::uint64_t>, std::uint64_t> stamped;
   for (const UtilizationSample& s : sorted) {
     if (s.timestamp_us <= before) continue;  // read before
     seen = std::max(seen, s.timestamp_us);
-    std::uint64_t& previous = last_sample_[{uuid, s.pid}];
-    // A sample's percentage is of the period that ends at its stamp: at most one period back,
-    // and not before the process's previous sample.
-    const std::uint64_t credited =
-        previous == 0 ? period
-                      : std::min(s.timestamp_us - std::min(s.timestamp_us, previous), period);
-    previous = s.timestamp_us;
+    std::uint64_t& begin = from.try_emplace(s.pid, std::max(before, start_us_)).first->second;
+    const std::uint64_t span_from = begin;
+    begin = std::max(begin, s.timestamp_us);
+    // No stamp asked after: the driver averaged over its whole buffer, an unknown span.
+    if (before == 0 || s.timestamp_us <= span_from) continue;
     const auto it = owner.find({uuid, s.pid});
-    if (it == owner.end() || s.timestamp_us < start_us_) continue;
+    if (it == owner.end()) continue;
     const ComputeTenant& t = *it->second;
-    const std::uint64_t busy = std::min(s.sm_percent, 100U) * credited / 100;
+    const std::uint64_t span = s.timestamp_us - span_from;
+    const std::uint64_t busy = std::min(s.sm_percent, 100U) * span / 100;
     std::uint64_t& so_far = stamped[{t.key, s.timestamp_us}];
-    const std::uint64_t added = t.spatial ? busy - std::min(busy, so_far)
-                                          : std::min(busy, period - std::min(period, so_far));
+    const std::uint64_t added =
+        t.spatial ? busy - std::min(busy, so_far) : std::min(busy, span - std::min(span, so_far));
     so_far = t.spatial ? std::max(so_far, busy) : so_far + added;
     if (added > 0)
       tenants_[t.key].busy.push_back(
-          {s.timestamp_us, added, t.ungoverned.count(s.pid) != 0, s.pid});
+          {span_from, s.timestamp_us, added, t.ungoverned.count(s.pid) != 0, s.pid});
   }
 }
 
@@ -141,12 +113,11 @@ std::vector<ComputeFinding> ComputeDrift::Evaluate(
     std::uint64_t now_us, const std::vector<ComputeTenant>& tenants,
     const std::map<std::string, std::vector<UtilizationSample>>& samples,
     const std::map<std::string, std::string>& errors) {
-  // The first evaluation, or a wall clock stepped back: samples count from one period before now.
+  // The first evaluation, or a wall clock stepped back: samples count from now.
   if (start_us_ == 0 || now_us < last_eval_us_) {
     last_seen_.clear();
-    last_sample_.clear();
     tenants_.clear();
-    start_us_ = now_us > options_.max_sample_period_us ? now_us - options_.max_sample_period_us : 1;
+    start_us_ = std::max<std::uint64_t>(now_us, 1);
   }
   last_eval_us_ = now_us;
   // Who owns each process of each GPU.
@@ -155,10 +126,6 @@ std::vector<ComputeFinding> ComputeDrift::Evaluate(
     for (unsigned int pid : t.pids) owner[{t.uuid, pid}] = &t;
   }
   for (const auto& [uuid, list] : samples) Take(uuid, list, owner);
-  // Processes not sampled for two windows are forgotten (their next sample counts as a first).
-  const std::uint64_t forget =
-      now_us > 2 * options_.window_us ? now_us - 2 * options_.window_us : 0;
-  std::erase_if(last_sample_, [forget](const auto& entry) { return entry.second < forget; });
 
   // Each tenant's use over the window. A tenant missing from this evaluation (its GPU did not
   // answer) keeps its state until its window is empty.
@@ -167,16 +134,22 @@ std::vector<ComputeFinding> ComputeDrift::Evaluate(
     present.insert(t.key);
     tenants_[t.key].waited.emplace_back(now_us, t.waited_ns);
   }
+  const std::uint64_t window_start = now_us > options_.window_us ? now_us - options_.window_us : 0;
   for (auto& [key, state] : tenants_) {
     Trim(state, now_us);
-    std::uint64_t busy = 0, ungoverned = 0;
+    double busy = 0, ungoverned = 0;
     for (const Busy& b : state.busy) {
-      busy += b.busy_us;
-      if (b.ungoverned) ungoverned += b.busy_us;
+      // The part of the sample's span within the window (a span that reaches back past it).
+      double part = static_cast<double>(b.busy_us);
+      if (b.from_us < window_start && b.at_us > b.from_us) {
+        part *=
+            static_cast<double>(b.at_us - window_start) / static_cast<double>(b.at_us - b.from_us);
+      }
+      busy += part;
+      if (b.ungoverned) ungoverned += part;
     }
-    state.used = static_cast<double>(busy) / static_cast<double>(options_.window_us);
-    state.used_ungoverned =
-        static_cast<double>(ungoverned) / static_cast<double>(options_.window_us);
+    state.used = busy / static_cast<double>(options_.window_us);
+    state.used_ungoverned = ungoverned / static_cast<double>(options_.window_us);
   }
   std::erase_if(tenants_, [&present](const auto& entry) {
     return !present.contains(entry.first) && entry.second.busy.empty();

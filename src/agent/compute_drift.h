@@ -19,17 +19,19 @@
 //     CUDA calls never reached the library).
 // A GPU whose samples cannot be read is reported (kNoSamples), once per episode too.
 //
-// Busy time from samples: NVML stamps each sample at the end of the driver's sampling period, and
-// leaves out processes that did not run. So a sample's percentage applies to the period since the
-// process's previous sample, at most one sampling period: the median of the recent gaps between
-// two samples of a process on that GPU (`max_sample_period_us` until one is seen). Processes of
-// one container sampled at the same stamp add up to at most the whole period; under MPS, where
-// they can run at the same time, the largest counts (a lower bound of their union). Samples
-// stamped before the first evaluation (an agent that restarted: NVML keeps seconds of them) do not
-// count, and a wall clock stepped back starts the samples' bookkeeping again.
-//
-// Not checked yet on a real GPU (issue #22): that NVML returns every sample since the stamp asked
-// for, one per process and sampling period, as the fake does.
+// Busy time from samples (measured on the H200, driver 580, docs/benchmarks.md; NVML's reference
+// says the same): a read of `nvmlDeviceGetProcessUtilization(lastSeen)` returns one sample per
+// process that ran in the driver's last sampling period, its SM percentage averaged over the
+// driver's samples since `lastSeen`, stamped at the newest of them. So a sample's percentage
+// applies to the span from the stamp the read asked after to its own stamp (from a process's
+// previous sample where a read returns several of one process), prorated where that span reaches
+// back past the window. A read after no stamp (the first on a GPU, or after a wall clock stepped
+// back) averages over the driver's whole buffer, an unknown span: it only sets the stamp, so
+// nothing from before the first evaluation is held against a tenant (an agent that restarted).
+// Processes of one container at the same stamp add up to at most the span; under MPS, where they
+// can run at the same time, the largest counts (a lower bound of their union). A process that
+// ran earlier in the span but not in the driver's last period is left out of the read: busy time
+// is undercounted, never overcounted.
 //
 // Pure (no NVML, no files): the node agent feeds it (drift_actions.cc); tests script it.
 #pragma once
@@ -49,10 +51,9 @@ namespace tessera::agent {
 
 struct ComputeDriftOptions {
   std::uint64_t window_us = 10'000'000;
-  double margin = 0.10;                          // of the GPU's time, above or below a share
-  double min_waited = 0.10;                      // of the window: "waited for the GPU"
-  double min_ungoverned = 0.05;                  // of the window: an ungoverned process's use
-  std::uint64_t max_sample_period_us = 200'000;  // until a shorter period is seen (NVML: ~1/6 s)
+  double margin = 0.10;          // of the GPU's time, above or below a share
+  double min_waited = 0.10;      // of the window: "waited for the GPU"
+  double min_ungoverned = 0.05;  // of the window: an ungoverned process's use
 };
 
 // One container on one GPU at this evaluation.
@@ -103,6 +104,7 @@ class ComputeDrift {
 
  private:
   struct Busy {
+    std::uint64_t from_us = 0;  // the span the sample covers, (from_us, at_us]
     std::uint64_t at_us = 0;
     std::uint64_t busy_us = 0;
     bool ungoverned = false;
@@ -118,15 +120,12 @@ class ComputeDrift {
   // Adds one GPU's new samples to its tenants' busy time.
   void Take(const std::string& uuid, const std::vector<UtilizationSample>& list,
             const std::map<std::pair<std::string, unsigned int>, const ComputeTenant*>& owner);
-  std::uint64_t PeriodOf(const std::string& uuid) const;
 
   ComputeDriftOptions options_;
   std::uint64_t start_us_ = 0;      // samples stamped before the first evaluation do not count
   std::uint64_t last_eval_us_ = 0;  // (a clock stepped back starts the bookkeeping again)
   std::map<std::string, TenantState> tenants_;
-  std::map<std::pair<std::string, unsigned int>, std::uint64_t> last_sample_;  // (uuid, pid)
-  std::map<std::string, std::uint64_t> last_seen_;                             // by uuid
-  std::map<std::string, std::deque<std::uint64_t>> gaps_us_;  // recent sample gaps, by uuid
+  std::map<std::string, std::uint64_t> last_seen_;  // by uuid
   // Episodes in progress: (key|uuid, kind) -> when the condition last held.
   std::map<std::pair<std::string, ComputeFinding::Kind>, std::uint64_t> flagged_;
 };

@@ -152,6 +152,7 @@ class PluginSide {
     b.state_dir = Or(o.state_dir, names::kPathHostState);
     b.cdi_dir = Or(o.cdi_dir, names::kPathCdiSpecDir);
     b.hook_library = Or(o.hook_library, names::kPathHookLibrary);
+    side->hook_library_ = b.hook_library;
     b.ld_so_preload = b.state_dir + "/ld.so.preload";
     b.driver_files = DriverFiles(o.driver_lib_dir);
     b.policy = policy;
@@ -325,6 +326,7 @@ class PluginSide {
       return managed_;
     };
     d.containers = [this] { return Watched(); };
+    d.maps_library = ProcMapsLibrary(hook_library_);
     if (metrics_ != nullptr) {
       d.sample = [m = metrics_](const std::map<std::string, std::uint64_t>& nvml_by_key,
                                 std::uint64_t now_ns) { return m->Sample(nvml_by_key, now_ns); };
@@ -354,7 +356,7 @@ class PluginSide {
   std::unique_ptr<DevicePlugin> plugin_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
   GpuSource& gpus_;
-  std::string state_dir_, node_;
+  std::string state_dir_, node_, hook_library_;
   policy::Policy policy_;
   std::mutex managed_mu_;
   std::vector<std::string> managed_;

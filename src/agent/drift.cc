@@ -1,13 +1,17 @@
 #include "agent/drift.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include "tessera/file.h"
 #include "tessera/json_writer.h"
+#include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
 
@@ -27,9 +31,16 @@ bool CgroupNamesPod(const std::string& cgroup, const std::string& uid) {
 struct RegionView {
   bool readable = false;
   std::set<unsigned int> pids;
-  std::map<std::string, std::uint64_t> used;    // by UUID
-  std::map<std::string, std::uint64_t> waited;  // by UUID: throttled ns
+  std::map<std::string, std::uint64_t> used;       // by UUID
+  std::map<std::string, std::uint64_t> throttled;  // by UUID: ns held for the share or a turn
+  std::map<std::string, std::uint64_t> held;       // by UUID: ns held for a higher class
 };
+
+std::uint64_t ValueOr(const std::map<std::string, std::uint64_t>& by_uuid,
+                      const std::string& uuid) {
+  const auto it = by_uuid.find(uuid);
+  return it == by_uuid.end() ? 0 : it->second;
+}
 
 RegionView ReadRegion(const std::string& path) {
   RegionView view;
@@ -46,7 +57,8 @@ RegionView ReadRegion(const std::string& path) {
        ++d) {
     const std::string uuid(r.devices[d].uuid, strnlen(r.devices[d].uuid, shm::kUuidBytes));
     view.used[uuid] = shm::UsedBytes(r, static_cast<int>(d));
-    view.waited[uuid] = r.compute[d].throttled_ns.load();
+    view.throttled[uuid] = r.compute[d].throttled_ns.load();
+    view.held[uuid] = r.compute[d].priority_held_ns.load();
   }
   return view;
 }
@@ -116,10 +128,12 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
         drift.mode = c.limits.mode;
         drift.region_readable = regions[i].readable;
         drift.slot_pids = regions[i].pids;
-        const auto waited = regions[i].waited.find(uuid);
-        drift.waited_ns = waited == regions[i].waited.end() ? 0 : waited->second;
-        const auto used = regions[i].used.find(uuid);
-        drift.region_bytes = used == regions[i].used.end() ? 0 : used->second;
+        // Waiting for others: held for a higher class, and a work-conserving share's turns. A
+        // hard share is held at its own cap however idle the GPU is: not evidence of others.
+        drift.waited_ns = ValueOr(regions[i].held, uuid);
+        if (c.limits.compute == ComputeMode::kWorkConserving)
+          drift.waited_ns += ValueOr(regions[i].throttled, uuid);
+        drift.region_bytes = ValueOr(regions[i].used, uuid);
         for (const GpuProcess& p : owned[i]) {
           drift.nvml_bytes += p.bytes;
           drift.pids.push_back(p.pid);
@@ -131,8 +145,50 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
   return report;
 }
 
+bool MapsLibraryFile(std::string_view maps, const LibraryFile& file) {
+  constexpr std::string_view kDeleted = " (deleted)";
+  // Each line: address perms offset MAJOR:MINOR inode [path] (device numbers in hex).
+  while (!maps.empty()) {
+    const std::size_t end = maps.find('\n');
+    const std::string line(maps.substr(0, end));
+    maps = end == std::string_view::npos ? std::string_view() : maps.substr(end + 1);
+    std::istringstream fields(line);
+    std::string address, perms, offset, device;
+    std::uint64_t inode = 0;
+    if (!(fields >> address >> perms >> offset >> device >> inode) || inode == 0) continue;
+    unsigned int major = 0, minor = 0;
+    if (file.inode != 0 && inode == file.inode &&
+        std::sscanf(device.c_str(), "%x:%x", &major, &minor) == 2 && major == file.major &&
+        minor == file.minor)
+      return true;
+    std::string path;
+    std::getline(fields >> std::ws, path);
+    if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());
+    if (std::find(file.paths.begin(), file.paths.end(), path) != file.paths.end()) return true;
+  }
+  return false;
+}
+
+MapsLibrary ProcMapsLibrary(const std::string& library) {
+  return [library](unsigned int pid) -> std::optional<bool> {
+    LibraryFile file;
+    if (struct stat st{}; !library.empty() && stat(library.c_str(), &st) == 0) {
+      file.major = major(st.st_dev);
+      file.minor = minor(st.st_dev);
+      file.inode = st.st_ino;
+    }
+    if (!library.empty()) file.paths.push_back(library);
+    file.paths.emplace_back(names::kPathHookLibrary);
+    const StatusOr<std::string> maps =
+        ReadFile("/proc/" + std::to_string(pid) + "/maps", 64u << 20);
+    if (!maps.ok() || maps->empty()) return std::nullopt;  // gone, or not ours to read
+    return MapsLibraryFile(*maps, file);
+  };
+}
+
 std::vector<ComputeTenant> ComputeTenantsOf(
-    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of) {
+    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of,
+    const MapsLibrary& maps_library) {
   std::vector<ComputeTenant> tenants;
   for (const ContainerDrift& c : report.containers) {
     ComputeTenant t;
@@ -146,7 +202,9 @@ std::vector<ComputeTenant> ComputeTenantsOf(
       t.pids.insert(pid);
       if (!c.region_readable) continue;
       const unsigned int ns_pid = ns_pid_of(pid);
-      if (ns_pid != 0 && c.slot_pids.count(ns_pid) == 0) t.ungoverned.insert(pid);
+      if (ns_pid == 0) continue;  // gone
+      if (c.slot_pids.count(ns_pid) == 0 || (maps_library && maps_library(pid) == false))
+        t.ungoverned.insert(pid);
     }
     tenants.push_back(std::move(t));
   }

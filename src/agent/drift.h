@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/limits.h"
@@ -40,8 +42,9 @@ struct ContainerDrift {
   std::vector<unsigned int> pids;  // its processes on the GPU (host PIDs)
   // For the compute drift check (agent/compute_drift.h): its share on this GPU, its sharing
   // mode, whether its region could be read, the PIDs of the region's live slots (as the
-  // processes see themselves: their own PID namespace's), and the time its launches were
-  // throttled so far (waiting for the share or a turn, from its region).
+  // processes see themselves: their own PID namespace's), and the time its launches waited for
+  // others so far (from its region: held for a higher class, and a work-conserving share's
+  // turns; a hard share's own cap is not waiting for others).
   std::uint32_t cores_percent = 0;
   ComputeMode compute = ComputeMode::kHard;
   SharingMode mode = SharingMode::kShared;
@@ -80,12 +83,31 @@ DriftReport CheckDrift(const std::vector<WatchedContainer>& containers,
                        const std::map<std::string, std::vector<GpuProcess>>& processes,
                        const CgroupOf& cgroup_of);
 
+// Whether a host process maps the preload library: true, false, or nullopt where it cannot be
+// told. A process that exec'd a program without the preload keeps its PID and start time, and so
+// the live slot its first image claimed, but no longer maps the library.
+using MapsLibrary = std::function<std::optional<bool>(unsigned int pid)>;
+// From /proc/PID/maps: the library is the file at `library` by device and inode (what a
+// container's read-only mount of it shares with the host's file; a copy elsewhere is not it), or
+// by its path there or in the container (names.h), also as " (deleted)" where an upgrade replaced
+// the file under a running process. Where the maps cannot be read (gone, not ours): nullopt.
+MapsLibrary ProcMapsLibrary(const std::string& library);
+struct LibraryFile {
+  unsigned int major = 0, minor = 0;  // its file system's device
+  std::uint64_t inode = 0;            // 0: not known
+  std::vector<std::string> paths;
+};
+// Pure: whether the text of a /proc/PID/maps maps the file.
+bool MapsLibraryFile(std::string_view maps, const LibraryFile& file);
+
 // The compute drift check's view of the report's containers (agent/compute_drift.h): a tenant per
-// container and GPU (key "<id>/<uuid>"), its processes, and among them the ones whose PID in
-// their own namespace (`ns_pid_of`; 0: gone, left alone) holds no live slot of its region (none
-// where the region cannot be read: a region being upgraded or recreated is no evidence).
+// container and GPU (key "<id>/<uuid>"), its processes, and among them the ungoverned ones: whose
+// PID in their own namespace (`ns_pid_of`; 0: gone, left alone) holds no live slot of its region,
+// or that do not map the library (`maps_library`, where given). None where the region cannot be
+// read: a region being upgraded or recreated is no evidence.
 std::vector<ComputeTenant> ComputeTenantsOf(
-    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of);
+    const DriftReport& report, const std::function<unsigned int(unsigned int)>& ns_pid_of,
+    const MapsLibrary& maps_library = {});
 
 // One line per finding, for logs and `tessera drift`.
 std::string FormatDrift(const DriftReport& report);

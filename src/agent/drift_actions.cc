@@ -107,7 +107,8 @@ void DriftActions::CheckCompute(const DriftReport& report,
                                 const std::map<std::string, std::vector<GpuProcess>>& processes) {
   // Only GPUs whose processes NVML listed this pass (their samples could not be attributed
   // otherwise, and would be lost); the others' tenants keep their window until the next pass.
-  std::vector<ComputeTenant> tenants = ComputeTenantsOf(report, deps_.ns_pid_of);
+  std::vector<ComputeTenant> tenants =
+      ComputeTenantsOf(report, deps_.ns_pid_of, deps_.maps_library);
   std::erase_if(tenants,
                 [&processes](const ComputeTenant& t) { return processes.count(t.uuid) == 0; });
   std::map<std::string, const ContainerDrift*> by_key;

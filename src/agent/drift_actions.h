@@ -69,6 +69,8 @@ struct DriftDeps {
   CgroupOf cgroup_of = ProcCgroupOf;
   // A host process's PID in its own namespace (what its slot in the region records).
   std::function<unsigned int(unsigned int pid)> ns_pid_of = ProcNsPidOf;
+  // Whether a host process maps the preload library (ProcMapsLibrary; unset: slots alone tell).
+  MapsLibrary maps_library;
   // NVML stamps utilization samples on the CPU's wall clock, in microseconds.
   std::function<std::uint64_t()> wall_us = [] {
     return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(

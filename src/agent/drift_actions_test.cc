@@ -1,10 +1,13 @@
 #include "agent/drift_actions.h"
 
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include "tessera/file.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
@@ -118,6 +121,7 @@ class DriftActionsTest : public ::testing::Test {
     d.own_process = [this](unsigned int pid) { return own_.count(pid) != 0; };
     d.now = [this] { return now_; };
     d.ns_pid_of = [](unsigned int pid) { return pid; };  // one PID namespace
+    d.maps_library = maps_library_;
     d.wall_us = [this] { return wall_us_; };
     if (with_metrics_) {
       d.sample = [this](const std::map<std::string, std::uint64_t>& nvml_by_key,
@@ -169,6 +173,7 @@ class DriftActionsTest : public ::testing::Test {
   std::vector<std::string> managed_ = {kGpu};
   std::vector<WatchedContainer> containers_ = {Container(2 * kGiB)};
   std::set<unsigned int> tenants_, own_;
+  MapsLibrary maps_library_;
   DriftDeps::Clock::time_point now_ = DriftDeps::Clock::time_point{} + std::chrono::hours(1);
   std::uint64_t wall_us_ = 1'000'000'000;
   bool with_metrics_ = true;
@@ -532,6 +537,108 @@ TEST_F(DriftActionsTest, AProcessOutsideTheLibraryIsComputeDriftActedOnOnce) {
       << told[0].message;
   EXPECT_EQ(killed_, std::vector<unsigned int>{101});
   EXPECT_EQ(drift.counts().compute_drift, 1u);
+}
+
+// What a container waited for others, from its region: a hard share held at its own cap did not
+// wait for anyone (only its priority holds count); a work-conserving share's turns did.
+TEST(CheckDriftTest, WaitingIsHoldsForOthersNotAHardShareOwnCap) {
+  testutil::TempDir dir;
+  WatchedContainer c = Container(2 * kGiB);
+  c.region_path = dir.path() + "/region";
+  auto region = shm::Mapping::Create(c.region_path, {{kGpu, 2 * kGiB, 0}});
+  ASSERT_TRUE(region.ok()) << region.status().ToString();
+  region->region()->compute[0].throttled_ns = 5'000'000'000;
+  region->region()->compute[0].priority_held_ns = 1'000'000'000;
+  const std::map<std::string, std::vector<GpuProcess>> processes = {{kGpu, {}}};
+  const auto no_cgroup = [](unsigned int) { return std::string(); };
+  c.limits.compute = ComputeMode::kHard;
+  DriftReport hard = CheckDrift({c}, processes, no_cgroup);
+  ASSERT_EQ(hard.containers.size(), 1u);
+  EXPECT_EQ(hard.containers[0].waited_ns, 1'000'000'000u);
+  c.limits.compute = ComputeMode::kWorkConserving;
+  DriftReport conserving = CheckDrift({c}, processes, no_cgroup);
+  ASSERT_EQ(conserving.containers.size(), 1u);
+  EXPECT_EQ(conserving.containers[0].waited_ns, 6'000'000'000u);
+}
+
+// A process that exec'd a program without the preload keeps its PID, and the live slot its first
+// image claimed: it no longer maps the library, and that is what tells. The same process still
+// mapping it is governed; one whose maps cannot be read is no evidence.
+TEST_F(DriftActionsTest, AProcessThatExecdWithoutTheLibraryKeepsItsSlotAndIsStillFlagged) {
+  for (const std::optional<bool> maps :
+       {std::optional<bool>(false), std::optional<bool>(true), std::optional<bool>()}) {
+    testutil::TempDir dir;
+    containers_[0].region_path = dir.path() + "/region";
+    auto region = shm::Mapping::Create(containers_[0].region_path, {{kGpu, 2 * kGiB, 0}});
+    ASSERT_TRUE(region.ok()) << region.status().ToString();
+    ASSERT_TRUE(shm::ClaimSlot(*region->region(), 101, 1).ok());
+    api_.events.clear();
+    nvml_.utilization.clear();
+    maps_library_ = [maps](unsigned int) { return maps; };
+    DriftActions& drift = Make();
+    Holds(100 * kMiB, {101});
+    for (int second = 1; second <= 10; ++second) {
+      Runs(nvml_, 101, 100, wall_us_, wall_us_ + 1'000'000);
+      wall_us_ += 1'000'000;
+      drift.Check();
+    }
+    const std::vector<Event> told = api_.Of(names::kEventComputeDrift);
+    if (maps == false) {
+      ASSERT_EQ(told.size(), 1u);
+      EXPECT_NE(told[0].message.find("without tessera's library"), std::string::npos)
+          << told[0].message;
+    } else {
+      EXPECT_TRUE(told.empty()) << (maps ? "maps the library" : "maps unreadable");
+    }
+  }
+}
+
+// The library in /proc/PID/maps: by device and inode, or by its path (also replaced under a
+// running process: " (deleted)"); a file of the same name elsewhere is not it.
+TEST(MapsLibraryFileTest, MatchesTheFileByDeviceAndInodeOrByItsPath) {
+  LibraryFile file;
+  file.major = 0x103;
+  file.minor = 0x2;
+  file.inode = 4242;
+  file.paths = {"/opt/tessera/lib/libtessera-cuda.so", "/usr/local/lib/tessera/libtessera-cuda.so"};
+  const std::string other =
+      "7f00-7f10 r-xp 00000000 103:02 17 /usr/lib/x86_64-linux-gnu/libc.so.6\n"
+      "7f20-7f30 rw-p 00000000 00:00 0 \n"
+      "7f40-7f50 r-xp 00000000 00:2a 99 /tmp/libtessera-cuda.so\n";
+  EXPECT_FALSE(MapsLibraryFile(other, file));
+  EXPECT_TRUE(
+      MapsLibraryFile(other + "7f60-7f70 r-xp 00000000 103:02 4242 /elsewhere/x.so\n", file));
+  EXPECT_FALSE(
+      MapsLibraryFile(other + "7f60-7f70 r-xp 00000000 103:03 4242 /elsewhere/x.so\n", file));
+  EXPECT_TRUE(MapsLibraryFile(
+      other + "7f60-7f70 r-xp 00000000 00:31 7 /usr/local/lib/tessera/libtessera-cuda.so\n", file));
+  EXPECT_TRUE(MapsLibraryFile(
+      other + "7f60-7f70 r-xp 00000000 00:31 7 /opt/tessera/lib/libtessera-cuda.so (deleted)",
+      file));
+  EXPECT_FALSE(MapsLibraryFile("", file));
+  EXPECT_FALSE(MapsLibraryFile("garbage\n\n", file));
+}
+
+// Against this process: a shared library it maps is found by its file, a file it does not map is
+// not, and a process that is gone cannot be told.
+TEST(ProcMapsLibraryTest, TellsWhatThisProcessMaps) {
+  const StatusOr<std::string> maps = ReadFile("/proc/self/maps", 64u << 20);
+  ASSERT_TRUE(maps.ok());
+  std::string mapped;  // a shared object this test maps
+  std::istringstream lines(*maps);
+  for (std::string line; std::getline(lines, line) && mapped.empty();) {
+    const std::size_t slash = line.find('/');
+    if (slash != std::string::npos && line.find(".so") != std::string::npos)
+      mapped = line.substr(slash);
+  }
+  ASSERT_FALSE(mapped.empty());
+  const auto self = static_cast<unsigned int>(getpid());
+  EXPECT_EQ(ProcMapsLibrary(mapped)(self), std::optional<bool>(true)) << mapped;
+  testutil::TempDir dir;
+  const std::string unmapped = dir.path() + "/libtessera-cuda.so";
+  std::ofstream(unmapped) << "not a library";
+  EXPECT_EQ(ProcMapsLibrary(unmapped)(self), std::optional<bool>(false));
+  EXPECT_EQ(ProcMapsLibrary(mapped)(4'000'000'000U), std::nullopt);
 }
 
 // The PID a process has in its own namespace: this test's own (one namespace) is its PID; a

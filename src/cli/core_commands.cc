@@ -64,13 +64,16 @@ int InventoryCommand(const std::vector<std::string>& args, std::ostream& out, st
 // tessera-node's slots and `tessera run --keep` leave them) against its region and cap, and
 // every GPU process no folder accounts for. Dependency-free: the GPU host runs it.
 // With --watch-compute SECONDS it then checks compute drift (agent/compute_drift.h) once a second
-// for that long, printing each episode as it begins; exit 1 if any began.
+// for that long, printing each episode as it begins (with --json also each second's use per
+// container); exit 1 if any began.
 constexpr std::uint64_t kMaxWatchSeconds = 86'400;
 
 int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
                  const std::set<std::string>& uuids, agent::GpuSource& source,
                  std::uint64_t seconds, bool json, std::ostream& out) {
   agent::ComputeDrift drift;
+  // A process that exec'd without the preload keeps its slot: whether it maps the library tells.
+  const agent::MapsLibrary maps_library = agent::ProcMapsLibrary(FindHookLibrary(""));
   const auto start = std::chrono::steady_clock::now();
   int findings = 0;
   for (std::uint64_t tick = 1; tick <= seconds; ++tick) {
@@ -93,8 +96,29 @@ int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
         static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count());
-    for (const agent::ComputeFinding& f : drift.Evaluate(
-             now_us, agent::ComputeTenantsOf(report, agent::ProcNsPidOf), samples, errors)) {
+    const std::vector<agent::ComputeTenant> tenants =
+        agent::ComputeTenantsOf(report, agent::ProcNsPidOf, maps_library);
+    const std::vector<agent::ComputeFinding> begun =
+        drift.Evaluate(now_us, tenants, samples, errors);
+    if (json) {  // each second's use per container, for plots and for finding why
+      std::string line;
+      {
+        ObjectWriter w(line);
+        w.Num("second", tick);
+        AppendJsonArray(w.Field("tenants"), tenants,
+                        [&drift](const agent::ComputeTenant& t, std::string& into) {
+                          ObjectWriter o(into);
+                          o.Str("container", t.key);
+                          o.Real("used", drift.Used(t.key), 4);
+                          o.Num("sharePercent", t.share_percent);
+                          o.Num("processes", t.pids.size());
+                          o.Num("ungoverned", t.ungoverned.size());
+                          o.Num("waitedMs", t.waited_ns / 1'000'000);
+                        });
+      }
+      out << line << "\n";
+    }
+    for (const agent::ComputeFinding& f : begun) {
       ++findings;
       if (json) {
         std::string line;

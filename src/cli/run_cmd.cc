@@ -34,8 +34,13 @@ Status UsageError(const std::string& what) {
   return InvalidArgumentError(what + "\n" + std::string(UsageOf("run")));
 }
 
-// The preload library: --hook-library, $TESSERA_HOOK_LIBRARY, or beside the binary
-// (<prefix>/lib next to <prefix>/bin, or the build tree's src/hook).
+volatile sig_atomic_t g_child = 0;
+void Forward(int sig) {
+  if (g_child > 0) kill(g_child, sig);
+}
+
+}  // namespace
+
 std::string FindHookLibrary(const std::string& flag) {
   if (!flag.empty()) return flag;
   const std::string variable(names::kEnvHookLibrary);
@@ -52,13 +57,6 @@ std::string FindHookLibrary(const std::string& flag) {
   }
   return {};
 }
-
-volatile sig_atomic_t g_child = 0;
-void Forward(int sig) {
-  if (g_child > 0) kill(g_child, sig);
-}
-
-}  // namespace
 
 StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args) {
   RunOptions o;

@@ -45,6 +45,10 @@ StatusOr<RunOptions> ParseRunArgs(const std::vector<std::string>& args);
 // Runs the command; returns its exit code (128+signal if killed), or an error before it started.
 StatusOr<int> RunUnderCap(const RunOptions& options, std::ostream& err);
 
+// The preload library: `flag` (--hook-library), $TESSERA_HOOK_LIBRARY, or beside the binary
+// (<prefix>/lib next to <prefix>/bin, or the build tree's src/hook); "" if none is found.
+std::string FindHookLibrary(const std::string& flag);
+
 // `tessera run ...` as the CLI calls it.
 int RunCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 

@@ -12,9 +12,14 @@
 //                                 number, or dbe / sbe for a double-/single-bit ECC event
 //   TESSERA_FAKE_XID_FILE=PATH    the same list read from PATH on every wait; new contents are
 //                                 delivered once (to inject an event into a running process)
-//   TESSERA_FAKE_NVML_UTIL_FILE=PATH  nvmlDeviceGetProcessUtilization's samples, read from PATH on
+//   TESSERA_FAKE_NVML_UTIL_FILE=PATH  the driver's internal per-process samples, read from PATH on
 //                                 every call, a line each: GPU_INDEX PID TIMESTAMP_US SM_PERCENT
-//                                 (unset: NOT_SUPPORTED; a line that does not parse: UNKNOWN)
+//                                 (a process without a line at a stamp: 0 % then). As the real
+//                                 one (H200, driver 580), nvmlDeviceGetProcessUtilization(last)
+//                                 returns per process with a line at the newest stamp after
+//                                 `last` one sample: its mean over the stamps after `last`,
+//                                 stamped at the newest (unset: NOT_SUPPORTED; a line that does
+//                                 not parse: UNKNOWN; no stamp after `last`: NOT_FOUND)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -342,7 +347,7 @@ nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSampl
   const char* path = std::getenv("TESSERA_FAKE_NVML_UTIL_FILE");
   if (path == nullptr) return NVML_ERROR_NOT_SUPPORTED;
   std::ifstream file(path);
-  std::vector<nvmlProcessUtilizationSample_t> all;
+  std::vector<nvmlProcessUtilizationSample_t> lines;
   std::string line;
   while (std::getline(file, line)) {
     if (line.empty() || line[0] == '#') continue;
@@ -351,9 +356,23 @@ nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSampl
     nvmlProcessUtilizationSample_t sample{};
     if (!(fields >> gpu >> sample.pid >> sample.timeStamp >> sample.smUtil))
       return NVML_ERROR_UNKNOWN;
-    if (gpu == index && sample.timeStamp > last_seen_us) all.push_back(sample);
+    if (gpu == index && sample.timeStamp > last_seen_us) lines.push_back(sample);
   }
-  if (all.empty()) return NVML_ERROR_NOT_FOUND;  // as the driver: no sample since last_seen_us
+  if (lines.empty()) return NVML_ERROR_NOT_FOUND;  // as the driver: no sample since last_seen_us
+  std::vector<unsigned long long> stamps;
+  for (const auto& l : lines) stamps.push_back(l.timeStamp);
+  std::sort(stamps.begin(), stamps.end());
+  stamps.erase(std::unique(stamps.begin(), stamps.end()), stamps.end());
+  std::vector<nvmlProcessUtilizationSample_t> all;
+  for (const auto& l : lines) {  // the processes that ran at the newest stamp
+    if (l.timeStamp != stamps.back()) continue;
+    nvmlProcessUtilizationSample_t mean = l;
+    unsigned long long sum = 0;
+    for (const auto& m : lines) sum += m.pid == l.pid ? m.smUtil : 0;
+    mean.smUtil = static_cast<unsigned int>(sum / stamps.size());
+    all.push_back(mean);
+  }
+  if (all.empty()) return NVML_ERROR_NOT_FOUND;
   if (utilization == nullptr || *count < all.size()) {
     *count = static_cast<unsigned int>(all.size());
     return NVML_ERROR_INSUFFICIENT_SIZE;

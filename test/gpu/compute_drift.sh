@@ -9,7 +9,8 @@
 #   honest   RUNS runs of SECONDS: a 30 % hard share and a work-conserving 30 % tenant borrowing
 #            the idle rest, both GEMM loops at once: no flag
 # Usage: test/gpu/compute_drift.sh OUT   (BUILD=build/gpu, RUNS=1, SECONDS_PER_RUN=120)
-# Prints a table; writes OUT/compute_drift.jsonl (every episode) and OUT/*.err (tessera run).
+# Prints a table; writes OUT/compute_drift.jsonl (every episode), OUT/*.drift.out (the whole
+# drift report) and OUT/*.err (tessera run).
 set -o pipefail
 OUT=${1:?usage: compute_drift.sh OUT}
 B=${BUILD:-build/gpu}
@@ -40,7 +41,8 @@ watch() {
   local name=$1 seconds=$2
   shift 2
   "$T" drift --json --watch-compute "$seconds" "$@" 2>>"$OUT/$name.drift.err" |
-    grep '"kind"' | sed "s/^{/{\"scenario\": \"$name\", /" | tee -a "$OUT/compute_drift.jsonl"
+    tee "$OUT/$name.drift.out" | grep '"kind"' | sed "s/^{/{\"scenario\": \"$name\", /" |
+    tee -a "$OUT/compute_drift.jsonl"
 }
 
 first_second() {  # scenario kind -> the second of its first episode, or "none"
@@ -61,7 +63,7 @@ wait
 # bypass: an honest process under the library, and from second 15 one without it in the pod's cgroup.
 CG=/sys/fs/cgroup/podlocal-bypass
 mkdir -p "$CG" 2>/dev/null || echo "bypass: cannot create $CG (no cgroup v2 write access)" >&2
-start bypass --gpu-cores 30 -- sh -c "($GEMM 45 >/dev/null &) ; sleep 15; echo \$\$ > $CG/cgroup.procs && exec env -u LD_PRELOAD $GEMM 30 >/dev/null"
+start bypass --gpu-cores 30 -- sh -c "($GEMM 45 >/dev/null &) ; sleep 15; if echo \$\$ > $CG/cgroup.procs; then exec env -u LD_PRELOAD $GEMM 30 >/dev/null; else echo 'bypass: cannot join $CG' >&2; fi"
 watch bypass 45 "$DIR" >/dev/null
 wait
 rmdir "$CG" 2>/dev/null
