@@ -342,6 +342,7 @@ void Ledger::ReplacePods(const std::vector<json>& pods) {
     if (e.state != Entry::State::kBound || e.seen) continue;
     if (e.bound_here && now - e.bound_at < options_.relist_grace) {
       e.unconfirmed = true;  // the watch from this list on shows it, or the grace runs out
+      next_expiry_ = std::min(next_expiry_, e.bound_at + options_.relist_grace);
       continue;
     }
     gone.push_back(uid);
@@ -353,11 +354,19 @@ void Ledger::ReplacePods(const std::vector<json>& pods) {
 
 std::size_t Ledger::ExpireLocked() {
   const auto now = clock_.Now();
+  if (now < next_expiry_) return 0;  // nothing can have expired yet
+  next_expiry_ = std::chrono::steady_clock::time_point::max();
   std::vector<std::string> expired;
   for (const auto& [uid, e] : entries_) {
-    if (e.state == Entry::State::kReserved && e.expires <= now) expired.push_back(uid);
+    const bool reserved = e.state == Entry::State::kReserved;
     // Kept across a relist but never seen since: deleted while the watch was down.
-    if (e.unconfirmed && now - e.bound_at >= options_.relist_grace) expired.push_back(uid);
+    const auto grace_ends = e.bound_at + options_.relist_grace;
+    if ((reserved && e.expires <= now) || (e.unconfirmed && now >= grace_ends)) {
+      expired.push_back(uid);
+      continue;
+    }
+    if (reserved) next_expiry_ = std::min(next_expiry_, e.expires);
+    if (e.unconfirmed) next_expiry_ = std::min(next_expiry_, grace_ends);
   }
   for (const std::string& uid : expired) {
     TESSERA_LOG(kInfo, kScheduler, "pod %s: reservation expired unbound; released",
@@ -428,10 +437,9 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   ExpireLocked();
   EnsureClusterLocked();
   const auto now = clock_.Now();
-  const std::set<std::string_view> asked(nodes.begin(), nodes.end());
   if (auto it = entries_.find(ask->uid); it != entries_.end()) {
     Entry& e = it->second;
-    const bool listed = asked.contains(e.node);
+    const bool listed = std::find(nodes.begin(), nodes.end(), e.node) != nodes.end();
     // Pods are immutable where it matters, so a different ask under the same UID is not the
     // same pod's retry: never hand it the reservation (or the bound pod's node).
     if (e.state == Entry::State::kReserved ? !SameRequest(e.request, ask->request)
@@ -500,6 +508,7 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   }
   e.state = Entry::State::kReserved;
   e.expires = now + options_.reservation_ttl;
+  next_expiry_ = std::min(next_expiry_, e.expires);
   e.applied = true;
   out.nodes = {e.node};
   entries_[e.uid] = std::move(e);

@@ -17,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -156,9 +157,12 @@ class Ledger {
   std::unique_ptr<placement::Cluster> cluster_;
   std::unique_ptr<placement::PlacementPolicy> placement_;
   std::unique_ptr<placement::Scheduler> scheduler_;
-  std::map<std::string, std::uint32_t> node_index_;
+  std::unordered_map<std::string, std::uint32_t> node_index_;  // a lookup per named node per filter
   std::map<std::string, std::pair<std::uint32_t, std::uint32_t>> gpu_index_;  // uuid -> node, gpu
   std::map<std::string, Entry> entries_;                                      // by pod UID
+  // The earliest a reservation or an unconfirmed bind can expire (never later): passes before
+  // it skip the walk over every entry.
+  std::chrono::steady_clock::time_point next_expiry_{};
   // UIDs of live pods the placement policy has been shown (Filter decided them once); dropped
   // when the pod is deleted, finishes or is missing from a relist; at most kMaxShown.
   static constexpr std::size_t kMaxShown = 100'000;
