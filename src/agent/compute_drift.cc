@@ -141,6 +141,7 @@ std::vector<ComputeFinding> ComputeDrift::Evaluate(
     for (const Busy& b : state.busy) {
       // The part of the sample's span within the window (a span that reaches back past it).
       double part = static_cast<double>(b.busy_us);
+      if (b.at_us <= window_start) continue;  // Trim keeps none, but never underflow
       if (b.from_us < window_start && b.at_us > b.from_us) {
         part *=
             static_cast<double>(b.at_us - window_start) / static_cast<double>(b.at_us - b.from_us);

@@ -9,29 +9,27 @@
 //   - kOverHardShare: a hard share s, and its processes ran on the SMs more than s + margin of
 //     the window (a rewritten gate, a process outside the library);
 //   - kTookFromWaiting: a work-conserving share s, above s + margin while another container of
-//     the GPU with a share got less than its share - margin and waited for the GPU (its region's
-//     throttled time rose by at least `min_waited` of the time measured): borrowing idle time is
+//     the GPU with a share got less than its share - margin and waited for others (`waited_ns`
+//     rose by at least `min_waited` of the time measured): borrowing idle time is
 //     allowed, taking time another tenant asked for is not. That evidence is the other tenant's
 //     own region, which it could inflate, so this finding is reported, never acted on
 //     (`enforceable` false);
 //   - kUngoverned: a process of the container (by cgroup) ran on the SMs for at least
-//     `min_ungoverned` of the window while holding no live slot of the container's region (its
-//     CUDA calls never reached the library).
+//     `min_ungoverned` of the window while holding no live slot of the container's region, or
+//     not mapping the library (its CUDA calls never reached the library).
 // A GPU whose samples cannot be read is reported (kNoSamples), once per episode too.
 //
 // Busy time from samples (measured on the H200, driver 580, docs/benchmarks.md; NVML's reference
 // says the same): a read of `nvmlDeviceGetProcessUtilization(lastSeen)` returns one sample per
-// process that ran in the driver's last sampling period, its SM percentage averaged over the
-// driver's samples since `lastSeen`, stamped at the newest of them. So a sample's percentage
-// applies to the span from the stamp the read asked after to its own stamp (from a process's
-// previous sample where a read returns several of one process), prorated where that span reaches
-// back past the window. A read after no stamp (the first on a GPU, or after a wall clock stepped
-// back) averages over the driver's whole buffer, an unknown span: it only sets the stamp, so
-// nothing from before the first evaluation is held against a tenant (an agent that restarted).
+// process that ran since `lastSeen` (an idle period's read lists it at 0 %), its SM percentage
+// averaged over the driver's samples since `lastSeen`, stamped at the newest of them. So a sample's
+// percentage applies to the span from the stamp the read asked after to its own stamp (from a
+// process's previous sample where a read returns several of one process), prorated where that span
+// reaches back past the window. A read after no stamp (the first on a GPU, or after a wall clock
+// stepped back) averages over the driver's whole buffer, an unknown span: it only sets the stamp,
+// so nothing from before the first evaluation is held against a tenant (an agent that restarted).
 // Processes of one container at the same stamp add up to at most the span; under MPS, where they
-// can run at the same time, the largest counts (a lower bound of their union). A process that
-// ran earlier in the span but not in the driver's last period is left out of the read: busy time
-// is undercounted, never overcounted.
+// can run at the same time, the largest counts (a lower bound of their union).
 //
 // Pure (no NVML, no files): the node agent feeds it (drift_actions.cc); tests script it.
 #pragma once
@@ -63,9 +61,10 @@ struct ComputeTenant {
   std::uint32_t share_percent = 0;  // 0: no share (nothing to exceed)
   ComputeMode mode = ComputeMode::kHard;
   std::set<unsigned int> pids;        // its processes (host PIDs, by cgroup)
-  std::set<unsigned int> ungoverned;  // of those, the ones holding no live slot of its region
-  std::uint64_t waited_ns = 0;        // its region's throttled time so far (share or turn)
-  bool spatial = false;               // MPS: its processes can run on the SMs at the same time
+  std::set<unsigned int> ungoverned;  // of those, outside the library (no live slot, or unmapped)
+  std::uint64_t waited_ns = 0;  // time it waited for others so far (its region: priority holds,
+                                // and a work-conserving share's turns)
+  bool spatial = false;         // MPS: its processes can run on the SMs at the same time
 };
 
 struct ComputeFinding {

@@ -171,17 +171,25 @@ bool MapsLibraryFile(std::string_view maps, const LibraryFile& file) {
 
 MapsLibrary ProcMapsLibrary(const std::string& library) {
   return [library](unsigned int pid) -> std::optional<bool> {
+    // The file as it is now (one stat a process and pass). Unknown: no answer, rather than every
+    // process "outside the library".
+    struct stat st {};
+    if (library.empty() || stat(library.c_str(), &st) != 0) return std::nullopt;
     LibraryFile file;
-    if (struct stat st{}; !library.empty() && stat(library.c_str(), &st) == 0) {
-      file.major = major(st.st_dev);
-      file.minor = minor(st.st_dev);
-      file.inode = st.st_ino;
-    }
-    if (!library.empty()) file.paths.push_back(library);
-    file.paths.emplace_back(names::kPathHookLibrary);
+    file.major = major(st.st_dev);
+    file.minor = minor(st.st_dev);
+    file.inode = st.st_ino;
+    // After an upgrade replaced the file, its path (here or in the container) is what matches.
+    file.paths = {library, std::string(names::kPathHookLibrary)};
     const StatusOr<std::string> maps =
         ReadFile("/proc/" + std::to_string(pid) + "/maps", 64u << 20);
     if (!maps.ok() || maps->empty()) return std::nullopt;  // gone, or not ours to read
+    // Most processes map hundreds of files: only parse the lines when the name or inode is there.
+    const std::string name = library.substr(library.rfind('/') + 1);
+    if (maps->find(name) == std::string::npos &&
+        maps->find(" " + std::to_string(file.inode) + " ") == std::string::npos &&
+        maps->find(std::string(names::kPathHookLibrary)) == std::string::npos)
+      return false;
     return MapsLibraryFile(*maps, file);
   };
 }

@@ -90,7 +90,7 @@ using MapsLibrary = std::function<std::optional<bool>(unsigned int pid)>;
 // From /proc/PID/maps: the library is the file at `library` by device and inode (what a
 // container's read-only mount of it shares with the host's file; a copy elsewhere is not it), or
 // by its path there or in the container (names.h), also as " (deleted)" where an upgrade replaced
-// the file under a running process. Where the maps cannot be read (gone, not ours): nullopt.
+// the file under a running process. Where the library or the maps cannot be read: nullopt.
 MapsLibrary ProcMapsLibrary(const std::string& library);
 struct LibraryFile {
   unsigned int major = 0, minor = 0;  // its file system's device

@@ -541,7 +541,7 @@ TEST_F(DriftActionsTest, AProcessOutsideTheLibraryIsComputeDriftActedOnOnce) {
 
 // What a container waited for others, from its region: a hard share held at its own cap did not
 // wait for anyone (only its priority holds count); a work-conserving share's turns did.
-TEST(CheckDriftTest, WaitingIsHoldsForOthersNotAHardShareOwnCap) {
+TEST(CheckDrift, WaitingCountsHoldsForOthersNotAHardSharesOwnCap) {
   testutil::TempDir dir;
   WatchedContainer c = Container(2 * kGiB);
   c.region_path = dir.path() + "/region";
@@ -595,7 +595,7 @@ TEST_F(DriftActionsTest, AProcessThatExecdWithoutTheLibraryKeepsItsSlotAndIsStil
 
 // The library in /proc/PID/maps: by device and inode, or by its path (also replaced under a
 // running process: " (deleted)"); a file of the same name elsewhere is not it.
-TEST(MapsLibraryFileTest, MatchesTheFileByDeviceAndInodeOrByItsPath) {
+TEST(MapsLibraryFile, MatchesTheFileByDeviceAndInodeOrByItsPath) {
   LibraryFile file;
   file.major = 0x103;
   file.minor = 0x2;
@@ -621,7 +621,7 @@ TEST(MapsLibraryFileTest, MatchesTheFileByDeviceAndInodeOrByItsPath) {
 
 // Against this process: a shared library it maps is found by its file, a file it does not map is
 // not, and a process that is gone cannot be told.
-TEST(ProcMapsLibraryTest, TellsWhatThisProcessMaps) {
+TEST(ProcMapsLibrary, TellsWhatThisProcessMaps) {
   const StatusOr<std::string> maps = ReadFile("/proc/self/maps", 64u << 20);
   ASSERT_TRUE(maps.ok());
   std::string mapped;  // a shared object this test maps

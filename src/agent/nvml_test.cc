@@ -41,8 +41,8 @@ TEST(NvmlGpuSource, MissingLibraryIsUnavailable) {
 }
 
 // Per-process utilization through the real loader path, against the fake libnvidia-ml with
-// scripted driver samples (TESSERA_FAKE_NVML_UTIL_FILE): per process that ran at the newest stamp
-// after `since`, its mean since then (as the H200's driver answers), none as an empty list
+// scripted driver samples (TESSERA_FAKE_NVML_UTIL_FILE): per process that ran after `since`, its
+// mean since then (as the H200's driver answers), none as an empty list
 // (NVML_ERROR_NOT_FOUND), a source that cannot be read as an error naming the call.
 TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
   testutil::TempDir dir;
@@ -63,7 +63,8 @@ TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
   const std::string gpu0 = (*gpus)[0].uuid;
   auto all = (*source)->ProcessUtilization(gpu0, 0);
   ASSERT_TRUE(all.ok()) << all.status().ToString();
-  EXPECT_EQ(*all, (std::vector<UtilizationSample>{{101, 2000, 35}}));  // 102 did not run at 2000
+  // Each process's mean over the stamps since: 102 ran at 1000 only.
+  EXPECT_EQ(*all, (std::vector<UtilizationSample>{{101, 2000, 35}, {102, 2000, 30}}));
   auto later = (*source)->ProcessUtilization(gpu0, 1000);
   ASSERT_TRUE(later.ok());
   EXPECT_EQ(*later, (std::vector<UtilizationSample>{{101, 2000, 40}}));

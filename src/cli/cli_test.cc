@@ -289,5 +289,19 @@ TEST(Cli, DriftRefusesABadWatchPeriod) {
   }
 }
 
+// `tessera drift --hook-library PATH`: a file that exists, refused before anything is read.
+TEST(Cli, DriftRefusesAHookLibraryThatIsNotAFile) {
+  for (const std::vector<const char*>& bad :
+       {std::vector<const char*>{"drift", "--hook-library", "/nonexistent/libtessera-cuda.so", "d"},
+        std::vector<const char*>{"drift", "--hook-library", "/", "dir"},
+        std::vector<const char*>{"drift", "dir", "--hook-library"}}) {
+    const Result r = RunCli(bad);
+    EXPECT_EQ(r.code, 2) << bad[2];
+    EXPECT_NE(r.err.find("--hook-library: expected the path of an existing file"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::cli

@@ -59,9 +59,11 @@ constexpr std::array kCommands = {
                 "usage: tessera inventory [--gpus all|UUID,...|INDEX,...] [--node-name NAME]",
                 false, false},
     CommandInfo{"drift", "Compare NVML with containers' regions and caps",
-                "usage: tessera drift [--json] [--watch-compute SECONDS] DIR... (each DIR holding "
-                "a limits\n"
-                "                     file and a region)",
+                "usage: tessera drift [--json] [--watch-compute SECONDS] [--hook-library PATH] "
+                "DIR...\n"
+                "                     (each DIR holding a limits file and a region; PATH: the "
+                "preload library,\n"
+                "                     found beside the binary by default)",
                 false, false},
     CommandInfo{"sim", "Replay a GPU trace through placement policies",
                 "usage: tessera sim --trace DIR [--pods FILE|NAME|all] [--policy P[,P...]] "

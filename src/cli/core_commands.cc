@@ -1,6 +1,7 @@
 #include "cli/core_commands.h"
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -70,10 +71,11 @@ constexpr std::uint64_t kMaxWatchSeconds = 86'400;
 
 int WatchCompute(const std::vector<agent::WatchedContainer>& containers,
                  const std::set<std::string>& uuids, agent::GpuSource& source,
-                 std::uint64_t seconds, bool json, std::ostream& out) {
+                 std::uint64_t seconds, const std::string& hook_library, bool json,
+                 std::ostream& out) {
   agent::ComputeDrift drift;
   // A process that exec'd without the preload keeps its slot: whether it maps the library tells.
-  const agent::MapsLibrary maps_library = agent::ProcMapsLibrary(FindHookLibrary(""));
+  const agent::MapsLibrary maps_library = agent::ProcMapsLibrary(hook_library);
   const auto start = std::chrono::steady_clock::now();
   int findings = 0;
   for (std::uint64_t tick = 1; tick <= seconds; ++tick) {
@@ -148,10 +150,20 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   std::vector<std::string> dirs;
   bool json = false;
   std::uint64_t watch_seconds = 0;
+  std::string hook_library;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--json") {
       json = true;
+    } else if (a == "--hook-library") {
+      std::error_code ec;
+      if (i + 1 >= args.size() || !std::filesystem::is_regular_file(args[i + 1], ec)) {
+        err << "tessera drift: --hook-library: expected the path of an existing file (the "
+               "preload library the containers load, libtessera-cuda.so)\n"
+            << UsageOf("drift") << "\n";
+        return 2;
+      }
+      hook_library = args[++i];
     } else if (a == "--watch-compute") {
       const StatusOr<std::uint64_t> seconds = i + 1 < args.size()
                                                   ? ParseUnsigned(args[i + 1], kMaxWatchSeconds)
@@ -209,8 +221,8 @@ int DriftCommand(const std::vector<std::string>& args, std::ostream& out, std::o
   out << (json ? agent::DriftJson(report) : agent::FormatDrift(report));
   bool over = false;
   for (const auto& c : report.containers) over |= c.over_cap();
-  if (watch_seconds != 0 &&
-      WatchCompute(containers, uuids, **source, watch_seconds, json, out) != 0) {
+  if (watch_seconds != 0 && WatchCompute(containers, uuids, **source, watch_seconds,
+                                         FindHookLibrary(hook_library), json, out) != 0) {
     over = true;
   }
   return over ? 1 : 0;  // the answer is "no": a container is over its cap or drifted

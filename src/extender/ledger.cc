@@ -459,6 +459,7 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
     }
     if (listed && e.applied) {  // kube-scheduler asks again: keep the reservation
       e.expires = now + options_.reservation_ttl;
+      next_expiry_ = std::min(next_expiry_, e.expires);
       out.nodes = {e.node};
       return out;
     }

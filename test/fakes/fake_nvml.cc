@@ -16,10 +16,10 @@
 //                                 every call, a line each: GPU_INDEX PID TIMESTAMP_US SM_PERCENT
 //                                 (a process without a line at a stamp: 0 % then). As the real
 //                                 one (H200, driver 580), nvmlDeviceGetProcessUtilization(last)
-//                                 returns per process with a line at the newest stamp after
-//                                 `last` one sample: its mean over the stamps after `last`,
-//                                 stamped at the newest (unset: NOT_SUPPORTED; a line that does
-//                                 not parse: UNKNOWN; no stamp after `last`: NOT_FOUND)
+//                                 returns per process with a line after `last` one sample:
+//                                 its mean over the stamps after `last` (0 % where it has no
+//                                 line), stamped at the newest (unset: NOT_SUPPORTED; a line that
+//                                 does not parse: UNKNOWN; no stamp after `last`: NOT_FOUND)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -363,10 +363,13 @@ nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSampl
   for (const auto& l : lines) stamps.push_back(l.timeStamp);
   std::sort(stamps.begin(), stamps.end());
   stamps.erase(std::unique(stamps.begin(), stamps.end()), stamps.end());
-  std::vector<nvmlProcessUtilizationSample_t> all;
-  for (const auto& l : lines) {  // the processes that ran at the newest stamp
-    if (l.timeStamp != stamps.back()) continue;
+  std::vector<nvmlProcessUtilizationSample_t> all;  // a process each, in the order first seen
+  for (const auto& l : lines) {
+    const bool seen =
+        std::any_of(all.begin(), all.end(), [&](const auto& a) { return a.pid == l.pid; });
+    if (seen) continue;
     nvmlProcessUtilizationSample_t mean = l;
+    mean.timeStamp = stamps.back();
     unsigned long long sum = 0;
     for (const auto& m : lines) sum += m.pid == l.pid ? m.smUtil : 0;
     mean.smUtil = static_cast<unsigned int>(sum / stamps.size());
