@@ -1,6 +1,7 @@
 #include "agent/drift.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
+#include "tessera/text.h"
 
 namespace tessera::agent {
 namespace {
@@ -150,20 +152,25 @@ bool MapsLibraryFile(std::string_view maps, const LibraryFile& file) {
   // Each line: address perms offset MAJOR:MINOR inode [path] (device numbers in hex).
   while (!maps.empty()) {
     const std::size_t end = maps.find('\n');
-    const std::string line(maps.substr(0, end));
+    const std::string_view line = maps.substr(0, end);
     maps = end == std::string_view::npos ? std::string_view() : maps.substr(end + 1);
-    std::istringstream fields(line);
-    std::string address, perms, offset, device;
+    const std::vector<std::string_view> words = SplitWords(line);
     std::uint64_t inode = 0;
-    if (!(fields >> address >> perms >> offset >> device >> inode) || inode == 0) continue;
+    if (words.size() < 5 ||
+        std::from_chars(words[4].data(), words[4].data() + words[4].size(), inode).ec !=
+            std::errc() ||
+        inode == 0)
+      continue;
     unsigned int major = 0, minor = 0;
+    const std::string device(words[3]);
     if (file.inode != 0 && inode == file.inode &&
         std::sscanf(device.c_str(), "%x:%x", &major, &minor) == 2 && major == file.major &&
         minor == file.minor)
       return true;
-    std::string path;
-    std::getline(fields >> std::ws, path);
-    if (path.ends_with(kDeleted)) path.resize(path.size() - kDeleted.size());
+    if (words.size() < 6) continue;
+    // The path: the rest of the line (it may hold spaces).
+    std::string_view path = line.substr(static_cast<std::size_t>(words[5].data() - line.data()));
+    if (path.ends_with(kDeleted)) path.remove_suffix(kDeleted.size());
     if (std::find(file.paths.begin(), file.paths.end(), path) != file.paths.end()) return true;
   }
   return false;
@@ -184,12 +191,6 @@ MapsLibrary ProcMapsLibrary(const std::string& library) {
     const StatusOr<std::string> maps =
         ReadFile("/proc/" + std::to_string(pid) + "/maps", 64u << 20);
     if (!maps.ok() || maps->empty()) return std::nullopt;  // gone, or not ours to read
-    // Most processes map hundreds of files: only parse the lines when the name or inode is there.
-    const std::string name = library.substr(library.rfind('/') + 1);
-    if (maps->find(name) == std::string::npos &&
-        maps->find(" " + std::to_string(file.inode) + " ") == std::string::npos &&
-        maps->find(std::string(names::kPathHookLibrary)) == std::string::npos)
-      return false;
     return MapsLibraryFile(*maps, file);
   };
 }
