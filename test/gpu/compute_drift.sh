@@ -8,7 +8,9 @@
 #            second 15: flagged ungoverned-process within 10 s
 #   honest   RUNS runs of SECONDS: a 30 % hard share and a work-conserving 30 % tenant borrowing
 #            the idle rest, both GEMM loops at once: no flag
-# Usage: test/gpu/compute_drift.sh OUT   (BUILD=build/gpu, RUNS=1, SECONDS_PER_RUN=120)
+# Usage: test/gpu/compute_drift.sh OUT   (BUILD=build/gpu, RUNS=1, SECONDS_PER_RUN=120,
+#        SCENARIOS="tamper bypass honest", FIRST_RUN=1: the honest runs' numbering, so that runs
+#        split over several calls keep distinct names)
 # Prints a table; writes OUT/compute_drift.jsonl (every episode), OUT/*.drift.out (the whole
 # drift report) and OUT/*.err (tessera run).
 set -o pipefail
@@ -17,6 +19,8 @@ B=${BUILD:-build/gpu}
 T=$B/cmd/tessera/tessera
 RUNS=${RUNS:-1}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-120}
+SCENARIOS=${SCENARIOS:-tamper bypass honest}
+FIRST_RUN=${FIRST_RUN:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 g++ -std=c++20 -O2 -I"$HERE/../../include" "$HERE/gate_tamper.cc" -o /tmp/gate_tamper || exit 1
@@ -56,19 +60,26 @@ PY
 }
 
 : >"$OUT/compute_drift.jsonl"
+wanted() { case " $SCENARIOS " in *" $1 "*) return 0 ;; esac; return 1; }
+
 # tamper: honest for 15 s, then the gate is rewritten.
+if wanted tamper; then
 start tamper --gpu-cores 30 -- sh -c "($GEMM 45 >/dev/null &) ; sleep 15; /tmp/gate_tamper 30"
 watch tamper 45 "$DIR" >/dev/null
 wait
+fi
 # bypass: an honest process under the library, and from second 15 one without it in the pod's cgroup.
+if wanted bypass; then
 CG=/sys/fs/cgroup/podlocal-bypass
 mkdir -p "$CG" 2>/dev/null || echo "bypass: cannot create $CG (no cgroup v2 write access)" >&2
 start bypass --gpu-cores 30 -- sh -c "($GEMM 45 >/dev/null &) ; sleep 15; if echo \$\$ > $CG/cgroup.procs; then exec env -u LD_PRELOAD $GEMM 30 >/dev/null; else echo 'bypass: cannot join $CG' >&2; fi"
 watch bypass 45 "$DIR" >/dev/null
 wait
 rmdir "$CG" 2>/dev/null
+fi
 # honest: a hard share and a work-conserving tenant borrowing, RUNS times.
-for r in $(seq "$RUNS"); do
+wanted honest || RUNS=0
+for r in $(seq "$FIRST_RUN" $((FIRST_RUN + RUNS - 1))); do
   start "honest-hard-$r" --gpu-cores 30 -- $GEMM "$SECONDS_PER_RUN"
   HARD=$DIR
   start "honest-wc-$r" --gpu-cores 30 --compute work-conserving -- $GEMM "$SECONDS_PER_RUN"
