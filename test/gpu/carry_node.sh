@@ -1,27 +1,43 @@
 #!/usr/bin/env bash
-# Issue #22 part 2: tessera-node on the GPU host, which has a compiler, CMake and CUDA but no gRPC.
-# Copies a tessera-node built here (it links Debian's gRPC, protobuf, abseil, OpenSSL, ...) with
-# every shared library it loads, the dynamic loader included, into DIR (ignored by git: carry it
-# with the device tool). On the GPU host it then runs whatever that host's glibc is:
-#   DIR/ld-linux-x86-64.so.2 --library-path DIR DIR/tessera-node FLAGS...
-# Usage: test/gpu/carry_node.sh [BINARY] [DIR]   (defaults: build/dev/cmd/tessera-node/tessera-node,
-#        .devrun/node). Prints the size carried and checks that the copy starts (--help).
+# Issue #22 part 2: tessera-node and tessera-node-host on the GPU host, which has a compiler, CMake
+# and CUDA but no gRPC. Copies both, built here (they link Debian's gRPC, protobuf, abseil,
+# OpenSSL, ...), with every shared library they load, the dynamic loader included, into DIR
+# (ignored by git: carry it with the device tool), and writes a wrapper for each that runs it
+# through the carried loader, whatever the GPU host's glibc is:
+#   DIR/tessera-node ARGS...        DIR/tessera-node-host ARGS...
+# (the programs themselves are DIR/lib/*.bin). Usage: test/gpu/carry_node.sh [BUILD] [DIR]
+# (defaults: build/dev, .devrun/node). Prints the size carried and checks that both start.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-binary=${1:-build/dev/cmd/tessera-node/tessera-node}
+build=${1:-build/dev}
 dir=${2:-.devrun/node}
-[ -x "$binary" ] || { echo "carry_node: $binary: not an executable (build tessera-node first)" >&2; exit 2; }
-rm -rf "$dir"
-mkdir -p "$dir"
-cp "$binary" "$dir/"
-# Every resolved library (the ones ldd prints as "name => path (address)"), and the loader.
-ldd "$binary" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
-  cp -L "$lib" "$dir/"
+binaries=("$build/cmd/tessera-node/tessera-node" "$build/test/nodehost/tessera-node-host")
+for b in "${binaries[@]}"; do
+  [ -x "$b" ] || { echo "carry_node: $b: not an executable (build it first)" >&2; exit 2; }
 done
-loader=$(ldd "$binary" | awk '$1 ~ /^\/.*ld-linux/ {print $1}')
+rm -rf "$dir"
+mkdir -p "$dir/lib"
+# Every resolved library (the ones ldd prints as "name => path (address)"), and the loader.
+for b in "${binaries[@]}"; do
+  cp "$b" "$dir/lib/$(basename "$b").bin"
+  ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | while read -r lib; do
+    cp -L "$lib" "$dir/lib/"
+  done
+done
+loader=$(ldd "${binaries[0]}" | awk '$1 ~ /^\/.*ld-linux/ {print $1}')
 [ -n "$loader" ] || { echo "carry_node: no dynamic loader in ldd's output" >&2; exit 1; }
-cp -L "$loader" "$dir/$(basename "$loader")"
-strip --strip-unneeded "$dir"/*.so* "$dir/tessera-node" 2>/dev/null || true
-"$dir/$(basename "$loader")" --library-path "$dir" "$dir/tessera-node" --help >/dev/null
-echo "carry_node: $(du -sh "$dir" | cut -f1) in $dir ($(ls "$dir" | wc -l) files); run it as:"
-echo "  $dir/$(basename "$loader") --library-path $dir $dir/tessera-node ..."
+cp -L "$loader" "$dir/lib/$(basename "$loader")"
+strip --strip-unneeded "$dir"/lib/* 2>/dev/null || true
+for b in "${binaries[@]}"; do
+  name=$(basename "$b")
+  cat >"$dir/$name" <<WRAP
+#!/bin/sh
+# $name through the carried loader and libraries (test/gpu/carry_node.sh).
+here=\$(cd "\$(dirname "\$0")" && pwd)
+exec "\$here/lib/$(basename "$loader")" --library-path "\$here/lib" "\$here/lib/$name.bin" "\$@"
+WRAP
+  chmod +x "$dir/$name"
+done
+"$dir/tessera-node" --help >/dev/null
+{ "$dir/tessera-node-host" 2>&1 || true; } | grep -q usage
+echo "carry_node: $(du -sh "$dir" | cut -f1) in $dir ($(ls "$dir/lib" | wc -l) files)"

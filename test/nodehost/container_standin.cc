@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sched.h>
+#include <csignal>
 #include <sstream>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -188,6 +189,22 @@ std::vector<std::string> CreateMountTargets(const std::vector<agent::Mount>& mou
     }
   }
   return created;
+}
+
+void KillAndRemoveCgroup(const std::string& folder) {
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return;
+  for (int round = 0; round < 50; ++round) {
+    std::ifstream procs(folder + "/cgroup.procs");
+    bool any = false;
+    for (long pid = 0; procs >> pid;) {
+      if (pid > 1) kill(static_cast<pid_t>(pid), SIGKILL);
+      any = true;
+    }
+    if (!any) break;
+    usleep(20000);
+  }
+  fs::remove(folder, ec);
 }
 
 void RemoveCreated(const std::vector<std::string>& created) {

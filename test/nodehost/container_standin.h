@@ -49,6 +49,10 @@ std::vector<std::string> ExecContainerArgs(const ContainerSpec& spec);
 // failure (the message on stderr, exit code 127).
 int ExecContainer(const std::vector<std::string>& args);
 
+// What a runtime does when a container is gone: SIGKILL whatever still runs in `folder` (its
+// processes' leftovers), then remove it.
+void KillAndRemoveCgroup(const std::string& folder);
+
 // Creates what a bind needs on the host (a folder, or an empty file for a file's mount) where it
 // is missing; returns what it created, deepest last, for RemoveCreated.
 std::vector<std::string> CreateMountTargets(const std::vector<agent::Mount>& mounts);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <fcntl.h>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <netinet/in.h>
 #include <random>
 #include <set>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -295,6 +297,16 @@ StatusOr<Scenario> ParseScenario(const json& doc) {
 }
 
 StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
+  // One run at a time on a host: the binds' targets a run creates on the host (CreateMountTargets)
+  // are removed when it ends, which would detach another run's binds.
+  const int lock_fd = open("/tmp/tessera-node-host.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
+    return UnavailableError("cannot lock /tmp/tessera-node-host.lock");
+  }
+  struct Unlock {
+    int fd;
+    ~Unlock() { close(fd); }
+  } unlock{lock_fd};
   const auto dir = [&o](const std::string& rel) { return o.dir + "/" + rel; };
   for (const char* sub : {"plugins", "state", "cdi", "keys", "logs"}) {
     std::error_code ec;
@@ -523,7 +535,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
   for (const Running& r : running) {
     for (const std::string& cg : r.cgroups) {
       std::error_code ec;
-      fs::remove(cg, ec);                             // the container's
+      KillAndRemoveCgroup(cg);                        // the container's
       fs::remove(fs::path(cg).parent_path(), ec);     // the pod's, once empty
       fs::remove(fs::path(cg).parent_path().parent_path(), ec);
     }
@@ -545,7 +557,7 @@ int NodeHostMain(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   constexpr char kUsage[] =
       "usage: tessera-node-host run --scenario FILE --node-binary PATH --dir DIR --hook-library "
-      "PATH [-- TESSERA-NODE FLAGS...]\n"
+      "PATH [--self PATH] [-- TESSERA-NODE FLAGS...]\n"
       "       tessera-node-host exec-container [--cgroup DIR] [--bind[-ro] HOST CONTAINER]... -- "
       "PROGRAM ARGS...\n";
   if (!args.empty() && args[0] == "exec-container") {
@@ -567,6 +579,7 @@ int NodeHostMain(int argc, char** argv) {
                           : flag == "--node-binary"  ? &o.node_binary
                           : flag == "--dir"          ? &o.dir
                           : flag == "--hook-library" ? &o.hook_library
+                          : flag == "--self"         ? &o.self
                                                      : nullptr;
     if (target == nullptr || i + 1 >= args.size()) {
       std::fprintf(stderr, "tessera-node-host: %s: unknown flag or missing value\n%s",
@@ -585,7 +598,7 @@ int NodeHostMain(int argc, char** argv) {
     }
   }
   std::error_code ec;
-  o.self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (o.self.empty()) o.self = fs::read_symlink("/proc/self/exe", ec).string();
   o.dir = fs::absolute(o.dir, ec).string();
   std::ifstream in(scenario_path);
   if (!in) {

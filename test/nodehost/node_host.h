@@ -64,7 +64,9 @@ struct RunOptions {
   std::string node_binary;               // tessera-node
   std::string hook_library;              // the preload library tessera-node installs
   std::vector<std::string> node_args;    // more tessera-node flags (e.g. --nvml-library)
-  std::string self;                      // this program (for exec-container)
+  // This program as it is to be started again for exec-container: /proc/self/exe, or a wrapper
+  // where it runs through a carried loader (test/gpu/carry_node.sh).
+  std::string self;
 };
 
 // Plays the scenario; the report (see the file comment). An error only where the run could not
@@ -73,7 +75,7 @@ struct RunOptions {
 StatusOr<nlohmann::json> RunScenario(const Scenario& scenario, const RunOptions& options);
 
 // The command line: `run --scenario FILE --node-binary PATH --dir DIR --hook-library PATH
-// [-- TESSERA-NODE FLAGS...]` or `exec-container ...`. Returns the exit code.
+// [--self PATH] [-- TESSERA-NODE FLAGS...]` or `exec-container ...`. Returns the exit code.
 int NodeHostMain(int argc, char** argv);
 
 }  // namespace tessera::nodehost
