@@ -492,6 +492,7 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
       r.pid = *pid;
       r.started = Clock::now();
       r.report["startedAtSeconds"] = std::chrono::duration<double>(r.started - t0).count();
+      r.report["startedAtUnix"] = static_cast<std::int64_t>(std::time(nullptr));
       running.push_back(std::move(r));
     }
     pods_report.push_back(std::move(pod_report));
