@@ -1,12 +1,12 @@
 #include "nodehost/container_standin.h"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sched.h>
-#include <csignal>
 #include <sstream>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -35,8 +35,8 @@ Status AppendEdits(const json& edits, const std::string& where, CdiEdits& out) {
     }
     bool read_only = false;
     for (const json& o : m.value("options", json::array())) read_only |= o == "ro";
-    out.mounts.push_back({m["containerPath"].get<std::string>(), m["hostPath"].get<std::string>(),
-                          read_only});
+    out.mounts.push_back(
+        {m["containerPath"].get<std::string>(), m["hostPath"].get<std::string>(), read_only});
   }
   for (const json& d : edits.value("deviceNodes", json::array())) {
     if (!d.is_object() || !d.contains("path") || !d["path"].is_string()) {
@@ -75,13 +75,13 @@ StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qua
       if (!device.is_object() || device.value("name", "") != name) continue;
       CdiEdits edits;
       if (spec.contains("containerEdits")) {
-        TESSERA_RETURN_IF_ERROR(AppendEdits(spec["containerEdits"], file + ": containerEdits", edits));
+        TESSERA_RETURN_IF_ERROR(
+            AppendEdits(spec["containerEdits"], file + ": containerEdits", edits));
       }
       if (device.contains("containerEdits")) {
-        TESSERA_RETURN_IF_ERROR(AppendEdits(device["containerEdits"],
-                                            file + ": devices[" + std::string(name) +
-                                                "].containerEdits",
-                                            edits));
+        TESSERA_RETURN_IF_ERROR(
+            AppendEdits(device["containerEdits"],
+                        file + ": devices[" + std::string(name) + "].containerEdits", edits));
       }
       return edits;
     }
@@ -96,7 +96,8 @@ std::vector<std::string> CgroupFolders(std::string_view relative) {
   if (fs::exists(root / "cgroup.controllers", ec)) return {(root / relative).string()};
   std::vector<std::string> out;
   for (const char* hierarchy : {"pids", "memory", "cpu,cpuacct"}) {
-    if (fs::is_directory(root / hierarchy, ec)) out.push_back((root / hierarchy / relative).string());
+    if (fs::is_directory(root / hierarchy, ec))
+      out.push_back((root / hierarchy / relative).string());
   }
   return out;
 }

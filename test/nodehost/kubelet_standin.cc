@@ -65,9 +65,9 @@ struct KubeletStandin::Impl : dp::Registration::Service, pr::PodResourcesLister:
               "version " + request->version() + " is not supported (" + kApiVersion + ")"};
     }
     if (request->resource_name() != options.resource) {
-      return {grpc::StatusCode::INVALID_ARGUMENT,
-              "resource " + request->resource_name() + " is not handled here (" +
-                  options.resource + ")"};
+      return {grpc::StatusCode::INVALID_ARGUMENT, "resource " + request->resource_name() +
+                                                      " is not handled here (" + options.resource +
+                                                      ")"};
     }
     const std::string endpoint = options.plugin_dir + "/" + request->endpoint();
     auto stub = dp::DevicePlugin::NewStub(
@@ -84,9 +84,8 @@ struct KubeletStandin::Impl : dp::Registration::Service, pr::PodResourcesLister:
     pre_start_required = request->options().pre_start_required();
     devices.clear();
     watch_context = std::make_unique<grpc::ClientContext>();
-    watcher = std::thread([this, context = watch_context.get(), stub = plugin.get()] {
-      Watch(context, stub);
-    });
+    watcher = std::thread(
+        [this, context = watch_context.get(), stub = plugin.get()] { Watch(context, stub); });
     return grpc::Status::OK;
   }
 
@@ -170,8 +169,8 @@ Status KubeletStandin::WaitForDevices(std::chrono::milliseconds limit) {
   });
   if (any) return Status::Ok();
   return UnavailableError(impl_->plugin ? "the plugin for " + impl_->options.resource +
-                                                   " listed no healthy device"
-                                             : "no plugin registered " + impl_->options.resource);
+                                              " listed no healthy device"
+                                        : "no plugin registered " + impl_->options.resource);
 }
 
 std::vector<std::string> KubeletStandin::HealthyDevices() {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
-#include <fcntl.h>
 #include <cstdio>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -65,7 +65,8 @@ StatusOr<std::string> String(const json& object, const std::string& where, const
 StatusOr<double> Number(const json& object, const std::string& where, const char* key,
                         double fallback, double max) {
   if (!object.contains(key)) return fallback;
-  if (!object[key].is_number() || object[key].get<double>() < 0 || object[key].get<double>() > max) {
+  if (!object[key].is_number() || object[key].get<double>() < 0 ||
+      object[key].get<double>() > max) {
     return InvalidArgumentError(where + "." + key + ": expected a number from 0 to " +
                                 std::to_string(static_cast<long long>(max)));
   }
@@ -74,7 +75,8 @@ StatusOr<double> Number(const json& object, const std::string& where, const char
 
 StatusOr<bool> Bool(const json& object, const std::string& where, const char* key) {
   if (!object.contains(key)) return false;
-  if (!object[key].is_boolean()) return InvalidArgumentError(where + "." + key + ": expected true or false");
+  if (!object[key].is_boolean())
+    return InvalidArgumentError(where + "." + key + ": expected true or false");
   return object[key].get<bool>();
 }
 
@@ -95,8 +97,10 @@ StatusOr<ScenarioContainer> ParseContainer(const json& c, const std::string& whe
                                          "computeWindowMs", "command", "env", "outsideLibrary"}));
   ScenarioContainer out;
   TESSERA_ASSIGN_OR_RETURN(out.name, String(c, where, "name", "main"));
-  TESSERA_ASSIGN_OR_RETURN(out.mode, Enum(c, where, "mode", SharingMode::kShared, &ParseSharingMode));
-  TESSERA_ASSIGN_OR_RETURN(out.compute, Enum(c, where, "compute", ComputeMode::kHard, &ParseComputeMode));
+  TESSERA_ASSIGN_OR_RETURN(out.mode,
+                           Enum(c, where, "mode", SharingMode::kShared, &ParseSharingMode));
+  TESSERA_ASSIGN_OR_RETURN(out.compute,
+                           Enum(c, where, "compute", ComputeMode::kHard, &ParseComputeMode));
   TESSERA_ASSIGN_OR_RETURN(const double gpu, Number(c, where, "gpu", 0, 63));
   out.gpu = static_cast<int>(gpu);
   TESSERA_ASSIGN_OR_RETURN(const double cores, Number(c, where, "cores", 0, 100));
@@ -116,9 +120,11 @@ StatusOr<ScenarioContainer> ParseContainer(const json& c, const std::string& whe
     out.command.push_back(a.get<std::string>());
   }
   if (c.contains("env")) {
-    if (!c["env"].is_object()) return InvalidArgumentError(where + ".env: expected an object of strings");
+    if (!c["env"].is_object())
+      return InvalidArgumentError(where + ".env: expected an object of strings");
     for (const auto& [key, value] : c["env"].items()) {
-      if (!value.is_string()) return InvalidArgumentError(where + ".env." + key + ": expected a string");
+      if (!value.is_string())
+        return InvalidArgumentError(where + ".env." + key + ": expected a string");
       out.env[key] = value.get<std::string>();
     }
   }
@@ -130,15 +136,16 @@ StatusOr<ScenarioContainer> ParseContainer(const json& c, const std::string& whe
 
 StatusOr<ScenarioPod> ParsePod(const json& p, const std::string& where) {
   if (!p.is_object()) return InvalidArgumentError(where + ": expected an object");
-  TESSERA_RETURN_IF_ERROR(RefuseUnknown(p, where,
-                                        {"name", "namespace", "tier", "priority",
-                                         "startAfterSeconds", "mpsUser", "forgeSignature",
-                                         "containers"}));
+  TESSERA_RETURN_IF_ERROR(
+      RefuseUnknown(p, where,
+                    {"name", "namespace", "tier", "priority", "startAfterSeconds", "mpsUser",
+                     "forgeSignature", "containers"}));
   ScenarioPod out;
   if (!p.contains("name")) return InvalidArgumentError(where + ".name: required");
   TESSERA_ASSIGN_OR_RETURN(out.name, String(p, where, "name", ""));
   TESSERA_ASSIGN_OR_RETURN(out.pod_namespace, String(p, where, "namespace", "default"));
-  TESSERA_ASSIGN_OR_RETURN(out.tier, Enum(p, where, "tier", TrustTier::kDepartment, &ParseTrustTier));
+  TESSERA_ASSIGN_OR_RETURN(out.tier,
+                           Enum(p, where, "tier", TrustTier::kDepartment, &ParseTrustTier));
   TESSERA_ASSIGN_OR_RETURN(out.priority,
                            Enum(p, where, "priority", PriorityClass::kNormal, &ParsePriorityClass));
   TESSERA_ASSIGN_OR_RETURN(out.start_after_s, Number(p, where, "startAfterSeconds", 0, 3600));
@@ -151,7 +158,8 @@ StatusOr<ScenarioPod> ParsePod(const json& p, const std::string& where) {
   for (std::size_t i = 0; i < p["containers"].size(); ++i) {
     const std::string at = where + ".containers[" + std::to_string(i) + "]";
     TESSERA_ASSIGN_OR_RETURN(ScenarioContainer c, ParseContainer(p["containers"][i], at));
-    if (!names.insert(c.name).second) return InvalidArgumentError(at + ".name: \"" + c.name + "\" repeats");
+    if (!names.insert(c.name).second)
+      return InvalidArgumentError(at + ".name: \"" + c.name + "\" repeats");
     out.containers.push_back(std::move(c));
   }
   return out;
@@ -169,8 +177,11 @@ struct ApiState {
 };
 
 json StatusObject(int code, const std::string& message) {
-  return {{"kind", "Status"}, {"apiVersion", "v1"}, {"status", "Failure"},
-          {"message", message}, {"code", code}};
+  return {{"kind", "Status"},
+          {"apiVersion", "v1"},
+          {"status", "Failure"},
+          {"message", message},
+          {"code", code}};
 }
 
 void Reply(httplib::Response& res, int code, const json& body) {
@@ -203,9 +214,8 @@ void ServeApi(httplib::Server& http, ApiState& state, const std::string& node_na
   http.Post(R"(/api/v1/namespaces/([^/]+)/pods/([^/]+)/eviction)",
             [&state](const httplib::Request& req, httplib::Response& res) {
               std::lock_guard<std::mutex> lock(state.mu);
-              state.evictions.push_back(
-                  {{"pod", req.matches[1].str() + "/" + req.matches[2].str()},
-                   {"body", json::parse(req.body, nullptr, false)}});
+              state.evictions.push_back({{"pod", req.matches[1].str() + "/" + req.matches[2].str()},
+                                         {"body", json::parse(req.body, nullptr, false)}});
               Reply(res, 201, json::object());
             });
   const auto event = [&state](const httplib::Request& req, httplib::Response& res) {
@@ -321,32 +331,48 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
   TESSERA_RETURN_IF_ERROR(WriteText(dir("keys/") + kKeyId + ".pem", signer.PublicKeyPem()));
 
   ApiState state;
-  state.node = {{"apiVersion", "v1"},
-                {"kind", "Node"},
-                {"metadata", {{"name", scenario.node}, {"labels", json::object()},
-                              {"annotations", json::object()}}},
-                {"status", json::object()}};
+  state.node = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", scenario.node}, {"labels", json::object()}, {"annotations", json::object()}}},
+      {"status", json::object()}};
   k8s::testing::FakeApiServer api;
   ServeApi(api.http(), state, scenario.node);
   TESSERA_RETURN_IF_ERROR(api.Start());
   TESSERA_RETURN_IF_ERROR(WriteText(
       dir("kubeconfig"),
       "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-      "clusters: [{name: c, cluster: {server: '" + api.url() + "'}}]\n"
-      "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"));
+      "clusters: [{name: c, cluster: {server: '" +
+          api.url() +
+          "'}}]\n"
+          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"));
 
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<KubeletStandin> kubelet,
-      KubeletStandin::Start({dir("plugins"), dir("pod-resources.sock"),
-                             std::string(names::kResourceGpuSlot)}));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KubeletStandin> kubelet,
+                           KubeletStandin::Start({dir("plugins"), dir("pod-resources.sock"),
+                                                  std::string(names::kResourceGpuSlot)}));
 
   const int metrics_port = FreePort();
   SpawnOptions node;
-  node.argv = {o.node_binary, "--node-name", scenario.node, "--kubeconfig", dir("kubeconfig"),
-               "--device-plugin-dir", dir("plugins"), "--pod-resources-socket",
-               dir("pod-resources.sock"), "--state-dir", dir("state"), "--cdi-dir", dir("cdi"),
-               "--decision-keys", dir("keys"), "--hook-library", o.hook_library,
-               "--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port)};
+  node.argv = {o.node_binary,
+               "--node-name",
+               scenario.node,
+               "--kubeconfig",
+               dir("kubeconfig"),
+               "--device-plugin-dir",
+               dir("plugins"),
+               "--pod-resources-socket",
+               dir("pod-resources.sock"),
+               "--state-dir",
+               dir("state"),
+               "--cdi-dir",
+               dir("cdi"),
+               "--decision-keys",
+               dir("keys"),
+               "--hook-library",
+               o.hook_library,
+               "--metrics-listen",
+               "127.0.0.1:" + std::to_string(metrics_port)};
   node.argv.insert(node.argv.end(), o.node_args.begin(), o.node_args.end());
   node.stdout_to = node.stderr_to = Redirect::AppendTo(dir("logs/tessera-node.log"));
   node.parent_death_signal = SIGTERM;
@@ -371,7 +397,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
       if (a.contains(key)) {
         const json inventory = json::parse(a[key].get<std::string>(), nullptr, false);
         if (inventory.is_object()) {
-          for (const json& g : inventory.value("gpus", json::array())) gpus.push_back(g.value("uuid", ""));
+          for (const json& g : inventory.value("gpus", json::array()))
+            gpus.push_back(g.value("uuid", ""));
         }
       }
     }
@@ -407,12 +434,17 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
     for (const ScenarioContainer& c : p->containers) {
       if (c.outside_library) continue;
       if (c.gpu >= static_cast<int>(gpus.size())) bad_gpu = c.name;
-      const std::string uuid = c.gpu < static_cast<int>(gpus.size()) ? gpus[static_cast<std::size_t>(c.gpu)] : "";
-      decision.containers.push_back(
-          {c.name, c.mode, {{uuid, c.memory_bytes, c.cores_percent}}, c.compute, c.compute_window_ms});
+      const std::string uuid =
+          c.gpu < static_cast<int>(gpus.size()) ? gpus[static_cast<std::size_t>(c.gpu)] : "";
+      decision.containers.push_back({c.name,
+                                     c.mode,
+                                     {{uuid, c.memory_bytes, c.cores_percent}},
+                                     c.compute,
+                                     c.compute_window_ms});
     }
     if (!bad_gpu.empty()) {
-      pod_report["error"] = "container " + bad_gpu + ": the node has " + std::to_string(gpus.size()) + " GPU(s)";
+      pod_report["error"] =
+          "container " + bad_gpu + ": the node has " + std::to_string(gpus.size()) + " GPU(s)";
       pods_report.push_back(pod_report);
       continue;
     }
@@ -428,8 +460,11 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
       std::lock_guard<std::mutex> lock(state.mu);
       state.pods[key] = {{"apiVersion", "v1"},
                          {"kind", "Pod"},
-                         {"metadata", {{"name", p->name}, {"namespace", p->pod_namespace},
-                                       {"uid", uid}, {"annotations", annotations}}},
+                         {"metadata",
+                          {{"name", p->name},
+                           {"namespace", p->pod_namespace},
+                           {"uid", uid},
+                           {"annotations", annotations}}},
                          {"spec", {{"nodeName", scenario.node}, {"containers", containers}}},
                          {"status", {{"phase", "Running"}}}};
     }
@@ -536,8 +571,8 @@ StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
   for (const Running& r : running) {
     for (const std::string& cg : r.cgroups) {
       std::error_code ec;
-      KillAndRemoveCgroup(cg);                        // the container's
-      fs::remove(fs::path(cg).parent_path(), ec);     // the pod's, once empty
+      KillAndRemoveCgroup(cg);                     // the container's
+      fs::remove(fs::path(cg).parent_path(), ec);  // the pod's, once empty
       fs::remove(fs::path(cg).parent_path().parent_path(), ec);
     }
   }
@@ -583,16 +618,17 @@ int NodeHostMain(int argc, char** argv) {
                           : flag == "--self"         ? &o.self
                                                      : nullptr;
     if (target == nullptr || i + 1 >= args.size()) {
-      std::fprintf(stderr, "tessera-node-host: %s: unknown flag or missing value\n%s",
-                   flag.c_str(), kUsage);
+      std::fprintf(stderr, "tessera-node-host: %s: unknown flag or missing value\n%s", flag.c_str(),
+                   kUsage);
       return 2;
     }
     *target = args[++i];
   }
-  for (const auto& [name, value] : {std::pair<const char*, const std::string*>{"--scenario", &scenario_path},
-                                    {"--node-binary", &o.node_binary},
-                                    {"--dir", &o.dir},
-                                    {"--hook-library", &o.hook_library}}) {
+  for (const auto& [name, value] :
+       {std::pair<const char*, const std::string*>{"--scenario", &scenario_path},
+        {"--node-binary", &o.node_binary},
+        {"--dir", &o.dir},
+        {"--hook-library", &o.hook_library}}) {
     if (value->empty()) {
       std::fprintf(stderr, "tessera-node-host: %s is required\n%s", name, kUsage);
       return 2;
@@ -603,7 +639,8 @@ int NodeHostMain(int argc, char** argv) {
   o.dir = fs::absolute(o.dir, ec).string();
   std::ifstream in(scenario_path);
   if (!in) {
-    std::fprintf(stderr, "tessera-node-host: --scenario %s: cannot be read\n", scenario_path.c_str());
+    std::fprintf(stderr, "tessera-node-host: --scenario %s: cannot be read\n",
+                 scenario_path.c_str());
     return 2;
   }
   const json doc = json::parse(in, nullptr, false);

@@ -44,8 +44,8 @@ struct ScenarioPod {
   TrustTier tier = TrustTier::kDepartment;
   PriorityClass priority = PriorityClass::kNormal;
   double start_after_s = 0;
-  std::string mps_user;           // tessera.dev/mps-user (numeric), for mode mps
-  bool forge_signature = false;   // sign with another key: tessera-node must refuse the slot
+  std::string mps_user;          // tessera.dev/mps-user (numeric), for mode mps
+  bool forge_signature = false;  // sign with another key: tessera-node must refuse the slot
   std::vector<ScenarioContainer> containers;
 };
 
@@ -60,10 +60,10 @@ struct Scenario {
 StatusOr<Scenario> ParseScenario(const nlohmann::json& doc);
 
 struct RunOptions {
-  std::string dir;                       // the run's folder (state, CDI, sockets, logs)
-  std::string node_binary;               // tessera-node
-  std::string hook_library;              // the preload library tessera-node installs
-  std::vector<std::string> node_args;    // more tessera-node flags (e.g. --nvml-library)
+  std::string dir;                     // the run's folder (state, CDI, sockets, logs)
+  std::string node_binary;             // tessera-node
+  std::string hook_library;            // the preload library tessera-node installs
+  std::vector<std::string> node_args;  // more tessera-node flags (e.g. --nvml-library)
   // This program as it is to be started again for exec-container: /proc/self/exe, or a wrapper
   // where it runs through a carried loader (test/gpu/carry_node.sh).
   std::string self;

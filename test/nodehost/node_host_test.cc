@@ -4,6 +4,8 @@
 // a forged decision gets no slot; a process of the pod outside the library is flagged by the
 // drift check through that cgroup. The same tool runs on the GPU host (test/gpu/node_governor.sh).
 // Needs root (cgroups, a mount namespace), as tessera-node does.
+#include "nodehost/node_host.h"
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -15,7 +17,6 @@
 #include "tessera/names.h"
 
 #include "nodehost/container_standin.h"
-#include "nodehost/node_host.h"
 #include "testutil/shell.h"
 #include "testutil/status_matchers.h"
 #include "testutil/temp_dir.h"
@@ -43,8 +44,8 @@ class NodeHostTest : public ::testing::Test {
     const auto run = testutil::RunShell(
         "env LD_LIBRARY_PATH=" TESSERA_FAKE_DIR " TESSERA_FAKE_GPUS=1 TESSERA_FAKE_STATE=" +
         dir_.path() + "/fake-state " + env + " " TESSERA_NODE_HOST " run --scenario " + file +
-        " --node-binary " TESSERA_NODE_BINARY " --hook-library " TESSERA_HOOK_LIBRARY
-        " --dir " + dir_.path() + "/run -- --cleanup-interval-s 1");
+        " --node-binary " TESSERA_NODE_BINARY " --hook-library " TESSERA_HOOK_LIBRARY " --dir " +
+        dir_.path() + "/run -- --cleanup-interval-s 1");
     EXPECT_EQ(run.exit_code, 0) << run.err;
     json report = json::parse(run.out, nullptr, false);
     EXPECT_TRUE(report.is_object()) << run.out << run.err;
@@ -117,11 +118,11 @@ TEST_F(NodeHostTest, TheSlotsLimitsReachTheContainerAndItsMemoryIsCapped) {
 }
 
 TEST_F(NodeHostTest, AForgedDecisionGetsNoSlotAndTheRefusalIsAnEvent) {
-  const json report = Run({{"pods",
-                            {{{"name", "forged"},
-                              {"forgeSignature", true},
-                              {"containers",
-                               {{{"name", "main"}, {"memory", "1Gi"}, {"command", {"true"}}}}}}}}});
+  const json report =
+      Run({{"pods",
+            {{{"name", "forged"},
+              {"forgeSignature", true},
+              {"containers", {{{"name", "main"}, {"memory", "1Gi"}, {"command", {"true"}}}}}}}}});
   ASSERT_TRUE(report.is_object());
   const json c = Container(report, "default/forged", "main");
   EXPECT_NE(c.value("error", "").find("does not verify"), std::string::npos) << c.dump();
@@ -140,17 +141,17 @@ TEST_F(NodeHostTest, AProcessOfThePodOutsideTheLibraryIsFlaggedThroughItsCgroup)
                             " dlopen hold 1048576 & P=$!; for i in $(seq 30); do echo \"0 $P "
                             "$(date +%s%6N) 60\" >> " +
                             util + "; sleep 0.2; done; kill $P 2>/dev/null; true";
-  const json report = Run(
-      {{"node", "n1"},
-       {"pods",
-        {{{"name", "mixed"},
-          {"containers",
-           {{{"name", "main"}, {"memory", "1Gi"}, {"cores", 30}, {"command", {"sleep", "8"}}},
-            {{"name", "sneak"},
-             {"outsideLibrary", true},
-             {"env", {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR}}},
-             {"command", {"sh", "-c", sneak}}}}}}}}},
-      "TESSERA_FAKE_NVML_UTIL_FILE=" + util);
+  const json report =
+      Run({{"node", "n1"},
+           {"pods",
+            {{{"name", "mixed"},
+              {"containers",
+               {{{"name", "main"}, {"memory", "1Gi"}, {"cores", 30}, {"command", {"sleep", "8"}}},
+                {{"name", "sneak"},
+                 {"outsideLibrary", true},
+                 {"env", {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR}}},
+                 {"command", {"sh", "-c", sneak}}}}}}}}},
+          "TESSERA_FAKE_NVML_UTIL_FILE=" + util);
   ASSERT_TRUE(report.is_object());
   const auto events = EventsOf(report, names::kEventComputeDrift);
   ASSERT_EQ(events.size(), 1u) << report["events"].dump(1) << Slurp(report["nodeLog"]);
@@ -158,8 +159,8 @@ TEST_F(NodeHostTest, AProcessOfThePodOutsideTheLibraryIsFlaggedThroughItsCgroup)
   EXPECT_NE(events[0]["message"].get<std::string>().find("without tessera's library"),
             std::string::npos)
       << events[0].dump();
-  EXPECT_NE(Slurp(report["metrics"]).find(std::string(names::kMetricNodeComputeDrift) +
-                                          "{Hostname=\"n1\"} 1"),
+  EXPECT_NE(Slurp(report["metrics"])
+                .find(std::string(names::kMetricNodeComputeDrift) + "{Hostname=\"n1\"} 1"),
             std::string::npos)
       << Slurp(report["metrics"]);
 }
@@ -178,14 +179,16 @@ TEST(NodeHostScenario, RefusesBadInputNamingTheFieldAndTheAcceptedForm) {
           "scenario.extra: unknown field (accepted: node, timeoutSeconds, pods)");
   json c = ok_container;
   c["memory"] = "lots";
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}}, "scenario.pods[0].containers[0].memory");
+  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
+          "scenario.pods[0].containers[0].memory");
   c = ok_container;
   c["cores"] = 101;
   refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
           "scenario.pods[0].containers[0].cores: expected a number from 0 to 100");
   c = ok_container;
   c["mode"] = "sliced";
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}}, "scenario.pods[0].containers[0].mode");
+  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
+          "scenario.pods[0].containers[0].mode");
   c = ok_container;
   c.erase("memory");
   refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
