@@ -15,6 +15,18 @@ binaries=("$build/cmd/tessera-node/tessera-node" "$build/test/nodehost/tessera-n
 for b in "${binaries[@]}"; do
   [ -x "$b" ] || { echo "carry_node: $b: not an executable (build it first)" >&2; exit 2; }
 done
+case "$(realpath -m "$dir")" in
+  / | "$PWD" | "$HOME" | /usr* | /etc* | /lib* | /bin*)
+    echo "carry_node: refusing to replace $dir" >&2
+    exit 2
+    ;;
+esac
+if ldd "${binaries[@]}" | grep -q "not found"; then
+  echo "carry_node: a library is missing:" >&2
+  ldd "${binaries[@]}" | grep "not found" >&2
+  exit 1
+fi
+# Addresses stay numeric (127.0.0.1): no NSS module is needed, so none is carried.
 rm -rf "$dir"
 mkdir -p "$dir/lib"
 # Every resolved library (the ones ldd prints as "name => path (address)"), and the loader.

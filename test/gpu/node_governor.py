@@ -18,14 +18,22 @@ plugin, started with the slot's Allocate answer and CDI spec in a cgroup named a
   mps       the same with both in mode mps (spatial priority: the hog's SM limit)
   bypass    tessera-node only: a process of a governed pod started outside the library in the
             pod's cgroup: the TesseraComputeDrift Event and when it came
-CASES (default all) picks some; SECONDS_PER_CASE (default 20) sets the workloads' length.
-Prints a table; writes OUT/node_governor.json and each run's logs under OUT.
+CASES (default all) picks some; SECONDS_PER_CASE (default 20) sets the workloads' length;
+DEADLINE_S (default 540) skips the cases that would start after it (the device tool's call lasts at
+most 600 s: run the rest in a second call with CASES). A preflight pod (`true`) first checks that
+the node path works at all (cgroups, mount namespace, tessera-node's start).
+Prints a table; writes OUT/node_governor.json after every case and OUT/logs.tgz at the end (the
+runs' folders live under /tmp/tnh-*: sockets and MPS pipes need short paths, and the device tool
+brings few files back).
 """
+import datetime
 import json
 import os
-import statistics
+import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,6 +43,8 @@ FILL = [PY, os.path.join(HERE, "workloads.py"), "torch-fill", "256"]
 LC = [PY, os.path.join(HERE, "priority_bench.py"), "lc", "resnet50", "--seconds"]
 HOG = [PY, os.path.join(HERE, "priority_bench.py"), "be", "--shape", "gemm", "--seconds"]
 SECONDS = float(os.environ.get("SECONDS_PER_CASE", "20"))
+DEADLINE = time.time() + float(os.environ.get("DEADLINE_S", "540"))
+STEP_TIMEOUT = SECONDS * 2 + 60
 CASES = os.environ.get("CASES", "memory hard30 wc30 pair priority mps bypass").split()
 
 
@@ -50,10 +60,26 @@ def lines(text):
     return out
 
 
-def rate(text, key="units"):
+def rate(text, key="units", what="workload"):
     """Units per second over the per-second lines, the first two and the last left out."""
     got = [l for l in lines(text) if key in l and "dt" in l][2:-1]
-    return sum(l[key] for l in got) / sum(l["dt"] for l in got) if got else None
+    if not got:
+        raise RuntimeError(f"{what}: no per-second '{key}' lines; its output ends:\n{text[-1500:]}")
+    return sum(l[key] for l in got) / sum(l["dt"] for l in got)
+
+
+def field(text, key, what="workload"):
+    """The value of `key` in the last JSON line that has it."""
+    got = [l[key] for l in lines(text) if key in l]
+    if not got:
+        raise RuntimeError(f"{what}: no '{key}' in its output, which ends:\n{text[-1500:]}")
+    return got[-1]
+
+
+def quiet(cmd):
+    """A solo run (no tessera), bounded."""
+    return subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=STEP_TIMEOUT).stdout
 
 
 class Paths:
@@ -62,46 +88,76 @@ class Paths:
         self.hook = os.path.join(build, "src", "hook", "libtessera-cuda.so")
         self.node = node
         self.out = out
-        self.runs = 0
+        self.work = tempfile.mkdtemp(prefix="/tmp/tnh-")
 
     # ---- `tessera run` ----
-    def start_run(self, args, cmd, name):
-        log = open(os.path.join(self.out, f"run-{name}.log"), "w")
-        return subprocess.Popen([self.tessera, "run"] + args + ["--"] + cmd, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log.name
-
     def run(self, specs):
-        """specs: [(name, tessera run args, cmd)] at once; {name: output}."""
-        started = [(n,) + self.start_run(a, c, n) for n, a, c in specs]
-        for _, p, _ in started:
-            p.wait(timeout=SECONDS * 4 + 120)
-        return {n: open(log).read() for n, _, log in started}
+        """specs: [(name, tessera run args, cmd)] at once; {name: output}. Each run leads its own
+        session, killed whole when it overstays."""
+        started = []
+        for name, args, cmd in specs:
+            log = os.path.join(self.work, f"run-{name}.log")
+            with open(log, "w") as f:
+                p = subprocess.Popen([self.tessera, "run"] + args + ["--"] + cmd, stdout=f,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+            started.append((name, p, log))
+        end = time.time() + STEP_TIMEOUT
+        for name, p, _ in started:
+            try:
+                p.wait(timeout=max(1, end - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+                raise RuntimeError(f"tessera run {name}: still running after {STEP_TIMEOUT:.0f} s")
+        out = {}
+        for name, p, log in started:
+            text = open(log).read()
+            if p.returncode != 0:
+                raise RuntimeError(f"tessera run {name}: exit {p.returncode}:\n{text[-1500:]}")
+            out[name] = text
+        return out
 
     # ---- tessera-node ----
     def node_run(self, pods, name):
-        self.runs += 1
-        folder = os.path.join(self.out, f"node-{name}")
-        scenario = os.path.join(self.out, f"node-{name}.json")
+        """The pods as one scenario; ({pod name: its main container's output}, the report)."""
+        folder = os.path.join(self.work, name)
+        scenario = folder + ".json"
         with open(scenario, "w") as f:
-            json.dump({"node": "gpu-host", "timeoutSeconds": SECONDS * 4 + 120, "pods": pods}, f)
+            json.dump({"node": "gpu-host", "timeoutSeconds": STEP_TIMEOUT, "pods": pods}, f)
         host = os.path.join(self.node, "tessera-node-host")
         got = subprocess.run([host, "run", "--self", host, "--scenario", scenario,
                               "--node-binary", os.path.join(self.node, "tessera-node"),
                               "--hook-library", self.hook, "--dir", folder, "--",
                               "--cleanup-interval-s", "1"],
-                             capture_output=True, text=True, timeout=SECONDS * 4 + 300)
+                             capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                             timeout=STEP_TIMEOUT + 150)
         if got.returncode != 0:
-            raise RuntimeError(f"tessera-node-host: {got.stderr[-2000:]}")
+            raise RuntimeError(f"tessera-node-host: exit {got.returncode}: {got.stderr[-2000:]}")
         report = json.loads(got.stdout)
-        with open(os.path.join(self.out, f"node-{name}.report.json"), "w") as f:
+        with open(folder + ".report.json", "w") as f:
             json.dump(report, f, indent=1)
         outputs = {}
         for p in report["pods"]:
+            if "error" in p:
+                raise RuntimeError(f"{p['pod']}: {p['error']}")
             for c in p["containers"]:
+                log = open(c["log"]).read() if os.path.exists(c.get("log", "")) else ""
                 if "error" in c:
                     raise RuntimeError(f"{p['pod']}/{c['name']}: {c['error']}")
-                outputs[p["pod"].split("/")[1]] = open(c["log"]).read()
+                if c.get("stoppedAtTimeout") or (c.get("exitCode") != 0 and not c["outsideLibrary"]):
+                    raise RuntimeError(f"{p['pod']}/{c['name']}: {c.get('exit')}"
+                                       f"{' (stopped at the timeout)' if c.get('stoppedAtTimeout') else ''}"
+                                       f":\n{log[-1500:]}")
+                if c["name"] == "main":
+                    outputs[p["pod"].split("/")[1]] = log
         return outputs, report
+
+    def pack(self):
+        with tarfile.open(os.path.join(self.out, "logs.tgz"), "w:gz") as tar:
+            def keep(info):
+                return info if info.isfile() or info.isdir() else None
+            tar.add(self.work, arcname="runs", filter=keep)
 
 
 def pod(name, cmd, memory="24Gi", cores=0, compute="hard", priority="normal", mode="shared",
@@ -123,31 +179,46 @@ def run_args(memory="24Gi", cores=0, compute="hard", priority="normal", mode="sh
 
 
 def main():
-    build, node, out = sys.argv[1:4]
+    build, node, out = (os.path.abspath(a) for a in sys.argv[1:4])
     os.makedirs(out, exist_ok=True)
     P = Paths(build, node, out)
-    results = {"seconds_per_case": SECONDS}
+    results = {"seconds_per_case": SECONDS, "cases": CASES}
     sec = str(SECONDS)
+
+    def save():
+        with open(os.path.join(out, "node_governor.json"), "w") as f:
+            json.dump(results, f, indent=1)
 
     def case(name, fn):
         if name not in CASES:
             return
-        try:
-            results[name] = fn()
-        except Exception as e:  # a case's failure is reported, the others still run
-            results[name] = {"error": str(e)}
+        if time.time() > DEADLINE:
+            results[name] = {"error": "skipped: past DEADLINE_S"}
+        else:
+            try:
+                results[name] = fn()
+            except Exception as e:  # a case's failure is reported, the others still run
+                results[name] = {"error": f"{type(e).__name__}: {e}"}
         print(name, json.dumps(results[name]), flush=True)
+        save()
 
-    solo = subprocess.run(GEMM + [sec], capture_output=True, text=True).stdout
-    results["gemm_solo_units_per_s"] = rate(solo)
+    # Preflight: does a pod start at all through tessera-node here?
+    try:
+        P.node_run([pod("preflight", ["true"], memory="1Gi")], "preflight")
+    except Exception as e:
+        results["preflight"] = {"error": f"{type(e).__name__}: {e}"}
+        save()
+        P.pack()
+        print("preflight failed:", e, flush=True)
+        return 1
+    results["gemm_solo_units_per_s"] = rate(quiet(GEMM + [sec]), what="GEMM solo")
     print("solo", results["gemm_solo_units_per_s"], flush=True)
 
     def memory():
-        r = lines(P.run([("fill", run_args(memory="4Gi"), FILL)])["fill"])
+        r = P.run([("fill", run_args(memory="4Gi"), FILL)])["fill"]
         n, _ = P.node_run([pod("fill", FILL, memory="4Gi")], "memory")
-        nl = lines(n["fill"])
-        pick = lambda l: next((x.get("allocated") for x in l if "allocated" in x), None)
-        return {"run_gib": (pick(r) or 0) / 2**30, "node_gib": (pick(nl) or 0) / 2**30}
+        return {"run_gib": field(r, "allocated", "tessera run fill") / 2**30,
+                "node_gib": field(n["fill"], "allocated", "tessera-node fill") / 2**30}
     case("memory", memory)
 
     def alone(compute):
@@ -172,11 +243,10 @@ def main():
 
     if not {"priority", "mps"} & set(CASES):
         CASES.append("skip-hog")
-    hog_solo = None if "skip-hog" in CASES else rate(subprocess.run(HOG + [sec], capture_output=True, text=True).stdout, "steps")
-    lc_solo = [] if "skip-hog" in CASES else lines(
-        subprocess.run(LC + [str(SECONDS - 6)], capture_output=True, text=True).stdout)
+    hog_solo = None if "skip-hog" in CASES else rate(quiet(HOG + [sec]), "steps", "hog solo")
     results["hog_solo_steps_per_s"] = hog_solo
-    results["lc_solo"] = lc_solo[-1] if lc_solo else None
+    if "skip-hog" not in CASES:
+        results["lc_solo_p99_ms"] = field(quiet(LC + [str(SECONDS - 6)]), "p99_ms", "LC solo")
 
     def priority(mode):
         def fn():
@@ -186,11 +256,10 @@ def main():
             n, _ = P.node_run([pod("lc", lc_cmd, memory="8Gi", priority="latency-critical", mode=mode),
                                pod("hog", HOG + [sec], priority="best-effort", mode=mode)],
                               "priority-" + mode)
-            rl, nl = lines(r["lc"]), lines(n["lc"])
-            return {"run_lc_p99_ms": rl[-1]["p99_ms"] if rl else None,
-                    "node_lc_p99_ms": nl[-1]["p99_ms"] if nl else None,
-                    "run_hog": rate(r["hog"], "steps") / hog_solo,
-                    "node_hog": rate(n["hog"], "steps") / hog_solo}
+            return {"run_lc_p99_ms": field(r["lc"], "p99_ms", "tessera run LC"),
+                    "node_lc_p99_ms": field(n["lc"], "p99_ms", "tessera-node LC"),
+                    "run_hog": rate(r["hog"], "steps", "tessera run hog") / hog_solo,
+                    "node_hog": rate(n["hog"], "steps", "tessera-node hog") / hog_solo}
         return fn
     case("priority", priority("shared"))
     case("mps", priority("mps"))
@@ -200,15 +269,19 @@ def main():
                  "command": ["sh", "-c", "sleep 8; exec " + " ".join(GEMM + [str(SECONDS)])]}
         n, report = P.node_run([pod("governed", GEMM + [str(SECONDS + 10)], cores=30, extra=[sneak])],
                                "bypass")
-        events = [e for e in report["events"] if e.get("reason") == "TesseraComputeDrift"]
-        return {"events": [e["message"] for e in events],
-                "first_at": events[0].get("firstTimestamp") if events else None,
-                "sneak_started_unix": next(c["startedAtUnix"] for c in report["pods"][0]["containers"]
-                                           if c["name"] == "sneak") + 8}
+        events = [e for e in report["events"] if isinstance(e, dict)
+                  and e.get("reason") == "TesseraComputeDrift"]
+        began = next(c["startedAtUnix"] for c in report["pods"][0]["containers"]
+                     if c["name"] == "sneak") + 8  # the sneak's GEMM starts after its sleep
+        flagged = None
+        if events:
+            stamp = datetime.datetime.strptime(events[0]["firstTimestamp"], "%Y-%m-%dT%H:%M:%SZ")
+            flagged = stamp.replace(tzinfo=datetime.timezone.utc).timestamp() - began
+        return {"events": [e["message"] for e in events], "flagged_after_s": flagged}
     case("bypass", bypass)
 
-    with open(os.path.join(out, "node_governor.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    save()
+    P.pack()
     print("case | tessera run | tessera-node")
     for name in ("memory", "hard30", "wc30", "pair", "priority", "mps"):
         r = results.get(name, {})
@@ -217,4 +290,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

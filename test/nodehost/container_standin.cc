@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sched.h>
@@ -24,6 +25,11 @@ constexpr std::string_view kCgroupRoot = "/sys/fs/cgroup";
 // Appends the env, mounts and device nodes of one containerEdits object.
 Status AppendEdits(const json& edits, const std::string& where, CdiEdits& out) {
   if (!edits.is_object()) return InvalidArgumentError(where + ": not an object");
+  for (const char* list : {"env", "mounts", "deviceNodes"}) {
+    if (edits.contains(list) && !edits[list].is_array()) {
+      return InvalidArgumentError(where + "." + list + ": expected a list");
+    }
+  }
   for (const json& e : edits.value("env", json::array())) {
     if (!e.is_string()) return InvalidArgumentError(where + ".env: each entry is a string");
     out.env.push_back(e.get<std::string>());
@@ -47,8 +53,8 @@ Status AppendEdits(const json& edits, const std::string& where, CdiEdits& out) {
   return Status::Ok();
 }
 
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "exec-container: %s: %s\n", what.c_str(), std::strerror(errno));
+[[noreturn]] void Fail(const std::string& what, int error = errno) {
+  std::fprintf(stderr, "exec-container: %s: %s\n", what.c_str(), std::strerror(error));
   std::fflush(stderr);
   _exit(127);
 }
@@ -70,9 +76,20 @@ StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qua
     std::ifstream in(file);
     const json spec = json::parse(in, nullptr, false);
     if (!spec.is_object()) return InvalidArgumentError(file + ": not a JSON object");
-    if (spec.value("kind", "") != kind || !spec.contains("devices")) continue;
-    for (const json& device : spec["devices"]) {
-      if (!device.is_object() || device.value("name", "") != name) continue;
+    if (!spec.contains("kind") || !spec["kind"].is_string()) {
+      return InvalidArgumentError(file + ": kind: expected a string (vendor/class)");
+    }
+    if (spec["kind"] != kind) continue;
+    if (!spec.contains("devices") || !spec["devices"].is_array()) {
+      return InvalidArgumentError(file + ": devices: expected a list");
+    }
+    for (std::size_t i = 0; i < spec["devices"].size(); ++i) {
+      const json& device = spec["devices"][i];
+      if (!device.is_object() || !device.contains("name") || !device["name"].is_string()) {
+        return InvalidArgumentError(file + ": devices[" + std::to_string(i) +
+                                    "].name: expected a string");
+      }
+      if (device["name"] != name) continue;
       CdiEdits edits;
       if (spec.contains("containerEdits")) {
         TESSERA_RETURN_IF_ERROR(
@@ -92,12 +109,27 @@ StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qua
 
 std::vector<std::string> CgroupFolders(std::string_view relative) {
   const fs::path root(kCgroupRoot);
-  std::error_code ec;
-  if (fs::exists(root / "cgroup.controllers", ec)) return {(root / relative).string()};
+  std::ifstream self("/proc/self/cgroup");
   std::vector<std::string> out;
-  for (const char* hierarchy : {"pids", "memory", "cpu,cpuacct"}) {
-    if (fs::is_directory(root / hierarchy, ec))
-      out.push_back((root / hierarchy / relative).string());
+  std::error_code ec;
+  const bool unified = fs::exists(root / "cgroup.controllers", ec);
+  for (std::string line; std::getline(self, line);) {
+    // "ID:CONTROLLERS:PATH"; v2's one line is "0::PATH".
+    const std::size_t a = line.find(':');
+    const std::size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    const std::string own = line.substr(b + 1);
+    fs::path folder;
+    if (unified && controllers.empty()) {
+      folder = root / own.substr(own.starts_with('/') ? 1 : 0);
+    } else if (!unified && (controllers == "pids" || controllers == "memory")) {
+      folder = root / controllers / own.substr(own.starts_with('/') ? 1 : 0);
+    } else {
+      continue;
+    }
+    if (fs::is_directory(folder, ec))
+      out.push_back((folder / relative).lexically_normal().string());
   }
   return out;
 }
@@ -145,10 +177,14 @@ int ExecContainer(const std::vector<std::string>& args) {
   for (const std::string& cgroup : spec.cgroups) {
     std::error_code ec;
     fs::create_directories(cgroup, ec);
-    std::ofstream procs(cgroup + "/cgroup.procs");
-    procs << getpid() << '\n';
-    procs.flush();
-    if (!procs) Fail("join cgroup " + cgroup);
+    if (ec) Fail("create cgroup " + cgroup, ec.value());
+    const std::string pid = std::to_string(getpid()) + "\n";
+    const int fd = open((cgroup + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) Fail("join cgroup " + cgroup);
+    if (write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+      Fail("join cgroup " + cgroup);
+    }
+    close(fd);
   }
   if (unshare(CLONE_NEWNS) != 0) Fail("unshare the mount namespace");
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Fail("make / private");
@@ -194,7 +230,13 @@ std::vector<std::string> CreateMountTargets(const std::vector<agent::Mount>& mou
 
 void KillAndRemoveCgroup(const std::string& folder) {
   std::error_code ec;
-  if (!fs::is_directory(folder, ec)) return;
+  // Only a container's own folder (CgroupFolders' "tessera-nodehost/pod<uid>/<name>"): never a
+  // folder whose processes are not the container's.
+  const std::string path = fs::path(folder).lexically_normal().string();
+  if (path != folder || !path.starts_with(std::string(kCgroupRoot) + "/") ||
+      path.find("/tessera-nodehost/pod") == std::string::npos || !fs::is_directory(path, ec)) {
+    return;
+  }
   for (int round = 0; round < 50; ++round) {
     std::ifstream procs(folder + "/cgroup.procs");
     bool any = false;

@@ -29,9 +29,9 @@ struct CdiEdits {
 // when no spec there names it, kInvalidArgument (file and field) for a spec that does not parse.
 StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qualified);
 
-// The cgroup folders a process of `relative` (e.g. "tessera-nodehost/pod<uid>/main") joins: the
-// one unified folder on cgroup v2, else that path in each v1 hierarchy present among pids,
-// memory and cpu,cpuacct. Empty when /sys/fs/cgroup is neither.
+// The cgroup folders a process of `relative` (e.g. "tessera-nodehost/pod<uid>/main") joins,
+// nested under this process's own cgroup (as kubelet's --cgroup-root nests pods): on cgroup v2
+// the one unified folder, on v1 the pids and memory hierarchies. Empty when neither is found.
 std::vector<std::string> CgroupFolders(std::string_view relative);
 
 struct ContainerSpec {

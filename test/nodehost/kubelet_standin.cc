@@ -38,26 +38,35 @@ struct KubeletStandin::Impl : dp::Registration::Service, pr::PodResourcesLister:
 
   std::mutex mu;
   std::condition_variable changed;
-  // The registered plugin (the last registration wins, as in kubelet).
-  std::unique_ptr<dp::DevicePlugin::Stub> plugin;
+  bool stopping = false;
+  // The registered plugin (the last registration wins, as in kubelet); null until its options
+  // are known.
+  std::shared_ptr<dp::DevicePlugin::Stub> plugin;
   bool pre_start_required = false;
+  int generation = 0;                   // of the registration the state below comes from
   std::map<std::string, bool> devices;  // ID -> healthy, as ListAndWatch sent them last
   std::map<std::string, std::optional<Owner>> taken;  // reserved (no owner yet) or owned
-  std::unique_ptr<grpc::ClientContext> watch_context;
-  std::thread watcher;
-  bool stopping = false;
+  std::map<std::string, std::uint64_t> released_at;   // a device's last release (a sequence)
+  std::uint64_t releases = 0;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // every watch, to cancel
+  std::vector<std::thread> watchers;
 
   ~Impl() override {
     {
       std::lock_guard<std::mutex> lock(mu);
-      stopping = true;
-      if (watch_context) watch_context->TryCancel();
+      stopping = true;  // Register refuses from now on
     }
-    if (watcher.joinable()) watcher.join();
     if (server) server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& c : contexts) c->TryCancel();
+    }
+    for (std::thread& t : watchers) t.join();
   }
 
   // ---- Registration (kubelet.sock) ----
+  // As kubelet: check the request, answer, then connect to the plugin on the side (its options,
+  // then ListAndWatch).
   grpc::Status Register(grpc::ServerContext*, const dp::RegisterRequest* request,
                         dp::Empty*) override {
     if (request->version() != kApiVersion) {
@@ -70,54 +79,74 @@ struct KubeletStandin::Impl : dp::Registration::Service, pr::PodResourcesLister:
                                                       ")"};
     }
     const std::string endpoint = options.plugin_dir + "/" + request->endpoint();
-    auto stub = dp::DevicePlugin::NewStub(
-        grpc::CreateChannel("unix://" + endpoint, grpc::InsecureChannelCredentials()));
-    std::thread old;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (watch_context) watch_context->TryCancel();
-      old = std::move(watcher);
-    }
-    if (old.joinable()) old.join();
     std::lock_guard<std::mutex> lock(mu);
-    plugin = std::move(stub);
-    pre_start_required = request->options().pre_start_required();
+    if (stopping) return {grpc::StatusCode::UNAVAILABLE, "kubelet stand-in is stopping"};
+    for (auto& c : contexts) c->TryCancel();  // the previous registration's watch ends
+    const int mine = ++generation;
+    plugin.reset();
     devices.clear();
-    watch_context = std::make_unique<grpc::ClientContext>();
-    watcher = std::thread(
-        [this, context = watch_context.get(), stub = plugin.get()] { Watch(context, stub); });
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    watchers.emplace_back([this, mine, endpoint, context = contexts.back().get()] {
+      Connect(mine, endpoint, context);
+    });
     return grpc::Status::OK;
   }
 
-  void Watch(grpc::ClientContext* context, dp::DevicePlugin::Stub* stub) {
-    auto reader = stub->ListAndWatch(context, dp::Empty());
+  void Connect(int mine, const std::string& endpoint, grpc::ClientContext* watch) {
+    std::shared_ptr<dp::DevicePlugin::Stub> stub = dp::DevicePlugin::NewStub(
+        grpc::CreateChannel("unix://" + endpoint, grpc::InsecureChannelCredentials()));
+    dp::DevicePluginOptions plugin_options;
+    {
+      grpc::ClientContext context;
+      SetDeadline(context);
+      context.set_wait_for_ready(true);
+      if (!stub->GetDevicePluginOptions(&context, dp::Empty(), &plugin_options).ok()) return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (mine != generation) return;
+      plugin = stub;
+      pre_start_required = plugin_options.pre_start_required();
+    }
+    watch->set_wait_for_ready(true);
+    auto reader = stub->ListAndWatch(watch, dp::Empty());
     dp::ListAndWatchResponse response;
     while (reader->Read(&response)) {
       std::lock_guard<std::mutex> lock(mu);
+      if (mine != generation) break;
       devices.clear();
       for (const dp::Device& d : response.devices()) devices[d.id()] = d.health() == "Healthy";
       changed.notify_all();
     }
     (void)reader->Finish();
     std::lock_guard<std::mutex> lock(mu);
-    devices.clear();  // the plugin went away: nothing is allocatable until it registers again
-    changed.notify_all();
+    if (mine == generation) {
+      devices.clear();  // the plugin went away: nothing is allocatable until it registers again
+      changed.notify_all();
+    }
   }
 
   // ---- PodResources ----
   grpc::Status List(grpc::ServerContext*, const pr::ListPodResourcesRequest*,
                     pr::ListPodResourcesResponse* response) override {
     std::lock_guard<std::mutex> lock(mu);
+    // One entry per pod, its containers each with their devices, as kubelet answers.
+    std::map<std::pair<std::string, std::string>, std::map<std::string, std::vector<std::string>>>
+        pods;
     for (const auto& [device, owner] : taken) {
-      if (!owner) continue;
+      if (owner) pods[{owner->pod_namespace, owner->pod_name}][owner->container].push_back(device);
+    }
+    for (const auto& [key, containers] : pods) {
       pr::PodResources* pod = response->add_pod_resources();
-      pod->set_name(owner->pod_name);
-      pod->set_namespace_(owner->pod_namespace);
-      pr::ContainerResources* c = pod->add_containers();
-      c->set_name(owner->container);
-      pr::ContainerDevices* devs = c->add_devices();
-      devs->set_resource_name(options.resource);
-      devs->add_device_ids(device);
+      pod->set_namespace_(key.first);
+      pod->set_name(key.second);
+      for (const auto& [name, ids] : containers) {
+        pr::ContainerResources* c = pod->add_containers();
+        c->set_name(name);
+        pr::ContainerDevices* devs = c->add_devices();
+        devs->set_resource_name(options.resource);
+        for (const std::string& id : ids) devs->add_device_ids(id);
+      }
     }
     return grpc::Status::OK;
   }
@@ -184,21 +213,27 @@ std::vector<std::string> KubeletStandin::HealthyDevices() {
 
 StatusOr<ContainerAllocation> KubeletStandin::Admit(const Owner& owner) {
   ContainerAllocation allocation;
-  dp::DevicePlugin::Stub* stub = nullptr;
+  std::shared_ptr<dp::DevicePlugin::Stub> stub;
   bool pre_start = false;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    // A free healthy device, the one released longest ago first (a device just released may
+    // still have its files removed by the plugin's clean-up).
+    std::uint64_t best = 0;
     for (const auto& [id, healthy] : impl_->devices) {
-      if (healthy && !impl_->taken.contains(id)) {
+      if (!healthy || impl_->taken.contains(id)) continue;
+      const auto at = impl_->released_at.find(id);
+      const std::uint64_t when = at == impl_->released_at.end() ? 0 : at->second;
+      if (allocation.device.empty() || when < best) {
         allocation.device = id;
-        break;
+        best = when;
       }
     }
-    if (allocation.device.empty()) {
+    if (allocation.device.empty() || !impl_->plugin) {
       return ResourceExhaustedError("no free healthy " + impl_->options.resource + " device");
     }
     impl_->taken[allocation.device] = std::nullopt;
-    stub = impl_->plugin.get();
+    stub = impl_->plugin;
     pre_start = impl_->pre_start_required;
   }
   const auto give_back = [&](Status s) {
@@ -244,7 +279,7 @@ StatusOr<ContainerAllocation> KubeletStandin::Admit(const Owner& owner) {
 
 void KubeletStandin::Release(const std::string& device) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->taken.erase(device);
+  if (impl_->taken.erase(device) != 0) impl_->released_at[device] = ++impl_->releases;
 }
 
 }  // namespace tessera::nodehost

@@ -1,6 +1,7 @@
 #include "nodehost/node_host.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -62,6 +63,26 @@ StatusOr<std::string> String(const json& object, const std::string& where, const
   return object[key].get<std::string>();
 }
 
+// A DNS-1123 label (a container's name, a namespace): lower-case letters, digits and '-', at most
+// 63, starting and ending alphanumeric; a subdomain (a pod's or node's name) also takes '.'
+// between labels, at most 253. These become paths (cgroups, logs) and must never escape them.
+Status CheckName(const std::string& name, const std::string& field, bool subdomain) {
+  const std::size_t max = subdomain ? 253 : 63;
+  bool ok = !name.empty() && name.size() <= max;
+  for (std::size_t i = 0; ok && i < name.size(); ++i) {
+    const char c = name[i];
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+    const bool inner = c == '-' || (subdomain && c == '.');
+    ok = alnum || (inner && i > 0 && i + 1 < name.size() && !(c == '.' && name[i - 1] == '.'));
+  }
+  if (ok) return Status::Ok();
+  return InvalidArgumentError(field + ": \"" + name + "\" is not a DNS-1123 " +
+                              (subdomain ? "subdomain (lower-case letters, digits, '-' and '.', "
+                                           "at most 253)"
+                                         : "label (lower-case letters, digits and '-', at most "
+                                           "63)"));
+}
+
 StatusOr<double> Number(const json& object, const std::string& where, const char* key,
                         double fallback, double max) {
   if (!object.contains(key)) return fallback;
@@ -97,6 +118,7 @@ StatusOr<ScenarioContainer> ParseContainer(const json& c, const std::string& whe
                                          "computeWindowMs", "command", "env", "outsideLibrary"}));
   ScenarioContainer out;
   TESSERA_ASSIGN_OR_RETURN(out.name, String(c, where, "name", "main"));
+  TESSERA_RETURN_IF_ERROR(CheckName(out.name, where + ".name", false));
   TESSERA_ASSIGN_OR_RETURN(out.mode,
                            Enum(c, where, "mode", SharingMode::kShared, &ParseSharingMode));
   TESSERA_ASSIGN_OR_RETURN(out.compute,
@@ -143,7 +165,9 @@ StatusOr<ScenarioPod> ParsePod(const json& p, const std::string& where) {
   ScenarioPod out;
   if (!p.contains("name")) return InvalidArgumentError(where + ".name: required");
   TESSERA_ASSIGN_OR_RETURN(out.name, String(p, where, "name", ""));
+  TESSERA_RETURN_IF_ERROR(CheckName(out.name, where + ".name", true));
   TESSERA_ASSIGN_OR_RETURN(out.pod_namespace, String(p, where, "namespace", "default"));
+  TESSERA_RETURN_IF_ERROR(CheckName(out.pod_namespace, where + ".namespace", false));
   TESSERA_ASSIGN_OR_RETURN(out.tier,
                            Enum(p, where, "tier", TrustTier::kDepartment, &ParseTrustTier));
   TESSERA_ASSIGN_OR_RETURN(out.priority,
@@ -184,6 +208,12 @@ json StatusObject(int code, const std::string& message) {
           {"code", code}};
 }
 
+// A request's body as JSON, or as the string it was when it does not parse (kept for the report).
+json AsJson(const std::string& body) {
+  json parsed = json::parse(body, nullptr, false);
+  return parsed.is_discarded() ? json(body) : parsed;
+}
+
 void Reply(httplib::Response& res, int code, const json& body) {
   res.status = code;
   res.set_content(body.dump(), "application/json");
@@ -196,6 +226,10 @@ void ServeApi(httplib::Server& http, ApiState& state, const std::string& node_na
     Reply(res, 200, state.node);
   });
   const auto patch_node = [&state](const httplib::Request& req, httplib::Response& res) {
+    // tessera-node sends JSON merge patches; anything else would be applied wrongly.
+    if (req.get_header_value("Content-Type").find("application/merge-patch+json") != 0) {
+      return Reply(res, 415, StatusObject(415, "only application/merge-patch+json is served"));
+    }
     const json patch = json::parse(req.body, nullptr, false);
     if (patch.is_discarded()) return Reply(res, 400, StatusObject(400, "patch is not JSON"));
     std::lock_guard<std::mutex> lock(state.mu);
@@ -219,7 +253,7 @@ void ServeApi(httplib::Server& http, ApiState& state, const std::string& node_na
               Reply(res, 201, json::object());
             });
   const auto event = [&state](const httplib::Request& req, httplib::Response& res) {
-    const json body = json::parse(req.body, nullptr, false);
+    const json body = AsJson(req.body);
     std::lock_guard<std::mutex> lock(state.mu);
     state.events.push_back(body);
     Reply(res, 201, body);
@@ -277,11 +311,410 @@ struct Running {
   std::string container;  // name
   std::string device;     // its slot ("" outside the library)
   std::vector<std::string> cgroups;
-  std::string log;
-  pid_t pid = -1;
+  pid_t pid = -1;  // leads its own process group
   Clock::time_point started;
   json report;
 };
+
+constexpr char kLockFile[] = "/tmp/tessera-node-host.lock";
+// The binds' targets a run created on the host, one per line, until it removed them: a run that
+// was killed leaves the list, and the next run removes what it names.
+constexpr char kCreatedFile[] = "/tmp/tessera-node-host.created";
+
+std::atomic<bool> g_stop{false};  // SIGTERM or SIGINT: end the run (and clean up)
+
+// One run of a scenario. Whatever it started or created is undone by the destructor, on every
+// path out (an error, a signal, the end).
+class Run {
+ public:
+  Run(const Scenario& scenario, const RunOptions& options) : scenario_(scenario), o_(options) {}
+  ~Run() { CleanUp(); }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  StatusOr<json> Play();
+
+ private:
+  std::string Dir(const std::string& rel) const { return o_.dir + "/" + rel; }
+  Status Lock();
+  Status StartNode();
+  Status WaitForGpus();
+  void StartPod(const ScenarioPod& p, const contract::Signer& signer,
+                const contract::Signer& forger, json& pod_report);
+  void StartContainer(const ScenarioPod& p, const ScenarioContainer& c, const std::string& uid,
+                      json& pod_report);
+  // Reaps the containers that have exited; stops the rest when `stop_all`. Whether any runs.
+  bool Reap(bool stop_all);
+  void Finish(Running& r, int status);
+  void Remember(const std::vector<std::string>& created);
+  void CleanUp();
+
+  const Scenario& scenario_;
+  const RunOptions& o_;
+  int lock_fd_ = -1;
+  ApiState state_;
+  std::unique_ptr<k8s::testing::FakeApiServer> api_;
+  std::unique_ptr<KubeletStandin> kubelet_;
+  pid_t node_pid_ = -1;
+  std::string node_exit_ = "not started";
+  int metrics_port_ = 0;
+  std::vector<std::string> gpus_;
+  std::vector<Running> running_;
+  std::vector<std::string> created_targets_;
+  Clock::time_point t0_;
+};
+
+Status Run::Lock() {
+  lock_fd_ = open(kLockFile, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) return UnavailableError(std::string("cannot open ") + kLockFile);
+  // One run at a time on a host: the binds' targets a run creates on the host are removed when it
+  // ends, which would detach another run's binds.
+  for (int waited = 0; flock(lock_fd_, LOCK_EX | LOCK_NB) != 0; ++waited) {
+    if (waited == 600 || g_stop) {
+      return UnavailableError(std::string("another tessera-node-host run holds ") + kLockFile +
+                              " (waited 60 s)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // What a killed run left on the host.
+  std::ifstream stale(kCreatedFile);
+  std::vector<std::string> left;
+  for (std::string line; std::getline(stale, line);) {
+    if (!line.empty()) left.push_back(line);
+  }
+  RemoveCreated(left);
+  std::remove(kCreatedFile);
+  return Status::Ok();
+}
+
+void Run::Remember(const std::vector<std::string>& created) {
+  created_targets_.insert(created_targets_.end(), created.begin(), created.end());
+  std::ofstream list(kCreatedFile, std::ios::app);
+  for (const std::string& path : created) list << path << '\n';
+}
+
+Status Run::StartNode() {
+  metrics_port_ = FreePort();
+  SpawnOptions node;
+  node.argv = {o_.node_binary,
+               "--node-name",
+               scenario_.node,
+               "--kubeconfig",
+               Dir("kubeconfig"),
+               "--device-plugin-dir",
+               Dir("plugins"),
+               "--pod-resources-socket",
+               Dir("pod-resources.sock"),
+               "--state-dir",
+               Dir("state"),
+               "--cdi-dir",
+               Dir("cdi"),
+               "--decision-keys",
+               Dir("keys"),
+               "--hook-library",
+               o_.hook_library,
+               "--metrics-listen",
+               "127.0.0.1:" + std::to_string(metrics_port_)};
+  node.argv.insert(node.argv.end(), o_.node_args.begin(), o_.node_args.end());
+  node.stdin_to = Redirect::Null();
+  node.stdout_to = node.stderr_to = Redirect::AppendTo(Dir("logs/tessera-node.log"));
+  node.parent_death_signal = SIGTERM;
+  TESSERA_ASSIGN_OR_RETURN(node_pid_, Spawn(node));
+  node_exit_ = "running";
+  return Status::Ok();
+}
+
+Status Run::WaitForGpus() {
+  const auto failed = [&](const std::string& what) {
+    const Termination t = Terminate(node_pid_, std::chrono::seconds(5));
+    node_pid_ = -1;
+    node_exit_ = DescribeWaitStatus(t.status);
+    return UnavailableError(what + " (tessera-node: " + node_exit_ + "; log " +
+                            Dir("logs/tessera-node.log") + "):\n" +
+                            TailOfFile(Dir("logs/tessera-node.log"), 20));
+  };
+  if (Status s = kubelet_->WaitForDevices(std::chrono::seconds(60)); !s.ok()) {
+    return failed(s.message());
+  }
+  // The GPUs tessera-node found, from its inventory on the Node.
+  for (const auto until = Clock::now() + std::chrono::seconds(60);
+       gpus_.empty() && Clock::now() < until && !g_stop;) {
+    {
+      std::lock_guard<std::mutex> lock(state_.mu);
+      const json& a = state_.node["metadata"]["annotations"];
+      const std::string key(names::kAnnotationInventory);
+      if (a.contains(key) && a[key].is_string()) {
+        const json inventory = json::parse(a[key].get<std::string>(), nullptr, false);
+        const json none = json::array();
+        const json& gpus =
+            inventory.is_object() && inventory.contains("gpus") ? inventory["gpus"] : none;
+        for (const json& g : gpus.is_array() ? gpus : none) {
+          if (g.is_object() && g.contains("uuid") && g["uuid"].is_string()) {
+            gpus_.push_back(g["uuid"].get<std::string>());
+          }
+        }
+      }
+    }
+    if (gpus_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (gpus_.empty()) return failed("tessera-node published no GPU inventory within 60 s");
+  return Status::Ok();
+}
+
+void Run::StartPod(const ScenarioPod& p, const contract::Signer& signer,
+                   const contract::Signer& forger, json& pod_report) {
+  const std::string uid = pod_report["uid"];
+  const std::string key = p.pod_namespace + "/" + p.name;
+  contract::Decision decision;
+  decision.pod_uid = uid;
+  decision.pod_namespace = p.pod_namespace;
+  decision.pod_name = p.name;
+  decision.node = scenario_.node;
+  decision.tier = p.tier;
+  decision.priority = p.priority;
+  decision.issued_at = contract::Rfc3339(std::time(nullptr));
+  decision.key_id = kKeyId;
+  for (const ScenarioContainer& c : p.containers) {
+    if (c.outside_library) continue;
+    if (c.gpu >= static_cast<int>(gpus_.size())) {
+      pod_report["error"] = "container " + c.name + ": gpu " + std::to_string(c.gpu) +
+                            ", but the node has " + std::to_string(gpus_.size()) + " GPU(s)";
+      return;
+    }
+    decision.containers.push_back(
+        {c.name,
+         c.mode,
+         {{gpus_[static_cast<std::size_t>(c.gpu)], c.memory_bytes, c.cores_percent}},
+         c.compute,
+         c.compute_window_ms});
+  }
+  const std::string text = contract::EncodeDecision(decision);
+  auto signature = (p.forge_signature ? forger : signer).Sign(text);
+  if (!signature.ok()) {
+    pod_report["error"] = "signing the decision: " + signature.status().message();
+    return;
+  }
+  json annotations = {{std::string(names::kAnnotationDecision), text},
+                      {std::string(names::kAnnotationDecisionSignature), *signature}};
+  if (!p.mps_user.empty()) annotations[std::string(names::kAnnotationMpsUser)] = p.mps_user;
+  json containers = json::array();
+  for (const ScenarioContainer& c : p.containers) containers.push_back({{"name", c.name}});
+  {
+    std::lock_guard<std::mutex> lock(state_.mu);
+    state_.pods[key] = {{"apiVersion", "v1"},
+                        {"kind", "Pod"},
+                        {"metadata",
+                         {{"name", p.name},
+                          {"namespace", p.pod_namespace},
+                          {"uid", uid},
+                          {"annotations", annotations}}},
+                        {"spec", {{"nodeName", scenario_.node}, {"containers", containers}}},
+                        {"status", {{"phase", "Running"}}}};
+  }
+  for (const ScenarioContainer& c : p.containers) StartContainer(p, c, uid, pod_report);
+}
+
+void Run::StartContainer(const ScenarioPod& p, const ScenarioContainer& c, const std::string& uid,
+                         json& pod_report) {
+  Running r;
+  r.pod = p.pod_namespace + "/" + p.name;
+  r.container = c.name;
+  const std::string log = Dir("logs/" + p.pod_namespace + "." + p.name + "." + c.name + ".log");
+  r.cgroups = CgroupFolders("tessera-nodehost/pod" + uid + "/" + c.name);
+  r.report = {{"name", c.name}, {"log", log}, {"outsideLibrary", c.outside_library}};
+  const auto refuse = [&](const std::string& why) {
+    r.report["error"] = why;
+    if (!r.device.empty()) kubelet_->Release(r.device);
+    pod_report["containers"].push_back(r.report);
+  };
+  ContainerSpec spec;
+  spec.argv = c.command;
+  spec.cgroups = r.cgroups;
+  SpawnOptions run;
+  run.stdin_to = Redirect::Null();  // kubelet's default: no stdin
+  run.stdout_to = run.stderr_to = Redirect::AppendTo(log);
+  run.parent_death_signal = SIGKILL;
+  run.new_process_group = true;
+  if (!c.outside_library) {
+    auto allocation = kubelet_->Admit({p.pod_namespace, p.name, c.name});
+    if (!allocation.ok()) return refuse(allocation.status().message());
+    r.device = allocation->device;
+    r.report["slot"] = r.device;
+    spec.mounts = allocation->mounts;
+    for (const auto& [k, v] : allocation->envs) run.env.push_back(k + "=" + v);
+    for (const std::string& name : allocation->cdi_devices) {
+      auto edits = ReadCdiEdits(Dir("cdi"), name);
+      if (!edits.ok()) return refuse(edits.status().message());
+      run.env.insert(run.env.end(), edits->env.begin(), edits->env.end());
+      for (const agent::Mount& m : edits->mounts) {
+        if (m.host_path != m.container_path) spec.mounts.push_back(m);
+      }
+    }
+    Remember(CreateMountTargets(spec.mounts));
+  }
+  for (const auto& [k, v] : c.env) run.env.push_back(k + "=" + v);
+  run.argv = {o_.self, "exec-container"};
+  const auto args = ExecContainerArgs(spec);
+  run.argv.insert(run.argv.end(), args.begin(), args.end());
+  auto pid = Spawn(run);
+  if (!pid.ok()) return refuse(pid.status().message());
+  r.pid = *pid;
+  r.started = Clock::now();
+  r.report["startedAtSeconds"] = std::chrono::duration<double>(r.started - t0_).count();
+  r.report["startedAtUnix"] = static_cast<std::int64_t>(std::time(nullptr));
+  running_.push_back(std::move(r));
+}
+
+void Run::Finish(Running& r, int status) {
+  r.report["exit"] = DescribeWaitStatus(status);
+  r.report["exitCode"] = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.report["seconds"] = std::chrono::duration<double>(Clock::now() - r.started).count();
+  r.pid = -1;
+  // As a runtime: the container is gone when its first process is, leftovers included; then
+  // kubelet frees its device.
+  for (const std::string& cg : r.cgroups) KillAndRemoveCgroup(cg);
+  if (!r.device.empty()) kubelet_->Release(r.device);
+}
+
+bool Run::Reap(bool stop_all) {
+  bool any = false;
+  for (Running& r : running_) {
+    if (r.pid < 0) continue;
+    std::optional<int> status = TryWait(r.pid);
+    if (!status && stop_all) {
+      status = Terminate(r.pid, std::chrono::seconds(5), /*group=*/true).status;
+      r.report["stoppedAtTimeout"] = true;
+    }
+    if (status) {
+      Finish(r, *status);
+    } else {
+      any = true;
+    }
+  }
+  return any;
+}
+
+StatusOr<json> Run::Play() {
+  TESSERA_RETURN_IF_ERROR(Lock());
+  for (const char* sub : {"plugins", "state", "cdi", "keys", "logs"}) {
+    std::error_code ec;
+    fs::create_directories(Dir(sub), ec);
+    if (ec) return UnavailableError("cannot create " + Dir(sub) + ": " + ec.message());
+  }
+  if (CgroupFolders("probe").empty()) {
+    return FailedPreconditionError(
+        "no cgroup to put containers in: neither cgroup v2 at /sys/fs/cgroup nor the v1 pids or "
+        "memory hierarchy holds this process (/proc/self/cgroup)");
+  }
+  // The decisions' key (tessera-node gets its public half) and another one to forge with.
+  TESSERA_ASSIGN_OR_RETURN(const std::string pem, contract::GenerateSigningKeyPem());
+  TESSERA_ASSIGN_OR_RETURN(const contract::Signer signer, contract::Signer::FromPem(pem));
+  TESSERA_ASSIGN_OR_RETURN(const std::string forged_pem, contract::GenerateSigningKeyPem());
+  TESSERA_ASSIGN_OR_RETURN(const contract::Signer forger, contract::Signer::FromPem(forged_pem));
+  TESSERA_RETURN_IF_ERROR(WriteText(Dir("keys/") + kKeyId + ".pem", signer.PublicKeyPem()));
+
+  state_.node = {
+      {"apiVersion", "v1"},
+      {"kind", "Node"},
+      {"metadata",
+       {{"name", scenario_.node}, {"labels", json::object()}, {"annotations", json::object()}}},
+      {"status", json::object()}};
+  api_ = std::make_unique<k8s::testing::FakeApiServer>();
+  ServeApi(api_->http(), state_, scenario_.node);
+  TESSERA_RETURN_IF_ERROR(api_->Start());
+  TESSERA_RETURN_IF_ERROR(WriteText(
+      Dir("kubeconfig"),
+      "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+      "clusters: [{name: c, cluster: {server: '" +
+          api_->url() +
+          "'}}]\n"
+          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: "
+          "u}}]\n"));
+  TESSERA_ASSIGN_OR_RETURN(kubelet_,
+                           KubeletStandin::Start({Dir("plugins"), Dir("pod-resources.sock"),
+                                                  std::string(names::kResourceGpuSlot)}));
+  TESSERA_RETURN_IF_ERROR(StartNode());
+  TESSERA_RETURN_IF_ERROR(WaitForGpus());
+
+  std::vector<const ScenarioPod*> order;
+  for (const ScenarioPod& p : scenario_.pods) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const ScenarioPod* a, const ScenarioPod* b) {
+    return a->start_after_s < b->start_after_s;
+  });
+  json pods_report = json::array();
+  t0_ = Clock::now();
+  const auto at = [this](double seconds) {
+    return t0_ +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
+  const auto deadline = at(scenario_.timeout_s);
+  for (const ScenarioPod* p : order) {
+    while (Clock::now() < at(p->start_after_s) && !g_stop) {  // reaping while it waits
+      Reap(false);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (g_stop) break;
+    json pod_report = {{"pod", p->pod_namespace + "/" + p->name},
+                       {"uid", RandomUid()},
+                       {"containers", json::array()}};
+    StartPod(*p, signer, forger, pod_report);
+    pods_report.push_back(std::move(pod_report));
+  }
+  // Until every container has exited, the scenario's time is up, or a signal ends the run.
+  while (Reap(Clock::now() >= deadline || g_stop)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (Running& r : running_) {
+    for (json& pod : pods_report) {
+      if (pod["pod"] == r.pod) pod["containers"].push_back(r.report);
+    }
+  }
+  // What tessera-node exported, then stop it.
+  httplib::Client metrics("127.0.0.1", metrics_port_);
+  if (auto res = metrics.Get("/metrics"); res && res->status == 200) {
+    (void)WriteText(Dir("logs/metrics.txt"), res->body);
+  }
+  CleanUp();
+  std::lock_guard<std::mutex> lock(state_.mu);
+  return json{{"node", scenario_.node},
+              {"gpus", gpus_},
+              {"pods", pods_report},
+              {"events", state_.events},
+              {"evictions", state_.evictions},
+              {"unhandledRequests", state_.unhandled},
+              {"interrupted", g_stop.load()},
+              {"nodeExit", node_exit_},
+              {"nodeLog", Dir("logs/tessera-node.log")},
+              {"metrics", Dir("logs/metrics.txt")}};
+}
+
+void Run::CleanUp() {
+  for (Running& r : running_) {
+    if (r.pid >= 0) Finish(r, Terminate(r.pid, std::chrono::seconds(5), /*group=*/true).status);
+  }
+  if (node_pid_ >= 0) {
+    node_exit_ = DescribeWaitStatus(Terminate(node_pid_, std::chrono::seconds(10)).status);
+    node_pid_ = -1;
+  }
+  for (const Running& r : running_) {
+    for (const std::string& cg : r.cgroups) {
+      std::error_code ec;
+      fs::remove(fs::path(cg).parent_path(), ec);  // the pod's, once empty
+      fs::remove(fs::path(cg).parent_path().parent_path(), ec);
+    }
+  }
+  if (!created_targets_.empty()) {
+    RemoveCreated(created_targets_);
+    created_targets_.clear();
+    std::remove(kCreatedFile);
+  }
+  kubelet_.reset();
+  if (api_) api_->Stop();
+  if (lock_fd_ >= 0) {
+    close(lock_fd_);
+    lock_fd_ = -1;
+  }
+}
 
 }  // namespace
 
@@ -290,6 +723,7 @@ StatusOr<Scenario> ParseScenario(const json& doc) {
   TESSERA_RETURN_IF_ERROR(RefuseUnknown(doc, "scenario", {"node", "timeoutSeconds", "pods"}));
   Scenario out;
   TESSERA_ASSIGN_OR_RETURN(out.node, String(doc, "scenario", "node", "nodehost"));
+  TESSERA_RETURN_IF_ERROR(CheckName(out.node, "scenario.node", true));
   TESSERA_ASSIGN_OR_RETURN(out.timeout_s, Number(doc, "scenario", "timeoutSeconds", 600, 86400));
   if (!doc.contains("pods") || !doc["pods"].is_array() || doc["pods"].empty()) {
     return InvalidArgumentError("scenario.pods: expected a non-empty list");
@@ -306,287 +740,9 @@ StatusOr<Scenario> ParseScenario(const json& doc) {
   return out;
 }
 
-StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& o) {
-  // One run at a time on a host: the binds' targets a run creates on the host (CreateMountTargets)
-  // are removed when it ends, which would detach another run's binds.
-  const int lock_fd = open("/tmp/tessera-node-host.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd < 0 || flock(lock_fd, LOCK_EX) != 0) {
-    return UnavailableError("cannot lock /tmp/tessera-node-host.lock");
-  }
-  struct Unlock {
-    int fd;
-    ~Unlock() { close(fd); }
-  } unlock{lock_fd};
-  const auto dir = [&o](const std::string& rel) { return o.dir + "/" + rel; };
-  for (const char* sub : {"plugins", "state", "cdi", "keys", "logs"}) {
-    std::error_code ec;
-    fs::create_directories(dir(sub), ec);
-    if (ec) return UnavailableError("cannot create " + dir(sub) + ": " + ec.message());
-  }
-  // The decisions' key (tessera-node gets its public half) and another one to forge with.
-  TESSERA_ASSIGN_OR_RETURN(const std::string pem, contract::GenerateSigningKeyPem());
-  TESSERA_ASSIGN_OR_RETURN(const contract::Signer signer, contract::Signer::FromPem(pem));
-  TESSERA_ASSIGN_OR_RETURN(const std::string forged_pem, contract::GenerateSigningKeyPem());
-  TESSERA_ASSIGN_OR_RETURN(const contract::Signer forger, contract::Signer::FromPem(forged_pem));
-  TESSERA_RETURN_IF_ERROR(WriteText(dir("keys/") + kKeyId + ".pem", signer.PublicKeyPem()));
-
-  ApiState state;
-  state.node = {
-      {"apiVersion", "v1"},
-      {"kind", "Node"},
-      {"metadata",
-       {{"name", scenario.node}, {"labels", json::object()}, {"annotations", json::object()}}},
-      {"status", json::object()}};
-  k8s::testing::FakeApiServer api;
-  ServeApi(api.http(), state, scenario.node);
-  TESSERA_RETURN_IF_ERROR(api.Start());
-  TESSERA_RETURN_IF_ERROR(WriteText(
-      dir("kubeconfig"),
-      "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-      "clusters: [{name: c, cluster: {server: '" +
-          api.url() +
-          "'}}]\n"
-          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"));
-
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<KubeletStandin> kubelet,
-                           KubeletStandin::Start({dir("plugins"), dir("pod-resources.sock"),
-                                                  std::string(names::kResourceGpuSlot)}));
-
-  const int metrics_port = FreePort();
-  SpawnOptions node;
-  node.argv = {o.node_binary,
-               "--node-name",
-               scenario.node,
-               "--kubeconfig",
-               dir("kubeconfig"),
-               "--device-plugin-dir",
-               dir("plugins"),
-               "--pod-resources-socket",
-               dir("pod-resources.sock"),
-               "--state-dir",
-               dir("state"),
-               "--cdi-dir",
-               dir("cdi"),
-               "--decision-keys",
-               dir("keys"),
-               "--hook-library",
-               o.hook_library,
-               "--metrics-listen",
-               "127.0.0.1:" + std::to_string(metrics_port)};
-  node.argv.insert(node.argv.end(), o.node_args.begin(), o.node_args.end());
-  node.stdout_to = node.stderr_to = Redirect::AppendTo(dir("logs/tessera-node.log"));
-  node.parent_death_signal = SIGTERM;
-  TESSERA_ASSIGN_OR_RETURN(const pid_t node_pid, Spawn(node));
-  const auto node_failed = [&](const std::string& what) {
-    const Termination t = Terminate(node_pid, std::chrono::seconds(5));
-    return UnavailableError(what + " (tessera-node: " + DescribeWaitStatus(t.status) + "; log " +
-                            dir("logs/tessera-node.log") + "):\n" +
-                            TailOfFile(dir("logs/tessera-node.log"), 20));
-  };
-  if (Status s = kubelet->WaitForDevices(std::chrono::seconds(60)); !s.ok()) {
-    return node_failed(s.message());
-  }
-  // The GPUs tessera-node found, from its inventory on the Node.
-  std::vector<std::string> gpus;
-  for (const auto until = Clock::now() + std::chrono::seconds(60);
-       gpus.empty() && Clock::now() < until;) {
-    {
-      std::lock_guard<std::mutex> lock(state.mu);
-      const json& a = state.node["metadata"]["annotations"];
-      const std::string key(names::kAnnotationInventory);
-      if (a.contains(key)) {
-        const json inventory = json::parse(a[key].get<std::string>(), nullptr, false);
-        if (inventory.is_object()) {
-          for (const json& g : inventory.value("gpus", json::array()))
-            gpus.push_back(g.value("uuid", ""));
-        }
-      }
-    }
-    if (gpus.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  if (gpus.empty()) return node_failed("tessera-node published no GPU inventory within 60 s");
-
-  std::vector<const ScenarioPod*> order;
-  for (const ScenarioPod& p : scenario.pods) order.push_back(&p);
-  std::stable_sort(order.begin(), order.end(), [](const ScenarioPod* a, const ScenarioPod* b) {
-    return a->start_after_s < b->start_after_s;
-  });
-  std::vector<Running> running;
-  std::vector<std::string> created_targets;
-  json pods_report = json::array();
-  const Clock::time_point t0 = Clock::now();
-  for (const ScenarioPod* p : order) {
-    std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(p->start_after_s)));
-    const std::string uid = RandomUid();
-    const std::string key = p->pod_namespace + "/" + p->name;
-    json pod_report = {{"pod", key}, {"uid", uid}, {"containers", json::array()}};
-    contract::Decision decision;
-    decision.pod_uid = uid;
-    decision.pod_namespace = p->pod_namespace;
-    decision.pod_name = p->name;
-    decision.node = scenario.node;
-    decision.tier = p->tier;
-    decision.priority = p->priority;
-    decision.issued_at = contract::Rfc3339(std::time(nullptr));
-    decision.key_id = kKeyId;
-    std::string bad_gpu;
-    for (const ScenarioContainer& c : p->containers) {
-      if (c.outside_library) continue;
-      if (c.gpu >= static_cast<int>(gpus.size())) bad_gpu = c.name;
-      const std::string uuid =
-          c.gpu < static_cast<int>(gpus.size()) ? gpus[static_cast<std::size_t>(c.gpu)] : "";
-      decision.containers.push_back({c.name,
-                                     c.mode,
-                                     {{uuid, c.memory_bytes, c.cores_percent}},
-                                     c.compute,
-                                     c.compute_window_ms});
-    }
-    if (!bad_gpu.empty()) {
-      pod_report["error"] =
-          "container " + bad_gpu + ": the node has " + std::to_string(gpus.size()) + " GPU(s)";
-      pods_report.push_back(pod_report);
-      continue;
-    }
-    const std::string text = contract::EncodeDecision(decision);
-    TESSERA_ASSIGN_OR_RETURN(const std::string signature,
-                             (p->forge_signature ? forger : signer).Sign(text));
-    json annotations = {{std::string(names::kAnnotationDecision), text},
-                        {std::string(names::kAnnotationDecisionSignature), signature}};
-    if (!p->mps_user.empty()) annotations[std::string(names::kAnnotationMpsUser)] = p->mps_user;
-    json containers = json::array();
-    for (const ScenarioContainer& c : p->containers) containers.push_back({{"name", c.name}});
-    {
-      std::lock_guard<std::mutex> lock(state.mu);
-      state.pods[key] = {{"apiVersion", "v1"},
-                         {"kind", "Pod"},
-                         {"metadata",
-                          {{"name", p->name},
-                           {"namespace", p->pod_namespace},
-                           {"uid", uid},
-                           {"annotations", annotations}}},
-                         {"spec", {{"nodeName", scenario.node}, {"containers", containers}}},
-                         {"status", {{"phase", "Running"}}}};
-    }
-    for (const ScenarioContainer& c : p->containers) {
-      Running r;
-      r.pod = key;
-      r.container = c.name;
-      r.log = dir("logs/" + p->pod_namespace + "." + p->name + "." + c.name + ".log");
-      r.cgroups = CgroupFolders("tessera-nodehost/pod" + uid + "/" + c.name);
-      r.report = {{"name", c.name}, {"log", r.log}, {"outsideLibrary", c.outside_library}};
-      ContainerSpec spec;
-      spec.argv = c.command;
-      spec.cgroups = r.cgroups;
-      SpawnOptions run;
-      run.stdout_to = run.stderr_to = Redirect::AppendTo(r.log);
-      run.parent_death_signal = SIGKILL;
-      if (!c.outside_library) {
-        auto allocation = kubelet->Admit({p->pod_namespace, p->name, c.name});
-        if (!allocation.ok()) {
-          r.report["error"] = allocation.status().message();
-          pod_report["containers"].push_back(r.report);
-          continue;
-        }
-        r.device = allocation->device;
-        r.report["slot"] = r.device;
-        spec.mounts = allocation->mounts;
-        for (const auto& [k, v] : allocation->envs) run.env.push_back(k + "=" + v);
-        Status cdi_ok = Status::Ok();
-        for (const std::string& name : allocation->cdi_devices) {
-          auto edits = ReadCdiEdits(dir("cdi"), name);
-          if (!edits.ok()) {
-            cdi_ok = edits.status();
-            break;
-          }
-          run.env.insert(run.env.end(), edits->env.begin(), edits->env.end());
-          for (const agent::Mount& m : edits->mounts) {
-            if (m.host_path != m.container_path) spec.mounts.push_back(m);
-          }
-        }
-        if (!cdi_ok.ok()) {
-          r.report["error"] = cdi_ok.message();
-          kubelet->Release(r.device);
-          pod_report["containers"].push_back(r.report);
-          continue;
-        }
-        const auto made = CreateMountTargets(spec.mounts);
-        created_targets.insert(created_targets.end(), made.begin(), made.end());
-      }
-      for (const auto& [k, v] : c.env) run.env.push_back(k + "=" + v);
-      run.argv = {o.self, "exec-container"};
-      const auto args = ExecContainerArgs(spec);
-      run.argv.insert(run.argv.end(), args.begin(), args.end());
-      auto pid = Spawn(run);
-      if (!pid.ok()) {
-        r.report["error"] = pid.status().message();
-        if (!r.device.empty()) kubelet->Release(r.device);
-        pod_report["containers"].push_back(r.report);
-        continue;
-      }
-      r.pid = *pid;
-      r.started = Clock::now();
-      r.report["startedAtSeconds"] = std::chrono::duration<double>(r.started - t0).count();
-      r.report["startedAtUnix"] = static_cast<std::int64_t>(std::time(nullptr));
-      running.push_back(std::move(r));
-    }
-    pods_report.push_back(std::move(pod_report));
-  }
-  // Until every container has exited, or the scenario's time is up.
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(scenario.timeout_s));
-  for (bool any = true; any;) {
-    any = false;
-    for (Running& r : running) {
-      if (r.pid < 0) continue;
-      std::optional<int> status = TryWait(r.pid);
-      if (!status && Clock::now() >= deadline) {
-        status = Terminate(r.pid, std::chrono::seconds(5)).status;
-        r.report["stoppedAtTimeout"] = true;
-      }
-      if (!status) {
-        any = true;
-        continue;
-      }
-      r.report["exit"] = DescribeWaitStatus(*status);
-      r.report["exitCode"] = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-      r.report["seconds"] = std::chrono::duration<double>(Clock::now() - r.started).count();
-      r.pid = -1;
-      if (!r.device.empty()) kubelet->Release(r.device);
-    }
-    if (any) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  // Each container's report into its pod's.
-  for (Running& r : running) {
-    for (json& pod : pods_report) {
-      if (pod["pod"] == r.pod) pod["containers"].push_back(r.report);
-    }
-  }
-  // What tessera-node exported, then stop it.
-  httplib::Client metrics("127.0.0.1", metrics_port);
-  if (auto res = metrics.Get("/metrics"); res && res->status == 200) {
-    (void)WriteText(dir("logs/metrics.txt"), res->body);
-  }
-  const Termination t = Terminate(node_pid, std::chrono::seconds(10));
-  for (const Running& r : running) {
-    for (const std::string& cg : r.cgroups) {
-      std::error_code ec;
-      KillAndRemoveCgroup(cg);                     // the container's
-      fs::remove(fs::path(cg).parent_path(), ec);  // the pod's, once empty
-      fs::remove(fs::path(cg).parent_path().parent_path(), ec);
-    }
-  }
-  RemoveCreated(created_targets);
-  std::lock_guard<std::mutex> lock(state.mu);
-  return json{{"node", scenario.node},
-              {"gpus", gpus},
-              {"pods", pods_report},
-              {"events", state.events},
-              {"evictions", state.evictions},
-              {"unhandledRequests", state.unhandled},
-              {"nodeExit", DescribeWaitStatus(t.status)},
-              {"nodeLog", dir("logs/tessera-node.log")},
-              {"metrics", dir("logs/metrics.txt")}};
+StatusOr<json> RunScenario(const Scenario& scenario, const RunOptions& options) {
+  Run run(scenario, options);
+  return run.Play();
 }
 
 int NodeHostMain(int argc, char** argv) {
@@ -654,6 +810,12 @@ int NodeHostMain(int argc, char** argv) {
                  scenario.status().message().c_str());
     return 2;
   }
+  // SIGTERM or SIGINT end the run the way its timeout does: containers and tessera-node stopped,
+  // the host's cgroups and bind targets removed.
+  struct sigaction stop {};
+  stop.sa_handler = [](int) { g_stop = true; };
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
   auto report = RunScenario(*scenario, o);
   if (!report.ok()) {
     std::fprintf(stderr, "tessera-node-host: %s\n", report.status().message().c_str());

@@ -2,7 +2,7 @@
 // from a signed decision through its device plugin, the container starts with what Allocate and
 // the CDI spec hand a runtime in a cgroup named after its pod, and the preload library caps it;
 // a forged decision gets no slot; a process of the pod outside the library is flagged by the
-// drift check through that cgroup. The same tool runs on the GPU host (test/gpu/node_governor.sh).
+// drift check through that cgroup. The same tool runs on the GPU host (test/gpu/node_governor.py).
 // Needs root (cgroups, a mount namespace), as tessera-node does.
 #include "nodehost/node_host.h"
 
@@ -38,10 +38,15 @@ class NodeHostTest : public ::testing::Test {
   }
 
   // Runs `scenario` with one fake GPU; the report, or null when the run failed (then logged).
-  json Run(const json& scenario, const std::string& env = "") {
+  // `stdin_open`: tessera-node-host's stdin is a pipe that never ends (not the test's own).
+  json Run(const json& scenario, const std::string& env = "", bool stdin_open = false) {
     const std::string file = dir_.path() + "/scenario.json";
     std::ofstream(file) << scenario.dump();
+    const std::string fifo = dir_.path() + "/stdin";
+    const std::string open_stdin =
+        stdin_open ? "mkfifo " + fifo + " && exec 3<>" + fifo + " 0<&3 && " : std::string();
     const auto run = testutil::RunShell(
+        open_stdin +
         "env LD_LIBRARY_PATH=" TESSERA_FAKE_DIR " TESSERA_FAKE_GPUS=1 TESSERA_FAKE_STATE=" +
         dir_.path() + "/fake-state " + env + " " TESSERA_NODE_HOST " run --scenario " + file +
         " --node-binary " TESSERA_NODE_BINARY " --hook-library " TESSERA_HOOK_LIBRARY " --dir " +
@@ -125,6 +130,7 @@ TEST_F(NodeHostTest, AForgedDecisionGetsNoSlotAndTheRefusalIsAnEvent) {
               {"containers", {{{"name", "main"}, {"memory", "1Gi"}, {"command", {"true"}}}}}}}}});
   ASSERT_TRUE(report.is_object());
   const json c = Container(report, "default/forged", "main");
+  ASSERT_TRUE(c.is_object()) << report.dump(1);
   EXPECT_NE(c.value("error", "").find("does not verify"), std::string::npos) << c.dump();
   EXPECT_FALSE(c.contains("exit")) << "a refused container must not start";
   const auto events = EventsOf(report, names::kEventDecisionRejected);
@@ -165,71 +171,61 @@ TEST_F(NodeHostTest, AProcessOfThePodOutsideTheLibraryIsFlaggedThroughItsCgroup)
       << Slurp(report["metrics"]);
 }
 
-TEST(NodeHostScenario, RefusesBadInputNamingTheFieldAndTheAcceptedForm) {
-  const auto refused = [](const json& doc, const std::string& why) {
-    auto s = ParseScenario(doc);
-    ASSERT_FALSE(s.ok()) << doc.dump();
-    EXPECT_NE(s.status().message().find(why), std::string::npos) << s.status().message();
-  };
-  const json ok_container = {{"name", "main"}, {"memory", "1Gi"}, {"command", {"true"}}};
-  ASSERT_OK(ParseScenario({{"pods", {{{"name", "a"}, {"containers", {ok_container}}}}}}));
-  refused(json::array(), "scenario: expected a JSON object");
-  refused({{"pods", json::array()}}, "scenario.pods: expected a non-empty list");
-  refused({{"pods", {{{"name", "a"}, {"containers", {ok_container}}}}}, {"extra", 1}},
-          "scenario.extra: unknown field (accepted: node, timeoutSeconds, pods)");
-  json c = ok_container;
-  c["memory"] = "lots";
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
-          "scenario.pods[0].containers[0].memory");
-  c = ok_container;
-  c["cores"] = 101;
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
-          "scenario.pods[0].containers[0].cores: expected a number from 0 to 100");
-  c = ok_container;
-  c["mode"] = "sliced";
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
-          "scenario.pods[0].containers[0].mode");
-  c = ok_container;
-  c.erase("memory");
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
-          "scenario.pods[0].containers[0].memory: required");
-  c = ok_container;
-  c["command"] = json::array();
-  refused({{"pods", {{{"name", "a"}, {"containers", {c}}}}}},
-          "scenario.pods[0].containers[0].command: expected a non-empty list of strings");
-  refused({{"pods", {{{"name", "a"}, {"containers", {ok_container, ok_container}}}}}},
-          "scenario.pods[0].containers[1].name: \"main\" repeats");
-  refused({{"pods",
-            {{{"name", "a"}, {"containers", {ok_container}}},
-             {{"name", "a"}, {"containers", {ok_container}}}}}},
-          "scenario.pods[1].name: \"a\" repeats in its namespace");
-  refused({{"pods", {{{"name", "a"}, {"priority", "urgent"}, {"containers", {ok_container}}}}}},
-          "scenario.pods[0].priority");
+// What a run creates on the host (bind targets, cgroups) is gone afterwards, and a container's
+// stdin is empty, as under kubelet (a container reading it ends at once).
+TEST_F(NodeHostTest, ARunLeavesNothingOnTheHostAndContainersGetNoStdin) {
+  const bool had_etc = std::filesystem::exists(names::kPathLimitsFile);
+  const json report =
+      Run({{"timeoutSeconds", 60},
+           {"pods",
+            {{{"name", "reader"},
+              {"containers",
+               {{{"name", "main"},
+                 {"memory", "1Gi"},
+                 {"command", {"sh", "-c", "read x; echo read=$?; sleep 30 &"}}}}}}}}},
+          "", /*stdin_open=*/true);
+  ASSERT_TRUE(report.is_object());
+  const json c = Container(report, "default/reader", "main");
+  ASSERT_TRUE(c.is_object()) << report.dump(1);
+  EXPECT_FALSE(c.contains("stoppedAtTimeout")) << c.dump();
+  EXPECT_NE(Slurp(c["log"]).find("read=1"), std::string::npos) << Slurp(c["log"]);
+  EXPECT_EQ(std::filesystem::exists(names::kPathLimitsFile), had_etc);
+  for (const std::string& folder :
+       CgroupFolders("tessera-nodehost/pod" + PodUid(report, "default/reader"))) {
+    EXPECT_FALSE(std::filesystem::exists(folder)) << folder
+                                                  << ": the container's leftover "
+                                                     "(sleep 30 &) must be killed with it";
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tessera-node-host.created"));
 }
 
-TEST(NodeHostCdi, ReadsTheSpecsAndTheDevicesEditsAndRefusesWhatDoesNotParse) {
-  testutil::TempDir dir;
-  std::ofstream(dir.path() + "/tessera.dev-gpu-slot-0001.json")
-      << agent::CdiSpec("slot-0001", 3, {"/usr/lib/libcuda.so.1"},
-                        {{"/run/mps", "/host/mps", false}}, {"CUDA_MPS_PIPE_DIRECTORY=/run/mps"});
-  auto edits = ReadCdiEdits(dir.path(), "tessera.dev/gpu=slot-0001");
-  ASSERT_OK(edits);
-  EXPECT_EQ(edits->env, std::vector<std::string>{"CUDA_MPS_PIPE_DIRECTORY=/run/mps"});
-  ASSERT_EQ(edits->mounts.size(), 2u);  // the driver file (spec-wide) and the device's own
-  EXPECT_EQ(edits->mounts[0].host_path, "/usr/lib/libcuda.so.1");
-  EXPECT_TRUE(edits->mounts[0].read_only);
-  EXPECT_EQ(edits->mounts[1].container_path, "/run/mps");
-  EXPECT_FALSE(edits->mounts[1].read_only);
-  EXPECT_NE(std::find(edits->device_nodes.begin(), edits->device_nodes.end(), "/dev/nvidia3"),
-            edits->device_nodes.end());
-  EXPECT_EQ(ReadCdiEdits(dir.path(), "tessera.dev/gpu=slot-0002").status().code(),
-            StatusCode::kNotFound);
-  EXPECT_EQ(ReadCdiEdits(dir.path(), "slot-0001").status().code(), StatusCode::kInvalidArgument);
-  testutil::TempDir other;
-  std::ofstream(other.path() + "/broken.json") << "{\"kind\": \"tessera.dev/gpu\", \"devices\": [";
-  const Status broken = ReadCdiEdits(other.path(), "tessera.dev/gpu=slot-0001").status();
-  EXPECT_EQ(broken.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(broken.message().find("broken.json"), std::string::npos) << broken.message();
+// SIGTERM ends a run as its timeout does: the containers and tessera-node stopped, the report
+// printed, the host cleaned.
+TEST_F(NodeHostTest, SigtermStopsTheRunAndCleansUp) {
+  const std::string file = dir_.path() + "/scenario.json";
+  std::ofstream(file)
+      << json({{"pods",
+                {{{"name", "long"},
+                  {"containers",
+                   {{{"name", "main"}, {"memory", "1Gi"}, {"command", {"sleep", "60"}}}}}}}}})
+             .dump();
+  const auto run = testutil::RunShell(
+      "env LD_LIBRARY_PATH=" TESSERA_FAKE_DIR
+      " TESSERA_FAKE_GPUS=1 timeout -s TERM 5 " TESSERA_NODE_HOST " run --scenario " +
+      file +
+      " --node-binary " TESSERA_NODE_BINARY " --hook-library " TESSERA_HOOK_LIBRARY " --dir " +
+      dir_.path() + "/run");
+  const json report = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << run.out << run.err;
+  EXPECT_TRUE(report["interrupted"].get<bool>());
+  const json c = Container(report, "default/long", "main");
+  EXPECT_TRUE(c.value("stoppedAtTimeout", false)) << c.dump();
+  EXPECT_EQ(report["nodeExit"], "exit code 0") << Slurp(report["nodeLog"]);
+  for (const std::string& folder :
+       CgroupFolders("tessera-nodehost/pod" + PodUid(report, "default/long"))) {
+    EXPECT_FALSE(std::filesystem::exists(folder)) << folder;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tessera-node-host.created"));
 }
 
 }  // namespace
