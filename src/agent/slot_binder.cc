@@ -90,8 +90,14 @@ std::map<std::string, BinderGpu, std::less<>> SlotBinder::Gpus() {
   return gpus_;
 }
 
+void SlotBinder::Touch(std::string_view slot) {
+  std::lock_guard<std::mutex> lock(touched_mu_);
+  touched_[std::string(slot)] = std::chrono::steady_clock::now();
+}
+
 Status SlotBinder::Allocate(std::string_view slot) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  Touch(slot);
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   using std::filesystem::perms;
   TESSERA_RETURN_IF_ERROR(MakeDirs(p.etc_dir, perms::owner_all | perms::group_read |
@@ -192,6 +198,7 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
 
 Status SlotBinder::Prepare(std::string_view slot) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  Touch(slot);
   auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
   if (!owner.ok())
     return owner.status().WithContext("asking kubelet's PodResources API who holds " +
@@ -247,9 +254,16 @@ StatusOr<int> SlotBinder::RemoveReleased() {
   int removed = 0;
   std::error_code ec;
   const std::string slots_dir = options_.state_dir + "/slots";
+  // Under the lock: a slot touched now waits for the next pass.
+  std::lock_guard<std::mutex> lock(touched_mu_);
+  const auto recent = std::chrono::steady_clock::now() - options_.release_grace;
   for (const auto& entry : std::filesystem::directory_iterator(slots_dir, ec)) {
     const std::string slot = entry.path().filename().string();
     if (!ParseSlotId(slot).ok() || held->count(slot) != 0) continue;
+    if (auto t = touched_.find(slot); t != touched_.end()) {
+      if (t->second > recent) continue;
+      touched_.erase(t);
+    }
     const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
     std::filesystem::remove(p.cdi_spec, ec);
     std::filesystem::remove_all(p.dir, ec);

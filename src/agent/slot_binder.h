@@ -7,6 +7,7 @@
 // table is copied under a short lock, and two slots are prepared in parallel.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -75,6 +76,10 @@ struct BinderOptions {
   policy::Policy policy;
   // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.
   governor::NodeMps* mps = nullptr;
+  // A slot allocated or prepared this recently keeps its files even if kubelet does not list it
+  // as held yet: kubelet records an allocation after Allocate answers, and the clean-up's list
+  // may predate it.
+  std::chrono::milliseconds release_grace{std::chrono::seconds(30)};
   // Decision public keys by keyId (0002 §4).
   std::map<std::string, std::shared_ptr<contract::Verifier>, std::less<>> keys;
 };
@@ -104,7 +109,8 @@ class SlotBinder {
   // PreStartContainer: the slot's files for the container kubelet recorded. On any error the pod
   // gets a TesseraDecisionRejected Event and the slot keeps no limits file (no GPU).
   Status Prepare(std::string_view slot);
-  // Removes the files of slots no container holds; returns how many were removed.
+  // Removes the files of slots no container holds and nobody allocated or prepared within
+  // `release_grace`; returns how many were removed.
   StatusOr<int> RemoveReleased();
 
  private:
@@ -115,7 +121,11 @@ class SlotBinder {
   const BinderOptions options_;
   DeviceOwners* const owners_;
   PodApi* const pods_;
-  std::mutex gpus_mu_;  // guards gpus_ only (copied out before use)
+  void Touch(std::string_view slot);
+
+  std::mutex gpus_mu_;     // guards gpus_ only (copied out before use)
+  std::mutex touched_mu_;  // guards touched_ (held across a removal)
+  std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> touched_;
   std::map<std::string, BinderGpu, std::less<>> gpus_;
 };
 

@@ -74,6 +74,7 @@ class SlotBinderTest : public ::testing::Test {
     o.ld_so_preload = dir_.path() + "/state/ld.so.preload";
     o.driver_files = {"/usr/lib/libcuda.so.1"};
     o.policy = policy::DefaultPolicy();
+    o.release_grace = std::chrono::milliseconds(0);
     o.keys["k1"] = std::make_shared<contract::Verifier>(std::move(*verifier));
     std::filesystem::create_directories(o.cdi_dir);
     mps_ = std::make_unique<governor::NodeMps>(dir_.path() + "/state/mps", "no-such-mps-control");
@@ -303,6 +304,23 @@ TEST_F(SlotBinderTest, ReleasedSlotsLoseTheirFilesHeldOnesKeepThem) {
   EXPECT_TRUE(std::filesystem::exists(Paths("slot-0001").limits));
   EXPECT_FALSE(std::filesystem::exists(Paths("slot-0002").dir));
   EXPECT_FALSE(std::filesystem::exists(Paths("slot-0002").cdi_spec));
+}
+
+// kubelet records an allocation only after Allocate answers: a clean-up pass whose list of held
+// slots predates it must not remove the files of a slot just allocated or prepared.
+TEST_F(SlotBinderTest, ASlotJustAllocatedKeepsItsFilesUntilKubeletListsIt) {
+  BinderOptions o;
+  o.node_name = "n1";
+  o.state_dir = dir_.path() + "/state";
+  o.cdi_dir = dir_.path() + "/cdi";
+  o.policy = policy::DefaultPolicy();
+  o.release_grace = std::chrono::hours(1);
+  SlotBinder binder(o, &owners_, &pods_);
+  ASSERT_OK(binder.Allocate("slot-0005"));  // not held: kubelet has not recorded it yet
+  auto removed = binder.RemoveReleased();
+  ASSERT_OK(removed);
+  EXPECT_EQ(*removed, 0);
+  EXPECT_TRUE(std::filesystem::exists(Paths("slot-0005").etc_dir));
 }
 
 TEST(Slots, IdsRoundTripAndAnythingElseIsRefused) {
