@@ -47,7 +47,7 @@ def main():
     print(("| nodes | binary | policy |" if len(builds) > 1 else "| nodes | policy |") +
           " p50 µs | p99 µs (min–max) | tessera p99 / FGD p99 |" +
           (" p99 new / old |" if two else "") + " peak RSS MiB | classes mean / max |")
-    print("|---" * (8 if two else 7 if len(builds) > 1 else 6) + "|")
+    print("|---" * (9 if two else 8 if len(builds) > 1 else 7) + "|")
     for s in scales:
         for b in builds:
             for p in POLICIES:
