@@ -54,24 +54,24 @@ void Scheduler::Reclassify(std::uint32_t node) {
       class_size_.push_back(0);
       class_best_.push_back(kStale);
       class_memory_.push_back(0);
+      class_fit_.emplace_back();
       if (classes_.size() > cache_stride_) {  // twice the room, way by way
-        const std::size_t stride = std::max<std::size_t>(64, 2 * cache_stride_);
-        std::vector<CacheEntry> grown(stride * kCacheWays);
-        for (std::size_t w = 0; w < kCacheWays; ++w) {
-          std::copy_n(cache_.begin() + static_cast<std::ptrdiff_t>(w * cache_stride_),
-                      cache_stride_, grown.begin() + static_cast<std::ptrdiff_t>(w * stride));
+        cache_stride_ = std::max<std::size_t>(64, 2 * cache_stride_);
+        for (std::vector<CacheEntry>& way : ways_) {
+          if (!way.empty()) way.resize(cache_stride_);
         }
-        cache_.swap(grown);
-        cache_stride_ = stride;
       }
     } else {
       c = free_classes_.back();
       free_classes_.pop_back();
-      for (std::size_t w = 0; w < kCacheWays; ++w) cache_[w * cache_stride_ + c] = CacheEntry{};
+      for (std::vector<CacheEntry>& way : ways_) {
+        if (!way.empty()) way[c] = CacheEntry{};
+      }
     }
     classes_[c].key = key_;
     class_ids_.emplace(key_, c);
     class_memory_[c] = cluster_->state(node).memory_free;
+    class_fit_[c] = MakeClassFit(node);
   }
   if (old != kNoClass) {
     NodeClass& from = classes_[old];
@@ -115,17 +115,63 @@ std::uint32_t Scheduler::BestMember(std::uint32_t c) {
   return best;
 }
 
+Scheduler::FitQuery Scheduler::MakeFitQuery(const ResolvedRequest& r) {
+  const Request& q = *r.request;
+  FitQuery f;
+  f.cpu = q.cpu_milli;
+  f.gpu = q.is_gpu();
+  f.model_constrained = r.model_constrained;
+  f.model_mask = r.model_mask;
+  f.milli_checked = q.mig_profile.empty();
+  f.milli_sum = static_cast<std::int64_t>(q.gpu_count) * q.gpu_milli;
+  f.top_checked = f.gpu && f.milli_checked && q.gpu_milli > 0;
+  f.milli = q.gpu_milli;
+  f.top = f.gpu ? std::min<std::size_t>(q.gpu_count, kFitGpus) - 1 : 0;
+  return f;
+}
+
+Scheduler::ClassFit Scheduler::MakeClassFit(std::uint32_t node) const {
+  const NodeState& s = cluster_->state(node);
+  ClassFit fit;
+  fit.cpu_free = s.cpu_free;
+  fit.gpu_milli_free = s.gpu_milli_free;
+  fit.model = cluster_->node_model(node);
+  fit.cordoned = cluster_->node(node).cordoned;
+  fit.top_milli.fill(-1);
+  std::vector<std::int32_t> milli = s.free_milli;
+  std::sort(milli.begin(), milli.end(), std::greater<>());
+  std::copy_n(milli.begin(), std::min(milli.size(), kFitGpus), fit.top_milli.begin());
+  return fit;
+}
+
+// Each check is one Cluster::Feasible makes, on the same values, or (top_milli) implied by one:
+// a usable GPU of a non-MIG request of gpu_milli > 0 has free_milli >= gpu_milli
+// (Cluster::UsableGpus), so gpu_count usable GPUs need the gpu_count-th largest free_milli, and
+// so the min(gpu_count, kFitGpus)-th, to be >= gpu_milli (-1 past the node's GPUs fails it).
+bool Scheduler::MayFit(const ClassFit& fit, const FitQuery& q) {
+  if (fit.cordoned || q.cpu > fit.cpu_free) return false;
+  if (!q.gpu) return true;
+  if (q.model_constrained && fit.model != Cluster::kMixedModel &&
+      ((q.model_mask >> fit.model) & 1ULL) == 0) {
+    return false;
+  }
+  if (q.milli_checked && fit.gpu_milli_free < q.milli_sum) return false;
+  return !q.top_checked || fit.top_milli[q.top] >= q.milli;
+}
+
 const Scheduler::CacheEntry* Scheduler::Probe(std::uint32_t c, const ResolvedRequest& r,
-                                              std::uint32_t shape, std::size_t way,
-                                              std::uint32_t epoch) {
+                                              const FitQuery& fit, std::uint32_t shape,
+                                              CacheEntry* way, std::uint32_t epoch) {
   if (r.request->memory_bytes > class_memory_[c]) return nullptr;
-  CacheEntry& e = cache_[way * cache_stride_ + c];
+  CacheEntry& e = way[c];
   GpuMask usable = 0;
   bool have_usable = false;
   if (e.shape != shape) {
     e.shape = shape;
     e.scored = false;
-    const bool ok = cluster_->FeasibleUnlessHostMemory(BestMember(c), r, &usable);
+    // The index first: the filter reads the member's node state (cold at this scale).
+    const bool ok =
+        MayFit(class_fit_[c], fit) && cluster_->FeasibleUnlessHostMemory(BestMember(c), r, &usable);
     e.feasible_usable = (ok ? kFeasibleBit : 0) | static_cast<std::uint32_t>(usable & kUsableBits);
     have_usable = true;
   }
@@ -215,7 +261,10 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
   } else {
     SyncClasses();
     const std::uint32_t shape = ShapeId(r, false);
-    const std::size_t way = shape % kCacheWays;
+    std::vector<CacheEntry>& entries = ways_[shape % kCacheWays];
+    if (entries.size() != cache_stride_) entries.resize(cache_stride_);  // the way's first use
+    CacheEntry* const way = entries.data();
+    const FitQuery fit = MakeFitQuery(r);
     const auto epoch = static_cast<std::uint32_t>(policy_->epoch());
     std::size_t feasible = 0;
     int best_score = 0;
@@ -231,7 +280,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
       // Every node: each class once, its best member for it.
       for (std::uint32_t c = 0; c < class_size_.size(); ++c) {
         if (class_size_[c] == 0) continue;
-        const CacheEntry* e = Probe(c, r, shape, way, epoch);
+        const CacheEntry* e = Probe(c, r, fit, shape, way, epoch);
         if (e == nullptr) continue;
         feasible += class_size_[c];
         // A worse score needs no member: only an equal one is decided by rank.
@@ -241,7 +290,7 @@ std::optional<Allocation> Scheduler::DecideResolved(const ResolvedRequest& r,
     } else {
       for (std::size_t k = 0; k < count; ++k) {
         const std::size_t i = node_at(k);
-        const CacheEntry* e = Probe(class_of_[i], r, shape, way, epoch);
+        const CacheEntry* e = Probe(class_of_[i], r, fit, shape, way, epoch);
         if (e == nullptr) continue;
         ++feasible;
         consider(*e, i);

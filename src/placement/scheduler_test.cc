@@ -1,5 +1,6 @@
 #include "placement/scheduler.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <memory>
@@ -385,6 +386,98 @@ TEST(SchedulerClasses, DecideAsEveryNodeForEveryCacheablePolicy) {
        {"best-fit", "dot-product", "gpu-packing", "gpu-clustering", "fgd", "tessera"}) {
     CheckClassesDecideAsEveryNode(policy);
   }
+}
+
+// The index of classes by free capacity never skips a class the filter accepts: with requests cut
+// to the free capacity of some node (its exact free CPU and memory, its k-th largest free GPU
+// milli for k GPUs, and one more than each), every decision counts as feasible exactly the nodes
+// that Cluster::Feasible accepts, over every node and over subsets.
+TEST(SchedulerClasses, TheCapacityIndexSkipsNoFeasibleClass) {
+  std::vector<Node> nodes = ReplicatedNodes(3);
+  Node wide = testing::MakeNode("wide", 10, 160000, 640LL << 30, "G2");  // more GPUs than indexed
+  nodes.push_back(wide);
+  Node mig = testing::MakeNode("mig", 2, 32000, 128LL << 30, "A100");
+  mig.gpus[0].mig_enabled = true;
+  mig.gpus[0].mig_instances = {"1g.5gb", "1g.5gb", "3g.20gb"};
+  nodes.push_back(mig);
+  auto cluster = Cluster::Create(nodes);
+  ASSERT_OK(cluster);
+  BestFitPolicy policy;
+  Scheduler scheduler(&*cluster, &policy);
+  std::mt19937 rng(11);
+  std::deque<Request> requests;
+  std::vector<std::pair<const Request*, Allocation>> placed;
+  auto feasible_nodes = [&](const Request& q, const std::vector<std::uint32_t>& subset) {
+    const ResolvedRequest r = cluster->Resolve(q);
+    std::size_t count = 0;
+    GpuMask usable = 0;
+    for (std::uint32_t i = 0; i < cluster->size(); ++i) {
+      const bool candidate =
+          subset.empty() || std::find(subset.begin(), subset.end(), i) != subset.end();
+      if (candidate && cluster->Feasible(i, r, &usable)) ++count;
+    }
+    return count;
+  };
+  int checked = 0;
+  int feasible_checks = 0;
+  for (int step = 0; step < 600; ++step) {
+    // Fill: shares, whole GPUs, multi-GPU and CPU-only pods; some leave again.
+    requests.push_back(Pod(rng() % 4 == 0 ? 0U : static_cast<std::uint32_t>(1 + rng() % 3),
+                           static_cast<std::int32_t>(100 * (1 + rng() % 10)), 1000 * (rng() % 8)));
+    Request& fill = requests.back();
+    if (fill.gpu_count > 1) fill.gpu_milli = 1000;
+    if (fill.gpu_count == 0) fill.gpu_milli = 0;
+    fill.memory_bytes = static_cast<std::int64_t>(rng() % 16) << 30;
+    if (auto a = scheduler.Place(fill); a.ok()) placed.emplace_back(&fill, *a);
+    if (step % 3 == 2 && !placed.empty()) {
+      const std::size_t k = rng() % placed.size();
+      ASSERT_OK(scheduler.Release(*placed[k].first, placed[k].second));
+      placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+    if (step % 50 == 25) {
+      ASSERT_OK(cluster->SetNodeCordoned(rng() % cluster->size(), step % 100 == 25));
+    }
+    if (step % 40 == 10) {
+      ASSERT_OK(cluster->SetGpuHealth(rng() % cluster->size(), 0, step % 80 == 10));
+    }
+    // Probe requests at the edge of one node's free capacity.
+    const std::size_t j = rng() % cluster->size();
+    const NodeState& st = cluster->state(j);
+    std::vector<std::int32_t> milli = st.free_milli;
+    std::sort(milli.begin(), milli.end(), std::greater<>());
+    for (int variant = 0; variant < 8; ++variant) {
+      Request q;
+      q.name = "probe";
+      const int over = variant % 2;  // one more than the node has
+      q.cpu_milli = variant < 2 ? st.cpu_free + over : static_cast<std::int64_t>(rng() % 4000);
+      q.memory_bytes = variant == 2 || variant == 3 ? st.memory_free + (variant - 2) : 0;
+      if (variant >= 4 && !milli.empty()) {
+        const std::size_t k = 1 + rng() % (milli.size() + 1);  // up to one GPU more than it has
+        q.gpu_count = static_cast<std::uint32_t>(k);
+        const std::int32_t m = milli[std::min(k, milli.size()) - 1];
+        q.gpu_milli = std::clamp(m + (variant == 5 ? 1 : 0), 1, kMilliPerGpu);
+      }
+      if (variant == 6 && q.gpu_count > 0) q.models = {rng() % 2 == 0 ? "T4" : "P100"};
+      if (variant == 7 && rng() % 3 == 0) {
+        q.gpu_count = 1;
+        q.gpu_milli = 0;
+        q.mig_profile = "1g.5gb";
+      }
+      const std::size_t want = feasible_nodes(q, {});
+      const auto got = scheduler.Decide(q, {}, false);
+      ASSERT_EQ(scheduler.last_feasible(), want) << "step " << step << " variant " << variant;
+      ASSERT_EQ(got.has_value(), want > 0);
+      std::vector<std::uint32_t> subset;
+      for (std::uint32_t i = 0; i < cluster->size(); ++i) {
+        if (rng() % 2 == 0) subset.push_back(i);
+      }
+      scheduler.Decide(q, subset, false);
+      ASSERT_EQ(scheduler.last_feasible(), feasible_nodes(q, subset)) << "step " << step;
+      ++checked;
+      if (want > 0 && want < cluster->size()) ++feasible_checks;
+    }
+  }
+  EXPECT_GT(feasible_checks, checked / 4);  // the probes were neither all refused nor all met
 }
 
 // Classes follow the cluster when its change log was trimmed (more changes than it keeps between
