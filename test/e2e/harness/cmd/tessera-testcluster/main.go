@@ -22,14 +22,17 @@ type subcommand struct {
 }
 
 var subcommands = map[string]subcommand{
-	"up":             {"start etcd + kube-apiserver + kube-scheduler in this process and write a kubeconfig", runUp},
-	"etcd":           {"run an embedded etcd server", runEtcd},
-	"kube-apiserver": {"run the upstream kube-apiserver (upstream flags)", runKubeAPIServer},
-	"kube-scheduler": {"run the upstream kube-scheduler (upstream flags)", runKubeScheduler},
-	"kubectl":        {"run the upstream kubectl", runKubectl},
-	"simnodes":       {"register simulated GPU nodes and act as their kubelet", runSimnodes},
-	"kubelet":        {"run the upstream kubelet device manager + PodResources server for one node", runKubelet},
-	"version":        {"print the pinned upstream versions", runVersion},
+	"up":                      {"start etcd + kube-apiserver + kube-scheduler in this process and write a kubeconfig", runUp},
+	"etcd":                    {"run an embedded etcd server", runEtcd},
+	"kube-apiserver":          {"run the upstream kube-apiserver (upstream flags)", runKubeAPIServer},
+	"kube-scheduler":          {"run the upstream kube-scheduler (upstream flags)", runKubeScheduler},
+	"kubectl":                 {"run the upstream kubectl", runKubectl},
+	"kube-controller-manager": {"run the upstream kube-controller-manager (upstream flags)", runKubeControllerManager},
+	"oci-image":               {"write an OCI image archive of a folder's files (ctr images import loads it)", runOCIImage},
+	"real-kubelet":            {"run the whole upstream kubelet (upstream flags; needs a CRI runtime)", runRealKubelet},
+	"simnodes":                {"register simulated GPU nodes and act as their kubelet", runSimnodes},
+	"kubelet":                 {"run the upstream kubelet device manager + PodResources server for one node", runKubelet},
+	"version":                 {"print the pinned upstream versions", runVersion},
 }
 
 const self = "tessera-testcluster"

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -9,10 +10,12 @@ import (
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanagerapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-// The three wrappers below are the upstream main() functions, verbatim in
+// The wrappers below are the upstream main() functions, verbatim in
 // spirit: same cobra command, same flags, same exit codes.
 
 func runKubeAPIServer(_ []string) int {
@@ -21,6 +24,16 @@ func runKubeAPIServer(_ []string) int {
 
 func runKubeScheduler(_ []string) int {
 	return cli.Run(schedulerapp.NewSchedulerCommand())
+}
+
+func runKubeControllerManager(_ []string) int {
+	return cli.Run(controllermanagerapp.NewControllerManagerCommand())
+}
+
+// runRealKubelet is the whole upstream kubelet (a real node: it needs a CRI runtime), as opposed
+// to runKubelet, which runs only its device manager and PodResources server in-process.
+func runRealKubelet(_ []string) int {
+	return cli.Run(kubeletapp.NewKubeletCommand(context.Background()))
 }
 
 func runKubectl(_ []string) int {

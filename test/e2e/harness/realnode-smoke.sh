@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# A real node on this machine (issue #24, first step): the harness's control plane
+# (`tessera-testcluster up`), the whole upstream kubelet linked into the same binary
+# (`tessera-testcluster real-kubelet`), containerd 2.x with its runc shim built from their Go
+# modules (CDI enabled), and Debian's runc. An image of busybox-static is written without a
+# container engine (`tessera-testcluster oci-image`) and imported into containerd's store: no
+# registry. Checks that a pod reaches Running, `kubectl logs` and `kubectl exec` work, and the
+# container's cgroup names its pod (kubelet's cgroupfs driver), then removes everything.
+#
+# usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
+#   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc
+#   (apt-get install runc) and busybox-static; builds containerd into $CONTAINERD_BIN (default
+#   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder.
+#
+# What it takes on a cgroup v1 host, root without CAP_SYS_RESOURCE (docs/design/0009): kubelet
+# failCgroupV1: false, cgroupfs, failSwapOn: false; containerd restrict_oom_score_adj, enable_cdi,
+# SystemdCgroup = false; the API server's --kubelet-preferred-address-types=InternalIP; a host
+# network pod (no CNI: the node stays NotReady), a `default` ServiceAccount made by hand (no
+# kube-controller-manager yet), `nodeName` set and every taint tolerated.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+bin=${1:-$root/build/e2e/tessera-testcluster}
+containerd_version=v2.2.9
+cbin=${CONTAINERD_BIN:-$HOME/.cache/tessera/containerd-$containerd_version}
+[[ -x "$bin" ]] || { echo "realnode-smoke: $bin not found; run test/e2e/harness/build.sh" >&2; exit 1; }
+command -v runc >/dev/null || { echo "realnode-smoke: no runc (apt-get install runc)" >&2; exit 1; }
+busybox=$(command -v busybox || true)
+[[ -n "$busybox" ]] && file -L "$busybox" | grep -q "statically linked" ||
+  { echo "realnode-smoke: no static busybox (apt-get install busybox-static)" >&2; exit 1; }
+
+if [[ ! -x "$cbin/containerd" ]]; then
+  GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+  echo "realnode-smoke: building containerd $containerd_version into $cbin" >&2
+  mkdir -p "$cbin"
+  GOBIN=$cbin GOFLAGS=-mod=mod "$GO" install -tags no_btrfs \
+    "github.com/containerd/containerd/v2/cmd/containerd@$containerd_version" \
+    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$containerd_version" \
+    "github.com/containerd/containerd/v2/cmd/ctr@$containerd_version"
+fi
+
+w=$(mktemp -d /tmp/tessera-realnode.XXXXXX)
+export KUBECONFIG=$w/admin.kubeconfig
+kubectl() { "$bin" kubectl "$@"; }
+pids=()
+cleanup() {
+  local rc=$?
+  kubectl delete pod hello --grace-period=0 --force >/dev/null 2>&1 || true
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  sleep 2
+  # The pod's shims outlive containerd: stop them and their containers.
+  pkill -KILL -f "containerd-shim-runc-v2 .*-address $w/" 2>/dev/null || true
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  grep -o " $w/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  # kubelet's QoS cgroups, once empty.
+  find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -empty -exec rmdir {} + 2>/dev/null || true
+  if ((rc != 0)); then
+    echo "realnode-smoke: FAILED; kubelet log tail:" >&2
+    tail -n 30 "$w/kubelet.log" >&2 || true
+  fi
+  if [[ "${SMOKE_KEEP:-0}" == 1 || $rc -ne 0 ]]; then echo "realnode-smoke: kept $w" >&2; else rm -rf "$w"; fi
+}
+trap cleanup EXIT
+wait_for() {  # SECONDS WHAT COMMAND...
+  local limit=$1 what=$2
+  shift 2
+  for _ in $(seq $((limit * 2))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  echo "realnode-smoke: $what did not happen within ${limit}s" >&2
+  return 1
+}
+
+# The image: busybox-static, sleeping as its entrypoint (it is also the pod sandbox's image).
+mkdir -p "$w/rootfs/bin" "$w/rootfs/etc" "$w/rootfs/proc" "$w/rootfs/sys" "$w/rootfs/dev" "$w/cdi"
+cp "$busybox" "$w/rootfs/bin/busybox"
+for c in sh sleep cat echo id; do ln -s busybox "$w/rootfs/bin/$c"; done
+image=tessera.dev/test/busybox:1
+"$bin" oci-image --rootfs "$w/rootfs" --name $image --out "$w/busybox.tar" --entrypoint /bin/sleep,2147483647
+
+cat >"$w/containerd.toml" <<TOML
+version = 3
+root = "$w/containerd/root"
+state = "$w/containerd/state"
+[grpc]
+  address = "$w/containerd.sock"
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ["$w/cdi"]
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+      SystemdCgroup = false
+      BinaryName = "$(command -v runc)"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "$image"
+TOML
+PATH=$cbin:$PATH "$cbin/containerd" --config "$w/containerd.toml" >"$w/containerd.log" 2>&1 &
+pids+=($!)
+wait_for 30 "containerd's socket" test -S "$w/containerd.sock"
+"$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$w/busybox.tar" >/dev/null
+
+"$bin" up --dir "$w/cp" --kubeconfig "$KUBECONFIG" \
+  --apiserver-arg=--kubelet-preferred-address-types=InternalIP >"$w/up.log" 2>&1 &
+pids+=($!)
+wait_for 120 "the control plane" kubectl get --raw /readyz
+
+ip=$(hostname -I | awk '{print $1}')
+cat >"$w/kubelet.yaml" <<YAML
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false
+cgroupDriver: cgroupfs
+failSwapOn: false
+address: 0.0.0.0
+readOnlyPort: 0
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+containerRuntimeEndpoint: unix://$w/containerd.sock
+enforceNodeAllocatable: []
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+YAML
+"$bin" real-kubelet --config "$w/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$w/kubelet" \
+  --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >"$w/kubelet.log" 2>&1 &
+pids+=($!)
+wait_for 60 "node realnode registering" kubectl get node realnode
+kubectl create serviceaccount default >/dev/null
+
+kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: hello, namespace: default}
+spec:
+  nodeName: realnode
+  hostNetwork: true
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  tolerations: [{operator: Exists}]
+  containers:
+  - name: main
+    image: $image
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo hello from a real container; cat /proc/self/cgroup; sleep 3600"]
+YAML
+wait_for 60 "pod hello Running" sh -c "'$bin' kubectl get pod hello -o jsonpath='{.status.phase}' | grep -qx Running"
+uid=$(kubectl get pod hello -o jsonpath='{.metadata.uid}')
+logs=$(kubectl logs hello)
+grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs: $logs" >&2; exit 1; }
+grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
+[[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
+echo "realnode-smoke: OK (pod Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1); logs, exec, cgroup pod$uid)"
