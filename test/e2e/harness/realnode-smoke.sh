@@ -53,7 +53,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   grep -o " $w/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   # kubelet's QoS cgroups, once empty.
-  find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -empty -exec rmdir {} + 2>/dev/null || true
+  find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
   if ((rc != 0)); then
     echo "realnode-smoke: FAILED; kubelet log tail:" >&2
     tail -n 30 "$w/kubelet.log" >&2 || true
