@@ -36,6 +36,8 @@ debian_packages=(
   "libspdlog-dev 1:1.10"
   "libfmt-dev 9.1"
   "valgrind 1:3.19"
+  "runc 1.1"
+  "busybox-static 1:1.35"
   "python3-pip 23"
   "python3-venv 3.11"
 )

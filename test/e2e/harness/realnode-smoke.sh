@@ -40,12 +40,19 @@ if [[ ! -x "$cbin/containerd" ]]; then
 fi
 
 w=$(mktemp -d /tmp/tessera-realnode.XXXXXX)
+uid=""
 export KUBECONFIG=$w/admin.kubeconfig
 kubectl() { "$bin" kubectl "$@"; }
 pids=()
 cleanup() {
   local rc=$?
-  kubectl delete pod hello --grace-period=0 --force >/dev/null 2>&1 || true
+  # kubelet stops the pod's containers (its shims outlive containerd, its processes the shims).
+  kubectl delete pod hello --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  if [[ -n "${uid:-}" ]]; then
+    for procs in /sys/fs/cgroup/*/kubepods*/*pod"$uid"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$uid"*/*/cgroup.procs; do
+      [[ -f "$procs" ]] && xargs -r kill -KILL <"$procs" 2>/dev/null || true
+    done
+  fi
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 2
   # The pod's shims outlive containerd: stop them and their containers.
