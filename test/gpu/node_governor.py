@@ -5,8 +5,9 @@
 On the device tool: here, build the dev preset's tessera-node and tessera-node-host and run
 test/gpu/carry_node.sh (it fills .devrun/node); then one call, carrying .devrun/node and
 third_party/cuda: `cmake --preset gpu && cmake --build build/gpu --target tessera tessera_hook &&
-python3 test/gpu/node_governor.py build/gpu .devrun/node $OUT` (~9 min at the default length; or
-CASES="memory hard30 wc30 pair" and CASES="priority mps bypass" in two calls).
+CASES="memory hard30 wc30 pair" python3 test/gpu/node_governor.py build/gpu .devrun/node $OUT`, and
+a second call with CASES="priority mps bypass" (all cases take ~9 min at the default length, more
+than one call's 10 minutes with the build).
 
 BUILD is the GPU host's build (the `gpu` preset: tessera, libtessera-cuda.so); NODE is the
 folder test/gpu/carry_node.sh made (tessera-node and tessera-node-host with their libraries).
