@@ -38,6 +38,7 @@ debian_packages=(
   "valgrind 1:3.19"
   "runc 1.1"
   "busybox-static 1:1.35"
+  "containernetworking-plugins 1.1"
   "python3-pip 23"
   "python3-venv 3.11"
 )

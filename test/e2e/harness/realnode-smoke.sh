@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # A real node on this machine (issue #24, first step): the harness's control plane
-# (`tessera-testcluster up`), the whole upstream kubelet linked into the same binary
-# (`tessera-testcluster real-kubelet`), containerd 2.x with its runc shim built from their Go
-# modules (CDI enabled), and Debian's runc. An image of busybox-static is written without a
-# container engine (`tessera-testcluster oci-image`) and imported into containerd's store: no
-# registry. Checks that a pod reaches Running, `kubectl logs` and `kubectl exec` work, and the
-# container's cgroup names its pod (kubelet's cgroupfs driver), then removes everything.
+# (`tessera-testcluster up`) and kube-controller-manager, the whole upstream kubelet linked into
+# the same binary (`tessera-testcluster real-kubelet`), containerd 2.x with its runc shim built
+# from their Go modules (CDI enabled), Debian's runc and CNI plugins (a bridge). An image of
+# busybox-static is written without a container engine (`tessera-testcluster oci-image`) and
+# imported into containerd's store: no registry. Checks that the node becomes Ready, that a pod
+# placed by kube-scheduler reaches Running with a pod IP, that `kubectl logs` and `kubectl exec`
+# work, and that the container's cgroup names its pod (kubelet's cgroupfs driver); then removes
+# everything.
 #
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
-#   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc
-#   (apt-get install runc) and busybox-static; builds containerd into $CONTAINERD_BIN (default
+#   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc, busybox-static
+#   and containernetworking-plugins (hack/install-deps.sh); builds containerd into $CONTAINERD_BIN (default
 #   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder.
 #
 # What it takes on a cgroup v1 host, root without CAP_SYS_RESOURCE (docs/design/0009): kubelet
 # failCgroupV1: false, cgroupfs, failSwapOn: false; containerd restrict_oom_score_adj, enable_cdi,
-# SystemdCgroup = false; the API server's --kubelet-preferred-address-types=InternalIP; a host
-# network pod (no CNI: the node stays NotReady), a `default` ServiceAccount made by hand (no
-# kube-controller-manager yet), `nodeName` set and every taint tolerated.
+# SystemdCgroup = false; the API server's --kubelet-preferred-address-types=InternalIP; a CNI
+# config (without one the node stays NotReady); kube-controller-manager (the default
+# ServiceAccount, the node's not-ready taint lifted).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -41,6 +43,7 @@ fi
 
 w=$(mktemp -d /tmp/tessera-realnode.XXXXXX)
 uid=""
+bridge=""
 export KUBECONFIG=$w/admin.kubeconfig
 kubectl() { "$bin" kubectl "$@"; }
 pids=()
@@ -59,6 +62,7 @@ cleanup() {
   pkill -KILL -f "containerd-shim-runc-v2 .*-address $w/" 2>/dev/null || true
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   grep -o " $w/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+  ip link delete "$bridge" 2>/dev/null || true
   # kubelet's QoS cgroups, once empty.
   find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
   if ((rc != 0)); then
@@ -77,7 +81,16 @@ wait_for() {  # SECONDS WHAT COMMAND...
 }
 
 # The image: busybox-static, sleeping as its entrypoint (it is also the pod sandbox's image).
-mkdir -p "$w/rootfs/bin" "$w/rootfs/etc" "$w/rootfs/proc" "$w/rootfs/sys" "$w/rootfs/dev" "$w/cdi"
+[[ -x /usr/lib/cni/bridge ]] || { echo "realnode-smoke: no CNI plugins (apt-get install containernetworking-plugins)" >&2; exit 1; }
+mkdir -p "$w/rootfs/bin" "$w/rootfs/etc" "$w/rootfs/proc" "$w/rootfs/sys" "$w/rootfs/dev" "$w/cdi" "$w/cni"
+# A bridge of its own per run (named after the folder), addresses from a documentation range.
+bridge=tsr$(basename "$w" | tail -c 7 | tr -dc 'a-zA-Z0-9')
+cat >"$w/cni/10-tessera.conflist" <<JSON
+{"cniVersion": "1.0.0", "name": "tessera-realnode", "plugins": [
+  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false,
+   "ipam": {"type": "host-local", "dataDir": "$w/cni-ipam", "ranges": [[{"subnet": "198.51.100.0/24"}]]}},
+  {"type": "loopback"}]}
+JSON
 cp "$busybox" "$w/rootfs/bin/busybox"
 for c in sh sleep cat echo id; do ln -s busybox "$w/rootfs/bin/$c"; done
 image=tessera.dev/test/busybox:1
@@ -93,6 +106,9 @@ state = "$w/containerd/state"
   enable_cdi = true
   cdi_spec_dirs = ["$w/cdi"]
   restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$w/cni"
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
@@ -110,6 +126,10 @@ wait_for 30 "containerd's socket" test -S "$w/containerd.sock"
   --apiserver-arg=--kubelet-preferred-address-types=InternalIP >"$w/up.log" 2>&1 &
 pids+=($!)
 wait_for 120 "the control plane" kubectl get --raw /readyz
+"$bin" kube-controller-manager --kubeconfig "$KUBECONFIG" --leader-elect=false \
+  --service-account-private-key-file "$w/cp/pki/sa.key" --root-ca-file "$w/cp/pki/ca.crt" \
+  --secure-port=0 >"$w/kcm.log" 2>&1 &
+pids+=($!)
 
 ip=$(hostname -I | awk '{print $1}')
 cat >"$w/kubelet.yaml" <<YAML
@@ -132,18 +152,16 @@ YAML
   --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >"$w/kubelet.log" 2>&1 &
 pids+=($!)
 wait_for 60 "node realnode registering" kubectl get node realnode
-kubectl create serviceaccount default >/dev/null
+wait_for 90 "node realnode Ready" sh -c "'$bin' kubectl get node realnode -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+wait_for 60 "the default ServiceAccount (kube-controller-manager)" kubectl get serviceaccount default
 
 kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: hello, namespace: default}
 spec:
-  nodeName: realnode
-  hostNetwork: true
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 0
-  tolerations: [{operator: Exists}]
   containers:
   - name: main
     image: $image
@@ -152,8 +170,10 @@ spec:
 YAML
 wait_for 60 "pod hello Running" sh -c "'$bin' kubectl get pod hello -o jsonpath='{.status.phase}' | grep -qx Running"
 uid=$(kubectl get pod hello -o jsonpath='{.metadata.uid}')
+pod_ip=$(kubectl get pod hello -o jsonpath='{.status.podIP}')
+[[ "$pod_ip" == 198.51.100.* ]] || { echo "realnode-smoke: pod IP \"$pod_ip\" is not from the CNI bridge" >&2; exit 1; }
 logs=$(kubectl logs hello)
 grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs: $logs" >&2; exit 1; }
 grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
 [[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
-echo "realnode-smoke: OK (pod Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1); logs, exec, cgroup pod$uid)"
+echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
