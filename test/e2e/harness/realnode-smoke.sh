@@ -12,7 +12,9 @@
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
 #   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc, busybox-static
 #   and containernetworking-plugins (hack/install-deps.sh); builds containerd into $CONTAINERD_BIN (default
-#   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder.
+#   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder;
+#   REALNODE_HOLD=1 keeps the node running after the checks (the kubeconfig and containerd's
+#   socket are printed) until SIGTERM or SIGINT, then cleans up as usual.
 #
 # What it takes on a cgroup v1 host, root without CAP_SYS_RESOURCE (docs/design/0009): kubelet
 # failCgroupV1: false, cgroupfs, failSwapOn: false; containerd restrict_oom_score_adj, enable_cdi,
@@ -176,4 +178,9 @@ logs=$(kubectl logs hello)
 grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs: $logs" >&2; exit 1; }
 grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
 [[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
+if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
+  echo "realnode-smoke: holding; KUBECONFIG=$KUBECONFIG, containerd at $w/containerd.sock (ctr: $cbin/ctr)" >&2
+  trap 'exit 0' TERM INT
+  while :; do sleep 1; done
+fi
 echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
