@@ -178,9 +178,9 @@ logs=$(kubectl logs hello)
 grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs: $logs" >&2; exit 1; }
 grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
 [[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
+echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
   echo "realnode-smoke: holding; KUBECONFIG=$KUBECONFIG, containerd at $w/containerd.sock (ctr: $cbin/ctr)" >&2
   trap 'exit 0' TERM INT
   while :; do sleep 1; done
 fi
-echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
