@@ -44,6 +44,10 @@ if [[ ! -x "$cbin/containerd" ]]; then
 fi
 
 w=$(mktemp -d /tmp/tessera-realnode.XXXXXX)
+# kubelet's device-plugin folder is fixed at /var/lib/kubelet/device-plugins whatever --root-dir
+# says; where this run makes it, it removes it (tessera-node serves its plugin wherever it exists).
+made_var_lib_kubelet=0
+[[ -e /var/lib/kubelet ]] || made_var_lib_kubelet=1
 uid=""
 bridge=""
 export KUBECONFIG=$w/admin.kubeconfig
@@ -65,6 +69,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   grep -o " $w/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   ip link delete "$bridge" 2>/dev/null || true
+  ((made_var_lib_kubelet)) && rm -rf /var/lib/kubelet
   # kubelet's QoS cgroups, once empty.
   find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
   if ((rc != 0)); then
