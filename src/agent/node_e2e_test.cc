@@ -73,23 +73,13 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
 
   const std::string xid_file = (*cluster)->dir() + "/xid";
   e2e::ChildOptions options;
-  options.argv = {TESSERA_NODE_BINARY,
-                  "--node-name",
-                  name,
-                  "--kubeconfig",
-                  (*cluster)->kubeconfig(),
-                  "--interval-s",
-                  "1",
-                  "--gpus",
-                  "0,1,2",
-                  "--log-level",
+  options.argv = {TESSERA_NODE_BINARY, "--node-name", name, "--kubeconfig",
+                  (*cluster)->kubeconfig(), "--interval-s", "1", "--gpus", "0,1,2", "--log-level",
                   "debug",
                   // No kubelet here: a device-plugin folder that does not exist, whatever the
                   // host has at kubelet's fixed path (a real node on the same machine makes it).
-                  "--device-plugin-dir",
-                  (*cluster)->dir() + "/no-kubelet/device-plugins",
-                  "--state-dir",
-                  (*cluster)->dir() + "/state"};
+                  "--device-plugin-dir", (*cluster)->dir() + "/no-kubelet/device-plugins",
+                  "--state-dir", (*cluster)->dir() + "/state"};
   options.log_path = (*cluster)->dir() + "/tessera-node.log";
   options.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_NVML_DIR},
                  {"TESSERA_FAKE_GPUS", "4"},
