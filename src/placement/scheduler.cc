@@ -138,9 +138,8 @@ Scheduler::ClassFit Scheduler::MakeClassFit(std::uint32_t node) const {
   fit.model = cluster_->node_model(node);
   fit.cordoned = cluster_->node(node).cordoned;
   fit.top_milli.fill(-1);
-  std::vector<std::int32_t> milli = s.free_milli;
-  std::sort(milli.begin(), milli.end(), std::greater<>());
-  std::copy_n(milli.begin(), std::min(milli.size(), kFitGpus), fit.top_milli.begin());
+  std::partial_sort_copy(s.free_milli.begin(), s.free_milli.end(), fit.top_milli.begin(),
+                         fit.top_milli.end(), std::greater<>());
   return fit;
 }
 

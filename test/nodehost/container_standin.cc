@@ -14,6 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/file.h"
+#include "tessera/text.h"
+
 namespace tessera::nodehost {
 namespace {
 
@@ -73,8 +76,8 @@ StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qua
   for (const auto& entry : fs::directory_iterator(cdi_dir, ec)) {
     if (entry.path().extension() != ".json") continue;
     const std::string file = entry.path().string();
-    std::ifstream in(file);
-    const json spec = json::parse(in, nullptr, false);
+    TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(file));
+    const json spec = json::parse(text, nullptr, false);
     if (!spec.is_object()) return InvalidArgumentError(file + ": not a JSON object");
     if (!spec.contains("kind") || !spec["kind"].is_string()) {
       return InvalidArgumentError(file + ": kind: expected a string (vendor/class)");
@@ -109,11 +112,12 @@ StatusOr<CdiEdits> ReadCdiEdits(const std::string& cdi_dir, std::string_view qua
 
 std::vector<std::string> CgroupFolders(std::string_view relative) {
   const fs::path root(kCgroupRoot);
-  std::ifstream self("/proc/self/cgroup");
+  const std::string self = ReadFile("/proc/self/cgroup").value_or("");
   std::vector<std::string> out;
   std::error_code ec;
   const bool unified = fs::exists(root / "cgroup.controllers", ec);
-  for (std::string line; std::getline(self, line);) {
+  std::istringstream lines(self);
+  for (std::string line; std::getline(lines, line);) {
     // "ID:CONTROLLERS:PATH"; v2's one line is "0::PATH".
     const std::size_t a = line.find(':');
     const std::size_t b = a == std::string::npos ? a : line.find(':', a + 1);
@@ -238,10 +242,10 @@ void KillAndRemoveCgroup(const std::string& folder) {
     return;
   }
   for (int round = 0; round < 50; ++round) {
-    std::ifstream procs(folder + "/cgroup.procs");
     bool any = false;
-    for (long pid = 0; procs >> pid;) {
-      if (pid > 1) kill(static_cast<pid_t>(pid), SIGKILL);
+    for (std::string_view pid : SplitWords(ReadFile(folder + "/cgroup.procs").value_or(""))) {
+      const long n = std::strtol(std::string(pid).c_str(), nullptr, 10);
+      if (n > 1) kill(static_cast<pid_t>(n), SIGKILL);
       any = true;
     }
     if (!any) break;

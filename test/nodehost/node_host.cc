@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <random>
 #include <set>
+#include <sstream>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -21,6 +22,7 @@
 #include <httplib.h>
 
 #include "tessera/exec_args.h"
+#include "tessera/file.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/subprocess.h"
@@ -270,14 +272,6 @@ void ServeApi(httplib::Server& http, ApiState& state, const std::string& node_na
 
 // ---- helpers ----
 
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.flush();
-  if (!out) return UnavailableError("cannot write " + path);
-  return Status::Ok();
-}
-
 std::string RandomUid() {
   std::random_device rd;
   std::mt19937_64 rng((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
@@ -377,8 +371,8 @@ Status Run::Lock() {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   // What a killed run left on the host.
-  std::ifstream stale(kCreatedFile);
   std::vector<std::string> left;
+  std::istringstream stale(ReadFile(kCreatedFile).value_or(""));
   for (std::string line; std::getline(stale, line);) {
     if (!line.empty()) left.push_back(line);
   }
@@ -611,7 +605,8 @@ StatusOr<json> Run::Play() {
   TESSERA_ASSIGN_OR_RETURN(const contract::Signer signer, contract::Signer::FromPem(pem));
   TESSERA_ASSIGN_OR_RETURN(const std::string forged_pem, contract::GenerateSigningKeyPem());
   TESSERA_ASSIGN_OR_RETURN(const contract::Signer forger, contract::Signer::FromPem(forged_pem));
-  TESSERA_RETURN_IF_ERROR(WriteText(Dir("keys/") + kKeyId + ".pem", signer.PublicKeyPem()));
+  TESSERA_RETURN_IF_ERROR(
+      agent::WriteFileAtomically(Dir("keys/") + kKeyId + ".pem", signer.PublicKeyPem(), 0644));
 
   state_.node = {
       {"apiVersion", "v1"},
@@ -622,14 +617,15 @@ StatusOr<json> Run::Play() {
   api_ = std::make_unique<k8s::testing::FakeApiServer>();
   ServeApi(api_->http(), state_, scenario_.node);
   TESSERA_RETURN_IF_ERROR(api_->Start());
-  TESSERA_RETURN_IF_ERROR(WriteText(
+  TESSERA_RETURN_IF_ERROR(agent::WriteFileAtomically(
       Dir("kubeconfig"),
       "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
       "clusters: [{name: c, cluster: {server: '" +
           api_->url() +
           "'}}]\n"
           "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: "
-          "u}}]\n"));
+          "u}}]\n",
+      0600));
   TESSERA_ASSIGN_OR_RETURN(kubelet_,
                            KubeletStandin::Start({Dir("plugins"), Dir("pod-resources.sock"),
                                                   std::string(names::kResourceGpuSlot)}));
@@ -672,7 +668,7 @@ StatusOr<json> Run::Play() {
   // What tessera-node exported, then stop it.
   httplib::Client metrics("127.0.0.1", metrics_port_);
   if (auto res = metrics.Get("/metrics"); res && res->status == 200) {
-    (void)WriteText(Dir("logs/metrics.txt"), res->body);
+    (void)agent::WriteFileAtomically(Dir("logs/metrics.txt"), res->body, 0644);
   }
   CleanUp();
   std::lock_guard<std::mutex> lock(state_.mu);
@@ -793,13 +789,12 @@ int NodeHostMain(int argc, char** argv) {
   std::error_code ec;
   if (o.self.empty()) o.self = fs::read_symlink("/proc/self/exe", ec).string();
   o.dir = fs::absolute(o.dir, ec).string();
-  std::ifstream in(scenario_path);
-  if (!in) {
-    std::fprintf(stderr, "tessera-node-host: --scenario %s: cannot be read\n",
-                 scenario_path.c_str());
+  const StatusOr<std::string> text = ReadFile(scenario_path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "tessera-node-host: --scenario: %s\n", text.status().message().c_str());
     return 2;
   }
-  const json doc = json::parse(in, nullptr, false);
+  const json doc = json::parse(*text, nullptr, false);
   if (doc.is_discarded()) {
     std::fprintf(stderr, "tessera-node-host: --scenario %s: not JSON\n", scenario_path.c_str());
     return 2;
