@@ -1,10 +1,13 @@
 #include "agent/local_gpu.h"
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <dlfcn.h>
+#include <map>
 #include <signal.h>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -128,6 +131,83 @@ bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
 }
 
 }  // namespace
+
+std::map<std::string, std::uint32_t> ProbeSmCounts() {
+  std::map<std::string, std::uint32_t> out;
+  int fds[2];
+  if (pipe(fds) != 0) return out;
+  const pid_t child = fork();
+  if (child < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return out;
+  }
+  if (child == 0) {
+    close(fds[0]);
+    std::string lines;
+    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
+    auto count = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
+    auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
+    auto uuid = cuda ? Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2") : nullptr;
+    auto attribute =
+        cuda ? Sym<decltype(&cuDeviceGetAttribute)>(cuda, "cuDeviceGetAttribute") : nullptr;
+    int n = 0;
+    if (init != nullptr && count != nullptr && get != nullptr && uuid != nullptr &&
+        attribute != nullptr && init(0) == CUDA_SUCCESS && count(&n) == CUDA_SUCCESS) {
+      for (int i = 0; i < n; ++i) {
+        CUdevice device = 0;
+        CUuuid id{};
+        int sms = 0;
+        if (get(&device, i) != CUDA_SUCCESS || uuid(&id, device) != CUDA_SUCCESS ||
+            attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS ||
+            sms <= 0) {
+          continue;
+        }
+        lines += FormatGpuUuid(reinterpret_cast<const unsigned char*>(id.bytes)) + " " +
+                 std::to_string(sms) + "\n";
+      }
+    }
+    std::size_t done = 0;
+    while (done < lines.size()) {
+      const ssize_t put = write(fds[1], lines.data() + done, lines.size() - done);
+      if (put < 0 && errno == EINTR) continue;
+      if (put <= 0) _exit(1);
+      done += static_cast<std::size_t>(put);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string text;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t got = read(fds[0], buffer, sizeof(buffer));
+    if (got > 0) {
+      text.append(buffer, static_cast<std::size_t>(got));
+    } else if (got == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  close(fds[0]);
+  (void)Wait(child);
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + start, end - start);
+    start = end + 1;
+    const std::size_t space = line.find(' ');
+    std::uint32_t sms = 0;
+    if (space == std::string_view::npos ||
+        std::from_chars(line.data() + space + 1, line.data() + line.size(), sms).ec !=
+            std::errc() ||
+        sms == 0) {
+      continue;
+    }
+    out[std::string(line.substr(0, space))] = sms;
+  }
+  return out;
+}
 
 StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context) {
   int reply_pipe[2], go_pipe[2];

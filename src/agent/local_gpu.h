@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "tessera/status.h"
@@ -26,5 +27,12 @@ struct LocalGpu {
 
 // `selector`: empty (device 0), a CUDA index ("1") or a UUID ("GPU-…").
 StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context);
+
+// SM counts by GPU UUID from the CUDA driver, asked in a child that exits (empty when the driver
+// cannot say). For GPUs whose NVML has no multiprocessor count (nvmlDeviceGetAttributes is for MIG
+// devices on many drivers). Never in the calling process: a process that has called cuInit cannot
+// fork a child that uses CUDA (the H200's driver answered CUDA_ERROR_NOT_INITIALIZED when
+// tessera-node counted SMs itself and then probed the context size in a forked child).
+std::map<std::string, std::uint32_t> ProbeSmCounts();
 
 }  // namespace tessera::agent

@@ -10,11 +10,11 @@
 #include <map>
 #include <string_view>
 
-#include <cuda.h>
-
 #include "tessera/file.h"
 #include "tessera/log.h"
 #include "tessera/nvml_api.h"
+
+#include "agent/local_gpu.h"
 
 namespace tessera::agent {
 
@@ -113,44 +113,6 @@ int SysfsNumaNode(const char* bus_id) {
   while (begin < end && *begin == ' ') ++begin;
   if (std::from_chars(begin, end, node).ec != std::errc()) return -1;
   return node;
-}
-
-// SM counts by GPU UUID from the CUDA driver (cuInit creates no context), for GPUs whose NVML
-// has no multiprocessor count (nvmlDeviceGetAttributes is for MIG devices on many drivers).
-std::map<std::string, std::uint32_t> CudaSmCounts() {
-  std::map<std::string, std::uint32_t> out;
-  // Never unloaded: a driver that was cuInit'ed stays (and so do its threads and globals).
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-  if (cuda == nullptr) return out;
-  auto init = reinterpret_cast<decltype(&::cuInit)>(dlsym(cuda, "cuInit"));
-  auto count = reinterpret_cast<decltype(&::cuDeviceGetCount)>(dlsym(cuda, "cuDeviceGetCount"));
-  auto get = reinterpret_cast<decltype(&::cuDeviceGet)>(dlsym(cuda, "cuDeviceGet"));
-  auto uuid = reinterpret_cast<decltype(&::cuDeviceGetUuid_v2)>(dlsym(cuda, "cuDeviceGetUuid_v2"));
-  auto attribute =
-      reinterpret_cast<decltype(&::cuDeviceGetAttribute)>(dlsym(cuda, "cuDeviceGetAttribute"));
-  int n = 0;
-  if (init != nullptr && count != nullptr && get != nullptr && uuid != nullptr &&
-      attribute != nullptr && init(0) == CUDA_SUCCESS && count(&n) == CUDA_SUCCESS) {
-    for (int i = 0; i < n; ++i) {
-      CUdevice device = 0;
-      CUuuid id{};
-      int sms = 0;
-      if (get(&device, i) != CUDA_SUCCESS || uuid(&id, device) != CUDA_SUCCESS ||
-          attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS ||
-          sms <= 0) {
-        continue;
-      }
-      const auto* bytes = reinterpret_cast<const unsigned char*>(id.bytes);
-      char text[64];
-      std::snprintf(text, sizeof(text),
-                    "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                    bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
-                    bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14],
-                    bytes[15]);
-      out[text] = static_cast<std::uint32_t>(sms);
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -390,7 +352,7 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
   bool missing = false;
   for (const GpuFacts& g : gpus) missing = missing || g.sm_count == 0;
   if (missing) {
-    const std::map<std::string, std::uint32_t> sms = CudaSmCounts();
+    const std::map<std::string, std::uint32_t> sms = ProbeSmCounts();
     for (GpuFacts& g : gpus) {
       if (auto it = sms.find(g.uuid); g.sm_count == 0 && it != sms.end()) g.sm_count = it->second;
     }

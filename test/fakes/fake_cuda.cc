@@ -218,6 +218,16 @@ CUresult Behave(Args...) {
   return CUDA_SUCCESS;
 }
 
+// cuInit in a child forked from a process that had called it fails as the real driver's does (the
+// H200's 580 driver answered CUDA_ERROR_NOT_INITIALIZED): a daemon that initialises CUDA itself
+// cannot probe the GPU in a forked child.
+std::atomic<pid_t> g_initialised_by{0};
+template <>
+CUresult Behave<CudaHook::cuInit>(unsigned int) {
+  pid_t expected = 0;
+  if (g_initialised_by.compare_exchange_strong(expected, getpid())) return CUDA_SUCCESS;
+  return expected == getpid() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
 template <>
 CUresult Behave<CudaHook::cuDriverGetVersion>(int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;

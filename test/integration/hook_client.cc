@@ -177,6 +177,26 @@ std::uint64_t AllocUntilRefused(const Api& api, const char* which, std::uint64_t
 int Run(const Api& api, int argc, char** argv) {
   const std::string scenario = argc > 0 ? argv[0] : "";
   const int dev = std::getenv("CLIENT_DEVICE") ? std::atoi(std::getenv("CLIENT_DEVICE")) : 0;
+  // fork BYTES: the child (forked before the parent used CUDA: a driver cannot be used in a
+  // child of a process that initialised it) allocates in its own slot and dies holding it
+  if (scenario == "fork") {
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      CUresult cr = Context(api, dev);
+      CUdeviceptr q = 0;
+      if (cr == CUDA_SUCCESS) cr = api.alloc(&q, std::strtoull(argv[1], nullptr, 10));
+      std::printf("child_alloc=%d\n", cr);
+      std::fflush(stdout);
+      _exit(0);
+    }
+    waitpid(child, nullptr, 0);
+    CUdeviceptr q = 0;
+    CUresult cr = Context(api, dev);
+    if (cr == CUDA_SUCCESS) cr = api.alloc(&q, std::strtoull(argv[1], nullptr, 10));
+    std::printf("parent_alloc_after_child=%d\n", cr);
+    return 0;
+  }
   CUresult r = Context(api, dev);
   std::printf("context_result=%d\n", r);
   if (r != CUDA_SUCCESS) return 0;
@@ -508,25 +528,6 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("launch_ptsz=%d\n",
                 api.launch_ptsz(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
     std::printf("memcpy_ptds=%d\n", api.memcpy_ptds(0, nullptr, 0));
-    return 0;
-  }
-  if (scenario == "fork") {  // fork: the child allocates in its own slot
-    CUdeviceptr p = 0;
-    std::printf("parent_alloc=%d\n", api.alloc(&p, std::strtoull(argv[1], nullptr, 10)));
-    std::fflush(stdout);
-    const pid_t child = fork();
-    if (child == 0) {
-      CUresult cr = Context(api, dev);
-      CUdeviceptr q = 0;
-      if (cr == CUDA_SUCCESS) cr = api.alloc(&q, std::strtoull(argv[1], nullptr, 10));
-      std::printf("child_alloc=%d\n", cr);
-      std::fflush(stdout);
-      _exit(0);
-    }
-    waitpid(child, nullptr, 0);
-    CUdeviceptr q = 0;
-    std::printf("parent_alloc_after_child=%d\n",
-                api.alloc(&q, std::strtoull(argv[1], nullptr, 10)));
     return 0;
   }
   if (scenario == "fork-threads") {  // fork-threads N: fork while another thread allocates
