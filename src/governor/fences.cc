@@ -240,7 +240,7 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
   }
   const double open_work = s.open_estimate_ns + s.open_unknown * Estimate(s);
   if (s.open_probe || OneLaunch(depth_ns) ||
-      open_work >= static_cast<double>(options_.quantum_ns) ||
+      open_work >= static_cast<double>(std::min(options_.quantum_ns, depth_ns)) ||
       s.open_launches >= options_.max_segment_launches) {
     Close(s, now_ns);
   }

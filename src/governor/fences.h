@@ -73,18 +73,20 @@ class EventApi {
 };
 
 // Every event record, stream wait and query is a driver call that costs about as much as a
-// launch (on the H200 host ~4.4 us: issue #21's stats), so the defaults keep them to a few per
-// cent of a launch-bound loop's launches: a segment of up to 256 launches takes two records, a
-// probe four calls.
+// launch (on the H200 host ~4.4 us: issue #21's stats), so the defaults keep them to about one
+// per cent of a launch-bound loop's launches: a segment of up to 512 launches takes one or two
+// records, a probe four calls. A segment also ends once its estimated work reaches the depth the
+// arbiter allows in flight, when that is less than the quantum (AfterLaunch), so a small depth
+// is kept whatever the quantum.
 struct FenceOptions {
-  std::uint64_t quantum_ns = 200'000;  // estimated work per segment
-  std::uint32_t max_segment_launches = 256;
+  std::uint64_t quantum_ns = 400'000;  // estimated work per segment
+  std::uint32_t max_segment_launches = 512;
   std::uint32_t probe_period = 32;  // after its first two, one launch of a kind in this many ...
   std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
   // ... and, on one stream, no sooner than this after its previous probe (host clock): at one a
   // millisecond, probes alone cost a loop of microsecond kernels ~1.3 % of its throughput on
-  // the H200 host.
-  std::uint64_t min_probe_gap_ns = 4'000'000;
+  // the H200 host; at one per 10 ms, ~0.1 %.
+  std::uint64_t min_probe_gap_ns = 10'000'000;
 };
 
 // A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).
@@ -119,6 +121,10 @@ class FenceTracker {
   // `depth_ns`: the depth the launch went under; at one launch (OverDepth) its segment is fenced
   // at once, so that the next launch waits for exactly this one.
   void AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns = ~0ULL);
+  // Whether the launch BeforeLaunch just prepared on `stream` is a probe: only a probe's
+  // AfterLaunch needs the time after the launch was submitted (an inexact probe's gap); any
+  // other may be given the time before it, which saves a clock reading a launch.
+  bool LaunchIsProbe(void* stream) { return StreamFor(stream).next_is_probe; }
   // Closes the open segment of one stream / of every stream (before something waits on them),
   // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
   // segment is dropped unmeasured.

@@ -83,7 +83,7 @@ TEST(FenceTracker, MeasuresBusyTimeNotIdleTime) {
   }
   EXPECT_EQ(busy, 2 * 40 * 50'000u);
   EXPECT_FALSE(t.HasWork());
-  // Sparse once the estimate is learned: a start event, then a fence per quantum (200 us = 4
+  // Sparse once the estimate is learned: a start event, then a fence per quantum (400 us = 8
   // kernels), not one per launch; a probe (one launch in 32 at random) costs two more.
   EXPECT_LE(gpu.records - records_before, 1 + 10 + 2 * 4);
 }
@@ -121,6 +121,26 @@ TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
   // Fenced late, after an idle gap: the gap is not counted.
   gpu.now += 1'000'000;
   EXPECT_EQ(t.Poll(), 10'000u);
+}
+
+// A segment holds no more estimated work than the depth the launch went under, when that is
+// below the quantum: a class held to a small depth (beside a latency-critical tenant) keeps it.
+TEST(FenceTracker, ASegmentEndsAtTheDepthWhenThatIsBelowTheQuantum) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no quantum, no random probes
+  LaunchOn(t, gpu, 30'000);  // learn the kind's 30 us (its first two launches are probes)
+  LaunchOn(t, gpu, 30'000);
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 60'000u);
+  constexpr std::uint64_t kDepthNs = 100'000;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_FALSE(t.HasFenced()) << "fenced after " << i << " launches of 30 us";
+    ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, 0));
+    gpu.Launch(30'000);
+    t.AfterLaunch(kStream, gpu.now, kDepthNs);
+  }
+  EXPECT_TRUE(t.HasFenced());  // 120 us >= the depth's 100 us
+  EXPECT_EQ(Drain(t, gpu), 120'000u);
 }
 
 // An open segment on a stream that may not be recorded into (a capture began) is dropped, not
@@ -305,7 +325,7 @@ TEST(FenceTracker, ProbesMeasureTheKernelNotItsSubmission) {
 TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
   for (const std::uint64_t offset : {std::uint64_t{2'300}, std::uint64_t{0}}) {
     LatencyGpu gpu(4'000, 1'000, /*gate=*/true, /*event_ns=*/1'250, /*setup_ns=*/1'050);
-    FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 9});
+    FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 9, /*min_probe_gap_ns=*/4'000'000});
     t.SetProbeOffsetNs(offset);
     std::uint64_t busy = 0;
     for (int i = 0; i < 20'000; ++i) {
@@ -331,9 +351,9 @@ TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
 TEST(FenceTracker, ProbesAreAtMostOnePerGapPerStream) {
   OneStreamGpu gpu;
   FenceOptions options{200'000, 64, 4, 3};
-  ASSERT_EQ(options.min_probe_gap_ns, 4'000'000u);  // the default
+  ASSERT_EQ(options.min_probe_gap_ns, 10'000'000u);  // the default
   FenceTracker t(&gpu, options);
-  for (int i = 0; i < 100'000; ++i) {  // 600 ms of launches: 150 gaps of 4 ms
+  for (int i = 0; i < 100'000; ++i) {  // 600 ms of launches: 60 gaps of 10 ms
     LaunchOn(t, gpu, 1'000, 1);
     gpu.now += 6'000;
     if (i % 256 == 255) t.FenceAll(gpu.now);
@@ -341,8 +361,8 @@ TEST(FenceTracker, ProbesAreAtMostOnePerGapPerStream) {
   }
   Drain(t, gpu);
   const FenceTracker::Stats& s = t.stats();
-  EXPECT_LE(s.probes_exact + s.probes_inexact, 150u + 2u);
-  EXPECT_GE(s.probes_exact + s.probes_inexact, 75u);  // still plenty to estimate from
+  EXPECT_LE(s.probes_exact + s.probes_inexact, 60u + 2u);
+  EXPECT_GE(s.probes_exact + s.probes_inexact, 30u);  // still plenty to estimate from
   EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
 }
 

@@ -563,7 +563,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   // the share ran out, a higher class arrived): then wait at it again. The depth wait is
   // bounded: work that never completes (a kernel waiting for a later launch, a persistent
   // kernel) must not hang the application's next launch.
-  // Clock readings: `now` is read again only after a wait, and once after the launch.
+  // Clock readings: `now` is read again only after a wait, and after the launch of a probe.
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
   std::uint64_t depth_ns = kDefaultDepthNs;
   DeviceGovernor* device = nullptr;
@@ -624,10 +624,13 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   void* stream_key = StreamKey(stream, per_thread);
   const std::uint64_t before_fences = g_stats_enabled ? now : 0;
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
+  const bool probe = measured && d.tracker.LaunchIsProbe(stream_key);
   const std::uint64_t before_real = g_stats_enabled ? NowNs() : 0;
   const CUresult r = launch();
-  now = NowNs();
-  const std::uint64_t after_real = now;
+  // One clock reading a launch (before it) but for a probe, whose AfterLaunch needs the time
+  // its launch was submitted; the others' fences and stamps are a launch's submission early.
+  const std::uint64_t after_real = g_stats_enabled ? NowNs() : 0;
+  if (probe) now = g_stats_enabled ? after_real : NowNs();
   if (measured) {
     if (r == CUDA_SUCCESS) {
       d.tracker.AfterLaunch(stream_key, now, depth_ns);
@@ -648,7 +651,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   if (g_stats_enabled) {
     GovernorStats& st = g_governor_stats;
     st.launches.fetch_add(1, std::memory_order_relaxed);
-    st.total_ns.fetch_add(now - entered, std::memory_order_relaxed);
+    st.total_ns.fetch_add(now_after_fences - entered, std::memory_order_relaxed);
     st.real_ns.fetch_add(after_real - before_real, std::memory_order_relaxed);
     st.gate_ns.fetch_add(gate_ns, std::memory_order_relaxed);
     st.depth_ns.fetch_add(depth_wait_ns, std::memory_order_relaxed);
