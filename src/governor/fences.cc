@@ -231,6 +231,19 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
                          EventApi::State::kPending;
     s.open_probe_gap_ns = s.open_exact || now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
   }
+  if (!s.open_probe) {
+    if (s.open_launches == 0) {
+      s.open_first_ns = now_ns;
+      if (s.open_submissions.capacity() == 0 && !spare_submissions_.empty()) {
+        s.open_submissions.swap(spare_submissions_.back());
+        spare_submissions_.pop_back();
+      }
+    }
+    const std::uint64_t after = now_ns > s.open_first_ns ? now_ns - s.open_first_ns : 0;
+    s.open_submissions.push_back(
+        Submission{static_cast<std::uint32_t>(std::min<std::uint64_t>(after, UINT32_MAX)),
+                   static_cast<std::uint32_t>(std::min(s.next_estimate_ns, 4.0e9))});
+  }
   ++s.open_launches;
   s.last_launch_ns = now_ns;
   if (s.next_estimate_ns > 0) {
@@ -269,9 +282,10 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
-                               s.last_launch_ns});
+                               s.last_launch_ns, s.open_first_ns, std::move(s.open_submissions)});
     SetTail(s, end);
   }
+  s.open_submissions.clear();
   ReleaseHold(s);
   s.open_begin = -1;
   s.open_launches = 0;
@@ -283,6 +297,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
 }
 
 void FenceTracker::Drop(Stream& s) {
+  s.open_submissions.clear();
   ReleaseHold(s);
   Unref(s.open_begin);
   s.open_begin = -1;
@@ -396,6 +411,48 @@ std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uin
   return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
 }
 
+void FenceTracker::LaySubmissions(const Segment& seg, std::uint64_t begin_ns, std::uint64_t end_ns,
+                                  std::uint64_t charge_ns, double fallback_estimate_ns,
+                                  std::vector<Span>* out) {
+  const std::size_t n = seg.submissions.size();
+  double weights = 0;
+  for (const Submission& sub : seg.submissions) {
+    weights += sub.estimate_ns > 0 ? sub.estimate_ns : std::max(fallback_estimate_ns, 1.0);
+  }
+  // Forward: each launch at its submission, or after its predecessor; then backward so that the
+  // last ends by end_ns, and forward again so that the first starts at begin_ns or later (the
+  // charge fits: it is at most the span).
+  std::vector<double> starts(n), lengths(n);
+  double cursor = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Submission& sub = seg.submissions[i];
+    const double weight =
+        sub.estimate_ns > 0 ? sub.estimate_ns : std::max(fallback_estimate_ns, 1.0);
+    lengths[i] = static_cast<double>(charge_ns) * weight / weights;
+    starts[i] = std::max(static_cast<double>(seg.first_launch_ns + sub.after_first_ns), cursor);
+    cursor = starts[i] + lengths[i];
+  }
+  double limit = static_cast<double>(end_ns);
+  for (std::size_t i = n; i-- > 0;) {
+    starts[i] = std::min(starts[i] + lengths[i], limit) - lengths[i];
+    limit = starts[i];
+  }
+  cursor = static_cast<double>(begin_ns);
+  const std::size_t first_out = out->size();
+  for (std::size_t i = 0; i < n; ++i) {
+    starts[i] = std::max(starts[i], cursor);
+    cursor = starts[i] + lengths[i];
+    const auto b = static_cast<std::uint64_t>(starts[i]);
+    const auto e = std::min(static_cast<std::uint64_t>(cursor), end_ns);
+    if (e <= b) continue;
+    if (out->size() > first_out && out->back().end_ns >= b) {  // touching: one span
+      out->back().end_ns = std::max(out->back().end_ns, e);
+    } else {
+      out->push_back(Span{b, e});
+    }
+  }
+}
+
 void FenceTracker::BeginPoll(PollBatch* batch) const {
   batch->items.clear();
   for (const Stream& s : streams_) {
@@ -453,7 +510,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       continue;
     }
     Stream& s = *sp;
-    const Segment seg = s.fenced.front();
+    Segment seg = std::move(s.fenced.front());
     if (item.state == EventApi::State::kDone && item.timed) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
@@ -495,7 +552,14 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       }
       if (placed) {
         const std::uint64_t end = host->second.host_ns + item.epoch_to_end_ns;
-        out->spans.push_back(Span{end - std::min(end, charge), end});
+        if (!seg.probe && !dense && !seg.submissions.empty() && charge < span) {
+          const std::uint64_t begin = item.begin_placed
+                                          ? host->second.host_ns + item.epoch_to_begin_ns
+                                          : end - std::min(end, span);
+          LaySubmissions(seg, std::min(begin, end), end, charge, Estimate(s), &out->spans);
+        } else {
+          out->spans.push_back(Span{end - std::min(end, charge), end});
+        }
       } else {
         out->unplaced_ns += charge;
       }
@@ -503,6 +567,10 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       ++errors_;  // a destroyed context, a sticky fault: the segment goes unmeasured
       // ... and it must not keep the stream learning for ever (every launch would wait).
       if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
+    }
+    if (seg.submissions.capacity() != 0 && spare_submissions_.size() < kMaxStreams) {
+      seg.submissions.clear();
+      spare_submissions_.push_back(std::move(seg.submissions));
     }
     s.fenced.pop_front();
     s.fenced_estimate_ns = s.fenced.empty() ? 0 : s.fenced_estimate_ns - seg.estimate_ns;

@@ -228,6 +228,12 @@ class FenceTracker {
   double KindEstimateNs(std::uint64_t key) const;
 
  private:
+  // A launch of a segment: host clock from the segment's first launch, and its kind's estimate
+  // then (0: none yet).
+  struct Submission {
+    std::uint32_t after_first_ns = 0;
+    std::uint32_t estimate_ns = 0;
+  };
   struct Segment {
     int begin = -1;  // event indices
     int end = -1;
@@ -245,6 +251,9 @@ class FenceTracker {
     std::uint64_t probe_gap_ns = 0;
     std::uint64_t fenced_at_ns = 0;
     std::uint64_t last_launch_ns = 0;  // host clock, when its last launch had been submitted
+    // When each launch was submitted and its estimate (LaySubmissions); empty for probes.
+    std::uint64_t first_launch_ns = 0;
+    std::vector<Submission> submissions;
   };
   struct Stream {
     void* handle = nullptr;
@@ -264,7 +273,9 @@ class FenceTracker {
     std::uint64_t next_key = 0;
     double next_estimate_ns = 0;
     std::uint64_t last_launch_ns = 0;
-    std::uint64_t last_probe_ns = 0;  // host clock, when its latest probe began
+    std::uint64_t open_first_ns = 0;           // host clock, the open segment's first launch
+    std::vector<Submission> open_submissions;  // the open segment's launches (not a probe's)
+    std::uint64_t last_probe_ns = 0;           // host clock, when its latest probe began
     // Its newest fence (referenced): the next segment begins there, with no driver call. If
     // the GPU reached it only after that segment's last launch, the host was ahead (dense);
     // otherwise the segment's span holds idle time and its launches' estimates bound it.
@@ -291,6 +302,14 @@ class FenceTracker {
   // An event whose record failed (a destroyed stream or context): destroyed, never reused.
   void Discard(int e);
   void Close(Stream& s, std::uint64_t now_ns);
+  // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
+  // submitted (each launch right after its submission or after its predecessor, in proportion to
+  // its estimate), for a segment whose span holds idle time: the kernels of a launch-bound stream
+  // run as they are submitted, and other streams' may run in its gaps, so the container's union
+  // needs them where they ran, not packed at the segment's end.
+  static void LaySubmissions(const Segment& seg, std::uint64_t begin_ns, std::uint64_t end_ns,
+                             std::uint64_t charge_ns, double fallback_estimate_ns,
+                             std::vector<Span>* out);
   void Drop(Stream& s);
   void ReleaseHold(Stream& s);
   // Starts the open segment of an idle stream at a new event (behind a Hold for a probe).
@@ -310,6 +329,7 @@ class FenceTracker {
   EventApi* api_;
   FenceOptions options_;
   std::vector<Stream> streams_;
+  std::vector<std::vector<Submission>> spare_submissions_;  // polled segments', to reuse
   std::size_t last_stream_ = 0;  // StreamFor's latest answer (an index: checked before use)
   std::vector<Event> events_;
   std::vector<int> free_events_;

@@ -131,7 +131,13 @@ INSTANTIATE_TEST_SUITE_P(Caps, HardCapAloneTest, CapsAndShapes(), CapName);
 // rate under a share s. b and the solo rate come from an ungoverned run of the same workload (the
 // simulated GPU's own accounting, never the tracker's).
 
-enum class BusyShape { kLaunchBound, kLaunchBoundGraphs, kFourStreams, kTwoProcesses };
+enum class BusyShape {
+  kLaunchBound,
+  kLaunchBoundGraphs,
+  kFourStreams,
+  kTwoProcesses,
+  kLaunchBoundStreams
+};
 
 std::string Name(BusyShape shape) {
   switch (shape) {
@@ -143,6 +149,8 @@ std::string Name(BusyShape shape) {
       return "FourStreams";
     case BusyShape::kTwoProcesses:
       return "TwoProcesses";
+    case BusyShape::kLaunchBoundStreams:
+      return "LaunchBoundStreams";
   }
   return "";
 }
@@ -165,6 +173,13 @@ int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
     case BusyShape::kTwoProcesses:  // two processes, time-sliced against each other: b = 1
       w.push_back(std::make_unique<Saturating>(300 * kUs));
       w.push_back(std::make_unique<Saturating>(300 * kUs));
+      break;
+    // Four streams, each busy a fifth of the time, their kernels back to back across the
+    // streams (4 us kernels, 5 us of host work between launches): b = 0.8, but no stream's
+    // segment is dense, so where in its span a segment's charge lies decides the union.
+    case BusyShape::kLaunchBoundStreams:
+      w.push_back(std::make_unique<LaunchBoundStreams>(4 * kUs, 5 * kUs, 4, 64));
+      streams = 4;
       break;
   }
   return sim.Add(tenant, std::move(w), streams);
@@ -206,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
     Shares, BusyShareTest,
     ::testing::Combine(::testing::Values(10u, 30u, 50u, 90u),
                        ::testing::Values(BusyShape::kLaunchBound, BusyShape::kLaunchBoundGraphs,
-                                         BusyShape::kFourStreams, BusyShape::kTwoProcesses)),
+                                         BusyShape::kFourStreams, BusyShape::kTwoProcesses,
+                                         BusyShape::kLaunchBoundStreams)),
     [](const ::testing::TestParamInfo<std::tuple<std::uint32_t, BusyShape>>& p) {
       return "Share" + std::to_string(std::get<0>(p.param)) + "_" + Name(std::get<1>(p.param));
     });

@@ -490,6 +490,37 @@ class ManyStreams final : public Workload {
   int next_ = 0;
 };
 
+// Launch-bound over `streams` streams of one process, round robin: a kernel of `kernel_ns`, then
+// `host_ns` of host work, the next on the next stream, a synchronize every `sync_every` launches.
+// Each stream is busy a small part of the time, but their kernels follow each other closely, so
+// the container keeps the GPU busy far more than any one stream does.
+class LaunchBoundStreams final : public Workload {
+ public:
+  LaunchBoundStreams(std::uint64_t kernel_ns, std::uint64_t host_ns, int streams, int sync_every)
+      : kernel_ns_(kernel_ns), host_ns_(host_ns), streams_(streams), sync_every_(sync_every) {}
+  Want Next(std::uint64_t now_ns) override {
+    if (launched_ == sync_every_) return {Want::Kind::kSynchronize, 0, 0};
+    if (now_ns < next_ns_) return {};
+    return {Want::Kind::kLaunch, kernel_ns_, next_};
+  }
+  void Launched(std::uint64_t now_ns) override {
+    ++launched_;
+    next_ = (next_ + 1) % streams_;
+    next_ns_ = now_ns + host_ns_;
+  }
+  void Synchronized(std::uint64_t done_ns) override {
+    (void)done_ns;
+    launched_ = 0;
+  }
+
+ private:
+  std::uint64_t kernel_ns_, host_ns_;
+  int streams_, sync_every_;
+  int launched_ = 0;
+  int next_ = 0;
+  std::uint64_t next_ns_ = 0;
+};
+
 // ------------------------------------------------------------------------------------------------
 // One container on the GPU: one or more processes (each a context of its own, with one
 // application thread — its launch loop — and the watcher thread of launch_hooks.cc), the
