@@ -147,6 +147,7 @@ class PluginSide {
     side->metrics_ = metrics;
     side->state_dir_ = Or(o.state_dir, names::kPathHostState);
     side->node_ = o.node_name;
+    side->driver_ = {CudaLibraryIn(o.driver_lib_dir), o.nvml_library};
     BinderOptions b;
     b.node_name = o.node_name;
     b.state_dir = Or(o.state_dir, names::kPathHostState);
@@ -261,7 +262,7 @@ class PluginSide {
     auto it = costs_.find(uuid);
     if (it != costs_.end()) return it->second;
     std::pair<std::uint64_t, std::uint64_t> cost{0, 0};
-    auto gpu = ProbeLocalGpu(uuid, /*measure_context=*/true);
+    auto gpu = ProbeLocalGpu(uuid, /*measure_context=*/true, driver_);
     if (gpu.ok() && gpu->context_measured) {
       cost = {gpu->context_bytes, gpu->stream_bytes};
     } else {
@@ -356,6 +357,7 @@ class PluginSide {
   std::unique_ptr<DevicePlugin> plugin_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
   GpuSource& gpus_;
+  DriverLibraries driver_;  // what the context probe loads (--driver-lib-dir, --nvml-library)
   std::string state_dir_, node_, hook_library_;
   policy::Policy policy_;
   std::mutex managed_mu_;
@@ -487,7 +489,8 @@ Status NodeDaemon::ValidateFlags() {
 }
 
 Status NodeDaemon::OpenNvml() {
-  StatusOr<std::unique_ptr<NvmlGpuSource>> source = NvmlGpuSource::Open(options_.nvml_library);
+  StatusOr<std::unique_ptr<NvmlGpuSource>> source =
+      NvmlGpuSource::Open(options_.nvml_library, CudaLibraryIn(options_.driver_lib_dir));
   if (!source.ok()) return source.status();
   s_->source = std::move(*source);
   return Status::Ok();

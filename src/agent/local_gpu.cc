@@ -2,9 +2,11 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <dlfcn.h>
 #include <map>
+#include <poll.h>
 #include <signal.h>
 #include <string>
 #include <string_view>
@@ -39,13 +41,17 @@ Fn Sym(void* handle, const char* name) {
 // chunks, so one stream alone says little; PyTorch's stream pools create 128).
 constexpr int kProbeStreams = 128;
 
+// How long ProbeSmCounts' child may take (cuInit of every GPU) before it is killed.
+constexpr int kSmProbeTimeoutMs = 20'000;
+
 // Runs in the child: load the driver, find the device, create its primary context, report, and
 // keep the context alive until the parent has measured it; on 's', create kProbeStreams streams,
 // answer one byte and wait again, so the parent can measure them too.
-[[noreturn]] void ProbeChild(const std::string& selector, int reply_fd, int go_fd) {
+[[noreturn]] void ProbeChild(const std::string& selector, const std::string& cuda_library,
+                             int reply_fd, int go_fd) {
   ProbeReply reply{};
   reply.status = CUDA_ERROR_NOT_FOUND;
-  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* cuda = dlopen(cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
   auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
   auto count_fn = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
   auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
@@ -100,8 +106,9 @@ constexpr int kProbeStreams = 128;
 }
 
 // Device memory NVML says process `pid` uses on `uuid`.
-bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
-  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+bool MeasureWithNvml(const std::string& nvml_library, const std::string& uuid, pid_t pid,
+                     std::uint64_t* bytes) {
+  void* nvml = dlopen(nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (nvml == nullptr) return false;
   auto init = Sym<decltype(&nvmlInit_v2)>(nvml, "nvmlInit_v2");
   auto by_uuid = Sym<decltype(&nvmlDeviceGetHandleByUUID)>(nvml, "nvmlDeviceGetHandleByUUID");
@@ -132,7 +139,12 @@ bool MeasureWithNvml(const std::string& uuid, pid_t pid, std::uint64_t* bytes) {
 
 }  // namespace
 
-std::map<std::string, std::uint32_t> ProbeSmCounts() {
+std::string CudaLibraryIn(const std::string& dir) {
+  const std::string path = dir + "/libcuda.so.1";
+  return !dir.empty() && access(path.c_str(), R_OK) == 0 ? path : "libcuda.so.1";
+}
+
+std::map<std::string, std::uint32_t> ProbeSmCounts(const std::string& cuda_library) {
   std::map<std::string, std::uint32_t> out;
   int fds[2];
   if (pipe(fds) != 0) return out;
@@ -145,7 +157,7 @@ std::map<std::string, std::uint32_t> ProbeSmCounts() {
   if (child == 0) {
     close(fds[0]);
     std::string lines;
-    void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* cuda = dlopen(cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
     auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
     auto count = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
     auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
@@ -178,9 +190,25 @@ std::map<std::string, std::uint32_t> ProbeSmCounts() {
     _exit(0);
   }
   close(fds[1]);
+  // A wedged GPU can hang cuInit: the child gets kSmProbeTimeoutMs, then is killed (no counts).
   std::string text;
   char buffer[4096];
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kSmProbeTimeoutMs);
+  bool timed_out = false;
   for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fds[0], POLLIN, 0};
+    const int ready = left.count() > 0 ? poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready == 0) {
+      timed_out = true;
+      break;
+    }
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
     const ssize_t got = read(fds[0], buffer, sizeof(buffer));
     if (got > 0) {
       text.append(buffer, static_cast<std::size_t>(got));
@@ -189,6 +217,10 @@ std::map<std::string, std::uint32_t> ProbeSmCounts() {
     }
   }
   close(fds[0]);
+  if (timed_out) {
+    kill(child, SIGKILL);
+    text.clear();
+  }
   (void)Wait(child);
   std::size_t start = 0;
   while (start < text.size()) {
@@ -209,17 +241,19 @@ std::map<std::string, std::uint32_t> ProbeSmCounts() {
   return out;
 }
 
-StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context) {
+StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context,
+                                 const DriverLibraries& libraries) {
   int reply_pipe[2], go_pipe[2];
   if (pipe(reply_pipe) != 0 || pipe(go_pipe) != 0) return UnavailableError("pipe failed");
-  // The one fork() without an exec (not tessera::Spawn): the probe is a function of this binary,
+  // One of the two fork()s without an exec (ProbeSmCounts is the other; not tessera::Spawn): the
+  // probe is a function of this binary,
   // and CUDA must be initialised in a child that then exits, never in this process.
   const pid_t child = fork();
   if (child < 0) return UnavailableError("fork failed");
   if (child == 0) {
     close(reply_pipe[0]);
     close(go_pipe[1]);
-    ProbeChild(selector, reply_pipe[1], go_pipe[0]);
+    ProbeChild(selector, libraries.cuda, reply_pipe[1], go_pipe[0]);
   }
   close(reply_pipe[1]);
   close(go_pipe[0]);
@@ -227,12 +261,13 @@ StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_conte
   const ssize_t n = read(reply_pipe[0], &reply, sizeof(reply));
   LocalGpu gpu;
   if (n == sizeof(reply) && reply.status == CUDA_SUCCESS && measure_context) {
-    gpu.context_measured = MeasureWithNvml(reply.uuid, child, &gpu.context_bytes);
+    gpu.context_measured = MeasureWithNvml(libraries.nvml, reply.uuid, child, &gpu.context_bytes);
     char created = 0;
     std::uint64_t with_streams = 0;
     if (gpu.context_measured && write(go_pipe[1], "s", 1) == 1 &&
         read(reply_pipe[0], &created, 1) == 1 && created == 1 &&
-        MeasureWithNvml(reply.uuid, child, &with_streams) && with_streams > gpu.context_bytes) {
+        MeasureWithNvml(libraries.nvml, reply.uuid, child, &with_streams) &&
+        with_streams > gpu.context_bytes) {
       gpu.stream_bytes = (with_streams - gpu.context_bytes + kProbeStreams - 1) / kProbeStreams;
     }
   }

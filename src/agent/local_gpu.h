@@ -25,14 +25,25 @@ struct LocalGpu {
   std::uint64_t stream_bytes = 0;
 };
 
+// The driver libraries a probe loads: names the loader finds, or paths (a node whose driver
+// lies outside the image's library folders, e.g. the GPU Operator's /run/nvidia/driver).
+struct DriverLibraries {
+  std::string cuda = "libcuda.so.1";
+  std::string nvml = "libnvidia-ml.so.1";
+};
+// libcuda.so.1 in `dir` when it is there (tessera-node's --driver-lib-dir), else by name.
+std::string CudaLibraryIn(const std::string& dir);
+
 // `selector`: empty (device 0), a CUDA index ("1") or a UUID ("GPU-…").
-StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context);
+StatusOr<LocalGpu> ProbeLocalGpu(const std::string& selector, bool measure_context,
+                                 const DriverLibraries& libraries = {});
 
 // SM counts by GPU UUID from the CUDA driver, asked in a child that exits (empty when the driver
 // cannot say). For GPUs whose NVML has no multiprocessor count (nvmlDeviceGetAttributes is for MIG
 // devices on many drivers). Never in the calling process: a process that has called cuInit cannot
 // fork a child that uses CUDA (the H200's driver answered CUDA_ERROR_NOT_INITIALIZED when
 // tessera-node counted SMs itself and then probed the context size in a forked child).
-std::map<std::string, std::uint32_t> ProbeSmCounts();
+std::map<std::string, std::uint32_t> ProbeSmCounts(
+    const std::string& cuda_library = "libcuda.so.1");
 
 }  // namespace tessera::agent

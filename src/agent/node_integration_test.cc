@@ -33,6 +33,20 @@ nlohmann::json Parse(const Result& run) {
   return j;
 }
 
+// A driver outside the loader's search path (the GPU Operator's /run/nvidia/driver): NVML by
+// --nvml-library, and CUDA (SM counts NVML does not give, the context probe) from
+// --driver-lib-dir, not by name.
+TEST(NodeIntegration, LoadsTheCudaDriverFromTheDriverFolder) {
+  const Result run = testutil::RunShell(
+      "env -u LD_LIBRARY_PATH TESSERA_FAKE_GPUS=1 "
+      "TESSERA_FAKE_CUDA_SM_COUNT=108 " TESSERA_NODE_BINARY
+      " --print-inventory --node-name fake-node --nvml-library " TESSERA_FAKE_NVML_DIR
+      "/libnvidia-ml.so.1 --driver-lib-dir " TESSERA_FAKE_NVML_DIR);
+  const nlohmann::json j = Parse(run);
+  ASSERT_EQ(j["gpus"].size(), 1u) << run.err;
+  EXPECT_EQ(j["gpus"][0]["smCount"], 108) << run.err;
+}
+
 TEST(NodeIntegration, PrintsTheFakeGpus) {
   const Result run = RunNode(
       "TESSERA_FAKE_GPUS=3 TESSERA_FAKE_GPU_MEMORY=17179869184 "

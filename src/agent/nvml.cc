@@ -133,8 +133,10 @@ std::optional<std::string> ClassifyEvent(unsigned long long event_type,
   return std::nullopt;
 }
 
-StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open(const std::string& library) {
+StatusOr<std::unique_ptr<NvmlGpuSource>> NvmlGpuSource::Open(const std::string& library,
+                                                             const std::string& cuda_library) {
   std::unique_ptr<NvmlGpuSource> source(new NvmlGpuSource());
+  source->cuda_library_ = cuda_library;
   // RTLD_NODELETE: NVML keeps threads and heap state behind its globals; unloading it at exit
   // gains nothing and turns that state into leaks (LeakSanitizer reported them).
   source->library_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
@@ -349,13 +351,21 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
     }
     gpus.push_back(std::move(gpu));
   }
-  bool missing = false;
-  for (const GpuFacts& g : gpus) missing = missing || g.sm_count == 0;
-  if (missing) {
-    const std::map<std::string, std::uint32_t> sms = ProbeSmCounts();
-    for (GpuFacts& g : gpus) {
-      if (auto it = sms.find(g.uuid); g.sm_count == 0 && it != sms.end()) g.sm_count = it->second;
+  // SM counts NVML does not give come from the CUDA driver, in a child process (a cuInit of every
+  // GPU): asked once per GPU, not at every rediscovery; a GPU it could not count stays unknown.
+  bool unseen = false;
+  for (const GpuFacts& g : gpus)
+    unseen = unseen || (g.sm_count == 0 && !cuda_sm_counts_.contains(g.uuid));
+  if (unseen) {
+    const std::map<std::string, std::uint32_t> sms = ProbeSmCounts(cuda_library_);
+    for (const GpuFacts& g : gpus) {
+      const auto it = sms.find(g.uuid);
+      cuda_sm_counts_[g.uuid] = it != sms.end() ? it->second : 0;
     }
+  }
+  for (GpuFacts& g : gpus) {
+    if (auto it = cuda_sm_counts_.find(g.uuid); g.sm_count == 0 && it != cuda_sm_counts_.end())
+      g.sm_count = it->second;
   }
   return gpus;
 }

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,8 +95,10 @@ class NvmlGpuSource : public GpuSource {
  public:
   // dlopen `library` (default libnvidia-ml.so.1), resolve its entry points, nvmlInit_v2.
   // kUnavailable when the library is missing; errors name the call that failed.
+  // `cuda_library`: the CUDA driver asked for SM counts NVML does not give (ProbeSmCounts).
   static StatusOr<std::unique_ptr<NvmlGpuSource>> Open(
-      const std::string& library = "libnvidia-ml.so.1");
+      const std::string& library = "libnvidia-ml.so.1",
+      const std::string& cuda_library = "libcuda.so.1");
   ~NvmlGpuSource() override;
 
   StatusOr<std::vector<GpuFacts>> Discover() override;
@@ -112,6 +115,8 @@ class NvmlGpuSource : public GpuSource {
   Status RegisterEvents();
 
   void* library_ = nullptr;
+  std::string cuda_library_;
+  std::map<std::string, std::uint32_t> cuda_sm_counts_;  // ProbeSmCounts' answers by UUID (0: none)
   std::unique_ptr<Api> api_;
   bool initialized_ = false;
   void* event_set_ = nullptr;  // nvmlEventSet_t

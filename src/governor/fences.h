@@ -28,8 +28,9 @@
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
 //     min(span, the sum of its launches' estimates). Without an epoch the rule is the min.
 // With an epoch (Calibrate: an event whose host-clock time is known within a few microseconds),
-// each charge is placed on the host clock as the span [end - charge, end], so that overlapping
-// work of several streams and processes is counted once (busy_log.h takes their union).
+// each charge is placed on the host clock: a dense segment's as its span, any other's where its
+// launches were submitted (LayCharge), so that overlapping work of several streams and processes
+// is counted once (busy_log.h takes their union).
 //
 // The estimate of work in flight, which the launch path keeps under the arbiter's depth, is
 // the sum of the pending launches' estimates, bounded below by the age of the oldest pending

@@ -174,9 +174,9 @@ int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
       w.push_back(std::make_unique<Saturating>(300 * kUs));
       w.push_back(std::make_unique<Saturating>(300 * kUs));
       break;
-    // Four streams, each busy a fifth of the time, their kernels back to back across the
-    // streams (4 us kernels, 5 us of host work between launches): b = 0.8, but no stream's
-    // segment is dense, so where in its span a segment's charge lies decides the union.
+    // Four streams taking turns (4 us kernels, 5 us of host work between launches, and the
+    // simulated launch's own cost): b = 0.4, each stream a quarter of it, and no stream's segment
+    // is dense, so where in its span a segment's charge lies decides the union.
     case BusyShape::kLaunchBoundStreams:
       w.push_back(std::make_unique<LaunchBoundStreams>(4 * kUs, 5 * kUs, 4, 64));
       streams = 4;

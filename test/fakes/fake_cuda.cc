@@ -8,6 +8,7 @@
 //   TESSERA_FAKE_GPU_MEMORY    bytes per device (default 16 GiB)
 //   TESSERA_FAKE_CONTEXT_BYTES device memory a context takes (default 0)
 //   TESSERA_FAKE_STREAM_BYTES  device memory a stream takes (default 0)
+//   TESSERA_FAKE_CUDA_SM_COUNT CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT (default: reads 0)
 //   CUDA_VISIBLE_DEVICES       honoured as the driver does: indices or UUIDs, comma-separated
 //   TESSERA_FAKE_STATE         file holding the devices' physical usage, shared by every
 //                              process using the fake (default: private to the process), so a
@@ -232,6 +233,15 @@ template <>
 CUresult Behave<CudaHook::cuDriverGetVersion>(int* version) {
   if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *version = 13000;
+  return CUDA_SUCCESS;
+}
+// The SM count, where TESSERA_FAKE_CUDA_SM_COUNT sets one (unset: the attribute reads 0, as it
+// did before, so tests that take SMs from the fake NVML keep doing so).
+template <>
+CUresult Behave<CudaHook::cuDeviceGetAttribute>(int* value, CUdevice_attribute attrib, CUdevice) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    *value = static_cast<int>(EnvU64("TESSERA_FAKE_CUDA_SM_COUNT", 0));
   return CUDA_SUCCESS;
 }
 template <>

@@ -9,6 +9,18 @@
 # work, and that the container's cgroup names its pod (kubelet's cgroupfs driver); then removes
 # everything.
 #
+# REALNODE_CHART=1 then installs tessera as a user would, from its Helm chart and its images
+# (issue #24 part 2, the node half): hack/build-images.sh builds the images from the binaries of
+# TESSERA_BUILD_DIR (default build/dev), imported into containerd's store; the chart's DaemonSet
+# runs tessera-node on the real node from its image (the fake NVML and driver in a host folder
+# mounted as the driver's, driver.mountLibDir), its init containers install the preload library,
+# and its device plugin registers with the real kubelet: checks that the pod is Running, that the
+# Node advertises tessera.dev/gpu-slot, and that the library is in place. Not yet: the agent
+# reaching the API server through the `kubernetes` Service (no kube-proxy runs, so its
+# inventory and Events are not published), and the chart's scheduler half (its Deployment and
+# webhooks behind a Service): its webhooks are set to Ignore and its pods to a node that does
+# not exist.
+#
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
 #   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc, busybox-static
 #   and containernetworking-plugins (hack/install-deps.sh); builds containerd into $CONTAINERD_BIN (default
@@ -55,13 +67,16 @@ kubectl() { "$bin" kubectl "$@"; }
 pids=()
 cleanup() {
   local rc=$?
-  # kubelet stops the pod's containers (its shims outlive containerd, its processes the shims).
+  # The processes of every pod of this cluster, by their pods' cgroups (kubelet's cgroupfs
+  # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
+  local uids
+  uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
   kubectl delete pod hello --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
-  if [[ -n "${uid:-}" ]]; then
-    for procs in /sys/fs/cgroup/*/kubepods*/*pod"$uid"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$uid"*/*/cgroup.procs; do
+  for u in ${uid:-} $uids; do
+    for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && xargs -r kill -KILL <"$procs" 2>/dev/null || true
     done
-  fi
+  done
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 2
   # The pod's shims outlive containerd: stop them and their containers.
@@ -154,6 +169,7 @@ enforceNodeAllocatable: []
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%"}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
+podLogsDir: $w/pod-logs
 YAML
 "$bin" real-kubelet --config "$w/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$w/kubelet" \
   --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >"$w/kubelet.log" 2>&1 &
@@ -184,6 +200,57 @@ grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs
 grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
 [[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
 echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
+if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
+  build=${TESSERA_BUILD_DIR:-$root/build/dev}
+  [[ -x "$build/cmd/tessera-node/tessera-node" && -f "$build/test/fakes/lib/libnvidia-ml.so.1" ]] ||
+    { echo "realnode-smoke: no tessera-node or fake NVML in $build (TESSERA_BUILD_DIR)" >&2; exit 1; }
+  helm=$("$root/hack/helm.sh")
+  TESSERA_BUILD_DIR=$build "$root/hack/build-images.sh" "$w/images" >"$w/images.log" 2>&1 ||
+    { tail -n 20 "$w/images.log" >&2; exit 1; }
+  for archive in "$w"/images/*.oci.tar; do
+    "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$archive" >/dev/null
+  done
+  # The node's "driver": the fake libcuda and NVML in a host folder of this run, mounted into the
+  # agent at the same path (the CDI specs it writes name their files there).
+  mkdir -p "$w/driver" "$w/state" "$w/lib"
+  cp -L "$build/test/fakes/lib/libcuda.so.1" "$build/test/fakes/lib/libnvidia-ml.so.1" "$w/driver/"
+  # The chart's default node selector, as NVIDIA's GPU feature discovery would label a GPU node.
+  kubectl label node realnode nvidia.com/gpu.present=true >/dev/null
+  cat >"$w/values.yaml" <<YAML
+node:
+  runtimeClassName: ""
+  image: {pullPolicy: Never}
+  hostPaths:
+    state: $w/state
+    devicePlugins: /var/lib/kubelet/device-plugins
+    podResources: $w/kubelet/pod-resources
+    cdi: $w/cdi
+  hookLibrary: {hostPath: $w/lib/libtessera-cuda.so}
+  driver: {libDir: $w/driver, mountLibDir: true}
+scheduler:
+  nodeSelector: {tessera.dev/no-such-node: "true"}
+webhooks:
+  failurePolicy: Ignore
+YAML
+  "$helm" install tessera "$root/deployments/helm/tessera" --kubeconfig "$KUBECONFIG" \
+    --namespace tessera-system --create-namespace --values "$w/values.yaml" >"$w/helm.log" 2>&1 ||
+    { cat "$w/helm.log" >&2; exit 1; }
+  agent_running() {
+    kubectl get pods -n tessera-system -l app.kubernetes.io/component=node \
+      -o jsonpath='{.items[*].status.phase}' | grep -qx Running
+  }
+  if ! wait_for 120 "the chart's tessera-node pod Running on realnode" agent_running; then
+    kubectl get pods -n tessera-system -o wide >&2 || true
+    kubectl describe pods -n tessera-system -l app.kubernetes.io/component=node 2>&1 | tail -n 30 >&2 || true
+    exit 1
+  fi
+  slots() { kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}'; }
+  wait_for 60 "realnode advertising tessera.dev/gpu-slot (the device plugin registered with kubelet)" \
+    sh -c "[ \"\$('$bin' kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}')\" -gt 0 ]"
+  [[ -f "$w/lib/libtessera-cuda.so" ]] ||
+    { echo "realnode-smoke: the init containers did not install the preload library" >&2; exit 1; }
+  echo "realnode-smoke: chart OK (tessera-node from its image on realnode; $(slots) tessera.dev/gpu-slot registered with the real kubelet; preload library installed)"
+fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
   echo "realnode-smoke: holding; KUBECONFIG=$KUBECONFIG, containerd at $w/containerd.sock (ctr: $cbin/ctr)" >&2
   trap 'exit 0' TERM INT
