@@ -13,6 +13,9 @@ constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
 // idle time can trail its work.
 constexpr std::uint64_t kDenseFenceSlackNs = 20'000;
+// A segment open this long on the host clock is closed at its next launch (its launches' offsets
+// from its first are 32-bit nanoseconds, and its charge is laid by them).
+constexpr std::uint64_t kMaxSegmentHostNs = 1'000'000'000;
 // ... and the GPU reached its start this much later than its last launch at least (beyond the
 // epoch's own uncertainty): a single launch on an idle GPU starts about when it is submitted,
 // and an epoch error of microseconds must not make it look dense (its span then holds the
@@ -238,6 +241,7 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
         s.open_submissions.swap(spare_submissions_.back());
         spare_submissions_.pop_back();
       }
+      s.open_submissions.reserve(options_.max_segment_launches);  // no growth on the launch path
     }
     const std::uint64_t after = now_ns > s.open_first_ns ? now_ns - s.open_first_ns : 0;
     s.open_submissions.push_back(
@@ -254,6 +258,7 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
   const double open_work = s.open_estimate_ns + s.open_unknown * Estimate(s);
   if (s.open_probe || OneLaunch(depth_ns) ||
       open_work >= static_cast<double>(std::min(options_.quantum_ns, depth_ns)) ||
+      now_ns >= s.open_first_ns + kMaxSegmentHostNs ||
       s.open_launches >= options_.max_segment_launches) {
     Close(s, now_ns);
   }
@@ -411,25 +416,28 @@ std::uint64_t FenceTracker::Charge(const Stream& s, const Segment& seg, std::uin
   return std::min(span_ns, static_cast<std::uint64_t>(PendingNs(s, seg)));
 }
 
-void FenceTracker::LaySubmissions(const Segment& seg, std::uint64_t begin_ns, std::uint64_t end_ns,
-                                  std::uint64_t charge_ns, double fallback_estimate_ns,
-                                  std::vector<Span>* out) {
-  const std::size_t n = seg.submissions.size();
+void LayCharge(std::uint64_t first_launch_ns, const std::vector<Submission>& submissions,
+               std::uint64_t begin_ns, std::uint64_t end_ns, std::uint64_t charge_ns,
+               double fallback_estimate_ns, std::vector<double>* scratch, std::vector<Span>* out) {
+  const std::size_t n = submissions.size();
+  if (n == 0 || end_ns <= begin_ns || charge_ns == 0) return;
+  const double fallback = std::max(fallback_estimate_ns, 1.0);
   double weights = 0;
-  for (const Submission& sub : seg.submissions) {
-    weights += sub.estimate_ns > 0 ? sub.estimate_ns : std::max(fallback_estimate_ns, 1.0);
+  for (const Submission& sub : submissions) {
+    weights += sub.estimate_ns > 0 ? sub.estimate_ns : fallback;
   }
+  scratch->assign(2 * n, 0.0);
+  double* starts = scratch->data();
+  double* lengths = starts + n;
   // Forward: each launch at its submission, or after its predecessor; then backward so that the
   // last ends by end_ns, and forward again so that the first starts at begin_ns or later (the
-  // charge fits: it is at most the span).
-  std::vector<double> starts(n), lengths(n);
+  // charge fits when it is at most the window).
   double cursor = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const Submission& sub = seg.submissions[i];
-    const double weight =
-        sub.estimate_ns > 0 ? sub.estimate_ns : std::max(fallback_estimate_ns, 1.0);
+    const Submission& sub = submissions[i];
+    const double weight = sub.estimate_ns > 0 ? sub.estimate_ns : fallback;
     lengths[i] = static_cast<double>(charge_ns) * weight / weights;
-    starts[i] = std::max(static_cast<double>(seg.first_launch_ns + sub.after_first_ns), cursor);
+    starts[i] = std::max(static_cast<double>(first_launch_ns + sub.after_first_ns), cursor);
     cursor = starts[i] + lengths[i];
   }
   double limit = static_cast<double>(end_ns);
@@ -553,10 +561,13 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       if (placed) {
         const std::uint64_t end = host->second.host_ns + item.epoch_to_end_ns;
         if (!seg.probe && !dense && !seg.submissions.empty() && charge < span) {
-          const std::uint64_t begin = item.begin_placed
-                                          ? host->second.host_ns + item.epoch_to_begin_ns
-                                          : end - std::min(end, span);
-          LaySubmissions(seg, std::min(begin, end), end, charge, Estimate(s), &out->spans);
+          // The window holds the charge whatever the epoch's rounding made of its begin.
+          const std::uint64_t begin =
+              std::min(item.begin_placed ? host->second.host_ns + item.epoch_to_begin_ns
+                                         : end - std::min(end, span),
+                       end - std::min(end, charge));
+          LayCharge(seg.first_launch_ns, seg.submissions, begin, end, charge, Estimate(s),
+                    &lay_scratch_, &out->spans);
         } else {
           out->spans.push_back(Span{end - std::min(end, charge), end});
         }

@@ -96,6 +96,25 @@ struct Span {
   std::uint64_t end_ns = 0;
 };
 
+// A launch of a segment: host clock from the segment's first launch, and its kind's estimate
+// then (0: none yet).
+struct Submission {
+  std::uint32_t after_first_ns = 0;
+  std::uint32_t estimate_ns = 0;
+};
+
+// Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
+// submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at
+// `fallback_estimate_ns`) right after its submission or after its predecessor, then fitted into
+// the window. For a segment whose span holds idle time: the kernels of a launch-bound stream run
+// as they are submitted, and another stream's may run in its gaps, so the container's union needs
+// them where they ran, not packed at the segment's end. Appends sorted, disjoint spans within the
+// window; with charge_ns <= end_ns - begin_ns they sum to charge_ns, less a nanosecond a launch
+// of rounding. `scratch` is reused between calls (no allocation once it has grown).
+void LayCharge(std::uint64_t first_launch_ns, const std::vector<Submission>& submissions,
+               std::uint64_t begin_ns, std::uint64_t end_ns, std::uint64_t charge_ns,
+               double fallback_estimate_ns, std::vector<double>* scratch, std::vector<Span>* out);
+
 // What one Poll took from completed segments.
 struct Measured {
   std::vector<Span> spans;        // placed on the host clock (an epoch was known)
@@ -229,12 +248,6 @@ class FenceTracker {
   double KindEstimateNs(std::uint64_t key) const;
 
  private:
-  // A launch of a segment: host clock from the segment's first launch, and its kind's estimate
-  // then (0: none yet).
-  struct Submission {
-    std::uint32_t after_first_ns = 0;
-    std::uint32_t estimate_ns = 0;
-  };
   struct Segment {
     int begin = -1;  // event indices
     int end = -1;
@@ -303,14 +316,6 @@ class FenceTracker {
   // An event whose record failed (a destroyed stream or context): destroyed, never reused.
   void Discard(int e);
   void Close(Stream& s, std::uint64_t now_ns);
-  // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
-  // submitted (each launch right after its submission or after its predecessor, in proportion to
-  // its estimate), for a segment whose span holds idle time: the kernels of a launch-bound stream
-  // run as they are submitted, and other streams' may run in its gaps, so the container's union
-  // needs them where they ran, not packed at the segment's end.
-  static void LaySubmissions(const Segment& seg, std::uint64_t begin_ns, std::uint64_t end_ns,
-                             std::uint64_t charge_ns, double fallback_estimate_ns,
-                             std::vector<Span>* out);
   void Drop(Stream& s);
   void ReleaseHold(Stream& s);
   // Starts the open segment of an idle stream at a new event (behind a Hold for a probe).
@@ -331,6 +336,7 @@ class FenceTracker {
   FenceOptions options_;
   std::vector<Stream> streams_;
   std::vector<std::vector<Submission>> spare_submissions_;  // polled segments', to reuse
+  std::vector<double> lay_scratch_;                         // LayCharge's, reused
   std::size_t last_stream_ = 0;  // StreamFor's latest answer (an index: checked before use)
   std::vector<Event> events_;
   std::vector<int> free_events_;

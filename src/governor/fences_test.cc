@@ -143,6 +143,66 @@ TEST(FenceTracker, ASegmentEndsAtTheDepthWhenThatIsBelowTheQuantum) {
   EXPECT_EQ(Drain(t, gpu), 120'000u);
 }
 
+// A launch-bound segment's charge lies where its launches were submitted: 4 us kernels submitted
+// every 10 us are laid at 0-4, 10-14 and 20-24 us of the window, not packed at its end.
+TEST(LayCharge, PutsEachLaunchWhereItWasSubmitted) {
+  const std::vector<Submission> subs = {{0, 4'000}, {10'000, 4'000}, {20'000, 4'000}};
+  std::vector<double> scratch;
+  std::vector<Span> out;
+  LayCharge(1'000'000, subs, 1'000'000, 1'030'000, 12'000, 0, &scratch, &out);
+  ASSERT_EQ(out.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i].begin_ns, 1'000'000 + 10'000 * i) << i;
+    EXPECT_EQ(out[i].end_ns, 1'004'000 + 10'000 * i) << i;
+  }
+  // Launches queued faster than they run follow each other; the window's end bounds the last.
+  out.clear();
+  LayCharge(0, {{0, 5'000}, {1'000, 5'000}, {2'000, 5'000}}, 0, 12'000, 12'000, 0, &scratch, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].begin_ns, 0u);
+  EXPECT_EQ(out[0].end_ns, 12'000u);
+}
+
+// Whatever the submissions (before the window, after it, out of order, unknown estimates), the
+// pieces are sorted, disjoint, inside the window, and sum to the charge (to a nanosecond a
+// launch) when it fits.
+TEST(LayCharge, PiecesAreSortedDisjointInsideTheWindowAndSumToTheCharge) {
+  std::uint64_t rng = 12345;
+  const auto next = [&rng](std::uint64_t bound) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return bound == 0 ? 0 : rng % bound;
+  };
+  std::vector<double> scratch;
+  for (int trial = 0; trial < 2'000; ++trial) {
+    const std::uint64_t first = 1'000'000 + next(200'000);
+    const std::uint64_t begin = 1'000'000 + next(100'000);
+    const std::uint64_t end = begin + 1 + next(400'000);
+    std::vector<Submission> subs(1 + next(600));
+    for (Submission& sub : subs) {
+      sub.after_first_ns = static_cast<std::uint32_t>(next(500'000));
+      sub.estimate_ns = static_cast<std::uint32_t>(next(3) == 0 ? 0 : 1 + next(20'000));
+    }
+    const std::uint64_t charge = 1 + next(end - begin);
+    std::vector<Span> out = {{0, 1}};  // appended to, never touched
+    LayCharge(first, subs, begin, end, charge, static_cast<double>(next(10'000)), &scratch, &out);
+    ASSERT_EQ(out[0].end_ns, 1u);
+    std::uint64_t total = 0;
+    for (std::size_t i = 1; i < out.size(); ++i) {
+      ASSERT_LT(out[i].begin_ns, out[i].end_ns) << trial;
+      ASSERT_GE(out[i].begin_ns, begin) << trial;
+      ASSERT_LE(out[i].end_ns, end) << trial;
+      if (i > 1) {
+        ASSERT_LT(out[i - 1].end_ns, out[i].begin_ns) << trial << ": overlap or touch";
+      }
+      total += out[i].end_ns - out[i].begin_ns;
+    }
+    EXPECT_LE(total, charge + subs.size()) << trial;  // a nanosecond of rounding a piece
+    EXPECT_GE(total + 2 * subs.size(), charge) << trial;
+  }
+}
+
 // An open segment on a stream that may not be recorded into (a capture began) is dropped, not
 // fenced: nothing of ours goes into the application's graph.
 TEST(FenceTracker, WorkOnAStreamThatMayNotBeRecordedIntoIsDropped) {

@@ -397,8 +397,13 @@ void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_
   }
   if (d.measured.spans.empty() && d.measured.unplaced_ns == 0) return;
   // The busy log is shared with the container's other processes (a lock of its own): merged
-  // without the governor's mutex, which launches take. d.measured is the watcher's alone.
+  // without the governor's mutex, which launches take. d.measured is the watcher's alone. In
+  // time order: the log keeps its newest 60 spans, and a span older than all of them counts
+  // whole, so one stream's many laid pieces must not push out another's of the same moment.
   lock.unlock();
+  std::sort(
+      d.measured.spans.begin(), d.measured.spans.end(),
+      [](const governor::Span& a, const governor::Span& b) { return a.begin_ns < b.begin_ns; });
   bool contended = false;
   const std::uint64_t busy =
       governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;

@@ -521,6 +521,36 @@ class LaunchBoundStreams final : public Workload {
   std::uint64_t next_ns_ = 0;
 };
 
+// Bursts over `streams` streams: one kernel of `kernel_ns` on each stream back to back, then
+// `host_ns` of host work, a synchronize every `sync_every` launches. With narrow kernels under MPS
+// the burst's kernels run at the same moment on different SMs.
+class Bursts final : public Workload {
+ public:
+  Bursts(std::uint64_t kernel_ns, std::uint64_t host_ns, int streams, int sync_every)
+      : kernel_ns_(kernel_ns), host_ns_(host_ns), streams_(streams), sync_every_(sync_every) {}
+  Want Next(std::uint64_t now_ns) override {
+    if (in_ == 0 && launched_ >= sync_every_) return {Want::Kind::kSynchronize, 0, 0};
+    if (in_ == 0 && now_ns < next_ns_) return {};
+    return {Want::Kind::kLaunch, kernel_ns_, in_};
+  }
+  void Launched(std::uint64_t now_ns) override {
+    ++launched_;
+    in_ = (in_ + 1) % streams_;
+    if (in_ == 0) next_ns_ = now_ns + host_ns_;
+  }
+  void Synchronized(std::uint64_t done_ns) override {
+    (void)done_ns;
+    launched_ = 0;
+  }
+
+ private:
+  std::uint64_t kernel_ns_, host_ns_;
+  int streams_, sync_every_;
+  int launched_ = 0;
+  int in_ = 0;
+  std::uint64_t next_ns_ = 0;
+};
+
 // ------------------------------------------------------------------------------------------------
 // One container on the GPU: one or more processes (each a context of its own, with one
 // application thread — its launch loop — and the watcher thread of launch_hooks.cc), the
@@ -562,6 +592,9 @@ class Container {
       Measured m;
       p->tracker.Poll(&m);
       observation_.busy_ns += m.unplaced_ns;
+      // In time order, as launch_hooks.cc's Publish adds them (the log keeps 60 spans).
+      std::sort(m.spans.begin(), m.spans.end(),
+                [](const Span& a, const Span& b) { return a.begin_ns < b.begin_ns; });
       for (const Span& span : m.spans) observation_.busy_ns += AddToUnion(busy_log_, span);
       if (p->tracker.HasFenced()) observation_.active_ns = now_ns;
     }
