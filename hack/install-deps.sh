@@ -105,3 +105,37 @@ PY
   done
   printf '%s' "$want_stamp" >"$stamp"
 fi
+
+# An older glibc to start processes under with the preload library preloaded
+# (test/integration/preload_old_glibc_test.sh): Debian 11's libc6 (glibc 2.31) and libc-bin (its
+# dynamically linked tools), as .debs in a cache the test unpacks into a root of its own. Fetched
+# with apt-get from the bullseye archive through a private apt state (this machine's sources and
+# package database are untouched); TESSERA_OLD_GLIBC=0 leaves it out.
+old_glibc_dir="$deps_dir/old-glibc"
+old_glibc_packages=("libc6 2.31" "libc-bin 2.31")
+old_glibc_stamp="bullseye ${old_glibc_packages[*]}"
+if [[ ${TESSERA_OLD_GLIBC:-1} != 0 &&
+      ( ! -f $old_glibc_dir/.stamp || "$(cat "$old_glibc_dir/.stamp")" != "$old_glibc_stamp" ) ]]; then
+  say "fetching Debian 11 packages: ${old_glibc_packages[*]}"
+  apt_tmp=$(mktemp -d)
+  mkdir -p "$apt_tmp/lists/partial" "$apt_tmp/cache/archives/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main" \
+    >"$apt_tmp/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$apt_tmp/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$apt_tmp/lists" -o "Dir::Cache=$apt_tmp/cache"
+            -o Dir::State::status=/dev/null -o APT::Sandbox::User=root)
+  apt-get "${apt_opts[@]}" update -qq
+  rm -rf "$old_glibc_dir"
+  mkdir -p "$old_glibc_dir"
+  for row in "${old_glibc_packages[@]}"; do
+    read -r pkg want <<<"$row"
+    (cd "$old_glibc_dir" && apt-get "${apt_opts[@]}" download -qq "$pkg")
+    have=$(dpkg-deb -f "$old_glibc_dir/${pkg}_"*.deb Version)
+    case "$have" in
+      "$want"*) ;;
+      *) say "error: bullseye's $pkg is $have, expected $want.*"; exit 1 ;;
+    esac
+  done
+  rm -rf "$apt_tmp"
+  printf '%s' "$old_glibc_stamp" >"$old_glibc_dir/.stamp"
+fi

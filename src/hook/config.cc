@@ -130,9 +130,11 @@ __attribute__((constructor)) void OnLoad() { ConfigureOnce(); }
 
 // Runs once: from the library constructor (main thread, the usual case) or, if another
 // library's constructor calls CUDA before ours ran, from that first call.
+// pthread_once rather than std::call_once, whose state lives in libstdc++ (the library links no
+// C++ runtime: docs/design/0020-deployment.md, "The preload library's floor").
 void ConfigureOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] {
     State& s = S();
     const std::uint64_t start = MonotonicNs();
     Configure(s);

@@ -11,7 +11,6 @@
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
@@ -27,6 +26,7 @@
 #include "governor/busy_log.h"
 #include "governor/fences.h"
 #include "hook/intercept.h"
+#include "hook/monotonic_condition.h"
 #include "hook/process_state.h"
 
 namespace tessera::hook {
@@ -236,8 +236,8 @@ struct DeviceGovernor {
 // starts a fresh one (the parent's watcher thread does not exist there).
 struct Governor {
   std::mutex mu;
-  std::condition_variable completed;  // the watcher polled: depth waiters re-check
-  std::condition_variable work;       // a launch added work: the watcher wakes
+  MonotonicCondition completed;  // the watcher polled: depth waiters re-check
+  MonotonicCondition work;       // a launch added work: the watcher wakes
   CudaEvents events;
   DeviceGovernor* devices[shm::kMaxDevices] = {};
   std::atomic<bool> watcher_started{false};  // read unlocked by FenceBeforeWait
@@ -462,13 +462,13 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       KeepEpoch(*d, now, lock);
       Publish(*d, region->compute[i], region->busy[i], now, lock);
     }
-    g->completed.notify_all();
+    g->completed.NotifyAll();
     if (!any) {
       g->watcher_idle = true;
-      g->work.wait_for(lock, std::chrono::milliseconds(20));
+      g->work.WaitFor(lock, std::chrono::milliseconds(20));
       g->watcher_idle = false;
     } else {
-      g->work.wait_for(
+      g->work.WaitFor(
           lock, std::chrono::nanoseconds(g->depth_waiters > 0 ? kWatchPollWaitedNs : kWatchPollNs));
     }
   }
@@ -601,8 +601,8 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
       }
       waiting.tracker.FenceAll(now, MayRecordFromCaller);
       ++g.depth_waiters;
-      g.work.notify_one();
-      g.completed.wait_for(lock, std::chrono::milliseconds(1));
+      g.work.NotifyOne();
+      g.completed.WaitFor(lock, std::chrono::milliseconds(1));
       --g.depth_waiters;
       now = NowNs();
     }
@@ -652,7 +652,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   } else {  // e.g. too few SMs under an MPS limit: the node reports it (metric, Event)
     c.launch_failures.fetch_add(1, std::memory_order_relaxed);
   }
-  if (g.watcher_idle) g.work.notify_one();
+  if (g.watcher_idle) g.work.NotifyOne();
   if (g_stats_enabled) {
     GovernorStats& st = g_governor_stats;
     st.launches.fetch_add(1, std::memory_order_relaxed);
@@ -694,7 +694,7 @@ void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
       d->tracker.Fence(StreamKey(stream, per_thread), now, MayRecordFromCaller);
     }
   }
-  g.work.notify_one();
+  g.work.NotifyOne();
 }
 
 }  // namespace
