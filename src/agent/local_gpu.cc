@@ -37,6 +37,38 @@ Fn Sym(void* handle, const char* name) {
   return reinterpret_cast<Fn>(dlsym(handle, name));
 }
 
+// The CUDA driver's entry points the probes call, from `library` (loaded in the probe's child;
+// all null when it cannot be loaded).
+struct CudaDriver {
+  decltype(&cuInit) init = nullptr;
+  decltype(&cuDeviceGetCount) count = nullptr;
+  decltype(&cuDeviceGet) get = nullptr;
+  decltype(&cuDeviceGetUuid_v2) uuid = nullptr;
+  decltype(&cuDeviceGetName) name = nullptr;
+  decltype(&cuDeviceTotalMem_v2) total = nullptr;
+  decltype(&cuDeviceGetAttribute) attribute = nullptr;
+  decltype(&cuDevicePrimaryCtxRetain) retain = nullptr;
+  decltype(&cuCtxSetCurrent) set_current = nullptr;
+  decltype(&cuStreamCreate) stream_create = nullptr;
+};
+
+CudaDriver LoadCudaDriver(const std::string& library) {
+  CudaDriver d;
+  void* cuda = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return d;
+  d.init = Sym<decltype(&cuInit)>(cuda, "cuInit");
+  d.count = Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount");
+  d.get = Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet");
+  d.uuid = Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2");
+  d.name = Sym<decltype(&cuDeviceGetName)>(cuda, "cuDeviceGetName");
+  d.total = Sym<decltype(&cuDeviceTotalMem_v2)>(cuda, "cuDeviceTotalMem_v2");
+  d.attribute = Sym<decltype(&cuDeviceGetAttribute)>(cuda, "cuDeviceGetAttribute");
+  d.retain = Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain");
+  d.set_current = Sym<decltype(&cuCtxSetCurrent)>(cuda, "cuCtxSetCurrent");
+  d.stream_create = Sym<decltype(&cuStreamCreate)>(cuda, "cuStreamCreate");
+  return d;
+}
+
 // Streams the probe creates to measure the driver's per-stream device memory (it takes 2 MiB
 // chunks, so one stream alone says little; PyTorch's stream pools create 128).
 constexpr int kProbeStreams = 128;
@@ -51,25 +83,15 @@ constexpr int kSmProbeTimeoutMs = 20'000;
                              int reply_fd, int go_fd) {
   ProbeReply reply{};
   reply.status = CUDA_ERROR_NOT_FOUND;
-  void* cuda = dlopen(cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
-  auto count_fn = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
-  auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
-  auto uuid_fn = cuda ? Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2") : nullptr;
-  auto name_fn = cuda ? Sym<decltype(&cuDeviceGetName)>(cuda, "cuDeviceGetName") : nullptr;
-  auto total_fn = cuda ? Sym<decltype(&cuDeviceTotalMem_v2)>(cuda, "cuDeviceTotalMem_v2") : nullptr;
-  auto retain =
-      cuda ? Sym<decltype(&cuDevicePrimaryCtxRetain)>(cuda, "cuDevicePrimaryCtxRetain") : nullptr;
-  auto set_current = cuda ? Sym<decltype(&cuCtxSetCurrent)>(cuda, "cuCtxSetCurrent") : nullptr;
-  auto stream_create = cuda ? Sym<decltype(&cuStreamCreate)>(cuda, "cuStreamCreate") : nullptr;
-  if (init && count_fn && get && uuid_fn && name_fn && total_fn && retain && set_current &&
-      (reply.status = init(0)) == CUDA_SUCCESS &&
-      (reply.status = count_fn(&reply.count)) == CUDA_SUCCESS) {
+  const CudaDriver d = LoadCudaDriver(cuda_library);
+  if (d.init && d.count && d.get && d.uuid && d.name && d.total && d.retain && d.set_current &&
+      (reply.status = d.init(0)) == CUDA_SUCCESS &&
+      (reply.status = d.count(&reply.count)) == CUDA_SUCCESS) {
     reply.status = -1;
     for (int i = 0; i < reply.count; ++i) {
       CUdevice dev = 0;
       CUuuid uuid{};
-      if (get(&dev, i) != CUDA_SUCCESS || uuid_fn(&uuid, dev) != CUDA_SUCCESS) continue;
+      if (d.get(&dev, i) != CUDA_SUCCESS || d.uuid(&uuid, dev) != CUDA_SUCCESS) continue;
       const std::string id = FormatGpuUuid(reinterpret_cast<const unsigned char*>(uuid.bytes));
       const bool match = selector.empty()                 ? i == 0
                          : selector.rfind("GPU-", 0) == 0 ? id == selector
@@ -77,13 +99,13 @@ constexpr int kSmProbeTimeoutMs = 20'000;
       if (!match) continue;
       reply.index = i;
       std::strncpy(reply.uuid, id.c_str(), sizeof(reply.uuid) - 1);
-      name_fn(reply.name, sizeof(reply.name) - 1, dev);
+      d.name(reply.name, sizeof(reply.name) - 1, dev);
       std::size_t total = 0;
-      total_fn(&total, dev);
+      d.total(&total, dev);
       reply.memory_bytes = total;
       CUcontext ctx = nullptr;
-      reply.status = retain(&ctx, dev);
-      if (reply.status == CUDA_SUCCESS) reply.status = set_current(ctx);
+      reply.status = d.retain(&ctx, dev);
+      if (reply.status == CUDA_SUCCESS) reply.status = d.set_current(ctx);
       break;
     }
   }
@@ -93,9 +115,9 @@ constexpr int kSmProbeTimeoutMs = 20'000;
   }
   if (go == 's') {
     char created = 0;
-    for (int i = 0; stream_create != nullptr && i < kProbeStreams; ++i) {
+    for (int i = 0; d.stream_create != nullptr && i < kProbeStreams; ++i) {
       CUstream stream = nullptr;
-      if (stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) break;
+      if (d.stream_create(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) break;
       created = 1;
     }
     if (write(reply_fd, &created, 1) != 1) _exit(1);
@@ -157,22 +179,16 @@ std::map<std::string, std::uint32_t> ProbeSmCounts(const std::string& cuda_libra
   if (child == 0) {
     close(fds[0]);
     std::string lines;
-    void* cuda = dlopen(cuda_library.c_str(), RTLD_NOW | RTLD_LOCAL);
-    auto init = cuda ? Sym<decltype(&cuInit)>(cuda, "cuInit") : nullptr;
-    auto count = cuda ? Sym<decltype(&cuDeviceGetCount)>(cuda, "cuDeviceGetCount") : nullptr;
-    auto get = cuda ? Sym<decltype(&cuDeviceGet)>(cuda, "cuDeviceGet") : nullptr;
-    auto uuid = cuda ? Sym<decltype(&cuDeviceGetUuid_v2)>(cuda, "cuDeviceGetUuid_v2") : nullptr;
-    auto attribute =
-        cuda ? Sym<decltype(&cuDeviceGetAttribute)>(cuda, "cuDeviceGetAttribute") : nullptr;
+    const CudaDriver d = LoadCudaDriver(cuda_library);
     int n = 0;
-    if (init != nullptr && count != nullptr && get != nullptr && uuid != nullptr &&
-        attribute != nullptr && init(0) == CUDA_SUCCESS && count(&n) == CUDA_SUCCESS) {
+    if (d.init != nullptr && d.count != nullptr && d.get != nullptr && d.uuid != nullptr &&
+        d.attribute != nullptr && d.init(0) == CUDA_SUCCESS && d.count(&n) == CUDA_SUCCESS) {
       for (int i = 0; i < n; ++i) {
         CUdevice device = 0;
         CUuuid id{};
         int sms = 0;
-        if (get(&device, i) != CUDA_SUCCESS || uuid(&id, device) != CUDA_SUCCESS ||
-            attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS ||
+        if (d.get(&device, i) != CUDA_SUCCESS || d.uuid(&id, device) != CUDA_SUCCESS ||
+            d.attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device) != CUDA_SUCCESS ||
             sms <= 0) {
           continue;
         }

@@ -189,7 +189,7 @@ int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
     // the busy log's 60 spans: added out of time order, pieces that fell out of the log were
     // counted again (67 % delivered at 10 % against 75 %).
     case BusyShape::kMpsBursts:
-      w.push_back(std::make_unique<Bursts>(4 * kUs, 30 * kUs, 4, 256));
+      w.push_back(std::make_unique<LaunchBoundStreams>(4 * kUs, 30 * kUs, 4, 256, /*bursts=*/true));
       return sim.Add(tenant, std::move(w), 4, ClientShape{true, 1.0, false, 0.25});
   }
   return sim.Add(tenant, std::move(w), streams);

@@ -490,23 +490,30 @@ class ManyStreams final : public Workload {
   int next_ = 0;
 };
 
-// Launch-bound over `streams` streams of one process, round robin: a kernel of `kernel_ns`, then
-// `host_ns` of host work, the next on the next stream, a synchronize every `sync_every` launches.
-// Each stream is busy a small part of the time, but their kernels follow each other closely, so
-// the container keeps the GPU busy far more than any one stream does.
+// Launch-bound over `streams` streams of one process, round robin: a kernel of `kernel_ns` on
+// the next stream, then `host_ns` of host work (after every launch, or with `bursts` after one on
+// each stream), a synchronize every `sync_every` launches. Taking turns, each stream is busy a
+// small part of the time but their kernels follow each other closely; in bursts under MPS with
+// narrow kernels they run at the same moment on different SMs.
 class LaunchBoundStreams final : public Workload {
  public:
-  LaunchBoundStreams(std::uint64_t kernel_ns, std::uint64_t host_ns, int streams, int sync_every)
-      : kernel_ns_(kernel_ns), host_ns_(host_ns), streams_(streams), sync_every_(sync_every) {}
+  LaunchBoundStreams(std::uint64_t kernel_ns, std::uint64_t host_ns, int streams, int sync_every,
+                     bool bursts = false)
+      : kernel_ns_(kernel_ns),
+        host_ns_(host_ns),
+        streams_(streams),
+        sync_every_(sync_every),
+        bursts_(bursts) {}
   Want Next(std::uint64_t now_ns) override {
-    if (launched_ == sync_every_) return {Want::Kind::kSynchronize, 0, 0};
-    if (now_ns < next_ns_) return {};
+    const bool between = !bursts_ || next_ == 0;  // host work may come before this launch
+    if (between && launched_ >= sync_every_) return {Want::Kind::kSynchronize, 0, 0};
+    if (between && now_ns < next_ns_) return {};
     return {Want::Kind::kLaunch, kernel_ns_, next_};
   }
   void Launched(std::uint64_t now_ns) override {
     ++launched_;
     next_ = (next_ + 1) % streams_;
-    next_ns_ = now_ns + host_ns_;
+    if (!bursts_ || next_ == 0) next_ns_ = now_ns + host_ns_;
   }
   void Synchronized(std::uint64_t done_ns) override {
     (void)done_ns;
@@ -516,38 +523,9 @@ class LaunchBoundStreams final : public Workload {
  private:
   std::uint64_t kernel_ns_, host_ns_;
   int streams_, sync_every_;
+  bool bursts_;
   int launched_ = 0;
   int next_ = 0;
-  std::uint64_t next_ns_ = 0;
-};
-
-// Bursts over `streams` streams: one kernel of `kernel_ns` on each stream back to back, then
-// `host_ns` of host work, a synchronize every `sync_every` launches. With narrow kernels under MPS
-// the burst's kernels run at the same moment on different SMs.
-class Bursts final : public Workload {
- public:
-  Bursts(std::uint64_t kernel_ns, std::uint64_t host_ns, int streams, int sync_every)
-      : kernel_ns_(kernel_ns), host_ns_(host_ns), streams_(streams), sync_every_(sync_every) {}
-  Want Next(std::uint64_t now_ns) override {
-    if (in_ == 0 && launched_ >= sync_every_) return {Want::Kind::kSynchronize, 0, 0};
-    if (in_ == 0 && now_ns < next_ns_) return {};
-    return {Want::Kind::kLaunch, kernel_ns_, in_};
-  }
-  void Launched(std::uint64_t now_ns) override {
-    ++launched_;
-    in_ = (in_ + 1) % streams_;
-    if (in_ == 0) next_ns_ = now_ns + host_ns_;
-  }
-  void Synchronized(std::uint64_t done_ns) override {
-    (void)done_ns;
-    launched_ = 0;
-  }
-
- private:
-  std::uint64_t kernel_ns_, host_ns_;
-  int streams_, sync_every_;
-  int launched_ = 0;
-  int in_ = 0;
   std::uint64_t next_ns_ = 0;
 };
 
