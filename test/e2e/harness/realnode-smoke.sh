@@ -15,11 +15,11 @@
 # runs tessera-node on the real node from its image (the fake NVML and driver in a host folder
 # mounted as the driver's, driver.mountLibDir), its init containers install the preload library,
 # and its device plugin registers with the real kubelet: checks that the pod is Running, that the
-# Node advertises tessera.dev/gpu-slot, and that the library is in place. Not yet: the agent
-# reaching the API server through the `kubernetes` Service (no kube-proxy runs, so its
-# inventory and Events are not published), and the chart's scheduler half (its Deployment and
-# webhooks behind a Service): its webhooks are set to Ignore and its pods to a node that does
-# not exist.
+# Node advertises tessera.dev/gpu-slot, that the library is in place, and that the agent
+# published its inventory through the `kubernetes` Service (the API server serves on the node's
+# address, `up --advertise-address`, and kube-proxy routes the Service). Not yet: the chart's
+# scheduler half (its Deployment and webhooks behind a Service): its webhooks are set to Ignore
+# and its pods to a node that does not exist.
 #
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
 #   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc, busybox-static
@@ -59,6 +59,7 @@ w=$(mktemp -d /tmp/tessera-realnode.XXXXXX)
 # kubelet's device-plugin folder is fixed at /var/lib/kubelet/device-plugins whatever --root-dir
 # says; where this run makes it, it removes it (tessera-node serves its plugin wherever it exists).
 made_var_lib_kubelet=0
+proxy_started=0
 [[ -e /var/lib/kubelet ]] || made_var_lib_kubelet=1
 uid=""
 bridge=""
@@ -84,6 +85,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   grep -o " $w/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   ip link delete "$bridge" 2>/dev/null || true
+  ((proxy_started)) && "$bin" kube-proxy --cleanup >/dev/null 2>&1 || true
   ((made_var_lib_kubelet)) && rm -rf /var/lib/kubelet
   # kubelet's QoS cgroups, once empty.
   find /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
@@ -110,7 +112,8 @@ bridge=tsr$(basename "$w" | tail -c 7 | tr -dc 'a-zA-Z0-9')
 cat >"$w/cni/10-tessera.conflist" <<JSON
 {"cniVersion": "1.0.0", "name": "tessera-realnode", "plugins": [
   {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": false,
-   "ipam": {"type": "host-local", "dataDir": "$w/cni-ipam", "ranges": [[{"subnet": "198.51.100.0/24"}]]}},
+   "ipam": {"type": "host-local", "dataDir": "$w/cni-ipam", "ranges": [[{"subnet": "198.51.100.0/24"}]],
+            "routes": [{"dst": "0.0.0.0/0"}]}},
   {"type": "loopback"}]}
 JSON
 cp "$busybox" "$w/rootfs/bin/busybox"
@@ -144,7 +147,8 @@ pids+=($!)
 wait_for 30 "containerd's socket" test -S "$w/containerd.sock"
 "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$w/busybox.tar" >/dev/null
 
-"$bin" up --dir "$w/cp" --kubeconfig "$KUBECONFIG" \
+ip=$(hostname -I | awk '{print $1}')
+"$bin" up --dir "$w/cp" --kubeconfig "$KUBECONFIG" --advertise-address "$ip" \
   --apiserver-arg=--kubelet-preferred-address-types=InternalIP >"$w/up.log" 2>&1 &
 pids+=($!)
 wait_for 120 "the control plane" kubectl get --raw /readyz
@@ -153,7 +157,14 @@ wait_for 120 "the control plane" kubectl get --raw /readyz
   --secure-port=0 >"$w/kcm.log" 2>&1 &
 pids+=($!)
 
-ip=$(hostname -I | awk '{print $1}')
+# kube-proxy (iptables): Services' ClusterIPs for the pods and the host, the API server's
+# "kubernetes" Service included. Its rules are removed at cleanup (kube-proxy --cleanup).
+"$bin" kube-proxy --kubeconfig "$KUBECONFIG" --hostname-override realnode --proxy-mode iptables \
+  --cluster-cidr 198.51.100.0/24 --conntrack-max-per-core 0 --iptables-localhost-nodeports=false \
+  --metrics-bind-address "127.0.0.1:$((20000 + RANDOM % 20000))" \
+  --healthz-bind-address "127.0.0.1:$((40000 + RANDOM % 20000))" >"$w/kube-proxy.log" 2>&1 &
+pids+=($!)
+proxy_started=1
 cat >"$w/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -249,7 +260,10 @@ YAML
     sh -c "[ \"\$('$bin' kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}')\" -gt 0 ]"
   [[ -f "$w/lib/libtessera-cuda.so" ]] ||
     { echo "realnode-smoke: the init containers did not install the preload library" >&2; exit 1; }
-  echo "realnode-smoke: chart OK (tessera-node from its image on realnode; $(slots) tessera.dev/gpu-slot registered with the real kubelet; preload library installed)"
+  # The agent reached the API server through the "kubernetes" Service (kube-proxy): its inventory.
+  inventory() { kubectl get node realnode -o jsonpath='{.metadata.annotations.tessera\.dev/gpu-inventory}'; }
+  wait_for 60 "the agent's inventory on the Node (tessera.dev/gpu-inventory)" sh -c "[ -n \"\$('$bin' kubectl get node realnode -o jsonpath='{.metadata.annotations.tessera\.dev/gpu-inventory}')\" ]"
+  echo "realnode-smoke: chart OK (tessera-node from its image on realnode; $(slots) tessera.dev/gpu-slot registered with the real kubelet; preload library installed; inventory of $(inventory | grep -o '"uuid"' | wc -l) GPUs published through kube-proxy)"
 fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
   echo "realnode-smoke: holding; KUBECONFIG=$KUBECONFIG, containerd at $w/containerd.sock (ctr: $cbin/ctr)" >&2

@@ -28,6 +28,7 @@ var subcommands = map[string]subcommand{
 	"kube-scheduler":          {"run the upstream kube-scheduler (upstream flags)", runKubeScheduler},
 	"kubectl":                 {"run the upstream kubectl", runKubectl},
 	"kube-controller-manager": {"run the upstream kube-controller-manager (upstream flags)", runKubeControllerManager},
+	"kube-proxy":              {"run the upstream kube-proxy (upstream flags; a real node's Service routing)", runKubeProxy},
 	"oci-image":               {"write an OCI image archive of a folder's files (ctr images import loads it)", runOCIImage},
 	"real-kubelet":            {"run the whole upstream kubelet (upstream flags; needs a CRI runtime)", runRealKubelet},
 	"simnodes":                {"register simulated GPU nodes and act as their kubelet", runSimnodes},

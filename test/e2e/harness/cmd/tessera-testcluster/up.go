@@ -49,6 +49,7 @@ func runUp(args []string) int {
 	stateDir := fs.String("dir", "", "state directory for etcd data and credentials (default: a new temporary directory, removed on exit)")
 	etcdLogLevel := fs.String("etcd-log-level", "warn", "etcd log level")
 	noScheduler := fs.Bool("no-scheduler", false, "do not start kube-scheduler")
+	advertise := fs.String("advertise-address", "", "serve the API on every address (not only loopback) and publish this IP as the \"kubernetes\" Service's endpoint, so that pods of a real node reach it through kube-proxy (default: loopback only, no endpoint)")
 	schedulerConfig := fs.String("scheduler-config", "", "KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) YAML for kube-scheduler's --config; clientConnection.kubeconfig, qps, burst and leaderElection.leaderElect are filled in unless the file sets them; the completed file is <dir>/kube-scheduler-config.yaml")
 	var apiserverArgs, schedulerArgs stringList
 	fs.Var(&apiserverArgs, "apiserver-arg", "extra kube-apiserver flag, e.g. --apiserver-arg=--feature-gates=Foo=true (repeatable; wins over the defaults)")
@@ -62,13 +63,19 @@ func runUp(args []string) int {
 	if *schedulerConfig != "" && *noScheduler {
 		return fatalf("up: --scheduler-config and --no-scheduler exclude each other")
 	}
-	if err := up(*kubeconfig, *stateDir, *etcdLogLevel, !*noScheduler, *schedulerConfig, apiserverArgs, schedulerArgs); err != nil {
+	if *advertise != "" {
+		ip := net.ParseIP(*advertise)
+		if ip == nil || ip.IsLoopback() || ip.IsUnspecified() {
+			return fatalf("up: --advertise-address %q: expected the node's own non-loopback IP address", *advertise)
+		}
+	}
+	if err := up(*kubeconfig, *stateDir, *etcdLogLevel, !*noScheduler, *schedulerConfig, *advertise, apiserverArgs, schedulerArgs); err != nil {
 		return fatalf("up: %v", err)
 	}
 	return 0
 }
 
-func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, schedulerConfig string, apiserverArgs, schedulerArgs []string) (retErr error) {
+func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, schedulerConfig, advertise string, apiserverArgs, schedulerArgs []string) (retErr error) {
 	// One signal context for the whole process: upstream's handler may only be
 	// installed once, so up cannot use the upstream cobra commands as a whole.
 	ctx := genericapiserver.SetupSignalContext()
@@ -124,8 +131,14 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, scheduler
 	defer etcd.Close()
 	klog.InfoS("tessera-testcluster: etcd ready", "url", etcdURL)
 
-	// kube-apiserver, serving on a listener we already hold (no port race).
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// kube-apiserver, serving on a listener we already hold (no port race). With an advertise
+	// address, on every address: the admin kubeconfig keeps loopback, pods reach it through the
+	// "kubernetes" Service (kube-proxy; the serving certificate names 10.0.0.1).
+	listen := "127.0.0.1"
+	if advertise != "" {
+		listen = "0.0.0.0"
+	}
+	ln, err := net.Listen("tcp", listen+":0")
 	if err != nil {
 		return err
 	}
@@ -142,7 +155,7 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, scheduler
 	}
 	defaults := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
+		"--bind-address=" + listen,
 		fmt.Sprintf("--secure-port=%d", apiPort),
 		"--tls-cert-file=" + p.ServingCert,
 		"--tls-private-key-file=" + p.ServingKey,
@@ -152,10 +165,14 @@ func up(kubeconfig, stateDir, etcdLogLevel string, withScheduler bool, scheduler
 		"--service-account-signing-key-file=" + p.SAKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
 		"--authorization-mode=RBAC",
-		// A loopback advertise address is rejected for the "kubernetes"
-		// Service endpoints; nothing in the harness needs them.
-		"--endpoint-reconciler-type=none",
 		"--cert-dir=" + filepath.Join(stateDir, "apiserver-certs"),
+	}
+	if advertise != "" {
+		defaults = append(defaults, "--advertise-address="+advertise)
+	} else {
+		// A loopback advertise address is rejected for the "kubernetes" Service's endpoints;
+		// without a real node nothing needs them.
+		defaults = append(defaults, "--endpoint-reconciler-type=none")
 	}
 	if err := apiFlags.Parse(append(defaults, apiserverArgs...)); err != nil {
 		return fmt.Errorf("kube-apiserver flags: %w", err)

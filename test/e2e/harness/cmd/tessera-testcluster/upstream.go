@@ -11,6 +11,7 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanagerapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxyapp "k8s.io/kubernetes/cmd/kube-proxy/app"
 	schedulerapp "k8s.io/kubernetes/cmd/kube-scheduler/app"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 )
@@ -28,6 +29,12 @@ func runKubeScheduler(_ []string) int {
 
 func runKubeControllerManager(_ []string) int {
 	return cli.Run(controllermanagerapp.NewControllerManagerCommand())
+}
+
+// runKubeProxy is the upstream kube-proxy: a real node's Service routing (ClusterIPs to
+// endpoints, for pods and for the host's own processes, the API server's webhook calls included).
+func runKubeProxy(_ []string) int {
+	return cli.Run(proxyapp.NewProxyCommand())
 }
 
 // runRealKubelet is the whole upstream kubelet (a real node: it needs a CRI runtime), as opposed
