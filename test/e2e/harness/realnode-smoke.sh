@@ -256,13 +256,14 @@ YAML
     exit 1
   fi
   slots() { kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}'; }
-  wait_for 60 "realnode advertising tessera.dev/gpu-slot (the device plugin registered with kubelet)" \
-    sh -c "[ \"\$('$bin' kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}')\" -gt 0 ]"
+  has_slots() { [[ "$(slots)" =~ ^[1-9][0-9]*$ ]]; }
+  wait_for 60 "realnode advertising tessera.dev/gpu-slot (the device plugin registered with kubelet)" has_slots
   [[ -f "$w/lib/libtessera-cuda.so" ]] ||
     { echo "realnode-smoke: the init containers did not install the preload library" >&2; exit 1; }
   # The agent reached the API server through the "kubernetes" Service (kube-proxy): its inventory.
   inventory() { kubectl get node realnode -o jsonpath='{.metadata.annotations.tessera\.dev/gpu-inventory}'; }
-  wait_for 60 "the agent's inventory on the Node (tessera.dev/gpu-inventory)" sh -c "[ -n \"\$('$bin' kubectl get node realnode -o jsonpath='{.metadata.annotations.tessera\.dev/gpu-inventory}')\" ]"
+  has_inventory() { [[ -n "$(inventory)" ]]; }
+  wait_for 60 "the agent's inventory on the Node (tessera.dev/gpu-inventory)" has_inventory
   echo "realnode-smoke: chart OK (tessera-node from its image on realnode; $(slots) tessera.dev/gpu-slot registered with the real kubelet; preload library installed; inventory of $(inventory | grep -o '"uuid"' | wc -l) GPUs published through kube-proxy)"
 fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
