@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <new>
 #include <pthread.h>
+#include <string>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -112,6 +113,13 @@ std::pair<bool, std::size_t> _Prime_rehash_policy::_M_need_rehash(std::size_t n_
 }
 
 }  // namespace __detail
+
+// std::string's members, all of them (libstdc++ instantiates them in its own library, which this
+// one does not link, and its headers say so with an extern template): which members a compiler
+// leaves out of line changes with its version (GCC 13 moved part of replace() into
+// _M_replace_cold, which GCC 12 inlined).
+template class basic_string<char>;
+
 }  // namespace std
 
 extern "C" {

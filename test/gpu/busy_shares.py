@@ -8,6 +8,9 @@ C++ build under test.
                                             {"busy_per_unit": union of its kernels' intervals
                                             per unit of work, "mean_kernel_us", ...}
   busy_shares.py drive BUILD OUT            the table below; writes OUT/busy_shares.json
+  busy_shares.py accuracy BUILD OUT         the busy fraction CUPTI sees under each share against
+                                            min(S, b), in one run (accuracy's docstring);
+                                            writes OUT/busy_accuracy.json
 
 Shapes (all from PyTorch, none tuned to tessera):
   launchbound  elementwise ops on a 4096-element tensor, back to back from Python (kernels of a
@@ -159,8 +162,8 @@ def trace(shape, seconds):
             step()
             units += 1
         wall = time.perf_counter() - t0
-    spans = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                   if e.device_type == torch.autograd.DeviceType.CUDA)
+    gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    spans = sorted((e.time_range.start, e.time_range.end) for e in gpu)
     union, end = 0.0, None
     for a, b in spans:
         if end is None or a > end:
@@ -172,9 +175,15 @@ def trace(shape, seconds):
     # The profiler slows the host's launches (a launch-bound loop runs slower under it), so the
     # fraction busy under it understates b; busy time per unit of work does not depend on the
     # host's pace: b = busy_per_unit x the unprofiled solo rate (drive).
+    by_name = {}
+    for e in gpu:
+        by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.end - e.time_range.start
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:3]
     print(json.dumps({"busy": union / 1e6 / wall, "kernels": len(spans), "units": units,
+                      "wall": wall, "rate": units / wall,
                       "busy_per_unit": union / 1e6 / units,
-                      "mean_kernel_us": sum(b - a for a, b in spans) / max(1, len(spans))}))
+                      "mean_kernel_us": sum(b - a for a, b in spans) / max(1, len(spans)),
+                      "top": [[n[:60], round(t / 1e6 / wall, 4)] for n, t in top]}))
 
 
 # ---- drive
@@ -288,6 +297,61 @@ def drive(build, out):
         json.dump(results, f, indent=1)
 
 
+def accuracy(build, out):
+    """The share's own definition checked inside one run: under `tessera run --gpu-cores S` the
+    workload runs under torch.profiler, and CUPTI's kernel records (independent of tessera) give
+    the fraction of the wall time its kernels kept the GPU busy; it must be min(S, b) where b is
+    the same profiled workload's busy fraction alone. Unlike the delivered rate, this does not
+    depend on the host's pace from one process to the next (the launch-bound loop's solo rate
+    moved by a quarter between runs on the H200), and it holds also where running under a share
+    changes how much busy time a unit of work takes (streams whose kernels overlap more when
+    released together). Shares: SHARES, plus a quarter, half and three quarters of b (a profiled
+    launch-bound loop's b is below 10 %)."""
+    sys.stdout.reconfigure(line_buffering=True)
+    tessera = [os.path.join(build, "cmd/tessera/tessera"), "run", "--gpu-memory", "24Gi"]
+    seconds = os.environ.get("TRACE_SECONDS", "3")
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "method": "accuracy", "shapes": {}}
+    print(f"{'shape':12} {'share':>6} {'busy':>7} {'expected':>8} {'error pp':>8} {'rel':>6} "
+          f"{'rate':>8} {'delivered':>9} {'expected':>8}")
+
+    def traced(prefix, shape):
+        rc, lines, err = run(prefix + SELF + ["trace", shape, "--seconds", seconds], 300)
+        got = next((l for l in lines if "busy_per_unit" in l), None)
+        return got, [l for l in err.splitlines() if l.startswith("tessera run")] or err[-300:]
+
+    for shape in os.environ.get("SHAPES", "launchbound graphs streams cupy gemm").split():
+        solo, err = traced([], shape)
+        row = {"solo": solo, "solo_error": None if solo else err, "shares": []}
+        results["shapes"][shape] = row
+        if not solo:
+            print(f"{shape:12} solo trace failed: {err}")
+            continue
+        b = solo["busy"]
+        shares = {int(s) for s in os.environ.get("SHARES", "10 30 50 90").split()}
+        shares |= {max(1, round(100 * b * f)) for f in (0.25, 0.5, 0.75)}
+        # ORDER=desc: the largest share first (whether a trend across the shares is the host's
+        # drift over the call rather than the share).
+        for s in sorted(shares, reverse=os.environ.get("ORDER") == "desc"):
+            got, notes = traced(tessera + ["--gpu-cores", str(s), "--"], shape)
+            cell = {"share": s, "trace": got, "notes": notes}
+            if got:
+                cell["expected_busy"] = min(s / 100, b)
+                cell["error_pp"] = 100 * (got["busy"] - cell["expected_busy"])
+                cell["delivered"] = got["rate"] / solo["rate"]
+                cell["expected_delivered"] = min(1.0, s / 100 / b)
+                print(f"{shape:12} {s:6} {100 * got['busy']:6.1f}% "
+                      f"{100 * cell['expected_busy']:7.1f}% {cell['error_pp']:+8.1f} "
+                      f"{got['busy'] / cell['expected_busy']:6.3f} {got['rate']:8.1f} "
+                      f"{100 * cell['delivered']:8.1f}% {100 * cell['expected_delivered']:7.1f}%")
+            else:
+                print(f"{shape:12} {s:6} governed trace failed: {notes}")
+            row["shares"].append(cell)
+        print(f"{shape:12} solo: b {100 * b:.1f}%, {solo['rate']:.1f} units/s, "
+              f"mean kernel {solo['mean_kernel_us']:.2f} us, top {solo['top']}")
+        with open(os.path.join(out, "busy_accuracy.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -296,14 +360,17 @@ def main():
         q.add_argument("shape", choices=SHAPES + ("gemm",))
         q.add_argument("--seconds", type=float, default=8)
         q.add_argument("--tag", default="")
-    d = sub.add_parser("drive")
-    d.add_argument("build")
-    d.add_argument("out")
+    for name in ("drive", "accuracy"):
+        d = sub.add_parser(name)
+        d.add_argument("build")
+        d.add_argument("out")
     a = p.parse_args()
     if a.cmd == "work":
         work(a.shape, a.seconds)
     elif a.cmd == "trace":
         trace(a.shape, a.seconds)
+    elif a.cmd == "accuracy":
+        accuracy(a.build, a.out)
     else:
         drive(a.build, a.out)
 
