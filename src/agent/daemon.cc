@@ -155,7 +155,7 @@ class PluginSide {
     b.hook_library = Or(o.hook_library, names::kPathHookLibrary);
     side->hook_library_ = b.hook_library;
     b.ld_so_preload = b.state_dir + "/ld.so.preload";
-    b.driver_files = DriverFiles(o.driver_lib_dir);
+    b.driver = {DriverFiles(o.driver_lib_dir), o.dev_root};
     b.policy = policy;
     if (keys.empty()) {
       TESSERA_LOG(kWarn, kAgent,
@@ -467,6 +467,10 @@ Status NodeDaemon::ValidateFlags() {
     return InvalidArgumentError("--node-name: required (or --print-inventory)");
   }
   // Every flag's form before anything is opened or asked (NVML, the API server).
+  if (options_.dev_root.empty() || options_.dev_root.front() != '/') {
+    return InvalidArgumentError("--dev-root: \"" + options_.dev_root +
+                                "\" is not an absolute path (e.g. / or /run/nvidia/driver)");
+  }
   if (!options_.metrics_listen.empty()) {
     if (auto form = k8s::ParseListenAddress(options_.metrics_listen); !form.ok()) {
       return form.status().WithContext("--metrics-listen");

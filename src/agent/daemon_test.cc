@@ -83,6 +83,17 @@ TEST(NodeDaemonTest, AMalformedMetricsAddressIsRefusedWithTheFlags) {
   EXPECT_EQ(node.metrics_port(), 0);
 }
 
+TEST(NodeDaemonTest, ARelativeDevRootIsRefusedWithTheFlags) {
+  for (const char* root : {"", "run/nvidia/driver"}) {
+    NodeOptions o = Options();
+    o.dev_root = root;
+    const Status st = NodeDaemon(o).Run();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_EQ(st.message(), "--dev-root: \"" + std::string(root) +
+                                "\" is not an absolute path (e.g. / or /run/nvidia/driver)");
+  }
+}
+
 TEST(NodeDaemonTest, StartMetricsServesAndShutdownStops) {
   NodeOptions o = Options();
   o.metrics_listen = "127.0.0.1:0";

@@ -42,6 +42,10 @@ std::optional<int> ParseNodeFlags(int argc, const char* const* argv, NodeOptions
   app.add_option("--driver-lib-dir", options.driver_lib_dir,
                  "where libcuda/libnvidia-ml are (CDI mounts)")
       ->capture_default_str();
+  app.add_option("--dev-root", options.dev_root,
+                 "the host folder under which the driver's device nodes are (DIR/dev/nvidia*; "
+                 "a driver container's root)")
+      ->capture_default_str();
   app.add_option("--foreign-gpu-resource", options.foreign_gpu_resources,
                  "another device plugin's GPU resource; GPUs it handed out are not managed "
                  "(repeatable)")

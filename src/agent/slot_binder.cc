@@ -193,7 +193,7 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
   return WriteFileAtomically(
-      p.cdi_spec, CdiSpec(slot, minor, options_.driver_files, mps_mounts, mps_env), 0644);
+      p.cdi_spec, CdiSpec(slot, minor, options_.driver, mps_mounts, mps_env), 0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {

@@ -72,7 +72,7 @@ struct BinderOptions {
   std::string cdi_dir;
   std::string hook_library;               // the preload library on the host
   std::string ld_so_preload;              // the host file naming it (written at start)
-  std::vector<std::string> driver_files;  // host driver libraries the CDI spec mounts
+  CdiDriver driver;  // the host driver's libraries and device nodes the CDI spec names
   policy::Policy policy;
   // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.
   governor::NodeMps* mps = nullptr;

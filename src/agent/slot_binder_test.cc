@@ -72,7 +72,7 @@ class SlotBinderTest : public ::testing::Test {
     o.cdi_dir = dir_.path() + "/cdi";
     o.hook_library = "/opt/tessera/libtessera-cuda.so";
     o.ld_so_preload = dir_.path() + "/state/ld.so.preload";
-    o.driver_files = {"/usr/lib/libcuda.so.1"};
+    o.driver.files = {"/usr/lib/libcuda.so.1"};
     o.policy = policy::DefaultPolicy();
     o.release_grace = std::chrono::milliseconds(0);
     o.keys["k1"] = std::make_shared<contract::Verifier>(std::move(*verifier));
@@ -186,9 +186,27 @@ TEST_F(SlotBinderTest, MpsNeedsTheUserAndTheNodesMpsDaemon) {
   ExpectRefused("slot-0004", "mode mps: no-such-mps-control not found on this node");
 }
 
+// A driver installed on the host: its device nodes are the container's. A driver container's
+// (dev root /run/nvidia/driver): the same nodes at /dev in the container, from under its root.
+TEST(Slots, DeviceNodesComeFromUnderTheDriversRoot) {
+  const std::string host = CdiSpec("slot-0001", 2, CdiDriver{{"/usr/lib/libcuda.so.1"}, "/"});
+  EXPECT_NE(host.find("\"deviceNodes\":[{\"path\":\"/dev/nvidia2\"}]"), std::string::npos) << host;
+  EXPECT_EQ(host.find("hostPath\":\"/dev"), std::string::npos) << host;
+  const std::string rooted =
+      CdiSpec("slot-0001", 2, CdiDriver{{}, "/run/nvidia/driver/"});
+  EXPECT_NE(rooted.find("{\"path\":\"/dev/nvidia2\",\"hostPath\":\"/run/nvidia/driver/dev/"
+                        "nvidia2\"}"),
+            std::string::npos)
+      << rooted;
+  EXPECT_NE(rooted.find("{\"path\":\"/dev/nvidiactl\",\"hostPath\":\"/run/nvidia/driver/dev/"
+                        "nvidiactl\"}"),
+            std::string::npos)
+      << rooted;
+}
+
 TEST(Slots, AnMpsContainersCdiDeviceCarriesThePipeFolderAndTheClientEnvironment) {
   const std::string spec = CdiSpec(
-      "slot-0002", 1, {},
+      "slot-0002", 1, CdiDriver{},
       {{std::string(kMpsPipeInContainer), "/var/lib/tessera/mps/GPU-a/pipe", false}},
       {"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
   EXPECT_NE(spec.find("\"env\":[\"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/"

@@ -70,10 +70,17 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
   return a;
 }
 
-std::string CdiSpec(std::string_view slot, int gpu_minor,
-                    const std::vector<std::string>& driver_files,
+std::string CdiSpec(std::string_view slot, int gpu_minor, const CdiDriver& driver,
                     const std::vector<Mount>& extra_mounts,
                     const std::vector<std::string>& extra_env) {
+  // A node at /dev in the container; on the host under the driver's root when that is not "/".
+  std::string host_dev = driver.dev_root;
+  while (!host_dev.empty() && host_dev.back() == '/') host_dev.pop_back();
+  const auto device_node = [&host_dev](const std::string& path, std::string& o) {
+    ObjectWriter node(o);
+    node.Str("path", path);
+    if (!host_dev.empty()) node.Str("hostPath", host_dev + path);
+  };
   std::string out;
   {
     ObjectWriter spec(out);
@@ -86,11 +93,7 @@ std::string CdiSpec(std::string_view slot, int gpu_minor,
       device.Str("name", slot);
       ObjectWriter edits(device.Field("containerEdits"));
       const std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(gpu_minor)};
-      AppendJsonArray(edits.Field("deviceNodes"), nodes,
-                      [](const std::string& path, std::string& o) {
-                        ObjectWriter node(o);
-                        node.Str("path", path);
-                      });
+      AppendJsonArray(edits.Field("deviceNodes"), nodes, device_node);
       if (!extra_env.empty()) {
         AppendJsonArray(edits.Field("env"), extra_env,
                         [](const std::string& e, std::string& o) { AppendJsonString(o, e); });
@@ -111,13 +114,9 @@ std::string CdiSpec(std::string_view slot, int gpu_minor,
     ObjectWriter common(spec.Field("containerEdits"));
     const std::vector<std::string> control = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                               "/dev/nvidia-uvm-tools"};
-    AppendJsonArray(common.Field("deviceNodes"), control,
-                    [](const std::string& path, std::string& o) {
-                      ObjectWriter node(o);
-                      node.Str("path", path);
-                    });
+    AppendJsonArray(common.Field("deviceNodes"), control, device_node);
     AppendJsonArray(
-        common.Field("mounts"), driver_files, [](const std::string& path, std::string& o) {
+        common.Field("mounts"), driver.files, [](const std::string& path, std::string& o) {
           ObjectWriter mount(o);
           mount.Str("hostPath", path);
           mount.Str("containerPath", path);

@@ -53,13 +53,21 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
 // The CDI kind of tessera's devices.
 inline constexpr std::string_view kCdiKind = "tessera.dev/gpu";
 
+// What a node's NVIDIA driver puts into every GPU container: its libraries (bind-mounted
+// read-only at the same paths) and its device nodes, found under `dev_root` + "/dev" on the host
+// ("/" for a driver installed on the host; a driver container's root, e.g. /run/nvidia/driver,
+// where the GPU Operator installs it) and always at /dev in the container.
+struct CdiDriver {
+  std::vector<std::string> files;
+  std::string dev_root = "/";
+};
+
 // A CDI spec (JSON, cdiVersion 0.6.0) with one device named `slot`: the decided GPU's device
 // node `/dev/nvidia<minor>`, the control nodes every CUDA process needs, and the driver's
-// libraries (`driver_files`, bind-mounted read-only at the same paths).
+// libraries (`driver`).
 // `extra_mounts` and `extra_env` ("KEY=VALUE") go to the device's edits (an MPS container's pipe
 // folder and client environment).
-std::string CdiSpec(std::string_view slot, int gpu_minor,
-                    const std::vector<std::string>& driver_files,
+std::string CdiSpec(std::string_view slot, int gpu_minor, const CdiDriver& driver,
                     const std::vector<Mount>& extra_mounts = {},
                     const std::vector<std::string>& extra_env = {});
 

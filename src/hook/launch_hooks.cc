@@ -138,6 +138,7 @@ class CudaEvents final : public governor::EventApi {
     if (wait_(static_cast<CUstream>(stream), gate_device_, next, CU_STREAM_WAIT_VALUE_GEQ) !=
         CUDA_SUCCESS) {
       wait_ = nullptr;  // refused here (unsupported, or a capture began): no gate from now on
+      gate_state_ = "off: a stream wait was refused";
       CountMachineryError("a probe's stream wait was refused; probes run without a gate");
       return false;
     }
@@ -160,13 +161,17 @@ class CudaEvents final : public governor::EventApi {
     // submission and is corrected from host times only (fences.h); a launch that blocks while
     // the stream is held is let through by the watchdog below.
     const char* knob = std::getenv(std::string(names::kEnvProbeGate).c_str());
+    gate_state_ = "off: TESSERA_PROBE_GATE=0";
     if (knob != nullptr && knob[0] == '0') return;
     // Every launch waits for its kernel: with the stream held it would never return.
     const char* blocking = std::getenv("CUDA_LAUNCH_BLOCKING");
+    gate_state_ = "off: CUDA_LAUNCH_BLOCKING=1";
     if (blocking != nullptr && blocking[0] == '1') return;
     const DlsymFn lookup = RealDlsym();
     void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    gate_state_ = "off: libcuda.so.1 not loaded";
     if (lookup == nullptr || cuda == nullptr) return;
+    gate_state_ = "off: no pinned word (cuMemHostAlloc, cuStreamWaitValue32)";
     const auto host_alloc = reinterpret_cast<HostAllocFn>(lookup(cuda, "cuMemHostAlloc"));
     const auto device_pointer =
         reinterpret_cast<DevicePointerFn>(lookup(cuda, "cuMemHostGetDevicePointer_v2"));
@@ -181,8 +186,20 @@ class CudaEvents final : public governor::EventApi {
     }
     gate_host_ = static_cast<std::uint32_t*>(word);
     *gate_host_ = 0;
-    if (StartGateWatchdog()) wait_ = wait;
+    gate_state_ = "off: no watchdog thread";
+    if (StartGateWatchdog()) {
+      wait_ = wait;
+      gate_state_ = "on";
+    }
   }
+
+ public:
+  // For TESSERA_HOOK_STATS: whether probes are held at the gate, and if not why.
+  const char* gate_state() const {
+    return gate_broken_.load() ? "off: held past the watchdog's 5 ms" : gate_state_;
+  }
+
+ private:
 
   // Opens a gate held for over kGateWatchdogNs without taking any lock (the launch path holds
   // its mutex across the real launch, and a launch that blocks while its stream is held — a
@@ -210,6 +227,7 @@ class CudaEvents final : public governor::EventApi {
   }
 
   bool gate_tried_ = false;
+  const char* gate_state_ = "not used";
   WaitValueFn wait_ = nullptr;
   std::uint32_t* gate_host_ = nullptr;
   CUdeviceptr gate_device_ = 0;
@@ -734,6 +752,9 @@ void PrintGovernorStats() {
                 static_cast<unsigned long long>(f.dense_launches), ms(f.estimate_ns),
                 static_cast<unsigned long long>(f.estimate_launches),
                 static_cast<unsigned long long>(f.span_bound));
+    TESSERA_LOG(kWarn, kHook, "stats: probes: offset %llu ns taken off each; gate %s",
+                static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
+                g.events.gate_state());
   }
 }
 

@@ -10,19 +10,23 @@
 # everything.
 #
 # REALNODE_CHART=1 then installs tessera as a user would, from its Helm chart and its images
-# (issue #24 part 2, the node half): hack/build-images.sh builds the images from the binaries of
-# TESSERA_BUILD_DIR (default build/dev), imported into containerd's store; the chart's DaemonSet
-# runs tessera-node on the real node from its image (the fake NVML and driver in a host folder
-# mounted as the driver's, driver.mountLibDir), its init containers install the preload library,
-# and its device plugin registers with the real kubelet: checks that the pod is Running, that the
-# Node advertises tessera.dev/gpu-slot, that the library is in place, and that the agent
-# published its inventory through the `kubernetes` Service (the API server serves on the node's
-# address, `up --advertise-address`, and kube-proxy routes the Service). Not yet: the chart's
-# scheduler half (its Deployment and webhooks behind a Service): its webhooks are set to Ignore
-# and its pods to a node that does not exist.
+# (issue #24 parts 2 and 3): hack/build-images.sh builds the images from the binaries of
+# TESSERA_BUILD_DIR (default build/dev), imported into containerd's store with a kube-scheduler
+# image (this harness's binary) and a CUDA client image (the preload library's integration
+# client). The chart's DaemonSet runs tessera-node on the real node from its image (the fake NVML
+# and driver in a host folder mounted as the driver's, driver.mountLibDir; device nodes of the
+# run's own under driver.devRoot), its init containers install the preload library, and its
+# device plugin registers with the real kubelet; the chart's Deployment runs tessera-scheduler
+# and kube-scheduler, its webhooks (failurePolicy Fail) reached through their Service. Checks the
+# agent's pod, the Node's tessera.dev/gpu-slot, the installed library, the inventory published
+# through the `kubernetes` Service (kube-proxy); then GPU pods as real containers: two tenants
+# placed by the chart's kube-scheduler and extender, each started with its CDI device and
+# refused at its own memory cap (cuMemGetInfo shows the cap), their GPU's device node openable
+# there and refused to a pod without a GPU that makes it itself.
 #
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
-#   (default build/e2e/tessera-testcluster; build.sh makes it). Needs root, runc, busybox-static
+#   (default $TESSERA_TESTCLUSTER, else build/e2e/tessera-testcluster; build.sh makes it; ctest
+#   runs it as realnode_e2e, label e2e, with REALNODE_CHART=1). Needs root, runc, busybox-static
 #   and containernetworking-plugins (hack/install-deps.sh); builds containerd into $CONTAINERD_BIN (default
 #   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder;
 #   REALNODE_HOLD=1 keeps the node running after the checks (the kubeconfig and containerd's
@@ -36,7 +40,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../../.." && pwd)
-bin=${1:-$root/build/e2e/tessera-testcluster}
+bin=${1:-${TESSERA_TESTCLUSTER:-$root/build/e2e/tessera-testcluster}}
+[[ $(id -u) == 0 ]] || { echo "realnode-smoke: needs root (kubelet, containerd and runc run a real node)" >&2; exit 1; }
 containerd_version=v2.2.9
 cbin=${CONTAINERD_BIN:-$HOME/.cache/tessera/containerd-$containerd_version}
 [[ -x "$bin" ]] || { echo "realnode-smoke: $bin not found; run test/e2e/harness/build.sh" >&2; exit 1; }
@@ -72,10 +77,10 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
-      [[ -f "$procs" ]] && xargs -r kill -KILL <"$procs" 2>/dev/null || true
+      [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
     done
   done
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -222,9 +227,49 @@ if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
     "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$archive" >/dev/null
   done
   # The node's "driver": the fake libcuda and NVML in a host folder of this run, mounted into the
-  # agent at the same path (the CDI specs it writes name their files there).
-  mkdir -p "$w/driver" "$w/state" "$w/lib"
+  # agent at the same path (the CDI specs it writes name their files there), and device nodes of
+  # the run's own under $w/dev (the chart's driver.devRoot): character devices of the NVIDIA
+  # major with no driver behind them, so a container they are given to opens them with ENXIO and
+  # any other container is refused them by its device cgroup.
+  mkdir -p "$w/driver" "$w/state" "$w/lib" "$w/dev"
   cp -L "$build/test/fakes/lib/libcuda.so.1" "$build/test/fakes/lib/libnvidia-ml.so.1" "$w/driver/"
+  for n in 0 1; do mknod "$w/dev/nvidia$n" c 195 "$n"; done
+  mknod "$w/dev/nvidiactl" c 195 255
+  mknod "$w/dev/nvidia-uvm" c 195 254
+  mknod "$w/dev/nvidia-uvm-tools" c 195 253
+  # Two more images, written like the busybox one: kube-scheduler for the chart's scheduler pod
+  # (the harness's multi-call binary, named kube-scheduler), and a CUDA client (the preload
+  # library's integration client) for GPU pods. Each with its shared-library closure and loader.
+  closure() {  # ROOTFS FILE: the libraries the loader maps for FILE, at their paths in ROOTFS
+    local lib
+    for lib in $(env -u LD_PRELOAD ldd "$2" 2>/dev/null | grep -o '/[^ ]*'); do
+      [[ -e "$1$lib" ]] || { mkdir -p "$1$(dirname "$lib")" && cp -L "$lib" "$1$lib"; }
+    done
+  }
+  stage() {  # ROOTFS FILE AS: FILE at AS in ROOTFS, with its closure
+    mkdir -p "$1$(dirname "$3")"
+    cp -L "$2" "$1$3"
+    closure "$1" "$2"
+  }
+  kube_tag=$("$bin" version | awk '$1 == "k8s.io/kubernetes" {print $2}')
+  stage "$w/ks-rootfs" "$bin" /usr/local/bin/kube-scheduler
+  "$bin" oci-image --rootfs "$w/ks-rootfs" --name "tessera.dev/test/kube-scheduler:$kube_tag" \
+    --out "$w/kube-scheduler.tar" --entrypoint /usr/local/bin/kube-scheduler
+  stage "$w/client-rootfs" "$build/test/integration/hook_client" /usr/local/bin/hook_client
+  stage "$w/client-rootfs" "$busybox" /bin/busybox
+  # What the mounted preload library and driver need of the image's glibc (libpthread, libdl:
+  # the preload library is built for glibc 2.28, where they are libraries of their own).
+  closure "$w/client-rootfs" "$build/src/hook/libtessera-cuda.so"
+  closure "$w/client-rootfs" "$w/driver/libcuda.so.1"
+  for c in sh cat mknod echo ls sed; do ln -s busybox "$w/client-rootfs/bin/$c"; done
+  mkdir -p "$w/client-rootfs/etc" "$w/client-rootfs/dev" "$w/client-rootfs/proc"
+  "$bin" oci-image --rootfs "$w/client-rootfs" --name tessera.dev/test/cuda-client:1 \
+    --out "$w/cuda-client.tar" --entrypoint /bin/sh
+  rm -rf "$w/ks-rootfs" "$w/client-rootfs"
+  for archive in "$w/kube-scheduler.tar" "$w/cuda-client.tar"; do
+    "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$archive" >/dev/null
+    rm -f "$archive"
+  done
   # The chart's default node selector, as NVIDIA's GPU feature discovery would label a GPU node.
   kubectl label node realnode nvidia.com/gpu.present=true >/dev/null
   cat >"$w/values.yaml" <<YAML
@@ -237,11 +282,11 @@ node:
     podResources: $w/kubelet/pod-resources
     cdi: $w/cdi
   hookLibrary: {hostPath: $w/lib/libtessera-cuda.so}
-  driver: {libDir: $w/driver, mountLibDir: true}
+  driver: {libDir: $w/driver, mountLibDir: true, devRoot: $w}
 scheduler:
-  nodeSelector: {tessera.dev/no-such-node: "true"}
-webhooks:
-  failurePolicy: Ignore
+  image: {pullPolicy: Never}
+kubeScheduler:
+  image: {repository: tessera.dev/test/kube-scheduler, tag: "$kube_tag", pullPolicy: Never}
 YAML
   "$helm" install tessera "$root/deployments/helm/tessera" --kubeconfig "$KUBECONFIG" \
     --namespace tessera-system --create-namespace --values "$w/values.yaml" >"$w/helm.log" 2>&1 ||
@@ -265,6 +310,86 @@ YAML
   has_inventory() { [[ -n "$(inventory)" ]]; }
   wait_for 60 "the agent's inventory on the Node (tessera.dev/gpu-inventory)" has_inventory
   echo "realnode-smoke: chart OK (tessera-node from its image on realnode; $(slots) tessera.dev/gpu-slot registered with the real kubelet; preload library installed; inventory of $(inventory | grep -o '"uuid"' | wc -l) GPUs published through kube-proxy)"
+
+  # The chart's scheduler half: tessera-scheduler and its kube-scheduler in one pod of the
+  # Deployment, the webhooks behind their Service (failurePolicy Fail: a GPU pod below is
+  # admitted only through them).
+  scheduler_ready() {
+    kubectl get pods -n tessera-system -l app.kubernetes.io/component=scheduler \
+      -o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -qx True
+  }
+  if ! wait_for 120 "the chart's scheduler pod Ready" scheduler_ready; then
+    kubectl get pods -n tessera-system -o wide >&2 || true
+    kubectl describe pods -n tessera-system -l app.kubernetes.io/component=scheduler 2>&1 | tail -n 30 >&2 || true
+    exit 1
+  fi
+  # GPU pods as real containers: two tenants with their own memory caps, placed by the chart's
+  # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
+  # the device plugin and the GPU by its CDI device. Each fills its cap; then each opens the GPU
+  # device nodes it sees. A third pod, with no GPU, makes the node of GPU 0 itself and is refused.
+  gpu_pod() {  # NAME MEMORY COMMAND
+    kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  schedulerName: tessera
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: main
+    image: tessera.dev/test/cuda-client:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "$3"]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}]
+    resources: {limits: {tessera.dev/gpu-memory: $2}}
+YAML
+  }
+  opens='cat /dev/nvidia[0-9]* 2>&1 | sed s/^/open:/'
+  gpu_pod train 1Gi "hook_client dlopen alloc plain 134217728; $opens"
+  gpu_pod prep 2Gi "hook_client dlopen alloc plain 134217728; $opens"
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: neighbour, namespace: default}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: main
+    image: tessera.dev/test/cuda-client:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; mknod /dev/nvidia0 c 195 0 && cat /dev/nvidia0 2>&1 | sed s/^/open:/"]
+YAML
+  done_pod() { [[ "$(kubectl get pod "$1" -o jsonpath='{.status.phase}')" =~ ^(Succeeded|Failed)$ ]]; }
+  for pod in train prep neighbour; do
+    if ! wait_for 90 "pod $pod finishing" done_pod $pod; then
+      kubectl describe pod $pod 2>&1 | tail -n 25 >&2
+      exit 1
+    fi
+  done
+  expect_log() {  # POD TEXT WHAT
+    local log
+    log=$(kubectl logs "$1")
+    grep -qF -- "$2" <<<"$log" || { echo "realnode-smoke: pod $1: $3; its log:" >&2; echo "$log" >&2; exit 1; }
+  }
+  for pod in train prep; do
+    kubectl get pod $pod -o jsonpath='{.metadata.annotations}' | grep -q 'tessera.dev/decision' ||
+      { echo "realnode-smoke: pod $pod has no tessera.dev decision" >&2; exit 1; }
+    expect_log $pod "context_result=0" "no CUDA context through the fake driver the CDI device mounted"
+    expect_log $pod "open:cat: can't open '/dev/nvidia" "no GPU device node in the container"
+    expect_log $pod "No such device or address" "its GPU's device node was not openable (the device cgroup should allow it)"
+  done
+  # The caps, each in its own container (training refused at 1 GiB, preprocessing at its 2 GiB),
+  # and cuMemGetInfo's total is the cap.
+  expect_log train "allocated=1073741824 last_result=2" "not refused at its 1 GiB cap"
+  expect_log train "total=1073741824" "cuMemGetInfo does not show the 1 GiB cap"
+  expect_log prep "allocated=2147483648 last_result=2" "not refused at its 2 GiB cap"
+  expect_log neighbour "ls:ls: /dev/nvidia*: No such file or directory" "a pod without a GPU sees GPU device nodes"
+  expect_log neighbour "Operation not permitted" "a pod without a GPU opened a GPU device node it made"
+  echo "realnode-smoke: GPU pods OK (train and prep placed by the chart's kube-scheduler + extender, admitted by its webhooks, started with their CDI devices; caps 1 GiB and 2 GiB each held in its own container; the GPU's device node opens only where granted)"
 fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
   echo "realnode-smoke: holding; KUBECONFIG=$KUBECONFIG, containerd at $w/containerd.sock (ctr: $cbin/ctr)" >&2
