@@ -77,7 +77,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour share --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -261,7 +261,7 @@ if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
   # the preload library is built for glibc 2.28, where they are libraries of their own).
   closure "$w/client-rootfs" "$build/src/hook/libtessera-cuda.so"
   closure "$w/client-rootfs" "$w/driver/libcuda.so.1"
-  for c in sh cat mknod echo ls sed; do ln -s busybox "$w/client-rootfs/bin/$c"; done
+  for c in sh cat mknod echo ls sed sleep id; do ln -s busybox "$w/client-rootfs/bin/$c"; done
   mkdir -p "$w/client-rootfs/etc" "$w/client-rootfs/dev" "$w/client-rootfs/proc"
   "$bin" oci-image --rootfs "$w/client-rootfs" --name tessera.dev/test/cuda-client:1 \
     --out "$w/cuda-client.tar" --entrypoint /bin/sh
@@ -389,6 +389,48 @@ YAML
   expect_log prep "allocated=2147483648 last_result=2" "not refused at its 2 GiB cap"
   expect_log neighbour "ls:ls: /dev/nvidia*: No such file or directory" "a pod without a GPU sees GPU device nodes"
   expect_log neighbour "Operation not permitted" "a pod without a GPU opened a GPU device node it made"
+  # A compute share governed by tessera-node's arbiter, in a container running as a user other
+  # than root: 30 % of the GPU's time for kernels of 200 us; the agent's metrics (scraped from
+  # its pod) show the container's launches, its busy time and the time its share held it.
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: share, namespace: default}
+spec:
+  schedulerName: tessera
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  securityContext: {runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true}
+  containers:
+  - name: main
+    image: tessera.dev/test/cuda-client:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "id -u; hook_client dlopen spin 4 200; echo spun; sleep 3600"]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}]
+    resources: {limits: {tessera.dev/gpu-memory: 1Gi, tessera.dev/gpu-cores: 30}}
+YAML
+  spun() { kubectl logs share 2>/dev/null | grep -qx spun; }
+  if ! wait_for 90 "pod share running its kernels" spun; then
+    kubectl describe pod share 2>&1 | tail -n 25 >&2; kubectl logs share >&2 || true
+    exit 1
+  fi
+  expect_log share "context_result=0" "no CUDA context as user 1000"
+  expect_log share "sync_errors=0" "its kernels failed as user 1000"
+  agent_ip=$(kubectl get pods -n tessera-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].status.podIP}')
+  metric() {  # NAME: the value of NAME for pod share's container
+    "$busybox" wget -qO- "http://$agent_ip:9479/metrics" | grep "^$1{" | grep 'pod="share"' | awk '{print $NF}'
+  }
+  positive() { awk -v v="$(metric "$1")" 'BEGIN {exit !(v ~ /^[0-9.e+-]+$/ && v + 0 > 0)}'; }
+  # The agent reads the region every few seconds: wait until it has seen the launches.
+  wait_for 30 "the agent's metrics counting pod share's launches" positive tessera_container_gpu_launches_total ||
+    { "$busybox" wget -qO- "http://$agent_ip:9479/metrics" | grep share >&2; exit 1; }
+  for m in tessera_container_gpu_busy_seconds_total tessera_container_gpu_throttled_seconds_total; do
+    positive $m || { echo "realnode-smoke: pod share: $m is \"$(metric $m)\", not above 0" >&2; exit 1; }
+  done
+  [[ "$(metric tessera_container_gpu_compute_share_target_ratio)" == 0.3 ]] ||
+    { echo "realnode-smoke: pod share's target ratio is \"$(metric tessera_container_gpu_compute_share_target_ratio)\", not 0.3" >&2; exit 1; }
+  echo "realnode-smoke: compute share OK (pod share as user 1000: $(metric tessera_container_gpu_launches_total) launches, busy $(metric tessera_container_gpu_busy_seconds_total) s, held for its 30 % share $(metric tessera_container_gpu_throttled_seconds_total) s)"
   echo "realnode-smoke: GPU pods OK (train and prep placed by the chart's kube-scheduler + extender, admitted by its webhooks, started with their CDI devices; caps 1 GiB and 2 GiB each held in its own container; the GPU's device node opens only where granted)"
 fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
