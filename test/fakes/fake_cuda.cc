@@ -66,7 +66,9 @@ Fake& F() {
     f->shared = MapShared();
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     if (visible == nullptr) {
-      for (int i = 0; i < f->devices; ++i) f->visible[f->visible_count++] = i;
+      for (int i = 0; i < f->devices; ++i) {
+        if (NodeGranted(i)) f->visible[f->visible_count++] = i;
+      }
     } else {
       std::string list = visible;
       std::size_t start = 0;
@@ -78,7 +80,7 @@ Fake& F() {
         for (int i = 0; i < f->devices; ++i) {
           if (item == UuidText(i) || item == std::to_string(i)) physical = i;
         }
-        if (physical < 0) break;  // the driver stops at the first invalid entry
+        if (physical < 0 || !NodeGranted(physical)) break;  // it stops at the first invalid one
         f->visible[f->visible_count++] = physical;
         if (comma == std::string::npos) break;
         start = comma + 1;

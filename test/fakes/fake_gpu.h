@@ -85,6 +85,19 @@ inline int DeviceCount() {
 }
 inline std::uint64_t DeviceMemory() { return EnvU64("TESSERA_FAKE_GPU_MEMORY", 16ULL << 30); }
 
+// TESSERA_FAKE_DEV_DIR=DIR (e.g. /dev in a container): physical device N exists for this process
+// only if it may open DIR/nvidiaN, as the real driver shows only the GPUs whose device nodes a
+// container was given. A node of the NVIDIA major with no kernel driver behind it (a test's own)
+// opens with ENXIO: present and allowed by the device cgroup. Unset: every device exists.
+inline bool NodeGranted(int physical) {
+  const char* dir = std::getenv("TESSERA_FAKE_DEV_DIR");
+  if (dir == nullptr || dir[0] == '\0') return true;
+  const std::string node = std::string(dir) + "/nvidia" + std::to_string(physical);
+  const int fd = open(node.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd >= 0) close(fd);
+  return fd >= 0 || errno == ENXIO;
+}
+
 // "GPU-face0000-0000-0000-0000-0000000000NN" for physical device NN.
 inline std::string UuidText(int physical) {
   char out[48];

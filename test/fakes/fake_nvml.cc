@@ -46,7 +46,14 @@ using hook::kNvmlHooks;
 using hook::NvmlHook;
 
 struct FakeNvml {
-  int devices = DeviceCount();
+  FakeNvml() {
+    for (int i = 0; i < devices; ++i) {
+      if (NodeGranted(i)) visible[visible_count++] = i;
+    }
+  }
+  int devices = DeviceCount();  // physical devices; a handle names one (Handle, IndexOf)
+  int visible[kMaxDevices] = {};  // NVML index -> physical device (those this process may open)
+  int visible_count = 0;
   std::uint64_t memory = DeviceMemory();
   Shared* shared = MapShared();
   std::atomic<std::uint64_t> calls[kNvmlHookCount] = {};
@@ -62,7 +69,10 @@ nvmlDevice_t Handle(int i) {
 }
 int IndexOf(nvmlDevice_t device) {
   const auto i = static_cast<int>(reinterpret_cast<std::uintptr_t>(device) - 0x2000);
-  return i >= 0 && i < N().devices ? i : -1;
+  for (int v = 0; v < N().visible_count; ++v) {
+    if (N().visible[v] == i) return i;
+  }
+  return -1;
 }
 
 // MIG (TESSERA_FAKE_MIG="<gpu index>:<instances>"): that GPU has MIG enabled with that many
@@ -106,22 +116,22 @@ nvmlReturn_t Behave(Args...) {
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetCount_v2>(unsigned int* count) {
   if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  *count = static_cast<unsigned int>(N().devices);
+  *count = static_cast<unsigned int>(N().visible_count);
   return NVML_SUCCESS;
 }
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByIndex_v2>(unsigned int index,
                                                              nvmlDevice_t* device) {
-  if (device == nullptr || static_cast<int>(index) >= N().devices)
+  if (device == nullptr || static_cast<int>(index) >= N().visible_count)
     return NVML_ERROR_INVALID_ARGUMENT;
-  *device = Handle(static_cast<int>(index));
+  *device = Handle(N().visible[index]);
   return NVML_SUCCESS;
 }
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByUUID>(const char* uuid, nvmlDevice_t* device) {
   if (uuid == nullptr || device == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-  for (int i = 0; i < N().devices; ++i) {
-    if (UuidText(i) == uuid) {
+  for (int v = 0; v < N().visible_count; ++v) {
+    if (const int i = N().visible[v]; UuidText(i) == uuid) {
       *device = Handle(i);
       return NVML_SUCCESS;
     }
@@ -131,7 +141,9 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByUUID>(const char* uuid, nvmlD
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetIndex>(nvmlDevice_t device, unsigned int* index) {
   if (index == nullptr || IndexOf(device) < 0) return NVML_ERROR_INVALID_ARGUMENT;
-  *index = static_cast<unsigned int>(IndexOf(device));
+  for (int v = 0; v < N().visible_count; ++v) {  // its place among the devices this process sees
+    if (N().visible[v] == IndexOf(device)) *index = static_cast<unsigned int>(v);
+  }
   return NVML_SUCCESS;
 }
 template <>

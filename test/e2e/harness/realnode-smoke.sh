@@ -323,7 +323,8 @@ YAML
     kubectl describe pods -n tessera-system -l app.kubernetes.io/component=scheduler 2>&1 | tail -n 30 >&2 || true
     exit 1
   fi
-  # GPU pods as real containers: two tenants with their own memory caps, placed by the chart's
+  # GPU pods as real containers (the fake driver shows a container the GPUs whose device nodes it
+  # may open, TESSERA_FAKE_DEV_DIR): two tenants with their own memory caps, placed by the chart's
   # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
   # the device plugin and the GPU by its CDI device. Each fills its cap; then each opens the GPU
   # device nodes it sees. A third pod, with no GPU, makes the node of GPU 0 itself and is refused.
@@ -342,7 +343,7 @@ spec:
     image: tessera.dev/test/cuda-client:1
     imagePullPolicy: Never
     command: ["sh", "-c", "$3"]
-    env: [{name: LD_LIBRARY_PATH, value: $w/driver}]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
     resources: {limits: {tessera.dev/gpu-memory: $2}}
 YAML
   }
@@ -407,7 +408,7 @@ spec:
     image: tessera.dev/test/cuda-client:1
     imagePullPolicy: Never
     command: ["sh", "-c", "id -u; hook_client dlopen spin 4 200; echo spun; sleep 3600"]
-    env: [{name: LD_LIBRARY_PATH, value: $w/driver}]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
     resources: {limits: {tessera.dev/gpu-memory: 1Gi, tessera.dev/gpu-cores: 30}}
 YAML
   spun() { kubectl logs share 2>/dev/null | grep -qx spun; }
