@@ -21,8 +21,10 @@
 # agent's pod, the Node's tessera.dev/gpu-slot, the installed library, the inventory published
 # through the `kubernetes` Service (kube-proxy); then GPU pods as real containers: two tenants
 # placed by the chart's kube-scheduler and extender, each started with its CDI device and
-# refused at its own memory cap (cuMemGetInfo shows the cap), their GPU's device node openable
-# there and refused to a pod without a GPU that makes it itself.
+# refused at its own memory cap (cuMemGetInfo shows the cap), a compute share under the arbiter in
+# a container of uid 1000, their GPU's device node openable
+# there and refused to a pod without a GPU that makes it itself; then an agent restart and a
+# kubelet restart under a running GPU container, a drain, and the chart's uninstall.
 #
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
 #   (default $TESSERA_TESTCLUSTER, else build/e2e/tessera-testcluster; build.sh makes it; ctest
@@ -77,7 +79,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour share --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -187,9 +189,13 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 podLogsDir: $w/pod-logs
 YAML
-"$bin" real-kubelet --config "$w/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$w/kubelet" \
-  --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >"$w/kubelet.log" 2>&1 &
-pids+=($!)
+start_kubelet() {
+  "$bin" real-kubelet --config "$w/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$w/kubelet" \
+    --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >>"$w/kubelet.log" 2>&1 &
+  kubelet_pid=$!
+  pids+=($kubelet_pid)
+}
+start_kubelet
 wait_for 60 "node realnode registering" kubectl get node realnode
 wait_for 90 "node realnode Ready" sh -c "'$bin' kubectl get node realnode -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
 wait_for 60 "the default ServiceAccount (kube-controller-manager)" kubectl get serviceaccount default
@@ -432,6 +438,68 @@ YAML
   [[ "$(metric tessera_container_gpu_compute_share_target_ratio)" == 0.3 ]] ||
     { echo "realnode-smoke: pod share's target ratio is \"$(metric tessera_container_gpu_compute_share_target_ratio)\", not 0.3" >&2; exit 1; }
   echo "realnode-smoke: compute share OK (pod share as user 1000: $(metric tessera_container_gpu_launches_total) launches, busy $(metric tessera_container_gpu_busy_seconds_total) s, held for its 30 % share $(metric tessera_container_gpu_throttled_seconds_total) s)"
+  # An agent restart under a running GPU container: the DaemonSet's new pod registers the plugin
+  # again and keeps governing the container (its counters come from the container's region).
+  launches_before=$(metric tessera_container_gpu_launches_total)
+  kubectl delete pod -n tessera-system -l app.kubernetes.io/component=node --wait=true >/dev/null
+  wait_for 120 "the agent's new pod Running" agent_running
+  agent_ip=$(kubectl get pods -n tessera-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].status.podIP}')
+  wait_for 60 "the new agent's metrics of pod share" positive tessera_container_gpu_launches_total ||
+    { echo "realnode-smoke: after the agent's restart its metrics lost pod share" >&2; exit 1; }
+  [[ "$(kubectl get pod share -o jsonpath='{.status.phase}')" == Running ]] ||
+    { echo "realnode-smoke: pod share did not survive the agent's restart" >&2; exit 1; }
+  echo "realnode-smoke: agent restart OK (pod share kept running; the new agent counts its $(metric tessera_container_gpu_launches_total) launches, $launches_before before)"
+  # A kubelet restart under running containers: kubelet's device manager starts empty, so the
+  # plugin must register again (the Node's gpu-slot capacity comes back) and a new GPU pod gets a
+  # slot and its cap.
+  kill -TERM "$kubelet_pid"
+  wait "$kubelet_pid" 2>/dev/null || true
+  start_kubelet
+  wait_for 90 "node realnode Ready after kubelet's restart" sh -c "'$bin' kubectl get node realnode -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  allocatable() { kubectl get node realnode -o jsonpath='{.status.allocatable.tessera\.dev/gpu-slot}'; }
+  has_allocatable() { [[ "$(allocatable)" =~ ^[1-9][0-9]*$ ]]; }
+  wait_for 90 "tessera.dev/gpu-slot allocatable again after kubelet's restart (the plugin registered again)" has_allocatable
+  gpu_pod after 1Gi "hook_client dlopen alloc plain 134217728"
+  if ! wait_for 90 "pod after finishing" done_pod after; then
+    kubectl describe pod after 2>&1 | tail -n 25 >&2
+    exit 1
+  fi
+  expect_log after "allocated=1073741824 last_result=2" "not refused at its 1 GiB cap after kubelet's restart"
+  if ! wait_for 30 "tessera.dev/gpu-slot still allocatable after pod after" has_allocatable; then
+    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 40 >&2 || true
+    grep -i "tessera.dev\|device-plugin\|devicemanager\|endpoint" "$w/kubelet.log" | tail -n 30 >&2
+    exit 1
+  fi
+  [[ "$(kubectl get pod share -o jsonpath='{.status.phase}')" == Running ]] ||
+    { echo "realnode-smoke: pod share did not survive kubelet's restart" >&2; exit 1; }
+  echo "realnode-smoke: kubelet restart OK (the plugin registered again: $(allocatable) slots allocatable; pod after capped at 1 GiB; pod share kept running)"
+  # A drain: the GPU pods are evicted (the DaemonSet's pod stays) and their slots' files go.
+  kubectl drain realnode --ignore-daemonsets --force --grace-period=0 --timeout=90s >"$w/drain.log" 2>&1 ||
+    { cat "$w/drain.log" >&2; exit 1; }
+  gone() { ! kubectl get pod "$1" >/dev/null 2>&1; }
+  wait_for 60 "pod share evicted" gone share
+  no_slots() { [[ -z "$(ls -A "$w/state/slots" 2>/dev/null)" ]]; }
+  wait_for 60 "the slots' files removed after the drain" no_slots ||
+    { ls -la "$w/state/slots" >&2; exit 1; }
+  kubectl uncordon realnode >/dev/null
+  echo "realnode-smoke: drain OK (GPU pods evicted, their slots' files removed)"
+  # Uninstall as the chart's README says: node.uninstall, wait for the agents' pods, then
+  # helm uninstall. The installed library, the CDI specs, the state folder and the Node's
+  # tessera.dev keys are gone.
+  "$helm" upgrade tessera "$root/deployments/helm/tessera" --kubeconfig "$KUBECONFIG" \
+    --namespace tessera-system --reuse-values --set node.uninstall=true >"$w/helm-upgrade.log" 2>&1 ||
+    { cat "$w/helm-upgrade.log" >&2; exit 1; }
+  uninstalled() {
+    [[ ! -e "$w/lib/libtessera-cuda.so" ]] && ! ls "$w"/cdi/tessera.dev-* >/dev/null 2>&1 &&
+      [[ -z "$(kubectl get node realnode -o jsonpath='{.metadata.annotations.tessera\.dev/gpu-inventory}')" ]]
+  }
+  if ! wait_for 120 "tessera-node --uninstall removing the library, the CDI specs and the Node's keys" uninstalled; then
+    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 20 >&2 || true
+    ls -la "$w/lib" "$w/cdi" >&2 || true
+    exit 1
+  fi
+  "$helm" uninstall tessera --kubeconfig "$KUBECONFIG" --namespace tessera-system --wait >/dev/null
+  echo "realnode-smoke: uninstall OK (library, CDI specs and the Node's inventory removed; helm uninstall done)"
   echo "realnode-smoke: GPU pods OK (train and prep placed by the chart's kube-scheduler + extender, admitted by its webhooks, started with their CDI devices; caps 1 GiB and 2 GiB each held in its own container; the GPU's device node opens only where granted)"
 fi
 if [[ "${REALNODE_HOLD:-0}" == 1 ]]; then
