@@ -151,10 +151,10 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   TESSERA_RETURN_IF_ERROR(Allocate(slot));
   const auto gpus = Gpus();
   std::vector<shm::DeviceLimit> region_devices;
-  int minor = 0;
+  std::vector<int> minors;
   for (const DeviceLimits& d : limits.devices) {
     region_devices.push_back({d.uuid, d.memory_bytes, d.cores_percent});
-    minor = gpus.at(d.uuid).minor;
+    minors.push_back(gpus.at(d.uuid).minor);
   }
   // The region first (a fresh one for a new container), then the limits file that makes the
   // slot usable, then the CDI spec the runtime reads at container creation.
@@ -193,7 +193,7 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
   return WriteFileAtomically(
-      p.cdi_spec, CdiSpec(slot, minor, options_.driver, mps_mounts, mps_env), 0644);
+      p.cdi_spec, CdiSpec(slot, minors, options_.driver, mps_mounts, mps_env), 0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {

@@ -189,11 +189,11 @@ TEST_F(SlotBinderTest, MpsNeedsTheUserAndTheNodesMpsDaemon) {
 // A driver installed on the host: its device nodes are the container's. A driver container's
 // (dev root /run/nvidia/driver): the same nodes at /dev in the container, from under its root.
 TEST(Slots, DeviceNodesComeFromUnderTheDriversRoot) {
-  const std::string host = CdiSpec("slot-0001", 2, CdiDriver{{"/usr/lib/libcuda.so.1"}, "/"});
+  const std::string host = CdiSpec("slot-0001", {2}, CdiDriver{{"/usr/lib/libcuda.so.1"}, "/"});
   EXPECT_NE(host.find("\"deviceNodes\":[{\"path\":\"/dev/nvidia2\"}]"), std::string::npos) << host;
   EXPECT_EQ(host.find("hostPath\":\"/dev"), std::string::npos) << host;
   const std::string rooted =
-      CdiSpec("slot-0001", 2, CdiDriver{{}, "/run/nvidia/driver/"});
+      CdiSpec("slot-0001", {2}, CdiDriver{{}, "/run/nvidia/driver/"});
   EXPECT_NE(rooted.find("{\"path\":\"/dev/nvidia2\",\"hostPath\":\"/run/nvidia/driver/dev/"
                         "nvidia2\"}"),
             std::string::npos)
@@ -206,7 +206,7 @@ TEST(Slots, DeviceNodesComeFromUnderTheDriversRoot) {
 
 TEST(Slots, AnMpsContainersCdiDeviceCarriesThePipeFolderAndTheClientEnvironment) {
   const std::string spec = CdiSpec(
-      "slot-0002", 1, CdiDriver{},
+      "slot-0002", {1}, CdiDriver{},
       {{std::string(kMpsPipeInContainer), "/var/lib/tessera/mps/GPU-a/pipe", false}},
       {"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"});
   EXPECT_NE(spec.find("\"env\":[\"CUDA_MPS_PIPE_DIRECTORY=/run/tessera-mps/"
@@ -217,7 +217,7 @@ TEST(Slots, AnMpsContainersCdiDeviceCarriesThePipeFolderAndTheClientEnvironment)
                       "tessera-mps/pipe\",\"options\":[\"rw\""),
             std::string::npos)
       << spec;
-  EXPECT_EQ(CdiSpec("slot-0002", 1, {}).find("\"env\""), std::string::npos);  // shared mode: none
+  EXPECT_EQ(CdiSpec("slot-0002", {1}, {}).find("\"env\""), std::string::npos);  // shared mode: none
 }
 
 TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
@@ -231,6 +231,28 @@ TEST_F(SlotBinderTest, AllocateAnswersMountsEnvironmentAndTheSlotsCdiDevice) {
     preload |= m.container_path == "/etc/ld.so.preload" && m.read_only;
   }
   EXPECT_TRUE(limits_ro && run_rw && preload);
+}
+
+// A whole-GPU ask of two GPUs (mode exclusive): one slot, both GPUs' device nodes in its CDI
+// device, both GPUs in its limits file.
+TEST_F(SlotBinderTest, AWholeGpuAskGetsEveryDecidedGpusDeviceNode) {
+  const std::string second = "GPU-bbbbbbbb-0000-0000-0000-000000000002";
+  binder_->SetGpus({{kGpu, BinderGpu{3, true, true, "", 512ULL << 20, 573440}},
+                    {second, BinderGpu{5, true, true, "", 512ULL << 20, 573440}}});
+  contract::Decision d = DecisionFor("whole");
+  d.tier = TrustTier::kRegulated;
+  d.containers = {{"main", SharingMode::kExclusive, {{kGpu, 80 * kGiB, 100}, {second, 80 * kGiB, 100}}}};
+  AddPod("slot-0005", d);
+  ASSERT_OK(binder_->Allocate("slot-0005"));
+  ASSERT_OK(binder_->Prepare("slot-0005"));
+  const std::string spec = Slurp(Paths("slot-0005").cdi_spec);
+  EXPECT_NE(spec.find("\"deviceNodes\":[{\"path\":\"/dev/nvidia3\"},{\"path\":\"/dev/nvidia5\"}]"),
+            std::string::npos)
+      << spec;
+  auto limits = ParseLimitsFile(Slurp(Paths("slot-0005").limits));
+  ASSERT_OK(limits);
+  ASSERT_EQ(limits->devices.size(), 2u);
+  EXPECT_EQ(limits->mode, SharingMode::kExclusive);
 }
 
 TEST_F(SlotBinderTest, TheDecisionsComputeModeAndPeriodReachTheLimitsFile) {

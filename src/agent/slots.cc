@@ -70,7 +70,8 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
   return a;
 }
 
-std::string CdiSpec(std::string_view slot, int gpu_minor, const CdiDriver& driver,
+std::string CdiSpec(std::string_view slot, const std::vector<int>& gpu_minors,
+                    const CdiDriver& driver,
                     const std::vector<Mount>& extra_mounts,
                     const std::vector<std::string>& extra_env) {
   // A node at /dev in the container; on the host under the driver's root when that is not "/".
@@ -92,7 +93,8 @@ std::string CdiSpec(std::string_view slot, int gpu_minor, const CdiDriver& drive
       ObjectWriter device(devices);
       device.Str("name", slot);
       ObjectWriter edits(device.Field("containerEdits"));
-      const std::vector<std::string> nodes = {"/dev/nvidia" + std::to_string(gpu_minor)};
+      std::vector<std::string> nodes;
+      for (const int minor : gpu_minors) nodes.push_back("/dev/nvidia" + std::to_string(minor));
       AppendJsonArray(edits.Field("deviceNodes"), nodes, device_node);
       if (!extra_env.empty()) {
         AppendJsonArray(edits.Field("env"), extra_env,

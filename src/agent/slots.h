@@ -62,12 +62,13 @@ struct CdiDriver {
   std::string dev_root = "/";
 };
 
-// A CDI spec (JSON, cdiVersion 0.6.0) with one device named `slot`: the decided GPU's device
-// node `/dev/nvidia<minor>`, the control nodes every CUDA process needs, and the driver's
-// libraries (`driver`).
+// A CDI spec (JSON, cdiVersion 0.6.0) with one device named `slot`: the decided GPUs' device
+// nodes `/dev/nvidia<minor>` (one for a fraction, each of a whole-GPU ask's), the control nodes
+// every CUDA process needs, and the driver's libraries (`driver`).
 // `extra_mounts` and `extra_env` ("KEY=VALUE") go to the device's edits (an MPS container's pipe
 // folder and client environment).
-std::string CdiSpec(std::string_view slot, int gpu_minor, const CdiDriver& driver,
+std::string CdiSpec(std::string_view slot, const std::vector<int>& gpu_minors,
+                    const CdiDriver& driver,
                     const std::vector<Mount>& extra_mounts = {},
                     const std::vector<std::string>& extra_env = {});
 

@@ -47,6 +47,12 @@ bool AsksFraction(const json& container) {
          Find(*limits, names::kResourceGpuCores) != nullptr;
 }
 
+bool AsksWhole(const json& container) {
+  const json* resources = Find(container, "resources");
+  const json* limits = resources != nullptr ? Find(*resources, "limits") : nullptr;
+  return limits != nullptr && Find(*limits, names::kResourceGpu) != nullptr;
+}
+
 void SetResource(json& container, std::string_view resource, const std::string& value) {
   json& resources = container["resources"];
   if (!resources.is_object()) resources = json::object();
@@ -98,13 +104,14 @@ json Admission::MutationsFor(const json& pod) const {
       out["metadata"]["annotations"].erase(std::string(names::kAnnotationKaiGpuMemory));
     }
   }
-  // 3. The device-plugin slot handle on the container of a fractional ask.
+  // 3. The device-plugin slot handle on the container of a GPU ask, fractional or whole: the
+  //    slot is how the container gets its limits, region and GPU device nodes (CDI).
   bool fractional = false;
   for (std::size_t i = 0; i < containers->size(); ++i) {
     json& c = (*containers)[i];
-    const bool asks = AsksFraction(c) || (i == 0 && kai_fraction && !any_limit);
-    if (!asks) continue;
-    fractional = true;
+    const bool asks_fraction = AsksFraction(c) || (i == 0 && kai_fraction && !any_limit);
+    if (!asks_fraction && !AsksWhole(c)) continue;
+    fractional = fractional || asks_fraction;
     const json* limits = Find(c, "resources") ? Find(c["resources"], "limits") : nullptr;
     if (limits == nullptr || Find(*limits, names::kResourceGpuSlot) == nullptr) {
       SetResource(c, names::kResourceGpuSlot, "1");
@@ -112,11 +119,7 @@ json Admission::MutationsFor(const json& pod) const {
   }
   // 4. The PriorityClass the policy maps the tessera priority to, for GPU pods that name none.
   bool whole = false;
-  for (const json& c : *containers) {
-    const json* res = Find(c, "resources");
-    const json* limits = res != nullptr ? Find(*res, "limits") : nullptr;
-    whole = whole || (limits != nullptr && Find(*limits, names::kResourceGpu) != nullptr);
-  }
+  for (const json& c : *containers) whole = whole || AsksWhole(c);
   const json* pc = Find(*spec, "priorityClassName");
   if ((fractional || whole) && (pc == nullptr || pc->get<std::string>().empty()) &&
       view_.priority_class_value) {

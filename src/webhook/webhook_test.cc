@@ -135,9 +135,20 @@ TEST_F(WebhookTest, NothingToChangeMeansNoPatch) {
   json res = admission_.Mutate(Review("CREATE", Pod({{"cpu", "1"}})))["response"];
   EXPECT_TRUE(res["allowed"].get<bool>());
   EXPECT_FALSE(res.contains("patch"));
-  json whole = Mutated(Pod({{"tessera.dev/gpu", "1"}}));
-  EXPECT_FALSE(
-      whole["spec"]["containers"][0]["resources"]["limits"].contains("tessera.dev/gpu-slot"));
+}
+
+// A whole-GPU container gets the slot handle too: the device plugin hands it its GPUs' device
+// nodes (CDI) and its limits file, as it does for a fraction.
+TEST_F(WebhookTest, AWholeGpuAskGetsASlot) {
+  json whole = Mutated(Pod({{"tessera.dev/gpu", "2"}}));
+  EXPECT_EQ(whole["spec"]["containers"][0]["resources"]["limits"]["tessera.dev/gpu-slot"], "1");
+  EXPECT_EQ(whole["spec"]["containers"][0]["resources"]["requests"]["tessera.dev/gpu-slot"], "1");
+  // Validation reads the handle as nothing more: the same answer with it as without it (here
+  // the namespace's memory quota, which two whole GPUs exceed).
+  const json with = Validated(Review("CREATE", whole));
+  const json without = Validated(Review("CREATE", Pod({{"tessera.dev/gpu", "2"}})));
+  EXPECT_EQ(with["allowed"], without["allowed"]);
+  EXPECT_EQ(with["status"].dump(), without["status"].dump());
 }
 
 TEST_F(WebhookTest, BadInputIsDeniedWithTheFieldAndTheAcceptedForm) {

@@ -74,7 +74,7 @@ TEST(NodeHostScenario, RefusesBadInputNamingTheFieldAndTheAcceptedForm) {
 TEST(NodeHostCdi, ReadsTheSpecsAndTheDevicesEditsAndRefusesWhatDoesNotParse) {
   testutil::TempDir dir;
   std::ofstream(dir.path() + "/tessera.dev-gpu-slot-0001.json")
-      << agent::CdiSpec("slot-0001", 3, {{"/usr/lib/libcuda.so.1"}},
+      << agent::CdiSpec("slot-0001", {3}, {{"/usr/lib/libcuda.so.1"}},
                         {{"/run/mps", "/host/mps", false}}, {"CUDA_MPS_PIPE_DIRECTORY=/run/mps"});
   auto edits = ReadCdiEdits(dir.path(), "tessera.dev/gpu=slot-0001");
   ASSERT_OK(edits);

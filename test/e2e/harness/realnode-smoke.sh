@@ -79,7 +79,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour whole share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -396,6 +396,35 @@ YAML
   expect_log prep "allocated=2147483648 last_result=2" "not refused at its 2 GiB cap"
   expect_log neighbour "ls:ls: /dev/nvidia*: No such file or directory" "a pod without a GPU sees GPU device nodes"
   expect_log neighbour "Operation not permitted" "a pod without a GPU opened a GPU device node it made"
+  # A whole GPU (tessera.dev/gpu: 1, mode exclusive): the webhook gives it the slot handle too, and
+  # the device plugin hands it its GPU's device node through the slot's CDI device; the fake
+  # driver then shows it exactly that GPU, all of its memory its cap.
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Pod
+metadata: {name: whole, namespace: default}
+spec:
+  schedulerName: tessera
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: main
+    image: tessera.dev/test/cuda-client:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "$opens; hook_client dlopen alloc plain 1073741824"]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
+    resources: {limits: {tessera.dev/gpu: 1}}
+YAML
+  if ! wait_for 90 "pod whole finishing" done_pod whole; then
+    kubectl describe pod whole 2>&1 | tail -n 25 >&2
+    exit 1
+  fi
+  expect_log whole "context_result=0" "no CUDA context on its whole GPU"
+  expect_log whole "allocated=17179869184 last_result=2" "not given all 16 GiB of its GPU"
+  [[ $(kubectl logs whole | grep -c "^open:") == 1 ]] ||
+    { echo "realnode-smoke: pod whole does not see exactly one GPU device node:" >&2; kubectl logs whole >&2; exit 1; }
+  echo "realnode-smoke: whole GPU OK (pod whole got one GPU's device node through its slot's CDI device and all 16 GiB)"
   # A compute share governed by tessera-node's arbiter, in a container running as a user other
   # than root: 30 % of the GPU's time for kernels of 200 us; the agent's metrics (scraped from
   # its pod) show the container's launches, its busy time and the time its share held it.
