@@ -27,7 +27,7 @@ struct NodeOptions {
   std::string hook_library;          // the preload library on the host
   std::string driver_lib_dir = "/usr/lib/x86_64-linux-gnu";  // libcuda/libnvidia-ml for CDI
   std::string dev_root = "/";  // the GPUs' device nodes are under <dev_root>/dev on the host
-  std::string policy_file;                                   // default: the built-in policy
+  std::string policy_file;     // default: the built-in policy
   int cleanup_interval_s = 5;
   // Remove everything tessera put on this node (files, Node annotations/labels/resources) and
   // exit; refused while containers still run on tessera GPUs unless `force`.

@@ -70,9 +70,9 @@ struct BinderOptions {
   std::string node_name;
   std::string state_dir;
   std::string cdi_dir;
-  std::string hook_library;               // the preload library on the host
-  std::string ld_so_preload;              // the host file naming it (written at start)
-  CdiDriver driver;  // the host driver's libraries and device nodes the CDI spec names
+  std::string hook_library;   // the preload library on the host
+  std::string ld_so_preload;  // the host file naming it (written at start)
+  CdiDriver driver;           // the host driver's libraries and device nodes the CDI spec names
   policy::Policy policy;
   // The node's MPS daemons (mode mps containers); null: mode mps is refused on this node.
   governor::NodeMps* mps = nullptr;

@@ -192,8 +192,7 @@ TEST(Slots, DeviceNodesComeFromUnderTheDriversRoot) {
   const std::string host = CdiSpec("slot-0001", {2}, CdiDriver{{"/usr/lib/libcuda.so.1"}, "/"});
   EXPECT_NE(host.find("\"deviceNodes\":[{\"path\":\"/dev/nvidia2\"}]"), std::string::npos) << host;
   EXPECT_EQ(host.find("hostPath\":\"/dev"), std::string::npos) << host;
-  const std::string rooted =
-      CdiSpec("slot-0001", {2}, CdiDriver{{}, "/run/nvidia/driver/"});
+  const std::string rooted = CdiSpec("slot-0001", {2}, CdiDriver{{}, "/run/nvidia/driver/"});
   EXPECT_NE(rooted.find("{\"path\":\"/dev/nvidia2\",\"hostPath\":\"/run/nvidia/driver/dev/"
                         "nvidia2\"}"),
             std::string::npos)
@@ -241,7 +240,8 @@ TEST_F(SlotBinderTest, AWholeGpuAskGetsEveryDecidedGpusDeviceNode) {
                     {second, BinderGpu{5, true, true, "", 512ULL << 20, 573440}}});
   contract::Decision d = DecisionFor("whole");
   d.tier = TrustTier::kRegulated;
-  d.containers = {{"main", SharingMode::kExclusive, {{kGpu, 80 * kGiB, 100}, {second, 80 * kGiB, 100}}}};
+  d.containers = {
+      {"main", SharingMode::kExclusive, {{kGpu, 80 * kGiB, 100}, {second, 80 * kGiB, 100}}}};
   AddPod("slot-0005", d);
   ASSERT_OK(binder_->Allocate("slot-0005"));
   ASSERT_OK(binder_->Prepare("slot-0005"));

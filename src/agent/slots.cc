@@ -71,8 +71,7 @@ SlotAllocation AllocationFor(const SlotPaths& paths, std::string_view slot,
 }
 
 std::string CdiSpec(std::string_view slot, const std::vector<int>& gpu_minors,
-                    const CdiDriver& driver,
-                    const std::vector<Mount>& extra_mounts,
+                    const CdiDriver& driver, const std::vector<Mount>& extra_mounts,
                     const std::vector<std::string>& extra_env) {
   // A node at /dev in the container; on the host under the driver's root when that is not "/".
   std::string host_dev = driver.dev_root;

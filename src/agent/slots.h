@@ -68,8 +68,7 @@ struct CdiDriver {
 // `extra_mounts` and `extra_env` ("KEY=VALUE") go to the device's edits (an MPS container's pipe
 // folder and client environment).
 std::string CdiSpec(std::string_view slot, const std::vector<int>& gpu_minors,
-                    const CdiDriver& driver,
-                    const std::vector<Mount>& extra_mounts = {},
+                    const CdiDriver& driver, const std::vector<Mount>& extra_mounts = {},
                     const std::vector<std::string>& extra_env = {});
 
 // Where an MPS container finds the node's MPS daemon (its pipe folder, mounted).

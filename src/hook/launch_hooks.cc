@@ -200,7 +200,6 @@ class CudaEvents final : public governor::EventApi {
   }
 
  private:
-
   // Opens a gate held for over kGateWatchdogNs without taking any lock (the launch path holds
   // its mutex across the real launch, and a launch that blocks while its stream is held — a
   // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING — would never return); the

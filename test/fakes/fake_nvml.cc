@@ -51,7 +51,7 @@ struct FakeNvml {
       if (NodeGranted(i)) visible[visible_count++] = i;
     }
   }
-  int devices = DeviceCount();  // physical devices; a handle names one (Handle, IndexOf)
+  int devices = DeviceCount();    // physical devices; a handle names one (Handle, IndexOf)
   int visible[kMaxDevices] = {};  // NVML index -> physical device (those this process may open)
   int visible_count = 0;
   std::uint64_t memory = DeviceMemory();
