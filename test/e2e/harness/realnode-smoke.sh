@@ -334,49 +334,49 @@ YAML
   # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
   # the device plugin and the GPU by its CDI device. Each fills its cap; then each opens the GPU
   # device nodes it sees. A third pod, with no GPU, makes the node of GPU 0 itself and is refused.
-  gpu_pod() {  # NAME MEMORY COMMAND
+  # run_pod NAME COMMAND [LIMITS [SECURITY_CONTEXT]]: a pod of the CUDA client image that runs
+  # COMMAND once. With LIMITS (a YAML flow map of tessera.dev resources) it is a GPU pod placed by
+  # the chart's scheduler, with the fake driver's folder on its library path and the fake driver
+  # showing it the GPUs whose device nodes it may open (TESSERA_FAKE_DEV_DIR).
+  run_pod() {
+    local scheduler=default-scheduler env="[]" resources="{}" security=${4:-"{}"}
+    if [[ -n ${3:-} ]]; then
+      scheduler=tessera
+      env="[{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]"
+      resources="{limits: $3}"
+    fi
     kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Pod
 metadata: {name: $1, namespace: default}
 spec:
-  schedulerName: tessera
+  schedulerName: $scheduler
   restartPolicy: Never
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 0
+  securityContext: $security
   containers:
   - name: main
     image: tessera.dev/test/cuda-client:1
     imagePullPolicy: Never
-    command: ["sh", "-c", "$3"]
-    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
-    resources: {limits: {tessera.dev/gpu-memory: $2}}
+    command: ["sh", "-c", "$2"]
+    env: $env
+    resources: $resources
 YAML
   }
-  opens='cat /dev/nvidia[0-9]* 2>&1 | sed s/^/open:/'
-  gpu_pod train 1Gi "hook_client dlopen alloc plain 134217728; $opens"
-  gpu_pod prep 2Gi "hook_client dlopen alloc plain 134217728; $opens"
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: neighbour, namespace: default}
-spec:
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: main
-    image: tessera.dev/test/cuda-client:1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; mknod /dev/nvidia0 c 195 0 && cat /dev/nvidia0 2>&1 | sed s/^/open:/"]
-YAML
   done_pod() { [[ "$(kubectl get pod "$1" -o jsonpath='{.status.phase}')" =~ ^(Succeeded|Failed)$ ]]; }
-  for pod in train prep neighbour; do
-    if ! wait_for 90 "pod $pod finishing" done_pod $pod; then
-      kubectl describe pod $pod 2>&1 | tail -n 25 >&2
-      exit 1
-    fi
-  done
+  finish() {  # POD...: each pod ended (Succeeded or Failed)
+    local pod
+    for pod; do
+      wait_for 90 "pod $pod finishing" done_pod "$pod" ||
+        { kubectl describe pod "$pod" 2>&1 | tail -n 25 >&2; exit 1; }
+    done
+  }
+  opens='cat /dev/nvidia[0-9]* 2>&1 | sed s/^/open:/'
+  run_pod train "hook_client dlopen alloc plain 134217728; $opens" "{tessera.dev/gpu-memory: 1Gi}"
+  run_pod prep "hook_client dlopen alloc plain 134217728; $opens" "{tessera.dev/gpu-memory: 2Gi}"
+  run_pod neighbour "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; mknod /dev/nvidia0 c 195 0 && cat /dev/nvidia0 2>&1 | sed s/^/open:/"
+  finish train prep neighbour
   expect_log() {  # POD TEXT WHAT
     local log
     log=$(kubectl logs "$1")
@@ -399,27 +399,8 @@ YAML
   # A whole GPU (tessera.dev/gpu: 1, mode exclusive): the webhook gives it the slot handle too, and
   # the device plugin hands it its GPU's device node through the slot's CDI device; the fake
   # driver then shows it exactly that GPU, all of its memory its cap.
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: whole, namespace: default}
-spec:
-  schedulerName: tessera
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: main
-    image: tessera.dev/test/cuda-client:1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "$opens; hook_client dlopen alloc plain 1073741824"]
-    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
-    resources: {limits: {tessera.dev/gpu: 1}}
-YAML
-  if ! wait_for 90 "pod whole finishing" done_pod whole; then
-    kubectl describe pod whole 2>&1 | tail -n 25 >&2
-    exit 1
-  fi
+  run_pod whole "$opens; hook_client dlopen alloc plain 1073741824" "{tessera.dev/gpu: 1}"
+  finish whole
   expect_log whole "context_result=0" "no CUDA context on its whole GPU"
   expect_log whole "allocated=17179869184 last_result=2" "not given all 16 GiB of its GPU"
   [[ $(kubectl logs whole | grep -c "^open:") == 1 ]] ||
@@ -428,24 +409,9 @@ YAML
   # A compute share governed by tessera-node's arbiter, in a container running as a user other
   # than root: 30 % of the GPU's time for kernels of 200 us; the agent's metrics (scraped from
   # its pod) show the container's launches, its busy time and the time its share held it.
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Pod
-metadata: {name: share, namespace: default}
-spec:
-  schedulerName: tessera
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 0
-  securityContext: {runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true}
-  containers:
-  - name: main
-    image: tessera.dev/test/cuda-client:1
-    imagePullPolicy: Never
-    command: ["sh", "-c", "id -u; hook_client dlopen spin 4 200; echo spun; sleep 3600"]
-    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]
-    resources: {limits: {tessera.dev/gpu-memory: 1Gi, tessera.dev/gpu-cores: 30}}
-YAML
+  run_pod share "id -u; hook_client dlopen spin 4 200; echo spun; sleep 3600" \
+    "{tessera.dev/gpu-memory: 1Gi, tessera.dev/gpu-cores: 30}" \
+    "{runAsUser: 1000, runAsGroup: 1000, runAsNonRoot: true}"
   spun() { kubectl logs share 2>/dev/null | grep -qx spun; }
   if ! wait_for 90 "pod share running its kernels" spun; then
     kubectl describe pod share 2>&1 | tail -n 25 >&2; kubectl logs share >&2 || true
@@ -488,11 +454,8 @@ YAML
   allocatable() { kubectl get node realnode -o jsonpath='{.status.allocatable.tessera\.dev/gpu-slot}'; }
   has_allocatable() { [[ "$(allocatable)" =~ ^[1-9][0-9]*$ ]]; }
   wait_for 90 "tessera.dev/gpu-slot allocatable again after kubelet's restart (the plugin registered again)" has_allocatable
-  gpu_pod after 1Gi "hook_client dlopen alloc plain 134217728"
-  if ! wait_for 90 "pod after finishing" done_pod after; then
-    kubectl describe pod after 2>&1 | tail -n 25 >&2
-    exit 1
-  fi
+  run_pod after "hook_client dlopen alloc plain 134217728" "{tessera.dev/gpu-memory: 1Gi}"
+  finish after
   expect_log after "allocated=1073741824 last_result=2" "not refused at its 1 GiB cap after kubelet's restart"
   if ! wait_for 30 "tessera.dev/gpu-slot still allocatable after pod after" has_allocatable; then
     kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 40 >&2 || true
