@@ -297,15 +297,18 @@ YAML
   "$helm" install tessera "$root/deployments/helm/tessera" --kubeconfig "$KUBECONFIG" \
     --namespace tessera-system --create-namespace --values "$w/values.yaml" >"$w/helm.log" 2>&1 ||
     { cat "$w/helm.log" >&2; exit 1; }
-  agent_running() {
-    kubectl get pods -n tessera-system -l app.kubernetes.io/component=node \
-      -o jsonpath='{.items[*].status.phase}' | grep -qx Running
+  # component_up COMPONENT JSONPATH VALUE WHAT: waits until the chart's pods of COMPONENT show
+  # VALUE at JSONPATH; if they do not, shows them and fails.
+  component_is() {
+    kubectl get pods -n tessera-system -l "app.kubernetes.io/component=$1" -o jsonpath="$2" | grep -qx "$3"
   }
-  if ! wait_for 120 "the chart's tessera-node pod Running on realnode" agent_running; then
+  component_up() {
+    wait_for 120 "$4" component_is "$1" "$2" "$3" && return 0
     kubectl get pods -n tessera-system -o wide >&2 || true
-    kubectl describe pods -n tessera-system -l app.kubernetes.io/component=node 2>&1 | tail -n 30 >&2 || true
+    kubectl describe pods -n tessera-system -l "app.kubernetes.io/component=$1" 2>&1 | tail -n 30 >&2 || true
     exit 1
-  fi
+  }
+  component_up node '{.items[*].status.phase}' Running "the chart's tessera-node pod Running on realnode"
   slots() { kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}'; }
   has_slots() { [[ "$(slots)" =~ ^[1-9][0-9]*$ ]]; }
   wait_for 60 "realnode advertising tessera.dev/gpu-slot (the device plugin registered with kubelet)" has_slots
@@ -320,15 +323,8 @@ YAML
   # The chart's scheduler half: tessera-scheduler and its kube-scheduler in one pod of the
   # Deployment, the webhooks behind their Service (failurePolicy Fail: a GPU pod below is
   # admitted only through them).
-  scheduler_ready() {
-    kubectl get pods -n tessera-system -l app.kubernetes.io/component=scheduler \
-      -o jsonpath='{.items[*].status.conditions[?(@.type=="Ready")].status}' | grep -qx True
-  }
-  if ! wait_for 120 "the chart's scheduler pod Ready" scheduler_ready; then
-    kubectl get pods -n tessera-system -o wide >&2 || true
-    kubectl describe pods -n tessera-system -l app.kubernetes.io/component=scheduler 2>&1 | tail -n 30 >&2 || true
-    exit 1
-  fi
+  component_up scheduler '{.items[*].status.conditions[?(@.type=="Ready")].status}' True \
+    "the chart's scheduler pod Ready"
   # GPU pods as real containers (the fake driver shows a container the GPUs whose device nodes it
   # may open, TESSERA_FAKE_DEV_DIR): two tenants with their own memory caps, placed by the chart's
   # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
@@ -437,7 +433,7 @@ YAML
   # again and keeps governing the container (its counters come from the container's region).
   launches_before=$(metric tessera_container_gpu_launches_total)
   kubectl delete pod -n tessera-system -l app.kubernetes.io/component=node --wait=true >/dev/null
-  wait_for 120 "the agent's new pod Running" agent_running
+  component_up node '{.items[*].status.phase}' Running "the agent's new pod Running"
   agent_ip=$(kubectl get pods -n tessera-system -l app.kubernetes.io/component=node -o jsonpath='{.items[0].status.podIP}')
   wait_for 60 "the new agent's metrics of pod share" positive tessera_container_gpu_launches_total ||
     { echo "realnode-smoke: after the agent's restart its metrics lost pod share" >&2; exit 1; }
