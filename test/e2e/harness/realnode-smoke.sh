@@ -79,7 +79,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour whole share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour whole sneaky share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -330,14 +330,14 @@ YAML
   # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
   # the device plugin and the GPU by its CDI device. Each fills its cap; then each opens the GPU
   # device nodes it sees. A third pod, with no GPU, makes the node of GPU 0 itself and is refused.
-  # run_pod NAME COMMAND [LIMITS [SECURITY_CONTEXT]]: a pod of the CUDA client image that runs
-  # COMMAND once. With LIMITS (a YAML flow map of tessera.dev resources) it is a GPU pod placed by
-  # the chart's scheduler, with the fake driver's folder on its library path and the fake driver
+  # run_pod NAME COMMAND [LIMITS [SECURITY_CONTEXT [SCHEDULER]]]: a pod of the CUDA client image
+  # that runs COMMAND once. With LIMITS (a YAML flow map of tessera.dev resources) it is a GPU pod
+  # placed by the chart's scheduler (or SCHEDULER), with the fake driver's folder on its library path and the fake driver
   # showing it the GPUs whose device nodes it may open (TESSERA_FAKE_DEV_DIR).
   run_pod() {
     local scheduler=default-scheduler env="[]" resources="{}" security=${4:-"{}"}
     if [[ -n ${3:-} ]]; then
-      scheduler=tessera
+      scheduler=${5:-tessera}
       env="[{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]"
       resources="{limits: $3}"
     fi
@@ -402,6 +402,20 @@ YAML
   [[ $(kubectl logs whole | grep -c "^open:") == 1 ]] ||
     { echo "realnode-smoke: pod whole does not see exactly one GPU device node:" >&2; kubectl logs whole >&2; exit 1; }
   echo "realnode-smoke: whole GPU OK (pod whole got one GPU's device node through its slot's CDI device and all 16 GiB)"
+  # Bad input: a slot asked for directly, past tessera's scheduler (no decision). The device
+  # plugin refuses it a GPU, the pod's Event says why, and its container never runs.
+  run_pod sneaky "echo ran" "{tessera.dev/gpu-slot: 1}" "{}" default-scheduler
+  rejected() {
+    kubectl get events -n default --field-selector involvedObject.name=sneaky \
+      -o jsonpath='{.items[*].reason}' | grep -qw TesseraDecisionRejected
+  }
+  if ! wait_for 60 "the Event TesseraDecisionRejected on pod sneaky" rejected; then
+    kubectl describe pod sneaky 2>&1 | tail -n 25 >&2
+    exit 1
+  fi
+  ! kubectl logs sneaky 2>/dev/null | grep -qx ran ||
+    { echo "realnode-smoke: pod sneaky ran without a decision" >&2; exit 1; }
+  echo "realnode-smoke: no decision OK (pod sneaky: $(kubectl get events -n default --field-selector involvedObject.name=sneaky,reason=TesseraDecisionRejected -o jsonpath='{.items[0].message}' | cut -c1-120))"
   # A compute share governed by tessera-node's arbiter, in a container running as a user other
   # than root: 30 % of the GPU's time for kernels of 200 us; the agent's metrics (scraped from
   # its pod) show the container's launches, its busy time and the time its share held it.
