@@ -40,6 +40,16 @@ bool ReadSmallFile(const char* path, std::string* out) {
   return true;
 }
 
+// Whether the folders the device plugin mounts into a slot's container are here (the limits
+// file's and the region's): then this process runs in a tessera container.
+bool SlotFoldersMounted() {
+  const auto folder_of = [](std::string_view path) {
+    return std::string(path.substr(0, path.rfind('/')));
+  };
+  return access(folder_of(names::kPathLimitsFile).c_str(), F_OK) == 0 &&
+         access(folder_of(names::kPathRegionFile).c_str(), F_OK) == 0;
+}
+
 const char* EnvOr(std::string_view name, std::string_view fallback) {
   const char* value = std::getenv(std::string(name).c_str());
   return value != nullptr && value[0] != '\0' ? value : fallback.data();
@@ -58,6 +68,17 @@ void Configure(State& s) {
   const bool node_file = access(std::string(names::kPathLimitsFile).c_str(), F_OK) == 0;
   const char* limits_path = node_file ? names::kPathLimitsFile.data()
                                       : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
+  // The device plugin mounted a slot here (the folders of its limits file and region) but the
+  // limits file is missing: the node's files were removed under a running container, or never
+  // written. That is not the absence of limits, and the environment may not stand in for the
+  // node's file: refuse the GPU rather than run unlimited.
+  if (!node_file && SlotFoldersMounted()) {
+    s.mode = Mode::kLimitsFile;
+    s.fail_closed = true;
+    MachineryFailed(s, "the node mounted a tessera slot but its limits file " +
+                           std::string(names::kPathLimitsFile) + " is missing");
+    return;
+  }
   std::string text;
   errno = 0;
   const bool read = ReadSmallFile(limits_path, &text);

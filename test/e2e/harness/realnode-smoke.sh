@@ -443,6 +443,16 @@ YAML
   [[ "$(metric tessera_container_gpu_compute_share_target_ratio)" == 0.3 ]] ||
     { echo "realnode-smoke: pod share's target ratio is \"$(metric tessera_container_gpu_compute_share_target_ratio)\", not 0.3" >&2; exit 1; }
   echo "realnode-smoke: compute share OK (pod share as user 1000: $(metric tessera_container_gpu_launches_total) launches, busy $(metric tessera_container_gpu_busy_seconds_total) s, held for its 30 % share $(metric tessera_container_gpu_throttled_seconds_total) s)"
+  # A missing limits file under a running container (the node's files removed): the container's
+  # next process is refused the GPU, not run without limits (the library fails closed).
+  share_limits=$(grep -l " default/share " "$w"/state/slots/*/etc/limits)
+  mv "$share_limits" "$share_limits.away"
+  refused=$(kubectl exec share -- hook_client dlopen alloc plain 134217728 2>&1 || true)
+  mv "$share_limits.away" "$share_limits"
+  grep -q "limits file /etc/tessera/limits is missing; enforcement fail-closed" <<<"$refused" &&
+    ! grep -q "allocated=[1-9]" <<<"$refused" ||
+    { echo "realnode-smoke: without its limits file pod share's process was not refused:" >&2; echo "$refused" >&2; exit 1; }
+  echo "realnode-smoke: missing limits file OK (a new process of pod share was refused the GPU)"
   # An agent restart under a running GPU container: the DaemonSet's new pod registers the plugin
   # again and keeps governing the container (its counters come from the container's region).
   launches_before=$(metric tessera_container_gpu_launches_total)
