@@ -40,15 +40,10 @@ bool ReadSmallFile(const char* path, std::string* out) {
   return true;
 }
 
-// Whether the folders the device plugin mounts into a slot's container are here (the limits
-// file's and the region's): then this process runs in a tessera container.
-bool SlotFoldersMounted() {
-  const auto folder_of = [](std::string_view path) {
-    return std::string(path.substr(0, path.rfind('/')));
-  };
-  return access(folder_of(names::kPathLimitsFile).c_str(), F_OK) == 0 &&
-         access(folder_of(names::kPathRegionFile).c_str(), F_OK) == 0;
-}
+// Whether this process runs in a container the device plugin gave a slot: the node-made region
+// is there (the agent creates it before the limits file, and no host process has it at that path;
+// the folders alone are not proof, a host may have an /etc/tessera of its own).
+bool SlotRegionPresent() { return access(names::kPathRegionFile.data(), F_OK) == 0; }
 
 const char* EnvOr(std::string_view name, std::string_view fallback) {
   const char* value = std::getenv(std::string(name).c_str());
@@ -68,11 +63,11 @@ void Configure(State& s) {
   const bool node_file = access(std::string(names::kPathLimitsFile).c_str(), F_OK) == 0;
   const char* limits_path = node_file ? names::kPathLimitsFile.data()
                                       : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
-  // The device plugin mounted a slot here (the folders of its limits file and region) but the
-  // limits file is missing: the node's files were removed under a running container, or never
-  // written. That is not the absence of limits, and the environment may not stand in for the
-  // node's file: refuse the GPU rather than run unlimited.
-  if (!node_file && SlotFoldersMounted()) {
+  // The device plugin gave this container a slot (its region is here) but the limits file is
+  // missing: the node's files were removed under a running container. That is not the absence of
+  // limits, and the environment may not stand in for the node's file: refuse the GPU rather than
+  // run unlimited.
+  if (!node_file && SlotRegionPresent()) {
     s.mode = Mode::kLimitsFile;
     s.fail_closed = true;
     MachineryFailed(s, "the node mounted a tessera slot but its limits file " +
