@@ -214,7 +214,7 @@ class PluginSide {
     }
     for (const InventoryGpu& g : inventory.content.gpus) {
       BinderGpu b;
-      b.minor = g.facts.index;
+      b.minor = g.facts.minor >= 0 ? g.facts.minor : g.facts.index;  // its /dev/nvidia<minor>
       b.managed = g.managed;
       b.healthy = g.healthy;
       b.health_reason = g.health_reason;

@@ -31,6 +31,7 @@ namespace tessera::agent {
   X(nvmlErrorString, false)                         \
   X(nvmlDeviceGetAttributes_v2, false)              \
   X(nvmlDeviceGetNumaNodeId, false)                 \
+  X(nvmlDeviceGetMinorNumber, false)                \
   X(nvmlDeviceGetPciInfo_v3, false)                 \
   X(nvmlDeviceGetMigMode, false)                    \
   X(nvmlDeviceGetMaxMigDeviceCount, false)          \
@@ -290,6 +291,12 @@ StatusOr<std::vector<GpuFacts>> NvmlGpuSource::Discover() {
       } else if (rc != NVML_ERROR_NOT_SUPPORTED) {
         TESSERA_LOG(kWarn, kAgent, "%s: SM count unknown",
                     CallError(api, "nvmlDeviceGetAttributes_v2" + where, rc).message().c_str());
+      }
+    }
+    if (api.nvmlDeviceGetMinorNumber != nullptr) {
+      unsigned int minor = 0;
+      if (api.nvmlDeviceGetMinorNumber(device, &minor) == NVML_SUCCESS) {
+        gpu.minor = static_cast<int>(minor);
       }
     }
     if (api.nvmlDeviceGetNumaNodeId != nullptr) {

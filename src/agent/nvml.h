@@ -28,6 +28,9 @@ struct MigInstance {
 struct GpuFacts {
   std::string uuid;
   int index = 0;
+  // The kernel's minor number, /dev/nvidia<minor> (nvmlDeviceGetMinorNumber): not NVML's index,
+  // which follows PCI order. -1: NVML could not tell (the index stands in).
+  int minor = -1;
   std::string model;
   std::uint64_t memory_bytes = 0;
   std::uint32_t sm_count = 0;  // 0: NVML could not tell

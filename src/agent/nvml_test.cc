@@ -44,6 +44,19 @@ TEST(NvmlGpuSource, MissingLibraryIsUnavailable) {
 // scripted driver samples (TESSERA_FAKE_NVML_UTIL_FILE): per process that ran after `since`, its
 // mean since then (as the H200's driver answers), none as an empty list
 // (NVML_ERROR_NOT_FOUND), a source that cannot be read as an error naming the call.
+// A GPU's device node is /dev/nvidia<minor number>, which need not be NVML's index (PCI order):
+// the facts carry both, from the driver.
+TEST(NvmlGpuSource, ReadsEachGpusMinorNumberApartFromItsIndex) {
+  setenv("TESSERA_FAKE_MINOR_OFFSET", "3", 1);
+  auto source = NvmlGpuSource::Open(std::string(TESSERA_FAKE_NVML_DIR) + "/libnvidia-ml.so.1");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  auto gpus = (*source)->Discover();
+  unsetenv("TESSERA_FAKE_MINOR_OFFSET");
+  ASSERT_TRUE(gpus.ok()) << gpus.status().ToString();
+  ASSERT_GE(gpus->size(), 2u);
+  for (const GpuFacts& g : *gpus) EXPECT_EQ(g.minor, g.index + 3) << g.uuid;
+}
+
 TEST(NvmlGpuSource, ReadsProcessUtilizationSinceATimestamp) {
   testutil::TempDir dir;
   const std::string samples = dir.path() + "/utilization";

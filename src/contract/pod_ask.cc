@@ -8,6 +8,7 @@
 #include "tessera/limits.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
+#include "tessera/shm_layout.h"
 
 #include "k8s/object.h"
 
@@ -79,9 +80,11 @@ StatusOr<ContainerAsk> ReadContainer(const json& container, const std::string& w
     auto [ptr, ec] = std::from_chars(text->data(), end, value);
     const bool whole = ec == std::errc() && ptr == end;
     if (resource == names::kResourceGpu) {
-      if (!whole || value == 0 || value > placement::kMaxGpusPerNode) {
+      // At most what one container's limits file and region hold (its slot names each GPU).
+      if (!whole || value == 0 || value > shm::kMaxDevices) {
         return InvalidArgumentError(field + ": " + QuoteForMessage(*text) +
-                                    ": expected a whole number of GPUs, 1-64");
+                                    ": expected a whole number of GPUs, 1-" +
+                                    std::to_string(shm::kMaxDevices) + " per container");
       }
       ask.gpus = value;
     } else {

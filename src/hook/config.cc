@@ -1,5 +1,6 @@
 // Configuration at load: the limits file (node-mounted, or named by the environment) or, without
 // one, HAMi-core's environment variables; attaching the container's region and claiming a slot.
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -34,16 +35,38 @@ bool ReadSmallFile(const char* path, std::string* out) {
   out->clear();
   while ((n = read(fd, buffer, sizeof(buffer))) > 0) {
     out->append(buffer, static_cast<std::size_t>(n));
-    if (out->size() > (1u << 20)) break;  // a limits file is a few lines
+    if (out->size() > (1u << 20)) break;  // a limits file is a few lines, a mount table a few KiB
   }
   close(fd);
   return true;
 }
 
-// Whether this process runs in a container the device plugin gave a slot: the node-made region
-// is there (the agent creates it before the limits file, and no host process has it at that path;
-// the folders alone are not proof, a host may have an /etc/tessera of its own).
-bool SlotRegionPresent() { return access(names::kPathRegionFile.data(), F_OK) == 0; }
+// Whether this process runs in a container the device plugin gave a slot: the node's folder of
+// the limits file is a mount point here (/proc/self/mountinfo's fifth field). Neither the files
+// nor the folders are proof — the node removes a released slot's folder whole, a tenant may
+// delete the region (its folder is writable), a host may have an /etc/tessera of its own —
+// while a container's mounts are the runtime's, which an unprivileged tenant cannot undo.
+bool SlotMounted() {
+  std::string table;
+  if (!ReadSmallFile("/proc/self/mountinfo", &table)) return false;
+  const std::string_view folder =
+      names::kPathLimitsFile.substr(0, names::kPathLimitsFile.rfind('/'));
+  std::size_t line = 0;
+  while (line < table.size()) {
+    const std::size_t end = std::min(table.find('\n', line), table.size());
+    // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS ...": the fifth field.
+    std::size_t field = line;
+    for (int i = 0; i < 4 && field < end; ++i) {
+      const std::size_t space = table.find(' ', field);
+      field = space == std::string::npos || space >= end ? end : space + 1;
+    }
+    const std::size_t space = table.find(' ', field);
+    const std::size_t stop = space == std::string::npos || space > end ? end : space;
+    if (std::string_view(table).substr(field, stop - field) == folder) return true;
+    line = end + 1;
+  }
+  return false;
+}
 
 const char* EnvOr(std::string_view name, std::string_view fallback) {
   const char* value = std::getenv(std::string(name).c_str());
@@ -63,11 +86,11 @@ void Configure(State& s) {
   const bool node_file = access(std::string(names::kPathLimitsFile).c_str(), F_OK) == 0;
   const char* limits_path = node_file ? names::kPathLimitsFile.data()
                                       : EnvOr(names::kEnvLimitsFile, names::kPathLimitsFile);
-  // The device plugin gave this container a slot (its region is here) but the limits file is
-  // missing: the node's files were removed under a running container. That is not the absence of
-  // limits, and the environment may not stand in for the node's file: refuse the GPU rather than
-  // run unlimited.
-  if (!node_file && SlotRegionPresent()) {
+  // The device plugin gave this container a slot (its folders are mounted) but the limits file
+  // is missing: the node's files were removed under a running container. That is not the absence
+  // of limits, and the environment may not stand in for the node's file: refuse the GPU rather
+  // than run unlimited.
+  if (!node_file && SlotMounted()) {
     s.mode = Mode::kLimitsFile;
     s.fail_closed = true;
     MachineryFailed(s, "the node mounted a tessera slot but its limits file " +

@@ -64,11 +64,16 @@ Fake& F() {
     f->context_bytes = EnvU64("TESSERA_FAKE_CONTEXT_BYTES", 0);
     f->stream_bytes = EnvU64("TESSERA_FAKE_STREAM_BYTES", 0);
     f->shared = MapShared();
+    // The devices this process may open (TESSERA_FAKE_DEV_DIR), in order: what the driver
+    // enumerates, and what CUDA_VISIBLE_DEVICES's numbers index, as in a container.
+    int granted[kMaxDevices] = {};
+    int granted_count = 0;
+    for (int i = 0; i < f->devices; ++i) {
+      if (NodeGranted(i)) granted[granted_count++] = i;
+    }
     const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
     if (visible == nullptr) {
-      for (int i = 0; i < f->devices; ++i) {
-        if (NodeGranted(i)) f->visible[f->visible_count++] = i;
-      }
+      for (int i = 0; i < granted_count; ++i) f->visible[f->visible_count++] = granted[i];
     } else {
       std::string list = visible;
       std::size_t start = 0;
@@ -77,10 +82,10 @@ Fake& F() {
         const std::string item =
             list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
         int physical = -1;
-        for (int i = 0; i < f->devices; ++i) {
-          if (item == UuidText(i) || item == std::to_string(i)) physical = i;
+        for (int i = 0; i < granted_count; ++i) {
+          if (item == UuidText(granted[i]) || item == std::to_string(i)) physical = granted[i];
         }
-        if (physical < 0 || !NodeGranted(physical)) break;  // it stops at the first invalid one
+        if (physical < 0) break;  // the driver stops at the first invalid entry
         f->visible[f->visible_count++] = physical;
         if (comma == std::string::npos) break;
         start = comma + 1;

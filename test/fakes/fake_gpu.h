@@ -88,7 +88,8 @@ inline std::uint64_t DeviceMemory() { return EnvU64("TESSERA_FAKE_GPU_MEMORY", 1
 // TESSERA_FAKE_DEV_DIR=DIR (e.g. /dev in a container): physical device N exists for this process
 // only if it may open DIR/nvidiaN, as the real driver shows only the GPUs whose device nodes a
 // container was given. A node of the NVIDIA major with no kernel driver behind it (a test's own)
-// opens with ENXIO: present and allowed by the device cgroup. Unset: every device exists.
+// opens with ENXIO: present and allowed by the device cgroup. Unset: every device exists. The
+// other knobs (TESSERA_FAKE_MIG, the XID and utilization files) name physical devices.
 inline bool NodeGranted(int physical) {
   const char* dir = std::getenv("TESSERA_FAKE_DEV_DIR");
   if (dir == nullptr || dir[0] == '\0') return true;

@@ -122,7 +122,7 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetCount_v2>(unsigned int* count) {
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetHandleByIndex_v2>(unsigned int index,
                                                              nvmlDevice_t* device) {
-  if (device == nullptr || static_cast<int>(index) >= N().visible_count)
+  if (device == nullptr || index >= static_cast<unsigned int>(N().visible_count))
     return NVML_ERROR_INVALID_ARGUMENT;
   *device = Handle(N().visible[index]);
   return NVML_SUCCESS;
@@ -394,6 +394,17 @@ nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSampl
   }
   std::copy(all.begin(), all.end(), utilization);
   *count = static_cast<unsigned int>(all.size());
+  return NVML_SUCCESS;
+}
+
+// The kernel's minor number: the physical index plus TESSERA_FAKE_MINOR_OFFSET (default 0), so
+// that a test can tell it from NVML's index.
+TESSERA_FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device,
+                                                          unsigned int* minor) {
+  const int i = tessera::fake::IndexOf(device);
+  if (minor == nullptr || i < 0) return NVML_ERROR_INVALID_ARGUMENT;
+  *minor = static_cast<unsigned int>(static_cast<std::uint64_t>(i) +
+                                     tessera::fake::EnvU64("TESSERA_FAKE_MINOR_OFFSET", 0));
   return NVML_SUCCESS;
 }
 

@@ -412,6 +412,36 @@ TEST_F(HookTest, TheEnvironmentCannotRaiseANodeWrittenLimit) {
   EXPECT_EQ(out.Num("allocated"), 64 * kMiB) << out.text;
 }
 
+// A container the device plugin gave a slot (/etc/tessera is a mount point) whose limits file is
+// missing — the node's files removed under it — fails closed, whatever limits file the
+// environment names; a plain /etc/tessera folder (a host's own) changes nothing. The container
+// is a private mount namespace over a tmpfs /etc (root only; the host's /etc is untouched).
+TEST_F(HookTest, ASlotsContainerWithoutItsLimitsFileFailsClosed) {
+  if (geteuid() != 0 || access("/usr/bin/unshare", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and unshare(1) for a private mount namespace";
+  }
+  Limit(8 * kGiB);  // the environment's file (TESSERA_LIMITS_FILE): must not stand in
+  for (const bool mounted : {true, false}) {
+    const std::string setup = std::string("mount -t tmpfs none /etc && mkdir /etc/tessera") +
+                              (mounted ? " && mount -t tmpfs slot /etc/tessera" : "") +
+                              " && exec \"$@\"";
+    const Output out =
+        Process({"/usr/bin/unshare", "-m", "sh", "-c", setup, "sh", TESSERA_HOOK_CLIENT, "dlopen",
+                 "alloc", "plain", std::to_string(kGiB)},
+                Env())
+            .Wait();
+    if (mounted) {
+      EXPECT_NE(out.text.find("limits file /etc/tessera/limits is missing; enforcement "
+                              "fail-closed"),
+                std::string::npos)
+          << out.text;
+      EXPECT_EQ(out.values.count("allocated"), 0u) << out.text;  // not even a context
+    } else {
+      EXPECT_EQ(out.Num("allocated"), 8 * kGiB) << out.text;
+    }
+  }
+}
+
 TEST_F(HookTest, FailOpenPassesThroughWhenTheRegionIsMissing) {
   Limit(64 * kMiB, 0, /*fail_closed=*/false, /*create_region=*/false);
   const Output out = Client("dlopen", {"alloc", "plain", std::to_string(kGiB)});
