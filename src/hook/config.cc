@@ -47,10 +47,12 @@ bool ReadSmallFile(const char* path, std::string* out) {
 // delete the region (its folder is writable), a host may have an /etc/tessera of its own —
 // while a container's mounts are the runtime's, which an unprivileged tenant cannot undo.
 bool SlotMounted() {
+  const std::string folder(names::kPathLimitsFile.substr(0, names::kPathLimitsFile.rfind('/')));
+  // No such folder (a host, `tessera run`): no mount point either, and no mount table to read.
   std::string table;
-  if (!ReadSmallFile("/proc/self/mountinfo", &table)) return false;
-  const std::string_view folder =
-      names::kPathLimitsFile.substr(0, names::kPathLimitsFile.rfind('/'));
+  if (access(folder.c_str(), F_OK) != 0 || !ReadSmallFile("/proc/self/mountinfo", &table)) {
+    return false;
+  }
   std::size_t line = 0;
   while (line < table.size()) {
     const std::size_t end = std::min(table.find('\n', line), table.size());

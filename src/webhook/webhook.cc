@@ -38,18 +38,21 @@ std::string PodName(const AdmissionRequest& r) {
   return r.namespace_name + "/" + name;
 }
 
-// Whether a container asks for a fractional GPU (the ones that get a slot handle).
-bool AsksFraction(const json& container) {
+// The container's resources.limits (null: none).
+const json* LimitsOf(const json& container) {
   const json* resources = Find(container, "resources");
-  const json* limits = resources != nullptr ? Find(*resources, "limits") : nullptr;
-  if (limits == nullptr) return false;
-  return Find(*limits, names::kResourceGpuMemory) != nullptr ||
-         Find(*limits, names::kResourceGpuCores) != nullptr;
+  return resources != nullptr ? Find(*resources, "limits") : nullptr;
+}
+
+// Whether a container asks for a fractional GPU / for whole GPUs (both get a slot handle).
+bool AsksFraction(const json& container) {
+  const json* limits = LimitsOf(container);
+  return limits != nullptr && (Find(*limits, names::kResourceGpuMemory) != nullptr ||
+                               Find(*limits, names::kResourceGpuCores) != nullptr);
 }
 
 bool AsksWhole(const json& container) {
-  const json* resources = Find(container, "resources");
-  const json* limits = resources != nullptr ? Find(*resources, "limits") : nullptr;
+  const json* limits = LimitsOf(container);
   return limits != nullptr && Find(*limits, names::kResourceGpu) != nullptr;
 }
 
@@ -112,7 +115,7 @@ json Admission::MutationsFor(const json& pod) const {
     const bool asks_fraction = AsksFraction(c) || (i == 0 && kai_fraction && !any_limit);
     if (!asks_fraction && !AsksWhole(c)) continue;
     fractional = fractional || asks_fraction;
-    const json* limits = Find(c, "resources") ? Find(c["resources"], "limits") : nullptr;
+    const json* limits = LimitsOf(c);
     if (limits == nullptr || Find(*limits, names::kResourceGpuSlot) == nullptr) {
       SetResource(c, names::kResourceGpuSlot, "1");
     }
