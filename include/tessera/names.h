@@ -90,6 +90,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "tessera.dev/gpu)")                                                                        \
   X(kPathLdSoPreload, "/etc/ld.so.preload",                                                    \
     "in the container: names the preload library, mounted read-only")                          \
+  X(kPathCdiSpecInContainer, "/etc/tessera-cdi.json",                                          \
+    "in a GPU container: its slot's CDI spec, mounted read-only by the CDI device itself")     \
   X(kPathHookLibrary, "/usr/local/lib/tessera/libtessera-cuda.so",                             \
     "in the container: the preload library, mounted read-only")                                \
   X(kPathMpsPipe, "/run/tessera-mps/pipe",                                                     \
@@ -119,7 +121,11 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEventComputeUnchecked, "TesseraComputeDriftUnchecked",                                      \
     "NVML's per-process utilization of a GPU could not be read: compute drift is not checked")   \
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                             \
-    "tessera-scheduler's validating webhook refused a pod; the message names the rule and field")
+    "tessera-scheduler's validating webhook refused a pod; the message names the rule and field") \
+  X(kEventCdiNotApplied, "TesseraCdiNotApplied",                                                 \
+    "a slot's container runs without its CDI device (the runtime ignored it): it has no GPU")   \
+  X(kEventCdiUnresolved, "TesseraCdiUnresolved",                                                 \
+    "the runtime could not resolve a slot's CDI device: the container does not start")
 
 // The extender's counters (tessera-scheduler), rows of TESSERA_METRICS kept here so that each one
 // is also a member of extender::ExtenderCounters and exposed by /metrics: a counter cannot exist

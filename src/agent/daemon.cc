@@ -18,6 +18,7 @@
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
+#include "agent/cdi_check.h"
 #include "agent/device_plugin.h"
 #include "agent/drift.h"
 #include "agent/drift_actions.h"
@@ -152,6 +153,7 @@ class PluginSide {
     b.node_name = o.node_name;
     b.state_dir = Or(o.state_dir, names::kPathHostState);
     b.cdi_dir = Or(o.cdi_dir, names::kPathCdiSpecDir);
+    const std::string cdi_dir = b.cdi_dir;
     b.hook_library = Or(o.hook_library, names::kPathHookLibrary);
     side->hook_library_ = b.hook_library;
     b.ld_so_preload = b.state_dir + "/ld.so.preload";
@@ -182,6 +184,17 @@ class PluginSide {
         side->binder_.get());
     TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
     side->drift_ = std::make_unique<DriftActions>(side->MakeDriftDeps());
+    CdiCheckDeps cdi;
+    cdi.containers = [s = side.get()] { return s->Watched(); };
+    cdi.api = side->pods_.get();
+    cdi.spec_path = [state = side->state_dir_, dir = cdi_dir](std::string_view slot) {
+      return PathsOf(state, dir, slot).cdi_spec;
+    };
+    cdi.exists = [](const std::string& path) {
+      std::error_code error;
+      return std::filesystem::exists(path, error);
+    };
+    side->cdi_check_ = std::make_unique<CdiCheck>(std::move(cdi));
     side->cleanup_ =
         std::jthread([s = side.get(), every = std::chrono::seconds(o.cleanup_interval_s)](
                          std::stop_token stop) { s->CleanUp(stop, every); });
@@ -288,6 +301,7 @@ class PluginSide {
         TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
       }
       drift_->Pass();
+      cdi_check_->Pass();
       std::unique_lock<std::mutex> lock(mu);
       cv.wait_for(lock, stop, every, [] { return false; });
     }
@@ -365,6 +379,7 @@ class PluginSide {
   std::set<std::string> told_unhealthy_;  // GPUs whose containers were told
   NodeMetrics* metrics_ = nullptr;
   std::unique_ptr<DriftActions> drift_;  // the clean-up thread's drift pass
+  std::unique_ptr<CdiCheck> cdi_check_;  // ... and its check of what the runtime applied
   governor::ArbiterHost arbiter_;
   std::unique_ptr<governor::NodeMps> mps_;
   std::jthread cleanup_;

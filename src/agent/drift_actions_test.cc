@@ -13,6 +13,7 @@
 #include "tessera/region.h"
 
 #include "agent/agent_testing.h"
+#include "agent/fake_drift_api.h"
 #include "testutil/temp_dir.h"
 
 namespace tessera::agent {
@@ -45,51 +46,6 @@ class FakeNvml : public FakeGpuSource {
   std::map<std::string, std::vector<GpuProcess>> processes;
   std::map<std::string, std::vector<UtilizationSample>> utilization;
   std::set<std::string> no_utilization;
-};
-
-struct Event {
-  std::string target;  // "Pod ns/name" or "Node"
-  std::string reason;
-  std::string message;
-};
-
-// The API server: records every call; GetPod answers `pod` (or `pod_error`).
-class FakeApi : public DriftApi {
- public:
-  StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) override {
-    gets.push_back(std::string(ns) + "/" + std::string(name));
-    if (!pod_error.ok()) return pod_error;
-    return k8s::Json{
-        {"metadata",
-         {{"namespace", std::string(ns)}, {"name", std::string(name)}, {"uid", "uid-from-api"}}}};
-  }
-  void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) override {
-    const auto& meta = pod["metadata"];
-    events.push_back({"Pod " + meta.value("namespace", "") + "/" + meta.value("name", ""),
-                      std::string(reason), std::string(message)});
-  }
-  void WarnNode(std::string_view reason, std::string_view message) override {
-    events.push_back({"Node", std::string(reason), std::string(message)});
-  }
-  Status Evict(std::string_view ns, std::string_view name) override {
-    evictions.push_back(std::string(ns) + "/" + std::string(name));
-    return evict_result;
-  }
-  std::uint64_t events_dropped() override { return dropped; }
-
-  std::vector<Event> Of(std::string_view reason) const {
-    std::vector<Event> out;
-    for (const Event& e : events) {
-      if (e.reason == reason) out.push_back(e);
-    }
-    return out;
-  }
-
-  Status pod_error = Status::Ok();
-  Status evict_result = Status::Ok();
-  std::uint64_t dropped = 0;
-  std::vector<std::string> gets, evictions;
-  std::vector<Event> events;
 };
 
 // One container of pod team/job (uid "uid-1") on kGpu with a cap; its processes are the PIDs

@@ -160,7 +160,9 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   // slot usable, then the CDI spec the runtime reads at container creation.
   // Mode mps: the GPU's MPS daemon (started if needed) for the pod's user, its pipe folder
   // mounted and the client environment of this allocation (ADR 0017).
-  std::vector<Mount> mps_mounts;
+  // Every spec mounts itself into the container: a container that has it got its CDI device
+  // (agent/cdi_check.h), and the tenant can read which devices that was.
+  std::vector<Mount> mounts = {{std::string(names::kPathCdiSpecInContainer), p.cdi_spec, true}};
   std::vector<std::string> mps_env;
   if (limits.mode == SharingMode::kMps) {
     if (options_.mps == nullptr)
@@ -179,7 +181,7 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
     if (!endpoint.ok()) return endpoint.status();
     // The pipe folder only: the daemon (root, host namespaces) writes its logs elsewhere, out
     // of the tenant's reach.
-    mps_mounts = {{std::string(kMpsPipeInContainer), endpoint->pipe_dir, false}};
+    mounts.push_back({std::string(kMpsPipeInContainer), endpoint->pipe_dir, false});
     // Spatial priority: the SM limit is fixed when the client's context is created, from the
     // reserve for latency-critical clients and what those already on the GPU ask for.
     mps_env = governor::MpsClientEnvironment(
@@ -193,7 +195,7 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
   return WriteFileAtomically(p.cdi_spec,
-                             CdiSpec(slot, minors, options_.driver, mps_mounts, mps_env), 0644);
+                             CdiSpec(slot, minors, options_.driver, mounts, mps_env), 0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {

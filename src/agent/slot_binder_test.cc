@@ -165,6 +165,11 @@ TEST_F(SlotBinderTest, AVerifiedDecisionBecomesTheSlotsLimitsRegionAndCdiSpec) {
   EXPECT_NE(spec.find("\"name\":\"slot-0007\""), std::string::npos);
   EXPECT_NE(spec.find("\"path\":\"/dev/nvidia3\""), std::string::npos);
   EXPECT_NE(spec.find("/usr/lib/libcuda.so.1"), std::string::npos);
+  // The spec mounts itself (how the node tells the runtime applied it: agent/cdi_check.h).
+  EXPECT_NE(spec.find("{\"hostPath\":\"" + p.cdi_spec + "\",\"containerPath\":\"" +
+                      std::string(names::kPathCdiSpecInContainer) + "\",\"options\":[\"ro\""),
+            std::string::npos)
+      << spec;
   EXPECT_TRUE(pods_.warnings.empty());
 }
 

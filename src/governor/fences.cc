@@ -9,6 +9,9 @@ constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates 
 constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
 constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
+// A probe is held only on a stream with fewer launches in flight (see StartAtNewEvent): far below
+// what a stream's queue holds before a launch blocks for room.
+constexpr std::uint64_t kMaxLaunchesBehindHold = 64;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
 // idle time can trail its work.
@@ -141,6 +144,14 @@ bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   return probe;
 }
 
+std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings) {
+  std::uint64_t least = 0;
+  for (const std::uint64_t t : timings) {
+    if (t != 0 && (least == 0 || t < least)) least = t;
+  }
+  return least;
+}
+
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
   Kind& kind = KindFor(key);  // one lookup a launch
@@ -190,8 +201,12 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
     return false;
   }
   // Hold only a kind with a completed launch, and with its fence event made beforehand: nothing
-  // that could wait for the GPU may run while the stream is held.
-  if (probe && s.next_estimate_ns > 0) {
+  // that could wait for the GPU may run while the stream is held. Nor a stream with many launches
+  // in flight: the launch would block for room in the stream's queue, which the held stream never
+  // drains (on the H200 a CuPy loop on a stream of its own, unthrottled, blocked 5 ms that way and
+  // the watchdog took the gate away); behind that much work the start event is still pending when
+  // the launch is submitted, so the probe is exact without a Hold anyway.
+  if (probe && s.next_estimate_ns > 0 && s.fenced_launches < kMaxLaunchesBehindHold) {
     s.reserved_end = NewEvent();
     s.holding = s.reserved_end >= 0 && api_->Hold(s.handle);
     if (!s.holding && s.reserved_end >= 0) {
@@ -284,6 +299,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced_estimate_ns += s.open_estimate_ns;
     s.fenced_unknown += s.open_unknown;
+    s.fenced_launches += s.open_launches;
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
@@ -586,6 +602,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
     s.fenced.pop_front();
     s.fenced_estimate_ns = s.fenced.empty() ? 0 : s.fenced_estimate_ns - seg.estimate_ns;
     s.fenced_unknown = s.fenced.empty() ? 0 : s.fenced_unknown - seg.unknown;
+    s.fenced_launches = s.fenced.empty() ? 0 : s.fenced_launches - seg.launches;
     Unref(seg.begin);
     // The end event stays referenced while a contiguous successor begins at it.
     Unref(seg.end);

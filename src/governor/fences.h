@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -102,6 +103,12 @@ struct Submission {
   std::uint32_t after_first_ns = 0;
   std::uint32_t estimate_ns = 0;
 };
+
+// What an empty bracket (two events behind a Hold, nothing between them) costs the GPU, from its
+// latest timings (0: none): the least of them. A bracket can only come out longer than its cost
+// (its stream waited behind other work: on the H200 a flooded GPU stretched them to 70 us, and
+// their median, taken off every probe, left a 3 us kernel charged nothing), never shorter.
+std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings);
 
 // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
 // submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at
@@ -299,6 +306,7 @@ class FenceTracker {
     // polled), so that what a stream has in flight costs the launch path no walk of them.
     double fenced_estimate_ns = 0;
     std::uint64_t fenced_unknown = 0;
+    std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
   };
   struct Kind {
     double estimate_ns = 0;    // 0: not measured yet

@@ -329,9 +329,15 @@ class LatencyGpu final : public TimestampEvents {
     return true;
   }
   bool Hold(void*) override {
-    if (gate_) held_ = true;
+    if (gate_) {
+      held_ = true;
+      ++holds;
+      max_backlog_at_hold = std::max(max_backlog_at_hold, busy_until_ > now ? busy_until_ - now : 0);
+    }
     return gate_;
   }
+  int holds = 0;
+  std::uint64_t max_backlog_at_hold = 0;  // the GPU's work queued ahead of a Hold, at most
   void Release() override {  // what queued behind the gate runs back to back from here
     held_ = false;
     std::uint64_t t = std::max(busy_until_, now + pickup_);
@@ -377,6 +383,39 @@ TEST(FenceTracker, ProbesMeasureTheKernelNotItsSubmission) {
     EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, gate ? 1.0 : 200.0) << "gate " << gate;
     EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth) << "gate " << gate;
   }
+}
+
+// A stream with many launches in flight is not held for a probe: the launch would wait for room in
+// the stream's queue, which a held stream never drains (a CuPy loop on a stream of its own blocked
+// 5 ms that way on the H200). Behind that much work the probe's start event is still pending when
+// its launch is submitted, so it measures the kernel all the same.
+TEST(FenceTracker, AStreamWithManyLaunchesInFlightIsNotHeld) {
+  LatencyGpu gpu(4'000, 1'000, /*gate=*/true);
+  FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 5, /*min_probe_gap_ns=*/100'000});
+  std::uint64_t busy = 0;
+  for (int i = 0; i < 4'000; ++i) {  // 100 us kernels launched every 4 us: the queue grows
+    LaunchOn(t, gpu, 100'000, 1);
+    busy += t.Poll();
+  }
+  t.FenceAll(gpu.now);
+  for (int i = 0; i < 100; ++i) {  // 400 ms of work queued: poll until it has run
+    gpu.now += 10'000'000;
+    busy += t.Poll();
+  }
+  EXPECT_GT(gpu.holds, 0);  // while the queue was short
+  EXPECT_LT(gpu.max_backlog_at_hold, 65 * 100'000u);
+  EXPECT_NEAR(t.KindEstimateNs(1), 100'000.0, 1'000.0);
+  const double truth = 4'000 * 100'000.0;
+  EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
+}
+
+TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimings) {
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{}), 0u);
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{0, 0}), 0u);
+  // Five of eight stretched behind other work (the median would be 70 us).
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{70'000, 1'300, 0, 69'000, 1'250, 71'000,
+                                                      1'400, 70'500}),
+            1'250u);
 }
 
 // A gated probe's span also holds its events' own cost and its launch's setup on the GPU (on the

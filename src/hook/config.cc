@@ -15,6 +15,7 @@
 
 #include "tessera/limits.h"
 #include "tessera/log.h"
+#include "tessera/mountinfo.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 #include "tessera/region.h"
@@ -53,21 +54,7 @@ bool SlotMounted() {
   if (access(folder.c_str(), F_OK) != 0 || !ReadSmallFile("/proc/self/mountinfo", &table)) {
     return false;
   }
-  std::size_t line = 0;
-  while (line < table.size()) {
-    const std::size_t end = std::min(table.find('\n', line), table.size());
-    // "ID PARENT MAJOR:MINOR ROOT MOUNTPOINT OPTIONS ...": the fifth field.
-    std::size_t field = line;
-    for (int i = 0; i < 4 && field < end; ++i) {
-      const std::size_t space = table.find(' ', field);
-      field = space == std::string::npos || space >= end ? end : space + 1;
-    }
-    const std::size_t space = table.find(' ', field);
-    const std::size_t stop = space == std::string::npos || space > end ? end : space;
-    if (std::string_view(table).substr(field, stop - field) == folder) return true;
-    line = end + 1;
-  }
-  return false;
+  return MountPointIn(table, folder);
 }
 
 const char* EnvOr(std::string_view name, std::string_view fallback) {

@@ -337,8 +337,7 @@ std::uint64_t ProbeSetupNs() {
 }
 
 // Times an empty bracket behind the gate on the watcher's stream (with the epoch, once a second)
-// and sets the probes' offset from the median of the latest eight: a bracket that waited behind
-// another context's work comes out longer, and the median ignores a few of those.
+// and sets the probes' offset from the least of the latest eight (governor::EmptyBracketNs).
 void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
   governor::EventApi& api = *d.tracker.api();
   if (d.bracket[0] == nullptr) d.bracket[0] = api.Create();
@@ -360,13 +359,7 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
   lock.lock();
   if (!timed) return;
   d.empty_brackets[d.empty_next++ % std::size(d.empty_brackets)] = ns;
-  std::vector<std::uint64_t> timings;
-  for (const std::uint64_t b : d.empty_brackets) {
-    if (b != 0) timings.push_back(b);
-  }
-  const auto middle = timings.begin() + static_cast<std::ptrdiff_t>(timings.size() / 2);
-  std::nth_element(timings.begin(), middle, timings.end());
-  d.tracker.SetProbeOffsetNs(*middle + ProbeSetupNs());
+  d.tracker.SetProbeOffsetNs(governor::EmptyBracketNs(d.empty_brackets) + ProbeSetupNs());
 }
 
 // Times the device's epoch against the host clock when it is due (the watcher, its context

@@ -24,6 +24,8 @@ Shapes (all from PyTorch, none tuned to tessera):
   cupy         CuPy (its own kernels, launched through the driver API rather than PyTorch's
                runtime): elementwise ops on a 16384-element array with ~20 us of host work every
                8 ops, a synchronize every 128 ops
+  cupystream   the same on a CuPy stream of its own (non-blocking): unthrottled it floods the
+               stream's queue, where a probe held at the gate blocked the launch (session 16)
 
 drive: per shape, the solo rate (mean of the per-second units over the middle of the run) and
 b = busy time per unit from the solo trace (independent of tessera: CUPTI's kernel records) x the
@@ -45,7 +47,7 @@ import time
 from jsonl import json_lines  # beside this script
 
 SELF = [sys.executable, os.path.abspath(__file__)]
-SHAPES = ("launchbound", "graphs", "streams", "procs", "cupy")
+SHAPES = ("launchbound", "graphs", "streams", "procs", "cupy", "cupystream")
 
 
 def spin(seconds):
@@ -106,15 +108,17 @@ def workload(shape):
                 torch.mm(a, b, out=o)
             torch.cuda.synchronize()
         return step, 4
-    if shape == "cupy":
+    if shape in ("cupy", "cupystream"):
         import cupy as cp
         y = cp.ones(16384, dtype=cp.float32)
+        stream = cp.cuda.Stream(non_blocking=True) if shape == "cupystream" else cp.cuda.Stream.null
 
         def step():
-            for i in range(128):
-                cp.multiply(y, cp.float32(1.0001), out=y)
-                if i % 8 == 7:
-                    spin(20e-6)
+            with stream:
+                for i in range(128):
+                    cp.multiply(y, cp.float32(1.0001), out=y)
+                    if i % 8 == 7:
+                        spin(20e-6)
             cp.cuda.Device().synchronize()
         return step, 128
     raise SystemExit(f"unknown shape {shape}")
@@ -319,7 +323,7 @@ def accuracy(build, out):
         got = next((l for l in lines if "busy_per_unit" in l), None)
         return got, [l for l in err.splitlines() if l.startswith("tessera run")] or err[-300:]
 
-    for shape in os.environ.get("SHAPES", "launchbound graphs streams cupy gemm").split():
+    for shape in os.environ.get("SHAPES", "launchbound graphs streams cupy cupystream gemm").split():
         solo, err = traced([], shape)
         row = {"solo": solo, "solo_error": None if solo else err, "shares": []}
         results["shapes"][shape] = row

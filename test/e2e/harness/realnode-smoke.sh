@@ -80,7 +80,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour whole sneaky share after --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour whole sneaky share after nocdi unresolved --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -150,9 +150,13 @@ state = "$w/containerd/state"
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "$image"
 TOML
-PATH=$cbin:$PATH "$cbin/containerd" --config "$w/containerd.toml" >"$w/containerd.log" 2>&1 &
-pids+=($!)
-wait_for 30 "containerd's socket" test -S "$w/containerd.sock"
+start_containerd() {  # CONFIG
+  PATH=$cbin:$PATH "$cbin/containerd" --config "$1" >>"$w/containerd.log" 2>&1 &
+  containerd_pid=$!
+  pids+=($containerd_pid)
+  wait_for 30 "containerd's socket" test -S "$w/containerd.sock"
+}
+start_containerd "$w/containerd.toml"
 "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$w/busybox.tar" >/dev/null
 
 ip=$(hostname -I | awk '{print $1}')
@@ -370,7 +374,7 @@ YAML
     done
   }
   opens='cat /dev/nvidia[0-9]* 2>&1 | sed s/^/open:/'
-  run_pod train "hook_client dlopen alloc plain 134217728; $opens" "{tessera.dev/gpu-memory: 1Gi}"
+  run_pod train "hook_client dlopen alloc plain 134217728; $opens; sed -n '/tessera.dev.gpu/s/.*/spec:found/p' /etc/tessera-cdi.json" "{tessera.dev/gpu-memory: 1Gi}"
   run_pod prep "hook_client dlopen alloc plain 134217728; $opens" "{tessera.dev/gpu-memory: 2Gi}"
   run_pod neighbour "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; mknod /dev/nvidia0 c 195 0 && cat /dev/nvidia0 2>&1 | sed s/^/open:/"
   finish train prep neighbour
@@ -390,6 +394,7 @@ YAML
   # and cuMemGetInfo's total is the cap.
   expect_log train "allocated=1073741824 last_result=2" "not refused at its 1 GiB cap"
   expect_log train "total=1073741824" "cuMemGetInfo does not show the 1 GiB cap"
+  expect_log train "spec:found" "no CDI spec of its own at /etc/tessera-cdi.json"
   expect_log prep "allocated=2147483648 last_result=2" "not refused at its 2 GiB cap"
   expect_log neighbour "ls:ls: /dev/nvidia*: No such file or directory" "a pod without a GPU sees GPU device nodes"
   expect_log neighbour "Operation not permitted" "a pod without a GPU opened a GPU device node it made"
@@ -486,6 +491,51 @@ YAML
   [[ "$(kubectl get pod share -o jsonpath='{.status.phase}')" == Running ]] ||
     { echo "realnode-smoke: pod share did not survive kubelet's restart" >&2; exit 1; }
   echo "realnode-smoke: kubelet restart OK (the plugin registered again: $(allocatable) slots allocatable; pod after capped at 1 GiB; pod share kept running)"
+  # A runtime that ignores CDI (containerd restarted with enable_cdi = false, as containerd 1.6
+  # behaves): kubelet still mounts the slot's limits and the library, but the GPU's device nodes
+  # and the driver come only through the CDI device, so the container has no GPU; tessera-node
+  # finds the device's spec not mounted in it and says why (TesseraCdiNotApplied). Then a runtime
+  # that cannot find the spec (its spec folders are not tessera-node's): the container is never
+  # created, and tessera-node says where the spec is (TesseraCdiUnresolved). containerd restarts
+  # under the running GPU container of pod share each time.
+  restart_containerd() {  # CONFIG
+    kill -TERM "$containerd_pid"
+    wait "$containerd_pid" 2>/dev/null || true
+    rm -f "$w/containerd.sock"
+    start_containerd "$1"
+  }
+  told() {  # POD REASON
+    kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" \
+      -o jsonpath='{.items[*].message}' | grep -q .
+  }
+  expect_told() {  # POD REASON
+    wait_for 60 "the Event $2 on pod $1" told "$1" "$2" && return 0
+    kubectl describe pod "$1" 2>&1 | tail -n 25 >&2
+    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 20 >&2 || true
+    exit 1
+  }
+  event_of() { kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}'; }
+  sed 's/enable_cdi = true/enable_cdi = false/' "$w/containerd.toml" >"$w/containerd-nocdi.toml"
+  restart_containerd "$w/containerd-nocdi.toml"
+  run_pod nocdi "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; cat /etc/tessera/limits | sed s/^/limits:/; sleep 3600" "{tessera.dev/gpu-memory: 1Gi}"
+  expect_told nocdi TesseraCdiNotApplied
+  expect_log nocdi "ls:ls: /dev/nvidia*: No such file or directory" "saw GPU device nodes although the runtime ignored CDI"
+  expect_log nocdi "limits:" "has no limits file (kubelet mounts it whatever the runtime)"
+  echo "realnode-smoke: runtime without CDI OK (pod nocdi: $(event_of nocdi TesseraCdiNotApplied | cut -c1-110)...)"
+  kubectl delete pod nocdi --grace-period=0 --wait=true >/dev/null
+  mkdir -p "$w/cdi-elsewhere"
+  sed "s|cdi_spec_dirs = \[\"$w/cdi\"\]|cdi_spec_dirs = [\"$w/cdi-elsewhere\"]|" "$w/containerd.toml" >"$w/containerd-elsewhere.toml"
+  grep -q cdi-elsewhere "$w/containerd-elsewhere.toml" || { echo "realnode-smoke: could not point containerd elsewhere" >&2; exit 1; }
+  restart_containerd "$w/containerd-elsewhere.toml"
+  run_pod unresolved "echo ran" "{tessera.dev/gpu-memory: 1Gi}"
+  expect_told unresolved TesseraCdiUnresolved
+  ! kubectl logs unresolved 2>/dev/null | grep -qx ran ||
+    { echo "realnode-smoke: pod unresolved ran without its CDI device" >&2; exit 1; }
+  echo "realnode-smoke: unknown CDI device OK (pod unresolved never started: $(event_of unresolved TesseraCdiUnresolved | cut -c1-110)...)"
+  kubectl delete pod unresolved --grace-period=0 --wait=true >/dev/null
+  restart_containerd "$w/containerd.toml"
+  [[ "$(kubectl get pod share -o jsonpath='{.status.phase}')" == Running ]] ||
+    { echo "realnode-smoke: pod share did not survive containerd's restarts" >&2; exit 1; }
   # A drain: the GPU pods are evicted (the DaemonSet's pod stays) and their slots' files go.
   kubectl drain realnode --ignore-daemonsets --force --grace-period=0 --timeout=90s >"$w/drain.log" 2>&1 ||
     { cat "$w/drain.log" >&2; exit 1; }
