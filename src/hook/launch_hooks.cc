@@ -48,6 +48,7 @@ constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 // (driver 580.159.04, test/gpu/probe_offset.py) an empty gated bracket took 1.25 us and a
 // bracket exceeded the kernel's CUPTI record by 2.27-2.45 us for kernels of 1 to 120 us.
 constexpr std::uint64_t kDefaultEmptyBracketNs = 1'250;
+constexpr std::uint64_t kMaxEmptyBracketNs = 10'000;  // 8x the H200's: above, it waited (below)
 constexpr std::uint64_t kDefaultProbeSetupNs = 1'050;
 constexpr std::uint64_t kMaxProbeSetupNs = 1'000'000;
 
@@ -133,7 +134,7 @@ class CudaEvents final : public governor::EventApi {
   bool Hold(void* stream) override {
     const RelaxedCapture relaxed;
     if (!gate_tried_) PrepareGate();
-    if (wait_ == nullptr || gate_broken_.load(std::memory_order_relaxed)) return false;
+    if (wait_ == nullptr || GateResting()) return false;
     const std::uint32_t next = gate_seq_.load(std::memory_order_relaxed) + 1;
     if (wait_(static_cast<CUstream>(stream), gate_device_, next, CU_STREAM_WAIT_VALUE_GEQ) !=
         CUDA_SUCCESS) {
@@ -196,28 +197,41 @@ class CudaEvents final : public governor::EventApi {
  public:
   // For TESSERA_HOOK_STATS: whether probes are held at the gate, and if not why.
   const char* gate_state() const {
-    return gate_broken_.load() ? "off: held past the watchdog's 5 ms" : gate_state_;
+    if (trips_.load() >= kMaxGateTrips) return "off: held past the watchdog's 5 ms too often";
+    return trips_.load() > 0 ? "on (after the watchdog opened it at least once)" : gate_state_;
   }
 
  private:
   // Opens a gate held for over kGateWatchdogNs without taking any lock (the launch path holds
   // its mutex across the real launch, and a launch that blocks while its stream is held — a
-  // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING — would never return); the
-  // gate is off from then on.
+  // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING, a full queue — would never
+  // return); the gate then rests for kGateRestNs, and after kMaxGateTrips trips it is off for
+  // good. (On the H200 a CuPy loop on a stream of its own tripped it once early in its run, and a
+  // gate off for good from then on left its probes inexact: its kernels were charged nothing.)
   static constexpr std::uint64_t kGateWatchdogNs = 5'000'000;
+  static constexpr std::uint64_t kGateRestNs = 100'000'000;
+  static constexpr std::uint32_t kMaxGateTrips = 8;
+  bool GateResting() const {
+    return trips_.load(std::memory_order_relaxed) >= kMaxGateTrips ||
+           NowNs() < rest_until_ns_.load(std::memory_order_relaxed);
+  }
   bool StartGateWatchdog() {
     return StartDetached(
         [](void* self) -> void* {
           auto* events = static_cast<CudaEvents*>(self);
-          while (!events->gate_broken_.load(std::memory_order_relaxed)) {
+          while (events->trips_.load(std::memory_order_relaxed) < kMaxGateTrips) {
             SleepNs(1'000'000);
             const std::uint64_t since = events->hold_since_ns_.load(std::memory_order_acquire);
-            if (since != 0 && NowNs() > since + kGateWatchdogNs) {
-              events->gate_broken_.store(true);
+            const std::uint64_t now = NowNs();
+            if (since != 0 && now > since + kGateWatchdogNs) {
+              events->rest_until_ns_.store(now + kGateRestNs);
+              const std::uint32_t trips = events->trips_.fetch_add(1) + 1;
               events->Release();
-              CountMachineryError(
-                  "a probe's gate stayed closed for 5 ms (a launch blocked behind it); probes "
-                  "run without a gate from now on");
+              CountMachineryError(trips < kMaxGateTrips
+                                      ? "a probe's gate stayed closed for 5 ms (a launch blocked "
+                                        "behind it); probes run without a gate for 100 ms"
+                                      : "a probe's gate stayed closed for 5 ms, 8 times; probes "
+                                        "run without a gate from now on");
             }
           }
           return nullptr;
@@ -232,7 +246,8 @@ class CudaEvents final : public governor::EventApi {
   CUdeviceptr gate_device_ = 0;
   std::atomic<std::uint32_t> gate_seq_{0};
   std::atomic<std::uint64_t> hold_since_ns_{0};
-  std::atomic<bool> gate_broken_{false};
+  std::atomic<std::uint32_t> trips_{0};         // the watchdog opened the gate this often
+  std::atomic<std::uint64_t> rest_until_ns_{0};  // no Hold before this (after a trip)
 };
 
 struct DeviceGovernor {
@@ -358,6 +373,10 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
                      api.ElapsedNs(d.bracket[0], d.bracket[1], &ns) && ns > 0;
   lock.lock();
   if (!timed) return;
+  // A bracket past kMaxEmptyBracketNs waited behind other work whatever its least: on the H200
+  // a stream of its own flooded with 1 us kernels stretched every bracket to ~79 us, and taken
+  // off each probe that charged the flood nothing. Kept out; the offset stays as it was.
+  if (ns > kMaxEmptyBracketNs) return;
   d.empty_brackets[d.empty_next++ % std::size(d.empty_brackets)] = ns;
   d.tracker.SetProbeOffsetNs(governor::EmptyBracketNs(d.empty_brackets) + ProbeSetupNs());
 }

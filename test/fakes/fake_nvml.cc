@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <dirent.h>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -192,8 +193,40 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device,
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
+// The PID, as the caller sees it, of the process another scope names `ns_pid` (fake_gpu.h): the
+// process whose innermost NSpid is that and whose cgroup hashes to `scope`; 0 if the caller
+// cannot see one (it ended, or lives in a PID namespace the caller's does not hold). The real
+// driver reports host PIDs; an agent with the host's PID namespace finds every container's here.
+unsigned int PidSeenHere(std::int32_t ns_pid, std::uint64_t scope) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  unsigned int found = 0;
+  while (const dirent* entry = readdir(proc)) {
+    char* end = nullptr;
+    const unsigned long pid = std::strtoul(entry->d_name, &end, 10);
+    if (pid == 0 || *end != '\0') continue;
+    const std::string dir = std::string("/proc/") + entry->d_name;
+    std::ifstream status(dir + "/status");
+    std::string line;
+    long innermost = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("NSpid:", 0) != 0) continue;
+      std::istringstream fields(line.substr(6));
+      for (long v = 0; fields >> v;) innermost = v;
+      break;
+    }
+    if (innermost == ns_pid && HashOfFile((dir + "/cgroup").c_str()) == scope) {
+      found = static_cast<unsigned int>(pid);
+      break;
+    }
+  }
+  closedir(proc);
+  return found;
+}
+
 // Processes: every live process holding memory of the device (what the fake driver attributed to
-// it), plus TESSERA_FAKE_NVML_OTHER_PIDS (comma-separated pids of "other tenants", 1 MiB each).
+// it), by the PID the caller sees (PidSeenHere), plus TESSERA_FAKE_NVML_OTHER_PIDS
+// (comma-separated pids of "other tenants", 1 MiB each).
 template <>
 nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevice_t device,
                                                                        unsigned int* count,
@@ -204,9 +237,13 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevic
   for (const auto& row : N().shared->processes) {
     const std::int32_t pid = row.pid.load();
     const std::uint64_t bytes = row.bytes[index].load();
-    if (bytes == 0 || !Alive(pid)) continue;
+    if (bytes == 0 || pid <= 0) continue;
+    const bool mine = row.scope.load() == MyScope();
+    const unsigned int seen = mine ? (Alive(pid) ? static_cast<unsigned int>(pid) : 0)
+                                   : PidSeenHere(pid, row.scope.load());
+    if (seen == 0) continue;
     nvmlProcessInfo_t p{};
-    p.pid = static_cast<unsigned int>(pid);
+    p.pid = seen;
     p.usedGpuMemory = bytes;
     all.push_back(p);
   }

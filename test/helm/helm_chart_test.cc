@@ -577,6 +577,22 @@ TEST_F(HelmChartTest, GpuOperatorDriverFolderIsMountedAndUsedForNvml) {
     if (v["mountPath"].as<std::string>() == dir) mounted = v["readOnly"].as<bool>();
   }
   EXPECT_TRUE(mounted);
+  // The administrator's extras: an environment variable, a volume and its mount.
+  bool proxy = false, ca_mounted = false, ca_volume = false;
+  for (const auto& e : Container(ds, "tessera-node")["env"]) {
+    proxy |= e["name"].as<std::string>() == "HTTPS_PROXY" &&
+             e["value"].as<std::string>() == "http://proxy.example:3128";
+  }
+  for (const auto& v : Container(ds, "tessera-node")["volumeMounts"]) {
+    ca_mounted |= v["name"].as<std::string>() == "corp-ca" &&
+                  v["mountPath"].as<std::string>() == "/etc/corp-ca";
+  }
+  for (const auto& v : ds["spec"]["template"]["spec"]["volumes"]) {
+    ca_volume |= v["name"].as<std::string>() == "corp-ca" && v["configMap"]["name"].IsDefined();
+  }
+  EXPECT_TRUE(proxy);
+  EXPECT_TRUE(ca_mounted);
+  EXPECT_TRUE(ca_volume);
   EXPECT_EQ(ds["spec"]["updateStrategy"]["type"].as<std::string>(), "OnDelete");
   EXPECT_EQ(ds["spec"]["template"]["spec"]["nodeSelector"]["pool"].as<std::string>(), "gpu");
   EXPECT_TRUE(m.OfKind("ValidatingAdmissionPolicy").empty());

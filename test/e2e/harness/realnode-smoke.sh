@@ -23,8 +23,11 @@
 # placed by the chart's kube-scheduler and extender, each started with its CDI device and
 # refused at its own memory cap (cuMemGetInfo shows the cap), a compute share under the arbiter in
 # a container of uid 1000, their GPU's device node openable
-# there and refused to a pod without a GPU that makes it itself; then an agent restart and a
-# kubelet restart under a running GPU container, a drain, and the chart's uninstall.
+# there and refused to a pod without a GPU that makes it itself; compute drift attributed by a
+# container's cgroup (the fake GPUs' usage shared through TESSERA_FAKE_STATE, the agent's NVML
+# listing host PIDs); then an agent restart and a kubelet restart under a running GPU container,
+# containerd restarted without CDI and with its spec folders elsewhere (the pods' Events say why
+# their containers have no GPU or never start), a drain, and the chart's uninstall.
 #
 # usage: test/e2e/harness/realnode-smoke.sh [TESSERA_TESTCLUSTER]
 #   (default $TESSERA_TESTCLUSTER, else build/e2e/tessera-testcluster; build.sh makes it; ctest
@@ -80,7 +83,7 @@ cleanup() {
   # driver names them pod<uid>): the pods' shims outlive containerd, their processes the shims.
   local uids
   uids=$(kubectl get pods -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)
-  kubectl delete pod hello train prep neighbour whole sneaky share after nocdi unresolved --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
+  kubectl delete pod hello train prep neighbour whole sneaky share after nocdi unresolved drifter --grace-period=0 --wait=true --timeout=30s >/dev/null 2>&1 || true
   for u in ${uid:-} $uids; do
     for procs in /sys/fs/cgroup/*/kubepods*/*pod"$u"*/*/cgroup.procs /sys/fs/cgroup/*/kubepods*/*/*pod"$u"*/*/cgroup.procs; do
       [[ -f "$procs" ]] && { xargs -r kill -KILL <"$procs"; } 2>/dev/null || true
@@ -242,7 +245,12 @@ if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
   # the run's own under $w/dev (the chart's driver.devRoot): character devices of the NVIDIA
   # major with no driver behind them, so a container they are given to opens them with ENXIO and
   # any other container is refused them by its device cgroup.
-  mkdir -p "$w/driver" "$w/state" "$w/lib" "$w/dev"
+  mkdir -p "$w/driver" "$w/state" "$w/lib" "$w/dev" "$w/fakegpu"
+  # The fake GPUs' usage, shared by every container's fake driver and the agent's fake NVML as a
+  # real GPU's is by the kernel driver (TESSERA_FAKE_STATE; the NVML reports host PIDs), and the
+  # driver's per-process SM samples (TESSERA_FAKE_NVML_UTIL_FILE), written by this script.
+  install -m 0666 /dev/null "$w/fakegpu/state"
+  install -m 0666 /dev/null "$w/fakegpu/util"
   cp -L "$build/test/fakes/lib/libcuda.so.1" "$build/test/fakes/lib/libnvidia-ml.so.1" "$w/driver/"
   for n in 0 1; do mknod "$w/dev/nvidia$n" c 195 "$n"; done
   mknod "$w/dev/nvidiactl" c 195 255
@@ -294,6 +302,13 @@ node:
     cdi: $w/cdi
   hookLibrary: {hostPath: $w/lib/libtessera-cuda.so}
   driver: {libDir: $w/driver, mountLibDir: true, devRoot: $w}
+  extraEnv:
+    - {name: TESSERA_FAKE_STATE, value: $w/fakegpu/state}
+    - {name: TESSERA_FAKE_NVML_UTIL_FILE, value: $w/fakegpu/util}
+  extraVolumes:
+    - {name: fakegpu, hostPath: {path: $w/fakegpu, type: Directory}}
+  extraVolumeMounts:
+    - {name: fakegpu, mountPath: $w/fakegpu}
 scheduler:
   image: {pullPolicy: Never}
 kubeScheduler:
@@ -340,11 +355,14 @@ YAML
   # placed by the chart's scheduler (or SCHEDULER), with the fake driver's folder on its library path and the fake driver
   # showing it the GPUs whose device nodes it may open (TESSERA_FAKE_DEV_DIR).
   run_pod() {
-    local scheduler=default-scheduler env="[]" resources="{}" security=${4:-"{}"}
+    local scheduler=default-scheduler env="[]" resources="{}" security=${4:-"{}"} volumes="[]" mounts="[]"
     if [[ -n ${3:-} ]]; then
       scheduler=${5:-tessera}
-      env="[{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev}]"
+      env="[{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev},
+            {name: TESSERA_FAKE_STATE, value: /fakegpu/state}]"
       resources="{limits: $3}"
+      volumes="[{name: fakegpu, hostPath: {path: $w/fakegpu, type: Directory}}]"
+      mounts="[{name: fakegpu, mountPath: /fakegpu}]"
     fi
     kubectl apply -f - >/dev/null <<YAML
 apiVersion: v1
@@ -356,6 +374,7 @@ spec:
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 0
   securityContext: $security
+  volumes: $volumes
   containers:
   - name: main
     image: tessera.dev/test/cuda-client:1
@@ -363,6 +382,7 @@ spec:
     command: ["sh", "-c", "$2"]
     env: $env
     resources: $resources
+    volumeMounts: $mounts
 YAML
   }
   done_pod() { [[ "$(kubectl get pod "$1" -o jsonpath='{.status.phase}')" =~ ^(Succeeded|Failed)$ ]]; }
@@ -459,6 +479,36 @@ YAML
     ! grep -q "allocated=[1-9]" <<<"$refused" ||
     { echo "realnode-smoke: without its limits file pod share's process was not refused:" >&2; echo "$refused" >&2; exit 1; }
   echo "realnode-smoke: missing limits file OK (a new process of pod share was refused the GPU)"
+  # Compute drift attributed by the container's cgroup: a process of pod drifter holds GPU
+  # memory (the agent's NVML lists it by its host PID, as the real driver does) and the driver's
+  # samples show it on 90 % of the SMs against its 20 % share; the agent finds its pod by the
+  # process's cgroup and tells it (TesseraComputeDrift), acting per its tier's onDrift.
+  run_pod drifter "hook_client dlopen hold 134217728" "{tessera.dev/gpu-memory: 1Gi, tessera.dev/gpu-cores: 20}"
+  holding() { kubectl logs drifter 2>/dev/null | grep -q "hold_result=0"; }
+  wait_for 90 "pod drifter holding GPU memory" holding || { kubectl describe pod drifter 2>&1 | tail -n 25 >&2; exit 1; }
+  drifter_uid=$(kubectl get pod drifter -o jsonpath='{.metadata.uid}')
+  drifter_pid=""
+  for procs in /sys/fs/cgroup/pids/kubepods*/*pod"$drifter_uid"*/*/cgroup.procs /sys/fs/cgroup/pids/kubepods*/*/*pod"$drifter_uid"*/*/cgroup.procs; do
+    [[ -f "$procs" ]] || continue
+    for p in $(cat "$procs"); do grep -q hook_client "/proc/$p/cmdline" 2>/dev/null && drifter_pid=$p; done
+  done
+  [[ -n "$drifter_pid" ]] || { echo "realnode-smoke: no hook_client process in pod drifter's cgroup" >&2; exit 1; }
+  drifter_gpu=$(sed -n 's/^device GPU-face0000-0000-0000-0000-0000000000\([0-9a-f][0-9a-f]\) .*/\1/p' "$(grep -l " default/drifter " "$w"/state/slots/*/etc/limits)")
+  [[ -n "$drifter_gpu" ]] || { echo "realnode-smoke: pod drifter's limits name no fake GPU" >&2; exit 1; }
+  ( for _ in $(seq 40); do echo "$((16#$drifter_gpu)) $drifter_pid $(date +%s%6N) 90" >>"$w/fakegpu/util"; sleep 1; done ) &
+  sampler=$!
+  pids+=($sampler)
+  drifted() {
+    kubectl get events -n default --field-selector involvedObject.name=drifter,reason=TesseraComputeDrift \
+      -o jsonpath='{.items[*].message}' | grep -q .
+  }
+  if ! wait_for 60 "the Event TesseraComputeDrift on pod drifter" drifted; then
+    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 30 >&2 || true
+    exit 1
+  fi
+  kill "$sampler" 2>/dev/null || true
+  echo "realnode-smoke: compute drift by cgroup OK (host pid $drifter_pid of pod drifter: $(kubectl get events -n default --field-selector involvedObject.name=drifter,reason=TesseraComputeDrift -o jsonpath='{.items[0].message}' | cut -c1-160))"
+  kubectl delete pod drifter --grace-period=0 --wait=true >/dev/null
   # An agent restart under a running GPU container: the DaemonSet's new pod registers the plugin
   # again and keeps governing the container (its counters come from the container's region).
   launches_before=$(metric tessera_container_gpu_launches_total)
