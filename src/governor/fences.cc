@@ -144,12 +144,12 @@ bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   return probe;
 }
 
-std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings) {
+std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64_t fallback) {
   std::uint64_t least = 0;
   for (const std::uint64_t t : timings) {
-    if (t != 0 && (least == 0 || t < least)) least = t;
+    if (t != 0 && t <= kMaxEmptyBracketNs && (least == 0 || t < least)) least = t;
   }
-  return least;
+  return least != 0 ? least : fallback;
 }
 
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {

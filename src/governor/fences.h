@@ -105,10 +105,12 @@ struct Submission {
 };
 
 // What an empty bracket (two events behind a Hold, nothing between them) costs the GPU, from its
-// latest timings (0: none): the least of them. A bracket can only come out longer than its cost
-// (its stream waited behind other work: on the H200 a flooded GPU stretched them to 70 us, and
-// their median, taken off every probe, left a 3 us kernel charged nothing), never shorter.
-std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings);
+// latest timings (0: none yet): the least of those up to kMaxEmptyBracketNs, else `fallback`. A
+// bracket can only come out longer than its cost, when its stream waited behind other work: on the
+// H200 one stream flooded with 1 us kernels stretched every bracket to ~79 us, and their median,
+// taken off every probe, left the flood charged nothing.
+inline constexpr std::uint64_t kMaxEmptyBracketNs = 10'000;  // 8x the H200's 1.25 us
+std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64_t fallback);
 
 // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
 // submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at

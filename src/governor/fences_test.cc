@@ -409,13 +409,19 @@ TEST(FenceTracker, AStreamWithManyLaunchesInFlightIsNotHeld) {
   EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
 }
 
-TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimings) {
-  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{}), 0u);
-  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{0, 0}), 0u);
+TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimingsThatDidNotWait) {
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{}, 1'250), 1'250u);
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{0, 0}, 1'250), 1'250u);
   // Five of eight stretched behind other work (the median would be 70 us).
-  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{70'000, 1'300, 0, 69'000, 1'250, 71'000,
-                                                      1'400, 70'500}),
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{70'000, 1'300, 0, 69'000, 1'450, 71'000,
+                                                      1'400, 70'500},
+                           1'250),
+            1'300u);
+  // All of them stretched (a flooded GPU): none is the bracket's cost.
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{79'000, 78'000, 80'000, 10'001}, 1'250),
             1'250u);
+  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{kMaxEmptyBracketNs}, 1'250),
+            kMaxEmptyBracketNs);
 }
 
 // A gated probe's span also holds its events' own cost and its launch's setup on the GPU (on the

@@ -48,7 +48,6 @@ constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 // (driver 580.159.04, test/gpu/probe_offset.py) an empty gated bracket took 1.25 us and a
 // bracket exceeded the kernel's CUPTI record by 2.27-2.45 us for kernels of 1 to 120 us.
 constexpr std::uint64_t kDefaultEmptyBracketNs = 1'250;
-constexpr std::uint64_t kMaxEmptyBracketNs = 10'000;  // 8x the H200's: above, it waited (below)
 constexpr std::uint64_t kDefaultProbeSetupNs = 1'050;
 constexpr std::uint64_t kMaxProbeSetupNs = 1'000'000;
 
@@ -373,12 +372,9 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
                      api.ElapsedNs(d.bracket[0], d.bracket[1], &ns) && ns > 0;
   lock.lock();
   if (!timed) return;
-  // A bracket past kMaxEmptyBracketNs waited behind other work whatever its least: on the H200
-  // a stream of its own flooded with 1 us kernels stretched every bracket to ~79 us, and taken
-  // off each probe that charged the flood nothing. Kept out; the offset stays as it was.
-  if (ns > kMaxEmptyBracketNs) return;
   d.empty_brackets[d.empty_next++ % std::size(d.empty_brackets)] = ns;
-  d.tracker.SetProbeOffsetNs(governor::EmptyBracketNs(d.empty_brackets) + ProbeSetupNs());
+  d.tracker.SetProbeOffsetNs(
+      governor::EmptyBracketNs(d.empty_brackets, kDefaultEmptyBracketNs) + ProbeSetupNs());
 }
 
 // Times the device's epoch against the host clock when it is due (the watcher, its context
