@@ -99,32 +99,32 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")
 
 // Reasons of the Kubernetes Events tessera-node and tessera-scheduler post.
-#define TESSERA_EVENT_REASONS(X)                                                                 \
-  X(kEventDecisionRejected, "TesseraDecisionRejected",                                           \
-    "a container got no GPU: its decision is missing, malformed, unverifiable or not for it")    \
-  X(kEventMemoryOverCap, "TesseraMemoryOverCap",                                                 \
-    "NVML shows a container above its decision's memory cap (drift enforcement acted)")          \
-  X(kEventUnattributedProcess, "TesseraUnattributedProcess",                                     \
-    "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)") \
-  X(kEventGpuUnhealthy, "TesseraGpuUnhealthy",                                                   \
-    "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")    \
-  X(kEventGpuMemoryDenied, "TesseraGpuMemoryDenied",                                             \
-    "the preload library refused a container's allocations at its memory cap (once per rise)")   \
-  X(kEventLaunchFailed, "TesseraLaunchFailed",                                                   \
-    "the driver refused a container's kernel launches (e.g. too few SMs under an MPS limit)")    \
-  X(kEventGovernorFailed, "TesseraGovernorFailed",                                               \
-    "a container's launches found the compute governor failed (they ran ungoverned or waited)")  \
-  X(kEventMemoryDrift, "TesseraMemoryDrift",                                                     \
-    "NVML shows a container holding more than the preload library accounted (once per episode)") \
-  X(kEventComputeDrift, "TesseraComputeDrift",                                                   \
-    "NVML shows a container on the SMs beyond its share, or a process outside the library")      \
-  X(kEventComputeUnchecked, "TesseraComputeDriftUnchecked",                                      \
-    "NVML's per-process utilization of a GPU could not be read: compute drift is not checked")   \
-  X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                             \
+#define TESSERA_EVENT_REASONS(X)                                                                  \
+  X(kEventDecisionRejected, "TesseraDecisionRejected",                                            \
+    "a container got no GPU: its decision is missing, malformed, unverifiable or not for it")     \
+  X(kEventMemoryOverCap, "TesseraMemoryOverCap",                                                  \
+    "NVML shows a container above its decision's memory cap (drift enforcement acted)")           \
+  X(kEventUnattributedProcess, "TesseraUnattributedProcess",                                      \
+    "a process holds memory on a tessera GPU and belongs to no tessera container (on the Node)")  \
+  X(kEventGpuUnhealthy, "TesseraGpuUnhealthy",                                                    \
+    "the GPU a container runs on turned unhealthy (XID or ECC); nothing new is placed there")     \
+  X(kEventGpuMemoryDenied, "TesseraGpuMemoryDenied",                                              \
+    "the preload library refused a container's allocations at its memory cap (once per rise)")    \
+  X(kEventLaunchFailed, "TesseraLaunchFailed",                                                    \
+    "the driver refused a container's kernel launches (e.g. too few SMs under an MPS limit)")     \
+  X(kEventGovernorFailed, "TesseraGovernorFailed",                                                \
+    "a container's launches found the compute governor failed (they ran ungoverned or waited)")   \
+  X(kEventMemoryDrift, "TesseraMemoryDrift",                                                      \
+    "NVML shows a container holding more than the preload library accounted (once per episode)")  \
+  X(kEventComputeDrift, "TesseraComputeDrift",                                                    \
+    "NVML shows a container on the SMs beyond its share, or a process outside the library")       \
+  X(kEventComputeUnchecked, "TesseraComputeDriftUnchecked",                                       \
+    "NVML's per-process utilization of a GPU could not be read: compute drift is not checked")    \
+  X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                              \
     "tessera-scheduler's validating webhook refused a pod; the message names the rule and field") \
-  X(kEventCdiNotApplied, "TesseraCdiNotApplied",                                                 \
-    "a slot's container runs without its CDI device (the runtime ignored it): it has no GPU")   \
-  X(kEventCdiUnresolved, "TesseraCdiUnresolved",                                                 \
+  X(kEventCdiNotApplied, "TesseraCdiNotApplied",                                                  \
+    "a slot's container runs without its CDI device (the runtime ignored it): it has no GPU")     \
+  X(kEventCdiUnresolved, "TesseraCdiUnresolved",                                                  \
     "the runtime could not resolve a slot's CDI device: the container does not start")
 
 // The extender's counters (tessera-scheduler), rows of TESSERA_METRICS kept here so that each one

@@ -36,7 +36,8 @@ k8s::Json Running(const std::string& id, const std::string& name = "main") {
 k8s::Json Waiting(const std::string& reason, const std::string& message) {
   return {{"status",
            {{"containerStatuses",
-             {{{"name", "main"}, {"state", {{"waiting", {{"reason", reason}, {"message", message}}}}}}}}}}};
+             {{{"name", "main"},
+               {"state", {{"waiting", {{"reason", reason}, {"message", message}}}}}}}}}}};
 }
 
 class CdiCheckTest : public ::testing::Test {
@@ -55,7 +56,9 @@ class CdiCheckTest : public ::testing::Test {
       if (it == mounted_.end()) return std::nullopt;
       return it->second;
     };
-    d.spec_path = [](std::string_view slot) { return "/cdi/tessera.dev-gpu-" + std::string(slot) + ".json"; };
+    d.spec_path = [](std::string_view slot) {
+      return "/cdi/tessera.dev-gpu-" + std::string(slot) + ".json";
+    };
     d.exists = [this](const std::string& path) { return specs_.count(path) != 0; };
     d.now = [this] { return now_; };
     check_.emplace(std::move(d));
@@ -79,7 +82,8 @@ TEST_F(CdiCheckTest, AContainerWithItsSpecMountedIsVerifiedAndNotReadAgainUntilT
   CdiCheck& check = Make();
   check.Pass();
   EXPECT_TRUE(api_.events.empty());
-  EXPECT_EQ(asked_ids_, std::vector<std::string>{"abc"});  // the named container's, not the sidecar's
+  EXPECT_EQ(asked_ids_,
+            std::vector<std::string>{"abc"});  // the named container's, not the sidecar's
   // Verified: not read again until the recheck is due.
   check.Pass();
   EXPECT_EQ(api_.gets.size(), 1u);
@@ -196,7 +200,8 @@ TEST(MountInfo, FindsAMountPointByItsFifthField) {
   static_assert(MountPointIn(table, "/etc/tessera"));
   EXPECT_TRUE(MountPointIn(table, "/"));
   EXPECT_FALSE(MountPointIn(table, "/etc"));
-  EXPECT_FALSE(MountPointIn(table, "/var/lib/tessera/slots/slot-3/etc"));  // a root, not a mount point
+  EXPECT_FALSE(
+      MountPointIn(table, "/var/lib/tessera/slots/slot-3/etc"));  // a root, not a mount point
   EXPECT_TRUE(MountPointIn(table, "/etc/tessera-other"));
   EXPECT_FALSE(MountPointIn("", "/etc/tessera"));
   EXPECT_FALSE(MountPointIn("garbage without fields", "/etc/tessera"));

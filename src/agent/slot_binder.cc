@@ -194,8 +194,8 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   auto region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
-  return WriteFileAtomically(p.cdi_spec,
-                             CdiSpec(slot, minors, options_.driver, mounts, mps_env), 0644);
+  return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minors, options_.driver, mounts, mps_env),
+                             0644);
 }
 
 Status SlotBinder::Prepare(std::string_view slot) {

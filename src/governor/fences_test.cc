@@ -332,13 +332,14 @@ class LatencyGpu final : public TimestampEvents {
     if (gate_) {
       held_ = true;
       ++holds;
-      max_backlog_at_hold = std::max(max_backlog_at_hold, busy_until_ > now ? busy_until_ - now : 0);
+      max_backlog_at_hold =
+          std::max(max_backlog_at_hold, busy_until_ > now ? busy_until_ - now : 0);
     }
     return gate_;
   }
   int holds = 0;
   std::uint64_t max_backlog_at_hold = 0;  // the GPU's work queued ahead of a Hold, at most
-  void Release() override {  // what queued behind the gate runs back to back from here
+  void Release() override {               // what queued behind the gate runs back to back from here
     held_ = false;
     std::uint64_t t = std::max(busy_until_, now + pickup_);
     for (const auto& [ns, event] : queue_) {
@@ -413,9 +414,9 @@ TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimingsThatDidNotWait) {
   EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{}, 1'250), 1'250u);
   EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{0, 0}, 1'250), 1'250u);
   // Five of eight stretched behind other work (the median would be 70 us).
-  EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{70'000, 1'300, 0, 69'000, 1'450, 71'000,
-                                                      1'400, 70'500},
-                           1'250),
+  EXPECT_EQ(EmptyBracketNs(
+                std::vector<std::uint64_t>{70'000, 1'300, 0, 69'000, 1'450, 71'000, 1'400, 70'500},
+                1'250),
             1'300u);
   // All of them stretched (a flooded GPU): none is the bracket's cost.
   EXPECT_EQ(EmptyBracketNs(std::vector<std::uint64_t>{79'000, 78'000, 80'000, 10'001}, 1'250),

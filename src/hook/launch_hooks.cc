@@ -245,7 +245,7 @@ class CudaEvents final : public governor::EventApi {
   CUdeviceptr gate_device_ = 0;
   std::atomic<std::uint32_t> gate_seq_{0};
   std::atomic<std::uint64_t> hold_since_ns_{0};
-  std::atomic<std::uint32_t> trips_{0};         // the watchdog opened the gate this often
+  std::atomic<std::uint32_t> trips_{0};          // the watchdog opened the gate this often
   std::atomic<std::uint64_t> rest_until_ns_{0};  // no Hold before this (after a trip)
 };
 
@@ -373,8 +373,8 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
   lock.lock();
   if (!timed) return;
   d.empty_brackets[d.empty_next++ % std::size(d.empty_brackets)] = ns;
-  d.tracker.SetProbeOffsetNs(
-      governor::EmptyBracketNs(d.empty_brackets, kDefaultEmptyBracketNs) + ProbeSetupNs());
+  d.tracker.SetProbeOffsetNs(governor::EmptyBracketNs(d.empty_brackets, kDefaultEmptyBracketNs) +
+                             ProbeSetupNs());
 }
 
 // Times the device's epoch against the host clock when it is due (the watcher, its context
