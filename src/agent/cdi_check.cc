@@ -40,16 +40,29 @@ std::string RuntimeIdOf(const k8s::Json& status) {
   return sep == std::string::npos ? id : id.substr(sep + 3);
 }
 
-bool NamesCdi(std::string_view message) {
-  std::string lower(message);
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
-  return lower.find("cdi") != std::string::npos;
-}
-
 std::string PodKey(const Limits& l) { return l.pod + " container " + l.container; }
 
 }  // namespace
+
+bool CgroupNamesContainer(std::string_view cgroup, std::string_view container_id) {
+  if (container_id.empty()) return false;
+  std::size_t line = 0;
+  while (line < cgroup.size()) {
+    const std::size_t end = std::min(cgroup.find('\n', line), cgroup.size());
+    std::string_view path = cgroup.substr(line, end - line);
+    const std::size_t slash = path.rfind('/');
+    const std::string_view leaf = slash == std::string_view::npos ? path : path.substr(slash + 1);
+    // cgroupfs: ".../<id>"; systemd: "...-<id>.scope" (never a runtime monitor's, e.g. CRI-O's
+    // "crio-conmon-<id>.scope", which lives in the host's mount namespace).
+    if (leaf == container_id ||
+        (leaf.ends_with(".scope") && leaf.find("conmon") == std::string_view::npos &&
+         leaf.substr(0, leaf.size() - 6).ends_with(std::string("-") + std::string(container_id)))) {
+      return true;
+    }
+    line = end + 1;
+  }
+  return false;
+}
 
 std::vector<unsigned int> ProcPidsOfContainer(std::string_view container_id) {
   std::vector<unsigned int> pids;
@@ -59,7 +72,7 @@ std::vector<unsigned int> ProcPidsOfContainer(std::string_view container_id) {
     const std::string name = entry.path().filename().string();
     if (name.empty() || !std::all_of(name.begin(), name.end(), ::isdigit)) continue;
     const unsigned int pid = static_cast<unsigned int>(std::stoul(name));
-    if (ProcCgroupOf(pid).find(container_id) != std::string::npos) pids.push_back(pid);
+    if (CgroupNamesContainer(ProcCgroupOf(pid), container_id)) pids.push_back(pid);
   }
   std::sort(pids.begin(), pids.end());
   return pids;
@@ -78,17 +91,23 @@ std::optional<bool> ProcCdiSpecMounted(unsigned int pid) {
 void CdiCheck::Pass() {
   std::map<std::string, Seen> next;
   for (const WatchedContainer& c : deps_.containers()) {
+    // A slot handed to another pod is another container (slot names are reused).
+    const std::string key = c.id + "/" + c.limits.pod_uid + "/" + c.limits.container;
     Seen seen;
-    if (const auto it = seen_.find(c.id); it != seen_.end()) seen = it->second;
+    if (const auto it = seen_.find(key); it != seen_.end()) seen = it->second;
     Check(c, seen);
-    next[c.id] = seen;
+    next[key] = seen;
   }
   seen_ = std::move(next);  // released slots are forgotten
 }
 
 void CdiCheck::Check(const WatchedContainer& c, Seen& seen) {
   const auto now = deps_.now();
-  if (!seen.verified_id.empty() && now - seen.verified_at < kRecheck) return;
+  if (now < seen.next_at) return;
+  // Until something is concluded below, read again after a growing wait (a container pulling its
+  // image, crash-looping or ended costs one API read a minute at most).
+  seen.next_at = now + std::min<std::chrono::nanoseconds>(
+                           kRetry * (std::int64_t{1} << std::min(seen.misses++, 4)), kRecheck);
   const Limits& l = c.limits;
   const std::size_t slash = l.pod.find('/');
   if (slash == std::string::npos) return;
@@ -108,9 +127,13 @@ void CdiCheck::Check(const WatchedContainer& c, Seen& seen) {
       waiting != state->end() && waiting->is_object()) {
     const std::string reason = waiting->value("reason", "");
     const std::string message = waiting->value("message", "");
-    if (seen.told_unresolved || reason.find("Error") == std::string::npos || !NamesCdi(message))
+    if (seen.told_unresolved || reason.find("Error") == std::string::npos ||
+        (message.find(device) == std::string::npos &&
+         message.find("CDI device") == std::string::npos)) {
       return;
+    }
     seen.told_unresolved = true;
+    seen.next_at = now + kRecheck;
     const std::string spec = deps_.spec_path(c.id);
     const std::string text =
         "container " + l.container + ": the runtime could not apply its CDI device " + device +
@@ -129,20 +152,18 @@ void CdiCheck::Check(const WatchedContainer& c, Seen& seen) {
   if (state->find("running") == state->end()) return;
   const std::string id = RuntimeIdOf(*status);
   if (id.empty()) return;
-  const std::vector<unsigned int> pids = deps_.pids_of(id);
+  // Applied if any of its processes has the spec mounted (one may have changed its root or mount
+  // namespace since); not applied if none has and at least one could be asked.
   std::optional<bool> mounted;
-  for (const unsigned int pid : pids) {
-    mounted = deps_.spec_mounted(pid);
-    if (mounted.has_value()) break;
+  for (const unsigned int pid : deps_.pids_of(id)) {
+    const std::optional<bool> m = deps_.spec_mounted(pid);
+    if (m.has_value()) mounted = mounted.value_or(false) || *m;
+    if (mounted.value_or(false)) break;
   }
   if (!mounted.has_value()) return;  // no process to ask yet (or already gone)
-  if (*mounted) {
-    seen.verified_id = id;
-    seen.verified_at = now;
-    return;
-  }
-  seen.verified_id.clear();
-  if (seen.told_id == id) return;  // told already
+  seen.misses = 0;
+  seen.next_at = now + kRecheck;  // concluded: read again in a minute (a restart may differ)
+  if (*mounted || seen.told_id == id) return;
   seen.told_id = id;
   ++not_applied_;
   const std::string text =

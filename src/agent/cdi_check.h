@@ -6,13 +6,16 @@
 // enable_cdi, CRI-O before 1.23) starts the container without its GPU — still enforced, but its
 // CUDA calls find no device and nothing says why; a runtime that cannot find the device's spec
 // (its spec folders do not include tessera-node's) refuses to create the container. Each pass of
-// the clean-up thread reads, for every slot's container not yet verified (and every verified one
-// again after kRecheck, in case it restarted under a reconfigured runtime), its Pod's status:
-//   - running: its processes (host PIDs whose cgroup names the container's ID) must have the
+// the clean-up thread reads, for every slot's container that is due, its Pod's status (a container
+// found with or without its device is due again after kRecheck, in case it restarted under a
+// reconfigured runtime; one not running yet, or ended, after kRetry, doubled each time up to
+// kRecheck):
+//   - running: one of its processes (host PIDs whose cgroup is the container's) must have the
 //     spec mounted at /etc/tessera-cdi.json (/proc/PID/mountinfo, readable without ptrace); the
-//     spec mounts itself, so only a runtime that applied the device made that mount. If not, the
-//     Pod is told (TesseraCdiNotApplied), once per container, and the Node once.
-//   - waiting, the runtime having refused it with a message that names CDI: the Pod is told once
+//     spec mounts itself, so only a runtime that applied the device made that mount. If none has
+//     it, the Pod is told (TesseraCdiNotApplied), once per container, and the Node once.
+//   - waiting, the runtime having refused it with a message that names its device (or "CDI
+//     device"): the Pod is told once
 //     (TesseraCdiUnresolved) where tessera-node wrote the spec and whether it is still there.
 // The kubelet reports a container running only after the runtime started it (mounts made), and
 // runc's init process is never asked, so a container being set up is not mistaken for one
@@ -32,7 +35,11 @@
 
 namespace tessera::agent {
 
-// The host PIDs whose cgroup names `container_id` (a runtime's ID, without "containerd://").
+// Whether a /proc/PID/cgroup text names the container `container_id` (a runtime's ID, without
+// "containerd://") as its own cgroup's leaf: "<id>" (cgroupfs) or "...-<id>.scope" (systemd), never
+// a runtime monitor's scope ("crio-conmon-<id>.scope").
+bool CgroupNamesContainer(std::string_view cgroup, std::string_view container_id);
+// The host PIDs whose cgroup names `container_id` (CgroupNamesContainer).
 std::vector<unsigned int> ProcPidsOfContainer(std::string_view container_id);
 // Whether the mount namespace of host process `pid` has a slot's CDI spec mounted
 // (names::kPathCdiSpecInContainer): nullopt where it cannot be told (gone, unreadable, or the
@@ -55,6 +62,7 @@ struct CdiCheckDeps {
 class CdiCheck {
  public:
   static constexpr std::chrono::seconds kRecheck{60};
+  static constexpr std::chrono::seconds kRetry{5};  // doubled while nothing is concluded
 
   explicit CdiCheck(CdiCheckDeps deps) : deps_(std::move(deps)) {}
   void Pass();
@@ -64,8 +72,8 @@ class CdiCheck {
 
  private:
   struct Seen {
-    std::string verified_id;  // the container ID found with its mount ("": not yet)
-    CdiCheckDeps::Clock::time_point verified_at{};
+    CdiCheckDeps::Clock::time_point next_at{};  // not read again before
+    int misses = 0;                             // reads that concluded nothing, in a row
     std::string told_id;  // the container ID last found without it (told once per ID)
     bool told_unresolved = false;
   };

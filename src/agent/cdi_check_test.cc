@@ -105,7 +105,10 @@ TEST_F(CdiCheckTest, AContainerWithoutItsSpecIsToldOncePerContainerAndTheNodeOnc
   EXPECT_NE(pod[0].message.find("enable_cdi"), std::string::npos) << pod[0].message;
   EXPECT_EQ(pod[1].target, "Node");
   EXPECT_EQ(check.not_applied(), 1u);
-  // Not verified: asked again each pass, told no more for the same container.
+  // Read again after the recheck, told no more for the same container.
+  check.Pass();
+  EXPECT_EQ(api_.gets.size(), 1u);
+  now_ += CdiCheck::kRecheck;
   check.Pass();
   EXPECT_EQ(api_.gets.size(), 2u);
   EXPECT_EQ(api_.events.size(), 2u);
@@ -113,17 +116,65 @@ TEST_F(CdiCheckTest, AContainerWithoutItsSpecIsToldOncePerContainerAndTheNodeOnc
   api_.pod_fields = Running("def");
   pids_["def"] = {104};
   mounted_ = {{104, false}};
+  now_ += CdiCheck::kRecheck;
   check.Pass();
   EXPECT_EQ(api_.Of(names::kEventCdiNotApplied).size(), 3u);
   EXPECT_EQ(check.not_applied(), 2u);
-  // Once the runtime applies it (a restart after the fix), verified.
+  // Once the runtime applies it (a restart after the fix), verified; one process that changed
+  // its mount namespace does not undo that.
   api_.pod_fields = Running("ghi");
-  pids_["ghi"] = {105};
-  mounted_ = {{105, true}};
-  check.Pass();
+  pids_["ghi"] = {105, 106};
+  mounted_ = {{105, false}, {106, true}};
+  now_ += CdiCheck::kRecheck;
   check.Pass();
   EXPECT_EQ(api_.gets.size(), 4u);
   EXPECT_EQ(api_.events.size(), 3u);
+}
+
+TEST_F(CdiCheckTest, AContainerNotRunningYetIsReadAgainAfterAGrowingWait) {
+  api_.pod_fields = Waiting("ContainerCreating", "");
+  CdiCheck& check = Make();
+  for (int second = 0; second <= 60; ++second) {  // reads at 0, 5, 15, 35 s
+    check.Pass();
+    now_ += std::chrono::seconds(1);
+  }
+  EXPECT_EQ(api_.gets.size(), 4u);
+  for (int second = 0; second < 600; ++second) {  // then once a minute at most
+    check.Pass();
+    now_ += std::chrono::seconds(1);
+  }
+  EXPECT_LE(api_.gets.size(), 4u + 11u);
+  EXPECT_GE(api_.gets.size(), 4u + 9u);
+}
+
+TEST_F(CdiCheckTest, ASlotHandedToAnotherPodIsCheckedAfresh) {
+  const std::string refused =
+      "failed to create containerd container: CDI device injection failed: unresolvable CDI "
+      "devices tessera.dev/gpu=slot-3";
+  api_.pod_fields = Waiting("CreateContainerError", refused);
+  CdiCheck& check = Make();
+  check.Pass();
+  ASSERT_EQ(api_.Of(names::kEventCdiUnresolved).size(), 1u);
+  WatchedContainer next = Slot();
+  next.limits.pod_uid = "uid-2";
+  containers_ = {next};
+  api_.pod_fields["metadata"] = {{"namespace", "team"}, {"name", "job"}, {"uid", "uid-2"}};
+  check.Pass();
+  EXPECT_EQ(api_.Of(names::kEventCdiUnresolved).size(), 2u);
+}
+
+TEST(CdiCheckCgroup, TheContainersOwnCgroupOnly) {
+  const std::string id = "0123abcd";
+  EXPECT_TRUE(CgroupNamesContainer("4:pids:/kubepods/besteffort/pod1/0123abcd\n", id));
+  EXPECT_TRUE(CgroupNamesContainer(
+      "1:name=systemd:/x\n0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-0123abcd.scope",
+      id));
+  EXPECT_TRUE(CgroupNamesContainer("0::/kubepods.slice/x/crio-0123abcd.scope", id));
+  // CRI-O's monitor of the container lives in the host's mount namespace.
+  EXPECT_FALSE(CgroupNamesContainer("0::/kubepods.slice/x/crio-conmon-0123abcd.scope", id));
+  EXPECT_FALSE(CgroupNamesContainer("4:pids:/kubepods/besteffort/pod1/0123abcdef", id));
+  EXPECT_FALSE(CgroupNamesContainer("4:pids:/kubepods/besteffort/pod0123abcd/other", id));
+  EXPECT_FALSE(CgroupNamesContainer("4:pids:/kubepods/besteffort/pod1/0123abcd\n", ""));
 }
 
 TEST_F(CdiCheckTest, NothingIsDoneWhileNoProcessCanBeAsked) {
@@ -132,7 +183,10 @@ TEST_F(CdiCheckTest, NothingIsDoneWhileNoProcessCanBeAsked) {
   CdiCheck& check = Make();
   check.Pass();
   EXPECT_TRUE(api_.events.empty());
-  // Asked again next pass (not verified).
+  // Asked again after a wait (nothing concluded).
+  check.Pass();
+  EXPECT_EQ(api_.gets.size(), 1u);
+  now_ += CdiCheck::kRetry;
   check.Pass();
   EXPECT_EQ(api_.gets.size(), 2u);
 }
@@ -146,11 +200,18 @@ TEST_F(CdiCheckTest, ANotRunningUnknownOrRenamedPodIsLeftAlone) {
   api_.pod_fields.update(Running("abc"));
   pids_["abc"] = {101};
   mounted_ = {{101, false}};
+  now_ += CdiCheck::kRecheck;
   check.Pass();  // same name, another pod: not this slot's container
   api_.pod_fields = Running("abc", "not-main");
+  now_ += CdiCheck::kRecheck;
   check.Pass();  // no status of its container
   api_.pod_fields = Waiting("ContainerCreating", "");
+  now_ += CdiCheck::kRecheck;
   check.Pass();
+  api_.pod_fields = Waiting("CreateContainerError", "image has no entrypoint (in /cdi/x)");
+  now_ += CdiCheck::kRecheck;
+  check.Pass();  // an error that names no CDI device
+  EXPECT_EQ(api_.gets.size(), 5u);
   EXPECT_TRUE(api_.events.empty());
 }
 

@@ -9,8 +9,8 @@ constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates 
 constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
 constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
-// A probe is held only on a stream with fewer launches in flight (see StartAtNewEvent): far below
-// what a stream's queue holds before a launch blocks for room.
+// A probe is held only while fewer launches are in flight on the device (see StartAtNewEvent):
+// far below what a queue holds before a launch blocks for room.
 constexpr std::uint64_t kMaxLaunchesBehindHold = 64;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
@@ -152,6 +152,12 @@ std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64
   return least != 0 ? least : fallback;
 }
 
+std::uint64_t FenceTracker::FencedLaunches() const {
+  std::uint64_t n = 0;
+  for (const Stream& s : streams_) n += s.fenced_launches;
+  return n;
+}
+
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
   Kind& kind = KindFor(key);  // one lookup a launch
@@ -201,12 +207,13 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
     return false;
   }
   // Hold only a kind with a completed launch, and with its fence event made beforehand: nothing
-  // that could wait for the GPU may run while the stream is held. Nor a stream with many launches
-  // in flight: the launch would block for room in the stream's queue, which the held stream never
-  // drains (on the H200 a CuPy loop on a stream of its own, unthrottled, blocked 5 ms that way and
-  // the watchdog took the gate away); behind that much work the start event is still pending when
-  // the launch is submitted, so the probe is exact without a Hold anyway.
-  if (probe && s.next_estimate_ns > 0 && s.fenced_launches < kMaxLaunchesBehindHold) {
+  // that could wait for the GPU may run while the stream is held. Nor with many launches in
+  // flight on the device's streams (streams may share one of the GPU's queues): the launch would
+  // wait for room in a queue the held stream never drains (the watchdog opens it after 5 ms);
+  // behind that much work the start event is still pending when the launch is submitted, so the
+  // probe is exact without a Hold anyway. (Copies and memsets are not counted: a bound, not a
+  // guarantee.)
+  if (probe && s.next_estimate_ns > 0 && FencedLaunches() < kMaxLaunchesBehindHold) {
     s.reserved_end = NewEvent();
     s.holding = s.reserved_end >= 0 && api_->Hold(s.handle);
     if (!s.holding && s.reserved_end >= 0) {

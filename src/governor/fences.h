@@ -335,6 +335,7 @@ class FenceTracker {
   double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
+  std::uint64_t FencedLaunches() const;  // in flight on all its streams (a probe's, rare)
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
   std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns) const;  // its launch's time

@@ -218,14 +218,21 @@ class CudaEvents final : public governor::EventApi {
     return StartDetached(
         [](void* self) -> void* {
           auto* events = static_cast<CudaEvents*>(self);
-          while (events->trips_.load(std::memory_order_relaxed) < kMaxGateTrips) {
+          // After the last trip no Hold is placed any more (GateResting); one that passed that
+          // check just before is still watched for a second.
+          for (int after_last = 0; after_last < 1000;) {
             SleepNs(1'000'000);
-            const std::uint64_t since = events->hold_since_ns_.load(std::memory_order_acquire);
+            if (events->trips_.load(std::memory_order_relaxed) >= kMaxGateTrips) ++after_last;
+            std::uint64_t since = events->hold_since_ns_.load(std::memory_order_acquire);
             const std::uint64_t now = NowNs();
-            if (since != 0 && now > since + kGateWatchdogNs) {
-              events->rest_until_ns_.store(now + kGateRestNs);
+            if (since == 0 || now <= since + kGateWatchdogNs) continue;
+            events->rest_until_ns_.store(now + kGateRestNs);
+            // Only the hold that was found stale (a Release, and the next Hold's own stamp, must
+            // not be undone), opened without clearing anyone else's stamp.
+            if (!events->hold_since_ns_.compare_exchange_strong(since, 0)) continue;
+            __atomic_store_n(events->gate_host_, events->gate_seq_.load(), __ATOMIC_RELEASE);
+            {
               const std::uint32_t trips = events->trips_.fetch_add(1) + 1;
-              events->Release();
               CountMachineryError(trips < kMaxGateTrips
                                       ? "a probe's gate stayed closed for 5 ms (a launch blocked "
                                         "behind it); probes run without a gate for 100 ms"

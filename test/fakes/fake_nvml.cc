@@ -193,11 +193,11 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetMemoryInfo_v2>(nvmlDevice_t device,
   memory->free = memory->total - memory->used;
   return NVML_SUCCESS;
 }
-// The PID, as the caller sees it, of the process another scope names `ns_pid` (fake_gpu.h): the
-// process whose innermost NSpid is that and whose cgroup hashes to `scope`; 0 if the caller
+// The PID, as the caller sees it, of the process another namespace names `ns_pid` (fake_gpu.h):
+// the process whose innermost NSpid is that and whose cgroup hashes to `cgroup`; 0 if the caller
 // cannot see one (it ended, or lives in a PID namespace the caller's does not hold). The real
 // driver reports host PIDs; an agent with the host's PID namespace finds every container's here.
-unsigned int PidSeenHere(std::int32_t ns_pid, std::uint64_t scope) {
+unsigned int PidSeenHere(std::int32_t ns_pid, std::uint64_t cgroup) {
   DIR* proc = opendir("/proc");
   if (proc == nullptr) return 0;
   unsigned int found = 0;
@@ -215,7 +215,7 @@ unsigned int PidSeenHere(std::int32_t ns_pid, std::uint64_t scope) {
       for (long v = 0; fields >> v;) innermost = v;
       break;
     }
-    if (innermost == ns_pid && HashOfFile((dir + "/cgroup").c_str()) == scope) {
+    if (innermost == ns_pid && HashOfFile((dir + "/cgroup").c_str()) == cgroup) {
       found = static_cast<unsigned int>(pid);
       break;
     }
@@ -238,9 +238,9 @@ nvmlReturn_t Behave<NvmlHook::nvmlDeviceGetComputeRunningProcesses_v3>(nvmlDevic
     const std::int32_t pid = row.pid.load();
     const std::uint64_t bytes = row.bytes[index].load();
     if (bytes == 0 || pid <= 0) continue;
-    const bool mine = row.scope.load() == MyScope();
+    const bool mine = row.ns.load() == MyNs();
     const unsigned int seen = mine ? (Alive(pid) ? static_cast<unsigned int>(pid) : 0)
-                                   : PidSeenHere(pid, row.scope.load());
+                                   : PidSeenHere(pid, row.cgroup.load());
     if (seen == 0) continue;
     nvmlProcessInfo_t p{};
     p.pid = seen;

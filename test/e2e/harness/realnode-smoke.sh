@@ -197,6 +197,11 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 podLogsDir: $w/pod-logs
 YAML
+forget_pid() {  # PID: an ended child's PID may be reused, so cleanup must not signal it
+  local p kept=()
+  for p in "${pids[@]}"; do [[ $p == "$1" ]] || kept+=("$p"); done
+  pids=("${kept[@]}")
+}
 start_kubelet() {
   "$bin" real-kubelet --config "$w/kubelet.yaml" --kubeconfig "$KUBECONFIG" --root-dir "$w/kubelet" \
     --cert-dir "$w/kubelet/pki" --hostname-override realnode --node-ip "$ip" >>"$w/kubelet.log" 2>&1 &
@@ -490,7 +495,7 @@ YAML
   drifter_pid=""
   for procs in /sys/fs/cgroup/pids/kubepods*/*pod"$drifter_uid"*/*/cgroup.procs /sys/fs/cgroup/pids/kubepods*/*/*pod"$drifter_uid"*/*/cgroup.procs; do
     [[ -f "$procs" ]] || continue
-    for p in $(cat "$procs"); do grep -q hook_client "/proc/$p/cmdline" 2>/dev/null && drifter_pid=$p; done
+    for p in $(cat "$procs"); do [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == hook_client ]] && drifter_pid=$p; done
   done
   [[ -n "$drifter_pid" ]] || { echo "realnode-smoke: no hook_client process in pod drifter's cgroup" >&2; exit 1; }
   drifter_gpu=$(sed -n 's/^device GPU-face0000-0000-0000-0000-0000000000\([0-9a-f][0-9a-f]\) .*/\1/p' "$(grep -l " default/drifter " "$w"/state/slots/*/etc/limits)")
@@ -525,6 +530,7 @@ YAML
   # slot and its cap.
   kill -TERM "$kubelet_pid"
   wait "$kubelet_pid" 2>/dev/null || true
+  forget_pid "$kubelet_pid"
   start_kubelet
   wait_for 90 "node realnode Ready after kubelet's restart" sh -c "'$bin' kubectl get node realnode -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   allocatable() { kubectl get node realnode -o jsonpath='{.status.allocatable.tessera\.dev/gpu-slot}'; }
@@ -551,6 +557,7 @@ YAML
   restart_containerd() {  # CONFIG
     kill -TERM "$containerd_pid"
     wait "$containerd_pid" 2>/dev/null || true
+    forget_pid "$containerd_pid"
     rm -f "$w/containerd.sock"
     start_containerd "$1"
   }
@@ -566,6 +573,7 @@ YAML
   }
   event_of() { kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}'; }
   sed 's/enable_cdi = true/enable_cdi = false/' "$w/containerd.toml" >"$w/containerd-nocdi.toml"
+  grep -q "enable_cdi = false" "$w/containerd-nocdi.toml" || { echo "realnode-smoke: could not turn containerd's CDI off" >&2; exit 1; }
   restart_containerd "$w/containerd-nocdi.toml"
   run_pod nocdi "ls /dev/nvidia* 2>&1 | sed s/^/ls:/; cat /etc/tessera/limits | sed s/^/limits:/; sleep 3600" "{tessera.dev/gpu-memory: 1Gi}"
   expect_told nocdi TesseraCdiNotApplied
