@@ -254,16 +254,16 @@ TEST(CdiCheckProc, ReadsThisProcesssMountTable) {
 }
 
 TEST(MountInfo, FindsAMountPointByItsFifthField) {
-  constexpr std::string_view table =
+  constexpr std::string_view kTable =
       "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
       "30 22 8:1 /var/lib/tessera/slots/slot-3/etc /etc/tessera ro - ext4 /dev/sda1 ro\n"
       "31 22 0:5 / /etc/tessera-other rw - tmpfs tmpfs rw";
-  static_assert(MountPointIn(table, "/etc/tessera"));
-  EXPECT_TRUE(MountPointIn(table, "/"));
-  EXPECT_FALSE(MountPointIn(table, "/etc"));
+  static_assert(MountPointIn(kTable, "/etc/tessera"));
+  EXPECT_TRUE(MountPointIn(kTable, "/"));
+  EXPECT_FALSE(MountPointIn(kTable, "/etc"));
   EXPECT_FALSE(
-      MountPointIn(table, "/var/lib/tessera/slots/slot-3/etc"));  // a root, not a mount point
-  EXPECT_TRUE(MountPointIn(table, "/etc/tessera-other"));
+      MountPointIn(kTable, "/var/lib/tessera/slots/slot-3/etc"));  // a root, not a mount point
+  EXPECT_TRUE(MountPointIn(kTable, "/etc/tessera-other"));
   EXPECT_FALSE(MountPointIn("", "/etc/tessera"));
   EXPECT_FALSE(MountPointIn("garbage without fields", "/etc/tessera"));
 }
