@@ -109,9 +109,7 @@ void CdiCheck::Check(const WatchedContainer& c, Seen& seen) {
   seen.next_at = now + std::min<std::chrono::nanoseconds>(
                            kRetry * (std::int64_t{1} << std::min(seen.misses++, 4)), kRecheck);
   const Limits& l = c.limits;
-  const std::size_t slash = l.pod.find('/');
-  if (slash == std::string::npos) return;
-  StatusOr<k8s::Json> pod = deps_.api->GetPod(l.pod.substr(0, slash), l.pod.substr(slash + 1));
+  StatusOr<k8s::Json> pod = deps_.api->GetPodOf(l);
   if (!pod.ok() || !pod->is_object()) return;  // gone (its slot is released soon), or no answer
   const auto meta = pod->find("metadata");
   if (meta == pod->end() || !meta->is_object() ||
@@ -172,7 +170,7 @@ void CdiCheck::Check(const WatchedContainer& c, Seen& seen) {
       " in it): it has no GPU device node and no driver library, so its CUDA calls find no "
       "device; the runtime ignored the device (containerd before 1.7 or without enable_cdi = "
       "true, CRI-O before 1.23). Its limits and tessera's library still apply";
-  TESSERA_LOG(kError, kAgent, "%s: %s", PodKey(l).c_str(), text.c_str());
+  TESSERA_LOG(kError, kAgent, "%s: %s", l.pod.c_str(), text.c_str());
   deps_.api->WarnPod(*pod, names::kEventCdiNotApplied, text);
   if (!told_node_) {
     told_node_ = true;

@@ -71,13 +71,6 @@ class ApiPods : public DriftApi {
   void WarnNode(std::string_view reason, std::string_view message) override {
     events_.Warn({{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node_}}, reason, message);
   }
-  // The pod named by a limits file's "namespace/name".
-  StatusOr<k8s::Json> GetPodOf(const Limits& limits) {
-    const std::size_t slash = limits.pod.find('/');
-    if (slash == std::string::npos)
-      return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
-    return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
-  }
   Status Evict(std::string_view ns, std::string_view name) override {
     k8s::Json eviction = {
         {"apiVersion", "policy/v1"},

@@ -52,6 +52,13 @@ class PodApi {
  public:
   virtual ~PodApi() = default;
   virtual StatusOr<k8s::Json> GetPod(std::string_view ns, std::string_view name) = 0;
+  // The pod named by a limits file's "namespace/name".
+  StatusOr<k8s::Json> GetPodOf(const Limits& limits) {
+    const std::size_t slash = limits.pod.find('/');
+    if (slash == std::string::npos)
+      return InvalidArgumentError("limits name no pod: \"" + limits.pod + "\"");
+    return GetPod(limits.pod.substr(0, slash), limits.pod.substr(slash + 1));
+  }
   // A Warning Event on the pod (best effort).
   virtual void WarnPod(const k8s::Json& pod, std::string_view reason, std::string_view message) = 0;
 };

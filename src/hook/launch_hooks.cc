@@ -231,14 +231,12 @@ class CudaEvents final : public governor::EventApi {
             // not be undone), opened without clearing anyone else's stamp.
             if (!events->hold_since_ns_.compare_exchange_strong(since, 0)) continue;
             __atomic_store_n(events->gate_host_, events->gate_seq_.load(), __ATOMIC_RELEASE);
-            {
-              const std::uint32_t trips = events->trips_.fetch_add(1) + 1;
-              CountMachineryError(trips < kMaxGateTrips
-                                      ? "a probe's gate stayed closed for 5 ms (a launch blocked "
-                                        "behind it); probes run without a gate for 100 ms"
-                                      : "a probe's gate stayed closed for 5 ms, 8 times; probes "
-                                        "run without a gate from now on");
-            }
+            const std::uint32_t trips = events->trips_.fetch_add(1) + 1;
+            CountMachineryError(trips < kMaxGateTrips
+                                    ? "a probe's gate stayed closed for 5 ms (a launch blocked "
+                                      "behind it); probes run without a gate for 100 ms"
+                                    : "a probe's gate stayed closed for 5 ms, 8 times; probes "
+                                      "run without a gate from now on");
           }
           return nullptr;
         },

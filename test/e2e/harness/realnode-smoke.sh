@@ -435,18 +435,24 @@ YAML
   echo "realnode-smoke: whole GPU OK (pod whole got one GPU's device node through its slot's CDI device and all 16 GiB)"
   # Bad input: a slot asked for directly, past tessera's scheduler (no decision). The device
   # plugin refuses it a GPU, the pod's Event says why, and its container never runs.
-  run_pod sneaky "echo ran" "{tessera.dev/gpu-slot: 1}" "{}" default-scheduler
-  rejected() {
-    kubectl get events -n default --field-selector involvedObject.name=sneaky \
-      -o jsonpath='{.items[*].reason}' | grep -qw TesseraDecisionRejected
+  # told / expect_told POD REASON: an Event of REASON on POD (expect_told waits for it, and if it
+  # does not come shows the pod and the agent's log); event_of POD REASON: its message.
+  told() {  # POD REASON
+    kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" \
+      -o jsonpath='{.items[*].message}' | grep -q .
   }
-  if ! wait_for 60 "the Event TesseraDecisionRejected on pod sneaky" rejected; then
-    kubectl describe pod sneaky 2>&1 | tail -n 25 >&2
+  expect_told() {  # POD REASON
+    wait_for 60 "the Event $2 on pod $1" told "$1" "$2" && return 0
+    kubectl describe pod "$1" 2>&1 | tail -n 25 >&2
+    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 20 >&2 || true
     exit 1
-  fi
+  }
+  event_of() { kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}'; }
+  run_pod sneaky "echo ran" "{tessera.dev/gpu-slot: 1}" "{}" default-scheduler
+  expect_told sneaky TesseraDecisionRejected
   ! kubectl logs sneaky 2>/dev/null | grep -qx ran ||
     { echo "realnode-smoke: pod sneaky ran without a decision" >&2; exit 1; }
-  echo "realnode-smoke: no decision OK (pod sneaky: $(kubectl get events -n default --field-selector involvedObject.name=sneaky,reason=TesseraDecisionRejected -o jsonpath='{.items[0].message}' | cut -c1-120))"
+  echo "realnode-smoke: no decision OK (pod sneaky: $(event_of sneaky TesseraDecisionRejected | cut -c1-120))"
   # A compute share governed by tessera-node's arbiter, in a container running as a user other
   # than root: 30 % of the GPU's time for kernels of 200 us; the agent's metrics (scraped from
   # its pod) show the container's launches, its busy time and the time its share held it.
@@ -503,16 +509,9 @@ YAML
   ( for _ in $(seq 40); do echo "$((16#$drifter_gpu)) $drifter_pid $(date +%s%6N) 90" >>"$w/fakegpu/util"; sleep 1; done ) &
   sampler=$!
   pids+=($sampler)
-  drifted() {
-    kubectl get events -n default --field-selector involvedObject.name=drifter,reason=TesseraComputeDrift \
-      -o jsonpath='{.items[*].message}' | grep -q .
-  }
-  if ! wait_for 60 "the Event TesseraComputeDrift on pod drifter" drifted; then
-    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 30 >&2 || true
-    exit 1
-  fi
+  expect_told drifter TesseraComputeDrift
   kill "$sampler" 2>/dev/null || true
-  echo "realnode-smoke: compute drift by cgroup OK (host pid $drifter_pid of pod drifter: $(kubectl get events -n default --field-selector involvedObject.name=drifter,reason=TesseraComputeDrift -o jsonpath='{.items[0].message}' | cut -c1-160))"
+  echo "realnode-smoke: compute drift by cgroup OK (host pid $drifter_pid of pod drifter: $(event_of drifter TesseraComputeDrift | cut -c1-160))"
   kubectl delete pod drifter --grace-period=0 --wait=true >/dev/null
   # An agent restart under a running GPU container: the DaemonSet's new pod registers the plugin
   # again and keeps governing the container (its counters come from the container's region).
@@ -561,17 +560,6 @@ YAML
     rm -f "$w/containerd.sock"
     start_containerd "$1"
   }
-  told() {  # POD REASON
-    kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" \
-      -o jsonpath='{.items[*].message}' | grep -q .
-  }
-  expect_told() {  # POD REASON
-    wait_for 60 "the Event $2 on pod $1" told "$1" "$2" && return 0
-    kubectl describe pod "$1" 2>&1 | tail -n 25 >&2
-    kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 20 >&2 || true
-    exit 1
-  }
-  event_of() { kubectl get events -n default --field-selector "involvedObject.name=$1,reason=$2" -o jsonpath='{.items[0].message}'; }
   sed 's/enable_cdi = true/enable_cdi = false/' "$w/containerd.toml" >"$w/containerd-nocdi.toml"
   grep -q "enable_cdi = false" "$w/containerd-nocdi.toml" || { echo "realnode-smoke: could not turn containerd's CDI off" >&2; exit 1; }
   restart_containerd "$w/containerd-nocdi.toml"
