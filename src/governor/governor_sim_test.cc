@@ -137,7 +137,8 @@ enum class BusyShape {
   kFourStreams,
   kTwoProcesses,
   kLaunchBoundStreams,
-  kMpsBursts
+  kMpsBursts,
+  kTwoLaunchBoundProcesses
 };
 
 std::string Name(BusyShape shape) {
@@ -154,6 +155,8 @@ std::string Name(BusyShape shape) {
       return "LaunchBoundStreams";
     case BusyShape::kMpsBursts:
       return "MpsBursts";
+    case BusyShape::kTwoLaunchBoundProcesses:
+      return "TwoLaunchBoundProcesses";
   }
   return "";
 }
@@ -191,6 +194,14 @@ int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
     case BusyShape::kMpsBursts:
       w.push_back(std::make_unique<LaunchBoundStreams>(4 * kUs, 30 * kUs, 4, 256, /*bursts=*/true));
       return sim.Add(tenant, std::move(w), 4, ClientShape{true, 1.0, false, 0.25});
+    // Two processes of one container, each a launch-bound loop (4 us kernels every 16 us of host
+    // time): b = 0.4. Their contexts share the GPU, so a probe of one process's kernel that runs
+    // while the other's does takes longer than the kernel (on the H200 its bracket held the other
+    // context's work: 4-10 us for a 0.85 us kernel).
+    case BusyShape::kTwoLaunchBoundProcesses:
+      w.push_back(std::make_unique<LaunchBound>(4 * kUs, 16 * kUs, 100));
+      w.push_back(std::make_unique<LaunchBound>(4 * kUs, 16 * kUs, 100));
+      break;
   }
   return sim.Add(tenant, std::move(w), streams);
 }
@@ -232,7 +243,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(10u, 30u, 50u, 90u),
                        ::testing::Values(BusyShape::kLaunchBound, BusyShape::kLaunchBoundGraphs,
                                          BusyShape::kFourStreams, BusyShape::kTwoProcesses,
-                                         BusyShape::kLaunchBoundStreams, BusyShape::kMpsBursts)),
+                                         BusyShape::kLaunchBoundStreams, BusyShape::kMpsBursts,
+                                         BusyShape::kTwoLaunchBoundProcesses)),
     [](const ::testing::TestParamInfo<std::tuple<std::uint32_t, BusyShape>>& p) {
       return "Share" + std::to_string(std::get<0>(p.param)) + "_" + Name(std::get<1>(p.param));
     });

@@ -21,6 +21,8 @@ Shapes (all from PyTorch, none tuned to tessera):
                not fill the GPU, so the streams' kernels overlap), a synchronize every 32 rounds
   procs        two processes of one container, each a loop of 8192^3 bf16 matrix products
                (time-sliced against each other)
+  procslb      two processes of one container, each the launch-bound loop (their contexts
+               time-sliced: the container's busy time is the union of both processes' kernels)
   cupy         CuPy (its own kernels, launched through the driver API rather than PyTorch's
                runtime): elementwise ops on a 16384-element array with ~20 us of host work every
                8 ops, a synchronize every 128 ops
@@ -47,7 +49,9 @@ import time
 from jsonl import json_lines  # beside this script
 
 SELF = [sys.executable, os.path.abspath(__file__)]
-SHAPES = ("launchbound", "graphs", "streams", "procs", "cupy", "cupystream")
+SHAPES = ("launchbound", "graphs", "streams", "procs", "procslb", "cupy", "cupystream")
+# Shapes of two processes of one container: what each process runs.
+CHILDREN = {"procs": "gemm", "procslb": "launchbound"}
 
 
 def spin(seconds):
@@ -125,8 +129,8 @@ def workload(shape):
 
 
 def work(shape, seconds):
-    if shape == "procs":  # two processes of one container: the children inherit its environment
-        children = [subprocess.Popen(SELF + ["work", "gemm", "--seconds", str(seconds),
+    if shape in CHILDREN:  # two processes of one container: the children inherit its environment
+        children = [subprocess.Popen(SELF + ["work", CHILDREN[shape], "--seconds", str(seconds),
                                              "--tag", str(i)], stdout=sys.stdout)
                     for i in range(2)]
         signal.signal(signal.SIGTERM, lambda *_: [c.terminate() for c in children])
@@ -150,15 +154,61 @@ def work(shape, seconds):
             last_t, last_units = now, units
 
 
-def trace(shape, seconds):
+def merged(spans):
+    """The union of (start, end) intervals as sorted disjoint intervals."""
+    out = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def trace_children(shape, seconds):
+    """Two processes of one container, each profiled (CUPTI records one process's kernels): they
+    start profiling together (a barrier of files), each writes its kernels' union on the
+    profiler's clock (one clock for the machine), and the container's busy fraction is the
+    union of both over the window in which both were profiled."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        children = [subprocess.Popen(SELF + ["trace", CHILDREN[shape], "--seconds", str(seconds),
+                                             "--tag", str(i), "--barrier", tmp, "--parties", "2"],
+                                     stdout=subprocess.PIPE, text=True) for i in range(2)]
+        rows = [next((l for l in json_lines(c.communicate()[0]) if "busy_per_unit" in l), None)
+                for c in children]
+        if any(r is None for r in rows) or any(c.returncode for c in children):
+            raise SystemExit(f"{shape}: a child's trace failed")
+        unions = []
+        for i in range(2):
+            with open(os.path.join(tmp, f"spans.{i}.json")) as f:
+                unions.append(json.load(f))
+    begin = max(u[0][0] for u in unions)
+    end = min(u[-1][1] for u in unions)
+    busy = sum(max(0.0, min(b, end) - max(a, begin))
+               for a, b in merged([s for u in unions for s in u]))
+    units = sum(r["units"] for r in rows)
+    rate = sum(r["rate"] for r in rows)
+    print(json.dumps({"busy": busy / (end - begin), "kernels": sum(r["kernels"] for r in rows),
+                      "units": units, "wall": (end - begin) / 1e6, "rate": rate,
+                      "busy_per_unit": busy / (end - begin) / rate,
+                      "mean_kernel_us": statistics.mean(r["mean_kernel_us"] for r in rows),
+                      "children_busy": [r["busy"] for r in rows], "top": rows[0]["top"]}))
+
+
+def trace(shape, seconds, tag="", barrier=None, parties=1):
+    if shape in CHILDREN:
+        return trace_children(shape, seconds)
     import torch
     from torch.profiler import ProfilerActivity, profile
     torch.cuda.init()  # CUPTI records every kernel of the process, CuPy's too
-    if shape == "procs":
-        shape = "gemm"
     step, _ = workload(shape)
     for _ in range(20):
         step()
+    if barrier:  # every party warmed up before any profiles
+        open(os.path.join(barrier, f"ready.{tag}"), "w").close()
+        while sum(n.startswith("ready.") for n in os.listdir(barrier)) < parties:
+            time.sleep(0.001)
     units = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
@@ -168,14 +218,14 @@ def trace(shape, seconds):
         wall = time.perf_counter() - t0
     gpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     spans = sorted((e.time_range.start, e.time_range.end) for e in gpu)
-    union, end = 0.0, None
-    for a, b in spans:
-        if end is None or a > end:
-            union += b - a
-            end = b
-        elif b > end:
-            union += b - end
-            end = b
+    intervals = merged(spans)
+    union = sum(b - a for a, b in intervals)
+    if barrier:  # the union on the profiler's clock (microseconds), shared by the processes
+        results = prof.profiler.kineto_results
+        start_us = (results.trace_start_ns() / 1e3 if hasattr(results, "trace_start_ns")
+                    else results.trace_start_us())
+        with open(os.path.join(barrier, f"spans.{tag}.json"), "w") as f:
+            json.dump([[start_us + a, start_us + b] for a, b in intervals], f)
     # The profiler slows the host's launches (a launch-bound loop runs slower under it), so the
     # fraction busy under it understates b; busy time per unit of work does not depend on the
     # host's pace: b = busy_per_unit x the unprofiled solo rate (drive).
@@ -364,6 +414,8 @@ def main():
         q.add_argument("shape", choices=SHAPES + ("gemm",))
         q.add_argument("--seconds", type=float, default=8)
         q.add_argument("--tag", default="")
+        q.add_argument("--barrier", help="trace: a folder where PARTIES processes meet")
+        q.add_argument("--parties", type=int, default=1)
     for name in ("drive", "accuracy"):
         d = sub.add_parser(name)
         d.add_argument("build")
@@ -372,7 +424,7 @@ def main():
     if a.cmd == "work":
         work(a.shape, a.seconds)
     elif a.cmd == "trace":
-        trace(a.shape, a.seconds)
+        trace(a.shape, a.seconds, a.tag, a.barrier, a.parties)
     elif a.cmd == "accuracy":
         accuracy(a.build, a.out)
     else:
