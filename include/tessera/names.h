@@ -122,6 +122,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "NVML's per-process utilization of a GPU could not be read: compute drift is not checked")    \
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                              \
     "tessera-scheduler's validating webhook refused a pod; the message names the rule and field") \
+  X(kEventLimitsMissing, "TesseraLimitsMissing",                                                  \
+    "tessera-node: a container held its slot without the limits file (written again)")             \
   X(kEventCdiNotApplied, "TesseraCdiNotApplied",                                                  \
     "a slot's container runs without its CDI device (the runtime ignored it): it has no GPU")     \
   X(kEventCdiUnresolved, "TesseraCdiUnresolved",                                                  \

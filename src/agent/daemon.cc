@@ -293,6 +293,12 @@ class PluginSide {
       } else if (*removed > 0) {
         TESSERA_LOG(kInfo, kAgent, "removed the files of %d released slot(s)", *removed);
       }
+      auto restored = binder_->RestoreHeld();
+      if (!restored.ok()) {
+        TESSERA_LOG(kDebug, kAgent, "slot restore: %s", restored.status().ToString().c_str());
+      } else if (*restored > 0) {
+        TESSERA_LOG(kWarn, kAgent, "wrote the limits of %d held slot(s) again", *restored);
+      }
       drift_->Pass();
       cdi_check_->Pass();
       std::unique_lock<std::mutex> lock(mu);

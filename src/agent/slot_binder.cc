@@ -146,7 +146,8 @@ StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOw
   return LimitsFor(*decision, owner.container, Gpus(), options_.policy);
 }
 
-Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod) {
+Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod,
+                             bool keep_region) {
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   TESSERA_RETURN_IF_ERROR(Allocate(slot));
   const auto gpus = Gpus();
@@ -191,14 +192,19 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
             LatencyCriticalMpsAsks(options_.state_dir, limits.devices[0].uuid, slot)),
         limits.priority);
   }
-  auto region = shm::Mapping::Create(p.region, region_devices);
+  // Keeping it (RestoreHeld): the running container's processes account in the region they
+  // mapped; a fresh one would start its usage at zero beside them.
+  auto region = keep_region ? shm::Mapping::CreateOrAttach(p.region, region_devices)
+                            : shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
   return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minors, options_.driver, mounts, mps_env),
                              0644);
 }
 
-Status SlotBinder::Prepare(std::string_view slot) {
+Status SlotBinder::Prepare(std::string_view slot) { return PrepareSlot(slot, false); }
+
+Status SlotBinder::PrepareSlot(std::string_view slot, bool keep_region) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
   Touch(slot);
   auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
@@ -221,7 +227,7 @@ Status SlotBinder::Prepare(std::string_view slot) {
   Status written = [&]() -> Status {
     auto limits = VerifiedLimits(*pod, o);
     if (!limits.ok()) return limits.status();
-    return WriteSlot(slot, *limits, *pod);
+    return WriteSlot(slot, *limits, *pod, keep_region);
   }();
   if (!written.ok()) {
     const std::string message = "container " + o.container + " gets no GPU: " + written.message();
@@ -230,11 +236,68 @@ Status SlotBinder::Prepare(std::string_view slot) {
     pods_->WarnPod(*pod, names::kEventDecisionRejected, message);
     std::filesystem::remove(p.limits, ec);
     std::filesystem::remove(p.cdi_spec, ec);
+    {  // RestoreHeld must not try this container again (it was told)
+      std::lock_guard<std::mutex> lock(touched_mu_);
+      restore_tried_[std::string(slot)] = (*pod)["metadata"].value("uid", "") + "/" + o.container;
+    }
     return written;
   }
   TESSERA_LOG(kInfo, kAgent, "pod %s/%s container %s: %s prepared", o.pod_namespace.c_str(),
               o.pod_name.c_str(), o.container.c_str(), std::string(slot).c_str());
   return Status::Ok();
+}
+
+StatusOr<int> SlotBinder::RestoreHeld() {
+  auto held = owners_->HeldDevices(names::kResourceGpuSlot);
+  if (!held.ok()) return held.status();
+  {
+    std::lock_guard<std::mutex> lock(touched_mu_);
+    std::erase_if(restore_tried_, [&](const auto& tried) { return held->count(tried.first) == 0; });
+  }
+  std::set<std::string> missing;  // this pass's findings; a slot is restored on its second
+  int restored = 0;
+  for (const std::string& slot : *held) {
+    if (!ParseSlotId(slot).ok()) continue;
+    const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+    std::error_code ec;
+    // No folder: the container's mount (if any) is of a folder that is gone; files written now
+    // would not reach it (the library then fails closed on its own).
+    if (!std::filesystem::is_directory(p.etc_dir, ec) || std::filesystem::exists(p.limits, ec))
+      continue;
+    missing.insert(slot);
+    if (missing_before_.count(slot) == 0) continue;  // missing on two passes in a row
+    auto recent = [&] {
+      const auto t = touched_.find(slot);
+      return t != touched_.end() &&
+             t->second > std::chrono::steady_clock::now() - options_.release_grace;
+    };
+    {
+      std::lock_guard<std::mutex> lock(touched_mu_);
+      if (recent()) continue;
+    }
+    auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
+    if (!owner.ok() || !owner->has_value()) continue;
+    const DeviceOwner& o = **owner;
+    auto pod = pods_->GetPod(o.pod_namespace, o.pod_name);
+    if (!pod.ok()) continue;  // the next pass asks again
+    const std::string key = (*pod)["metadata"].value("uid", "") + "/" + o.container;
+    {
+      std::lock_guard<std::mutex> lock(touched_mu_);
+      auto tried = restore_tried_.find(slot);
+      if (recent() || (tried != restore_tried_.end() && tried->second == key)) continue;
+      restore_tried_[slot] = key;
+    }
+    if (!PrepareSlot(slot, /*keep_region=*/true).ok()) continue;  // told: TesseraDecisionRejected
+    ++restored;
+    pods_->WarnPod(*pod, names::kEventLimitsMissing,
+                   "container " + o.container + " held " + slot +
+                       " without its limits file (kubelet did not call PreStartContainer, or the "
+                       "node's files were removed under it): written again from the pod's "
+                       "decision; its processes that started meanwhile were refused the GPU "
+                       "(fail closed) and get it when they restart");
+  }
+  missing_before_ = std::move(missing);
+  return restored;
 }
 
 std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_view uuid,

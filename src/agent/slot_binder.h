@@ -119,10 +119,23 @@ class SlotBinder {
   // Removes the files of slots no container holds and nobody allocated or prepared within
   // `release_grace`; returns how many were removed.
   StatusOr<int> RemoveReleased();
+  // Slots a container holds whose folder exists without a limits file (kubelet never called
+  // PreStartContainer for it, or the node's files were removed under the running container):
+  // prepared again from the pod's decision (its region kept, where there is one: the running
+  // processes account there), and the pod told why its processes that started
+  // meanwhile were refused the GPU (TesseraLimitsMissing; the library fails closed without the
+  // file). A slot is restored when two passes in a row found its file missing, and each
+  // container (pod UID and name) once; a refused decision gets TesseraDecisionRejected, as from
+  // Prepare. Slots touched within `release_grace` wait (a PreStartContainer may be under way).
+  // Returns how many slots were written again. One caller at a time (the clean-up loop).
+  StatusOr<int> RestoreHeld();
 
  private:
   StatusOr<Limits> VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner);
-  Status WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod);
+  // Prepare; with `keep_region`, an existing region is kept (RestoreHeld: the container runs).
+  Status PrepareSlot(std::string_view slot, bool keep_region);
+  Status WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod,
+                   bool keep_region);
   std::map<std::string, BinderGpu, std::less<>> Gpus();
 
   const BinderOptions options_;
@@ -131,9 +144,13 @@ class SlotBinder {
   void Touch(std::string_view slot);
 
   std::mutex gpus_mu_;     // guards gpus_ only (copied out before use)
-  std::mutex touched_mu_;  // guards touched_ (held across a removal)
+  std::mutex touched_mu_;  // guards touched_ and restore_tried_ (held across a removal)
   std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> touched_;
   std::map<std::string, BinderGpu, std::less<>> gpus_;
+  // Containers told of their slot's missing limits (RestoreHeld) or of a refused decision
+  // (Prepare): slot -> "pod UID/container", kept while the slot is held; guarded by touched_mu_.
+  std::map<std::string, std::string, std::less<>> restore_tried_;
+  std::set<std::string> missing_before_;  // RestoreHeld's previous pass: held slots without limits
 };
 
 }  // namespace tessera::agent

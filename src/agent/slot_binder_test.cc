@@ -351,6 +351,88 @@ TEST_F(SlotBinderTest, ReleasedSlotsLoseTheirFilesHeldOnesKeepThem) {
   EXPECT_FALSE(std::filesystem::exists(Paths("slot-0002").cdi_spec));
 }
 
+// A held slot whose folder has no limits file (kubelet never called PreStartContainer, or the
+// node's files were removed under the container): written again from the decision, the pod told
+// once; a container whose decision was refused is not tried (nor told) again.
+TEST_F(SlotBinderTest, AHeldSlotWithoutItsLimitsIsWrittenAgainAndThePodTold) {
+  AddPod("slot-0001", DecisionFor("nostart"));
+  ASSERT_OK(binder_->Allocate("slot-0001"));  // no Prepare: PreStartContainer never came
+  AddPod("slot-0002", DecisionFor("wiped"));
+  ASSERT_OK(binder_->Allocate("slot-0002"));
+  ASSERT_OK(binder_->Prepare("slot-0002"));
+  std::filesystem::remove(Paths("slot-0002").limits);
+  {  // the running container's usage, in the region it mapped
+    auto region = shm::Mapping::Attach(Paths("slot-0002").region);
+    ASSERT_OK(region);
+    region->region()->devices[0].used_bytes.store(3 * kGiB);
+  }
+  contract::Decision refused = DecisionFor("refused");
+  refused.node = "n2";
+  AddPod("slot-0003", refused);
+  ExpectRefused("slot-0003", "for node n2");
+  pods_.warnings.clear();
+
+  auto restored = binder_->RestoreHeld();  // the first pass finds them missing ...
+  ASSERT_OK(restored);
+  EXPECT_EQ(*restored, 0);
+  EXPECT_FALSE(std::filesystem::exists(Paths("slot-0001").limits));
+  restored = binder_->RestoreHeld();  // ... the second, still missing, writes them
+  ASSERT_OK(restored);
+  EXPECT_EQ(*restored, 2);
+  for (const char* slot : {"slot-0001", "slot-0002"}) {
+    EXPECT_TRUE(std::filesystem::exists(Paths(slot).limits)) << slot;
+    EXPECT_TRUE(std::filesystem::exists(Paths(slot).cdi_spec)) << slot;
+  }
+  EXPECT_FALSE(std::filesystem::exists(Paths("slot-0003").limits));
+  {  // the same region: its usage kept
+    auto region = shm::Mapping::Attach(Paths("slot-0002").region);
+    ASSERT_OK(region);
+    EXPECT_EQ(region->region()->devices[0].used_bytes.load(), 3 * kGiB);
+  }
+  ASSERT_EQ(pods_.warnings.size(), 2u);
+  for (const auto& [reason, message] : pods_.warnings) {
+    EXPECT_EQ(reason, names::kEventLimitsMissing);
+    EXPECT_NE(message.find("refused the GPU (fail closed)"), std::string::npos) << message;
+  }
+
+  // Removed again under the same container: it was told once, so it is not rewritten again
+  // (whatever removes it keeps doing so); nothing else changes.
+  std::filesystem::remove(Paths("slot-0002").limits);
+  for (int pass = 0; pass < 2; ++pass) {
+    restored = binder_->RestoreHeld();
+    ASSERT_OK(restored);
+    EXPECT_EQ(*restored, 0);
+  }
+  EXPECT_EQ(pods_.warnings.size(), 2u);
+
+  // Another pod on the slot is another container: tried again.
+  AddPod("slot-0002", DecisionFor("next"));
+  restored = binder_->RestoreHeld();
+  ASSERT_OK(restored);
+  EXPECT_EQ(*restored, 1);
+  EXPECT_TRUE(std::filesystem::exists(Paths("slot-0002").limits));
+}
+
+// A slot just allocated waits for its PreStartContainer (release_grace) before it is restored.
+TEST_F(SlotBinderTest, ASlotJustAllocatedIsNotRestoredBeforeItsPreStart) {
+  BinderOptions o;
+  o.node_name = "n1";
+  o.state_dir = dir_.path() + "/state";
+  o.cdi_dir = dir_.path() + "/cdi";
+  o.policy = policy::DefaultPolicy();
+  o.release_grace = std::chrono::hours(1);
+  SlotBinder binder(o, &owners_, &pods_);
+  AddPod("slot-0004", DecisionFor("soon"));
+  ASSERT_OK(binder.Allocate("slot-0004"));
+  for (int pass = 0; pass < 2; ++pass) {
+    auto restored = binder.RestoreHeld();
+    ASSERT_OK(restored);
+    EXPECT_EQ(*restored, 0);
+  }
+  EXPECT_FALSE(std::filesystem::exists(Paths("slot-0004").limits));
+  EXPECT_TRUE(pods_.warnings.empty());
+}
+
 // kubelet records an allocation only after Allocate answers: a clean-up pass whose list of held
 // slots predates it must not remove the files of a slot just allocated or prepared.
 TEST_F(SlotBinderTest, ASlotJustAllocatedKeepsItsFilesUntilKubeletListsIt) {

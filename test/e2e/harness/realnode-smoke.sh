@@ -481,15 +481,23 @@ YAML
     { echo "realnode-smoke: pod share's target ratio is \"$(metric tessera_container_gpu_compute_share_target_ratio)\", not 0.3" >&2; exit 1; }
   echo "realnode-smoke: compute share OK (pod share as user 1000: $(metric tessera_container_gpu_launches_total) launches, busy $(metric tessera_container_gpu_busy_seconds_total) s, held for its 30 % share $(metric tessera_container_gpu_throttled_seconds_total) s)"
   # A missing limits file under a running container (the node's files removed): the container's
-  # next process is refused the GPU, not run without limits (the library fails closed).
+  # next process is refused the GPU, not run without limits (the library fails closed); the
+  # agent's clean-up pass, finding it missing twice in a row (5 s apart), writes it again from
+  # the decision and tells the pod (TesseraLimitsMissing); the next process has its cap.
   share_limits=$(grep -l " default/share " "$w"/state/slots/*/etc/limits)
   mv "$share_limits" "$share_limits.away"
   refused=$(kubectl exec share -- hook_client dlopen alloc plain 134217728 2>&1 || true)
-  mv "$share_limits.away" "$share_limits"
   grep -q "limits file /etc/tessera/limits is missing; enforcement fail-closed" <<<"$refused" &&
     ! grep -q "allocated=[1-9]" <<<"$refused" ||
     { echo "realnode-smoke: without its limits file pod share's process was not refused:" >&2; echo "$refused" >&2; exit 1; }
-  echo "realnode-smoke: missing limits file OK (a new process of pod share was refused the GPU)"
+  expect_told share TesseraLimitsMissing
+  grep -q " default/share " "$share_limits" ||
+    { echo "realnode-smoke: pod share's limits file was not written again" >&2; exit 1; }
+  rm -f "$share_limits.away"
+  capped=$(kubectl exec share -- hook_client dlopen alloc plain 134217728 2>&1 || true)
+  grep -q "allocated=1073741824 last_result=2" <<<"$capped" ||
+    { echo "realnode-smoke: pod share's next process was not capped at 1 GiB:" >&2; echo "$capped" >&2; exit 1; }
+  echo "realnode-smoke: missing limits file OK (a new process of pod share was refused the GPU; $(event_of share TesseraLimitsMissing | cut -c1-90)...; the next one capped at 1 GiB)"
   # Compute drift attributed by the container's cgroup: a process of pod drifter holds GPU
   # memory (the agent's NVML lists it by its host PID, as the real driver does) and the driver's
   # samples show it on 90 % of the SMs against its 20 % share; the agent finds its pod by the
