@@ -123,7 +123,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEventAdmissionDenied, "TesseraAdmissionDenied",                                              \
     "tessera-scheduler's validating webhook refused a pod; the message names the rule and field") \
   X(kEventLimitsMissing, "TesseraLimitsMissing",                                                  \
-    "tessera-node: a container held its slot without the limits file (written again)")             \
+    "tessera-node: a container held its slot without the limits file (written again)")            \
   X(kEventCdiNotApplied, "TesseraCdiNotApplied",                                                  \
     "a slot's container runs without its CDI device (the runtime ignored it): it has no GPU")     \
   X(kEventCdiUnresolved, "TesseraCdiUnresolved",                                                  \
