@@ -112,6 +112,17 @@ class SlotBinderTest : public ::testing::Test {
     owners_.held[slot] = {"ml", decision.pod_name, "main"};
   }
 
+  // A binder that keeps a slot's files for an hour after it was allocated or prepared.
+  BinderOptions PatientOptions() {
+    BinderOptions o;
+    o.node_name = "n1";
+    o.state_dir = dir_.path() + "/state";
+    o.cdi_dir = dir_.path() + "/cdi";
+    o.policy = policy::DefaultPolicy();
+    o.release_grace = std::chrono::hours(1);
+    return o;
+  }
+
   SlotPaths Paths(const std::string& slot) {
     return PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", slot);
   }
@@ -415,13 +426,7 @@ TEST_F(SlotBinderTest, AHeldSlotWithoutItsLimitsIsWrittenAgainAndThePodTold) {
 
 // A slot just allocated waits for its PreStartContainer (release_grace) before it is restored.
 TEST_F(SlotBinderTest, ASlotJustAllocatedIsNotRestoredBeforeItsPreStart) {
-  BinderOptions o;
-  o.node_name = "n1";
-  o.state_dir = dir_.path() + "/state";
-  o.cdi_dir = dir_.path() + "/cdi";
-  o.policy = policy::DefaultPolicy();
-  o.release_grace = std::chrono::hours(1);
-  SlotBinder binder(o, &owners_, &pods_);
+  SlotBinder binder(PatientOptions(), &owners_, &pods_);
   AddPod("slot-0004", DecisionFor("soon"));
   ASSERT_OK(binder.Allocate("slot-0004"));
   for (int pass = 0; pass < 2; ++pass) {
@@ -436,13 +441,7 @@ TEST_F(SlotBinderTest, ASlotJustAllocatedIsNotRestoredBeforeItsPreStart) {
 // kubelet records an allocation only after Allocate answers: a clean-up pass whose list of held
 // slots predates it must not remove the files of a slot just allocated or prepared.
 TEST_F(SlotBinderTest, ASlotJustAllocatedKeepsItsFilesUntilKubeletListsIt) {
-  BinderOptions o;
-  o.node_name = "n1";
-  o.state_dir = dir_.path() + "/state";
-  o.cdi_dir = dir_.path() + "/cdi";
-  o.policy = policy::DefaultPolicy();
-  o.release_grace = std::chrono::hours(1);
-  SlotBinder binder(o, &owners_, &pods_);
+  SlotBinder binder(PatientOptions(), &owners_, &pods_);
   ASSERT_OK(binder.Allocate("slot-0005"));  // not held: kubelet has not recorded it yet
   auto removed = binder.RemoveReleased();
   ASSERT_OK(removed);
