@@ -204,8 +204,17 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
 
 Status SlotBinder::Prepare(std::string_view slot) { return PrepareSlot(slot, false); }
 
-Status SlotBinder::PrepareSlot(std::string_view slot, bool keep_region) {
+Status SlotBinder::PrepareSlot(std::string_view slot, bool restore) {
   TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  // One preparation of a slot at a time: kubelet's PreStartContainer and a restore.
+  const std::shared_ptr<std::mutex> slot_mu = SlotMutex(slot);
+  const std::lock_guard<std::mutex> slot_lock(*slot_mu);
+  if (restore) {  // a PreStartContainer since the pass looked wins
+    std::error_code ec;
+    if (TouchedWithinGrace(slot) ||
+        std::filesystem::exists(PathsOf(options_.state_dir, options_.cdi_dir, slot).limits, ec))
+      return AbortedError(std::string(slot) + " was prepared meanwhile");
+  }
   Touch(slot);
   auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
   if (!owner.ok())
@@ -227,7 +236,7 @@ Status SlotBinder::PrepareSlot(std::string_view slot, bool keep_region) {
   Status written = [&]() -> Status {
     auto limits = VerifiedLimits(*pod, o);
     if (!limits.ok()) return limits.status();
-    return WriteSlot(slot, *limits, *pod, keep_region);
+    return WriteSlot(slot, *limits, *pod, /*keep_region=*/restore);
   }();
   if (!written.ok()) {
     const std::string message = "container " + o.container + " gets no GPU: " + written.message();
@@ -238,7 +247,7 @@ Status SlotBinder::PrepareSlot(std::string_view slot, bool keep_region) {
     std::filesystem::remove(p.cdi_spec, ec);
     {  // RestoreHeld must not try this container again (it was told)
       std::lock_guard<std::mutex> lock(touched_mu_);
-      restore_tried_[std::string(slot)] = (*pod)["metadata"].value("uid", "") + "/" + o.container;
+      restore_tried_[std::string(slot)] = OwnerKey(o);
     }
     return written;
   }
@@ -265,30 +274,26 @@ StatusOr<int> SlotBinder::RestoreHeld() {
     if (!std::filesystem::is_directory(p.etc_dir, ec) || std::filesystem::exists(p.limits, ec))
       continue;
     missing.insert(slot);
-    if (missing_before_.count(slot) == 0) continue;  // missing on two passes in a row
-    auto recent = [&] {
-      const auto t = touched_.find(slot);
-      return t != touched_.end() &&
-             t->second > std::chrono::steady_clock::now() - options_.release_grace;
-    };
-    {
-      std::lock_guard<std::mutex> lock(touched_mu_);
-      if (recent()) continue;
-    }
+    if (missing_before_.count(slot) == 0 || TouchedWithinGrace(slot)) continue;
     auto owner = owners_->OwnerOf(names::kResourceGpuSlot, slot);
     if (!owner.ok() || !owner->has_value()) continue;
-    const DeviceOwner& o = **owner;
-    auto pod = pods_->GetPod(o.pod_namespace, o.pod_name);
-    if (!pod.ok()) continue;  // the next pass asks again
-    const std::string key = (*pod)["metadata"].value("uid", "") + "/" + o.container;
+    const std::string key = OwnerKey(**owner);
     {
       std::lock_guard<std::mutex> lock(touched_mu_);
-      auto tried = restore_tried_.find(slot);
-      if (recent() || (tried != restore_tried_.end() && tried->second == key)) continue;
+      const auto tried = restore_tried_.find(slot);
+      if (tried != restore_tried_.end() && tried->second == key) continue;
+    }
+    // Not ok: refused (told, and remembered, by PrepareSlot), prepared meanwhile, or the API
+    // unreachable (the next pass tries again).
+    if (!PrepareSlot(slot, /*restore=*/true).ok()) continue;
+    {
+      std::lock_guard<std::mutex> lock(touched_mu_);
       restore_tried_[slot] = key;
     }
-    if (!PrepareSlot(slot, /*keep_region=*/true).ok()) continue;  // told: TesseraDecisionRejected
     ++restored;
+    const DeviceOwner& o = **owner;
+    auto pod = pods_->GetPod(o.pod_namespace, o.pod_name);
+    if (!pod.ok()) continue;
     pods_->WarnPod(*pod, names::kEventLimitsMissing,
                    "container " + o.container + " held " + slot +
                        " without its limits file (kubelet did not call PreStartContainer, or the "
@@ -298,6 +303,21 @@ StatusOr<int> SlotBinder::RestoreHeld() {
   }
   missing_before_ = std::move(missing);
   return restored;
+}
+
+bool SlotBinder::TouchedWithinGrace(std::string_view slot) {
+  std::lock_guard<std::mutex> lock(touched_mu_);
+  const auto t = touched_.find(slot);
+  return t != touched_.end() &&
+         t->second > std::chrono::steady_clock::now() - options_.release_grace;
+}
+
+std::shared_ptr<std::mutex> SlotBinder::SlotMutex(std::string_view slot) {
+  std::lock_guard<std::mutex> lock(slot_mus_mu_);
+  auto it = slot_mus_.find(slot);
+  if (it == slot_mus_.end())
+    it = slot_mus_.emplace(std::string(slot), std::make_shared<std::mutex>()).first;
+  return it->second;
 }
 
 std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_view uuid,

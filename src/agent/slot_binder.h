@@ -125,15 +125,22 @@ class SlotBinder {
   // processes account there), and the pod told why its processes that started
   // meanwhile were refused the GPU (TesseraLimitsMissing; the library fails closed without the
   // file). A slot is restored when two passes in a row found its file missing, and each
-  // container (pod UID and name) once; a refused decision gets TesseraDecisionRejected, as from
-  // Prepare. Slots touched within `release_grace` wait (a PreStartContainer may be under way).
-  // Returns how many slots were written again. One caller at a time (the clean-up loop).
+  // container (namespace, pod and container name) once; a refused decision gets
+  // TesseraDecisionRejected, as from Prepare. Slots touched within `release_grace` wait (a
+  // PreStartContainer may be under way). Returns how many slots were written again. One caller at a
+  // time (the clean-up loop).
   StatusOr<int> RestoreHeld();
 
  private:
   StatusOr<Limits> VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner);
-  // Prepare; with `keep_region`, an existing region is kept (RestoreHeld: the container runs).
-  Status PrepareSlot(std::string_view slot, bool keep_region);
+  // Prepare; with `restore` (RestoreHeld: the container runs), an existing region is kept, and
+  // nothing is done (kAborted) if the slot was prepared since the pass looked.
+  Status PrepareSlot(std::string_view slot, bool restore);
+  bool TouchedWithinGrace(std::string_view slot);
+  std::shared_ptr<std::mutex> SlotMutex(std::string_view slot);
+  static std::string OwnerKey(const DeviceOwner& o) {
+    return o.pod_namespace + "/" + o.pod_name + "/" + o.container;
+  }
   Status WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod,
                    bool keep_region);
   std::map<std::string, BinderGpu, std::less<>> Gpus();
@@ -148,9 +155,11 @@ class SlotBinder {
   std::map<std::string, std::chrono::steady_clock::time_point, std::less<>> touched_;
   std::map<std::string, BinderGpu, std::less<>> gpus_;
   // Containers told of their slot's missing limits (RestoreHeld) or of a refused decision
-  // (Prepare): slot -> "pod UID/container", kept while the slot is held; guarded by touched_mu_.
+  // (Prepare): slot -> OwnerKey, kept while the slot is held; guarded by touched_mu_.
   std::map<std::string, std::string, std::less<>> restore_tried_;
   std::set<std::string> missing_before_;  // RestoreHeld's previous pass: held slots without limits
+  std::mutex slot_mus_mu_;                // guards slot_mus_
+  std::map<std::string, std::shared_ptr<std::mutex>, std::less<>> slot_mus_;  // one per slot
 };
 
 }  // namespace tessera::agent

@@ -424,6 +424,26 @@ TEST_F(SlotBinderTest, AHeldSlotWithoutItsLimitsIsWrittenAgainAndThePodTold) {
   EXPECT_TRUE(std::filesystem::exists(Paths("slot-0002").limits));
 }
 
+// An API error while restoring is not a try: the next pass tries again, and tells the pod then.
+TEST_F(SlotBinderTest, ARestoreTheApiServerDidNotAnswerIsTriedAgain) {
+  AddPod("slot-0001", DecisionFor("later"));
+  ASSERT_OK(binder_->Allocate("slot-0001"));
+  const k8s::Json pod = pods_.pods.at("ml/later");
+  pods_.pods.erase("ml/later");  // GetPod fails
+  for (int pass = 0; pass < 3; ++pass) {
+    auto restored = binder_->RestoreHeld();
+    ASSERT_OK(restored);
+    EXPECT_EQ(*restored, 0);
+  }
+  EXPECT_TRUE(pods_.warnings.empty());
+  pods_.pods["ml/later"] = pod;
+  auto restored = binder_->RestoreHeld();
+  ASSERT_OK(restored);
+  EXPECT_EQ(*restored, 1);
+  ASSERT_EQ(pods_.warnings.size(), 1u);
+  EXPECT_EQ(pods_.warnings[0].first, names::kEventLimitsMissing);
+}
+
 // A slot just allocated waits for its PreStartContainer (release_grace) before it is restored.
 TEST_F(SlotBinderTest, ASlotJustAllocatedIsNotRestoredBeforeItsPreStart) {
   SlotBinder binder(PatientOptions(), &owners_, &pods_);

@@ -152,28 +152,6 @@ std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64
   return least != 0 ? least : fallback;
 }
 
-double CleanBandNs(std::span<const std::uint32_t> timings) {
-  std::uint32_t least = 0;
-  for (const std::uint32_t t : timings) {
-    if (t != 0 && (least == 0 || t < least)) least = t;
-  }
-  return least == 0 ? 0 : kCleanBandFactor * least + kCleanBandNs;
-}
-
-double ProbeEstimateNs(std::span<const std::uint32_t> timings) {
-  const double band = CleanBandNs(timings);
-  if (band == 0) return 0;
-  double sum = 0;
-  int n = 0;
-  for (const std::uint32_t t : timings) {
-    if (t != 0 && t <= band) {
-      sum += t;
-      ++n;
-    }
-  }
-  return sum / n;
-}
-
 std::uint64_t FenceTracker::FencedLaunches() const {
   std::uint64_t n = 0;
   for (const Stream& s : streams_) n += s.fenced_launches;
@@ -570,18 +548,19 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
         const double ns = static_cast<double>(ProbeNs(seg, span));
         Kind& k = KindFor(seg.probe_key);
         if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
-          k.timed = 0;
-          k.timed_next = 0;
+          k.estimate_ns = 0;
           k.exact = true;
         }
-        if (seg.exact || !k.exact) {
-          k.timings[k.timed_next] = static_cast<std::uint32_t>(std::min(ns, 4.0e9));
-          k.timed_next = static_cast<std::uint8_t>((k.timed_next + 1) % kKindTimings);
-          k.timed = static_cast<std::uint8_t>(std::min<std::size_t>(k.timed + 1u, kKindTimings));
-          k.estimate_ns = ProbeEstimateNs(std::span(k.timings.data(), k.timed));
+        if (seg.exact || !k.exact)
+          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+        s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
+        if (seg.exact) {  // buckets below 0.5, 1, 2, ... 32 us, then the rest
+          std::size_t bucket = 0;
+          while (bucket + 1 < stats_.exact_timings.size() &&
+                 ns >= static_cast<double>(500ULL << bucket))
+            ++bucket;
+          ++stats_.exact_timings[bucket];
         }
-        s.per_launch_ns =
-            s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * k.estimate_ns : k.estimate_ns;
       } else if (s.per_launch_ns <= 0) {
         // No probe has completed on this stream yet: its first segment's mean ends the learning
         // (one segment in flight at a time) all the same.
@@ -594,12 +573,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
                          host->second.host_ns + item.epoch_to_begin_ns >
                              seg.last_launch_ns + host->second.uncertainty_ns &&
                          seg.fenced_at_ns <= seg.last_launch_ns + kDenseFenceSlackNs;
-      std::uint64_t charge = Charge(s, seg, span, dense);
-      if (seg.probe) {  // timed beyond its kind's band: another context ran inside the bracket
-        const Kind& k = KindFor(seg.probe_key);
-        if (static_cast<double>(charge) > CleanBandNs(std::span(k.timings.data(), k.timed)))
-          charge = static_cast<std::uint64_t>(k.estimate_ns);
-      }
+      const std::uint64_t charge = Charge(s, seg, span, dense);
       ++stats_.segments;
       stats_.span_ns += span;
       if (seg.probe) {

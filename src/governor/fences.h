@@ -113,21 +113,6 @@ struct Submission {
 inline constexpr std::uint64_t kMaxEmptyBracketNs = 10'000;  // 8x the H200's 1.25 us
 std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64_t fallback);
 
-// A kind's estimate from its latest probe timings (0: none yet): the mean of those within
-// kCleanBand of the least (1.25x it plus 2 us). A probe's bracket can only come out longer than
-// its launch's GPU time, when another context ran inside it: on the H200, two launch-bound
-// processes of one container (time-sliced contexts) stretched the brackets of each other's
-// 0.85 us kernels to 4-10 us, and a running mean charged each kernel ~4x its time. Timings of one
-// kind within the band keep their spread (a data-dependent kernel's); beyond it a kernel whose
-// time varies more than that is charged its lower timings (ADR 0017).
-inline constexpr double kCleanBandFactor = 1.25;
-inline constexpr double kCleanBandNs = 2'000;
-inline constexpr std::size_t kKindTimings = 16;  // timings a kind keeps
-double ProbeEstimateNs(std::span<const std::uint32_t> timings);
-// The band's upper end for those timings (0: none yet). A probe timed beyond it is charged its
-// kind's estimate, not its bracket.
-double CleanBandNs(std::span<const std::uint32_t> timings);
-
 // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
 // submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at
 // `fallback_estimate_ns`) right after its submission or after its predecessor, then fitted into
@@ -267,6 +252,8 @@ class FenceTracker {
     std::uint64_t estimate_ns = 0;  // charged by the others (min(span, estimates))
     std::uint64_t dense_launches = 0, estimate_launches = 0;
     std::uint64_t span_bound = 0;  // segments whose span was below their launches' estimates
+    // Exact probes by their timing: below 0.5, 1, 2, 4, 8, 16, 32 us, and 32 us or more.
+    std::array<std::uint64_t, 8> exact_timings{};
   };
   const Stats& stats() const { return stats_; }
   // The running estimate of one kind's GPU time (0: not measured yet); for tests and doctor.
@@ -327,12 +314,9 @@ class FenceTracker {
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
   };
   struct Kind {
-    double estimate_ns = 0;    // 0: not measured yet; ProbeEstimateNs of `timings`
+    double estimate_ns = 0;    // 0: not measured yet
     std::uint32_t probes = 0;  // probes taken (completed or pending)
     bool exact = false;        // the estimate comes from exact probes
-    std::uint8_t timed = 0;    // timings kept (up to kKindTimings), the newest at timed_next - 1
-    std::uint8_t timed_next = 0;
-    std::array<std::uint32_t, kKindTimings> timings{};  // its latest probes' GPU times (ns)
   };
   struct Event {
     void* handle = nullptr;

@@ -452,54 +452,6 @@ TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
   }
 }
 
-// A kind's estimate is the mean of its timings near the least: another context's work inside a
-// bracket only lengthens it (two launch-bound processes of one container on the H200: 0.85 us
-// kernels bracketed at 4-10 us), and a kernel's own spread is kept.
-TEST(ProbeEstimate, IsTheMeanOfTheTimingsNearTheLeast) {
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{}), 0.0);
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{0, 0}), 0.0);
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{850}), 850.0);
-  // Stretched brackets (beyond 1.25 x 850 + 2,000 ns) are left out.
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{7'000, 850, 9'500, 950, 4'200}), 900.0);
-  // A data-dependent kernel's spread stays in the mean.
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{100'000, 120'000, 110'000}), 110'000.0);
-  // ... up to the band: a kernel whose timings vary beyond it is charged its lower ones.
-  EXPECT_EQ(ProbeEstimateNs(std::vector<std::uint32_t>{100'000, 200'000}), 100'000.0);
-}
-
-// One stream of a GPU that another context shares: three launches in four have the other
-// context's work (6 us) run inside them, so a bracket around one of them holds it.
-class SharedGpu final : public TimestampEvents {
- public:
-  void Launch(std::uint64_t ns) {
-    busy_until_ = std::max(busy_until_, now) + ns + (launches_++ % 4 != 0 ? 6'000 : 0);
-  }
-  bool Record(void* event, void*) override {
-    *static_cast<std::uint64_t*>(event) = std::max(busy_until_, now);
-    return true;
-  }
-
- private:
-  std::uint64_t busy_until_ = 0;
-  std::uint64_t launches_ = 0;
-};
-
-TEST(FenceTracker, ANeighbourInsideItsProbesDoesNotInflateAKind) {
-  SharedGpu gpu;
-  FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 5, /*min_probe_gap_ns=*/0});
-  std::uint64_t busy = 0;
-  for (int i = 0; i < 20'000; ++i) {
-    LaunchOn(t, gpu, 1'000, 1);
-    gpu.now += 12'000;
-    if (i % 256 == 255) t.FenceAll(gpu.now);
-    busy += t.Poll();
-  }
-  busy += Drain(t, gpu);
-  EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
-  const double truth = 20'000 * 1'000.0;
-  EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);  // a running mean: ~5.5x
-}
-
 // Probes are rare in time as well as in launches: a loop of 100,000 launches over 0.6 s makes
 // at most one probe per min_probe_gap_ns (a probe costs a few driver calls).
 TEST(FenceTracker, ProbesAreAtMostOnePerGapPerStream) {
@@ -533,6 +485,9 @@ TEST(FenceTracker, AProbeBehindRunningWorkIsExactWithoutAGate) {
   gpu.now += 10'000'000;
   EXPECT_EQ(Drain(t, gpu), 50 * 100'000u);
   EXPECT_NEAR(t.KindEstimateNs(1), 100'000.0, 1.0);
+  // Its exact probes timed 100 us: counted 32 us or more.
+  EXPECT_GT(t.stats().probes_exact, 0u);
+  EXPECT_EQ(t.stats().exact_timings[7], t.stats().probes_exact);
 }
 
 // A segment the GPU reached only after its last launch was submitted (the host was ahead) is

@@ -195,9 +195,9 @@ int AddShape(Simulation& sim, const Tenant& tenant, BusyShape shape) {
       w.push_back(std::make_unique<LaunchBoundStreams>(4 * kUs, 30 * kUs, 4, 256, /*bursts=*/true));
       return sim.Add(tenant, std::move(w), 4, ClientShape{true, 1.0, false, 0.25});
     // Two processes of one container, each a launch-bound loop (4 us kernels every 16 us of host
-    // time): b = 0.4. Their contexts share the GPU, so a probe of one process's kernel that runs
-    // while the other's does takes longer than the kernel (on the H200 its bracket held the other
-    // context's work: 4-10 us for a 0.85 us kernel).
+    // time): b = 0.4; the container's busy time is the union of both processes' charges. (The
+    // simulated GPU shares itself between contexts; it does not stretch a probe's bracket by a
+    // context switch, as the H200 does: benchmarks.md, "tenth version".)
     case BusyShape::kTwoLaunchBoundProcesses:
       w.push_back(std::make_unique<LaunchBound>(4 * kUs, 16 * kUs, 100));
       w.push_back(std::make_unique<LaunchBound>(4 * kUs, 16 * kUs, 100));

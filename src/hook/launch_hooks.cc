@@ -764,9 +764,13 @@ void PrintGovernorStats() {
                 static_cast<unsigned long long>(f.dense_launches), ms(f.estimate_ns),
                 static_cast<unsigned long long>(f.estimate_launches),
                 static_cast<unsigned long long>(f.span_bound));
-    TESSERA_LOG(kWarn, kHook, "stats: probes: offset %llu ns taken off each; gate %s",
-                static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
-                g.events.gate_state());
+    const auto& t = f.exact_timings;
+    const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+    TESSERA_LOG(kWarn, kHook,
+                "stats: probes: offset %llu ns taken off each; gate %s; exact timings (us) "
+                "<0.5:%llu <1:%llu <2:%llu <4:%llu <8:%llu <16:%llu <32:%llu more:%llu",
+                u(d->tracker.probe_offset_ns()), g.events.gate_state(), u(t[0]), u(t[1]), u(t[2]),
+                u(t[3]), u(t[4]), u(t[5]), u(t[6]), u(t[7]));
   }
 }
 
