@@ -416,12 +416,22 @@ TEST_F(SlotBinderTest, AHeldSlotWithoutItsLimitsIsWrittenAgainAndThePodTold) {
   }
   EXPECT_EQ(pods_.warnings.size(), 2u);
 
-  // Another pod on the slot is another container: tried again.
+  // Another pod on the slot is another container: tried again; the region left by the previous
+  // one is not its decision's (2 GiB, not 4), so it gets a fresh one.
+  {
+    auto region = shm::Mapping::Create(Paths("slot-0002").region, {{kGpu, 2 * kGiB, 30}});
+    ASSERT_OK(region);
+    region->region()->devices[0].used_bytes.store(1 * kGiB);
+  }
   AddPod("slot-0002", DecisionFor("next"));
   restored = binder_->RestoreHeld();
   ASSERT_OK(restored);
   EXPECT_EQ(*restored, 1);
   EXPECT_TRUE(std::filesystem::exists(Paths("slot-0002").limits));
+  auto region = shm::Mapping::Attach(Paths("slot-0002").region);
+  ASSERT_OK(region);
+  EXPECT_EQ(region->region()->devices[0].limit_bytes, 4 * kGiB);
+  EXPECT_EQ(region->region()->devices[0].used_bytes.load(), 0u);
 }
 
 // An API error while restoring is not a try: the next pass tries again, and tells the pod then.
