@@ -149,20 +149,21 @@ StatusOr<Limits> SlotBinder::VerifiedLimits(const k8s::Json& pod, const DeviceOw
 
 namespace {
 
-// The region at `path` if it holds exactly `devices` with their limits; NotFound otherwise.
-StatusOr<shm::Mapping> KeptRegion(const std::string& path,
-                                  const std::vector<shm::DeviceLimit>& devices) {
+// The region at `path` if it holds exactly `devices` with their limits, else a fresh one.
+StatusOr<shm::Mapping> KeptOrFreshRegion(const std::string& path,
+                                         const std::vector<shm::DeviceLimit>& devices) {
   auto existing = shm::Mapping::Attach(path);
-  if (!existing.ok()) return existing.status();
-  const shm::Region& r = *existing->region();
-  bool same = r.header.device_count == devices.size();
-  for (std::size_t i = 0; same && i < devices.size(); ++i) {
-    const shm::Device& d = r.devices[i];
-    same = std::string_view(d.uuid, strnlen(d.uuid, sizeof d.uuid)) == devices[i].uuid &&
-           d.limit_bytes == devices[i].limit_bytes && d.cores_percent == devices[i].cores_percent;
+  if (existing.ok()) {
+    const shm::Region& r = *existing->region();
+    bool same = r.header.device_count == devices.size();
+    for (std::size_t i = 0; same && i < devices.size(); ++i) {
+      const shm::Device& d = r.devices[i];
+      same = std::string_view(d.uuid, strnlen(d.uuid, sizeof d.uuid)) == devices[i].uuid &&
+             d.limit_bytes == devices[i].limit_bytes && d.cores_percent == devices[i].cores_percent;
+    }
+    if (same) return existing;
   }
-  if (!same) return NotFoundError("region " + path + " is not the decision's");
-  return existing;
+  return shm::Mapping::Create(path, devices);
 }
 
 }  // namespace
@@ -216,9 +217,8 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   // Keeping it (RestoreHeld): the running container's processes account in the region they
   // mapped; a fresh one would start its usage at zero beside them. Only a region of the
   // decision's devices and limits is kept (not a stale or edited one).
-  auto region = keep_region ? KeptRegion(p.region, region_devices)
+  auto region = keep_region ? KeptOrFreshRegion(p.region, region_devices)
                             : shm::Mapping::Create(p.region, region_devices);
-  if (keep_region && !region.ok()) region = shm::Mapping::Create(p.region, region_devices);
   if (!region.ok()) return region.status().WithContext("creating the region");
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(p.limits, FormatLimitsFile(limits), 0444));
   return WriteFileAtomically(p.cdi_spec, CdiSpec(slot, minors, options_.driver, mounts, mps_env),
