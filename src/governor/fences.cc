@@ -248,13 +248,9 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
   if (s.next_is_probe && s.open_launches == 0) {
     s.open_probe = true;
     s.open_probe_key = s.next_key;
-    // Exact: held at the gate, or its start event still pending now that the launch has been
-    // submitted (the launch is queued right behind it). Otherwise the GPU reached the start
-    // before the launch, and the host time between the two is taken off the span.
-    s.open_exact =
-        s.holding || api_->Query(events_[static_cast<std::size_t>(s.open_begin)].handle) ==
-                         EventApi::State::kPending;
-    s.open_probe_gap_ns = s.open_exact || now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
+    // Whether it is exact is decided in Close, once its end event is queued too; until then the
+    // host time from its start's record to its launch's return, taken off the span if not.
+    s.open_probe_gap_ns = now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
   }
   if (!s.open_probe) {
     if (s.open_launches == 0) {
@@ -303,6 +299,18 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     Unref(s.open_begin);
     ++errors_;
   } else {
+    // A probe is exact when held at the gate, or when its start event is still pending now that
+    // its launch and its end event are queued behind it: the GPU then finds the three back to
+    // back. A start that ran before the launch was queued (an idle stream) leaves the host time
+    // between them in the span; one that ran while the launch was being submitted leaves the
+    // stream idle after it for a moment, and with other contexts on the GPU their queued work
+    // runs there (on the H200 two launch-bound processes of one container stretched ~1.3 % of
+    // such probes of 1 us kernels to 280-420 us, session 18).
+    s.open_exact =
+        s.open_probe &&
+        (s.holding || api_->Query(events_[static_cast<std::size_t>(s.open_begin)].handle) ==
+                          EventApi::State::kPending);
+    if (s.open_exact) s.open_probe_gap_ns = 0;
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced_estimate_ns += s.open_estimate_ns;
     s.fenced_unknown += s.open_unknown;
@@ -310,7 +318,8 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     s.fenced.push_back(Segment{s.open_begin, end, epoch_, s.open_launches, s.open_unknown,
                                s.open_estimate_ns, s.open_probe, s.open_probe && s.open_exact,
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
-                               s.last_launch_ns, s.open_first_ns, std::move(s.open_submissions)});
+                               s.last_launch_ns, s.open_first_ns, std::move(s.open_submissions),
+                               s.open_probe && s.holding, s.open_begin_ns});
     SetTail(s, end);
   }
   s.open_submissions.clear();
@@ -560,6 +569,19 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
                  ns >= static_cast<double>(500ULL << bucket))
             ++bucket;
           ++stats_.exact_timings[bucket];
+          if (ns >= 32'000.0 && stats_.long_count < stats_.long_probes.size()) {
+            const auto at = epoch_hosts_.find(seg.epoch);
+            const bool placed = item.begin_placed && at != epoch_hosts_.end();
+            stats_.long_probes[stats_.long_count++] = {
+                seg.fenced_at_ns,
+                static_cast<std::uint64_t>(ns),
+                seg.held,
+                placed,
+                seg.fenced_at_ns - std::min(seg.fenced_at_ns, seg.begun_at_ns),
+                placed ? static_cast<std::int64_t>(at->second.host_ns + item.epoch_to_begin_ns) -
+                             static_cast<std::int64_t>(seg.fenced_at_ns)
+                       : 0};
+          }
         }
       } else if (s.per_launch_ns <= 0) {
         // No probe has completed on this stream yet: its first segment's mean ends the learning

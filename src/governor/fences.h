@@ -252,8 +252,18 @@ class FenceTracker {
     std::uint64_t estimate_ns = 0;  // charged by the others (min(span, estimates))
     std::uint64_t dense_launches = 0, estimate_launches = 0;
     std::uint64_t span_bound = 0;  // segments whose span was below their launches' estimates
-    // Exact probes by their timing: below 0.5, 1, 2, 4, 8, 16, 32 us, and 32 us or more.
-    std::array<std::uint64_t, 8> exact_timings{};
+    // Exact probes by their timing: below 0.5, 1, 2, 4, ... 8,192 us (doubling), and more.
+    std::array<std::uint64_t, 16> exact_timings{};
+    // The first exact probes timed 32 us or more: when they were fenced (host clock) and their
+    // timing, to set beside what else ran then.
+    struct Long {
+      std::uint64_t fenced_at_ns = 0, timing_ns = 0;
+      bool held = false, placed = false;
+      std::uint64_t host_ns = 0;  // from before its Hold (or start) to its fence, host clock
+      std::int64_t start_after_fence_ns = 0;  // its start event ran this long after its fence
+    };
+    std::array<Long, 16> long_probes{};
+    std::size_t long_count = 0;
   };
   const Stats& stats() const { return stats_; }
   // The running estimate of one kind's GPU time (0: not measured yet); for tests and doctor.
@@ -280,6 +290,8 @@ class FenceTracker {
     // When each launch was submitted and its estimate (LaySubmissions); empty for probes.
     std::uint64_t first_launch_ns = 0;
     std::vector<Submission> submissions;
+    bool held = false;              // a probe that was held at the gate
+    std::uint64_t begun_at_ns = 0;  // a probe: host clock, before its Hold or start event
   };
   struct Stream {
     void* handle = nullptr;

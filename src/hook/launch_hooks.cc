@@ -11,6 +11,7 @@
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
@@ -764,13 +765,38 @@ void PrintGovernorStats() {
                 static_cast<unsigned long long>(f.dense_launches), ms(f.estimate_ns),
                 static_cast<unsigned long long>(f.estimate_launches),
                 static_cast<unsigned long long>(f.span_bound));
-    const auto& t = f.exact_timings;
-    const auto u = [](std::uint64_t v) { return static_cast<unsigned long long>(v); };
+    // The exact probes by their timing (us): "<0.5:N <1:N <2:N ... <8192:N more:N".
+    std::string buckets;
+    char item[96];
+    for (std::size_t i = 0; i < f.exact_timings.size(); ++i) {
+      const auto count = static_cast<unsigned long long>(f.exact_timings[i]);
+      if (i == 0) {
+        std::snprintf(item, sizeof(item), "<0.5:%llu", count);
+      } else if (i + 1 < f.exact_timings.size()) {
+        std::snprintf(item, sizeof(item), " <%llu:%llu", 1ULL << (i - 1), count);
+      } else {
+        std::snprintf(item, sizeof(item), " more:%llu", count);
+      }
+      buckets += item;
+    }
     TESSERA_LOG(kWarn, kHook,
-                "stats: probes: offset %llu ns taken off each; gate %s; exact timings (us) "
-                "<0.5:%llu <1:%llu <2:%llu <4:%llu <8:%llu <16:%llu <32:%llu more:%llu",
-                u(d->tracker.probe_offset_ns()), g.events.gate_state(), u(t[0]), u(t[1]), u(t[2]),
-                u(t[3]), u(t[4]), u(t[5]), u(t[6]), u(t[7]));
+                "stats: probes: offset %llu ns taken off each; gate %s; exact timings (us) %s",
+                static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
+                g.events.gate_state(), buckets.c_str());
+    std::string times;
+    for (std::size_t i = 0; i < f.long_count; ++i) {
+      const auto& p = f.long_probes[i];
+      std::snprintf(item, sizeof(item), " %llu:%llu%s,host%llu,start%+lld%s",
+                    static_cast<unsigned long long>(p.fenced_at_ns),
+                    static_cast<unsigned long long>(p.timing_ns), p.held ? "held" : "",
+                    static_cast<unsigned long long>(p.host_ns),
+                    static_cast<long long>(p.start_after_fence_ns), p.placed ? "" : "?");
+      times += item;
+    }
+    TESSERA_LOG(kWarn, kHook,
+                "stats: probes of 32 us or more (fenced at, host ns: timing ns, held, host time "
+                "from hold to fence, start event after the fence)%s",
+                times.c_str());
   }
 }
 
