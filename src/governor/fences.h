@@ -17,10 +17,10 @@
 //     starts at an event of its own, behind a Hold where the driver allows one (a kind is held
 //     only once a launch of it has completed: its first launch may load its module, which can
 //     synchronize the context, and with the stream held that would never end). It is exact
-//     when it was held or its start event is still pending once the launch has been submitted
-//     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
-//     reached it, and the host time from the start's record to the launch's return is taken off
-//     the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
+//     when it was held or its start event is still pending once the launch and the end event
+//     have been queued (the three queued back to back). Otherwise the GPU ran the start before the
+//     launch reached it, and the host time from the start's record to the launch's return is taken
+//     off the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
 //     Every probe also loses the probe offset (SetProbeOffsetNs): what a bracket holds beyond
 //     its kernel even behind the gate. Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
