@@ -9,6 +9,9 @@ constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates 
 constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
 constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
+// A kind probed this many times in a row below the tier of its estimate learns again at theirs
+// (a stream whose queue stays deep is no longer held: its probes would never count otherwise).
+constexpr std::uint32_t kMaxBelowTier = 64;
 // A probe is held only while fewer launches are in flight on the device (see StartAtNewEvent):
 // far below what a queue holds before a launch blocks for room.
 constexpr std::uint64_t kMaxLaunchesBehindHold = 64;
@@ -126,6 +129,16 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
     ++kind_count_;
   }
   return kinds_[i].kind;
+}
+
+void FenceTracker::UpdateKind(Kind& k, Tier tier, double ns) {
+  if (tier < k.tier && ++k.below < kMaxBelowTier) return;
+  if (tier != k.tier) {
+    k.tier = tier;
+    k.estimate_ns = 0;
+  }
+  k.below = 0;
+  k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
 }
 
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
@@ -248,9 +261,13 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
   if (s.next_is_probe && s.open_launches == 0) {
     s.open_probe = true;
     s.open_probe_key = s.next_key;
-    // Whether it is exact is decided in Close, once its end event is queued too; until then the
-    // host time from its start's record to its launch's return, taken off the span if not.
-    s.open_probe_gap_ns = now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
+    // Exact: held at the gate, or its start event still pending now that the launch has been
+    // submitted (the launch is queued right behind it). Otherwise the GPU reached the start
+    // before the launch, and the host time between the two is taken off the span.
+    s.open_exact =
+        s.holding || api_->Query(events_[static_cast<std::size_t>(s.open_begin)].handle) ==
+                         EventApi::State::kPending;
+    s.open_probe_gap_ns = s.open_exact || now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
   }
   if (!s.open_probe) {
     if (s.open_launches == 0) {
@@ -299,18 +316,6 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     Unref(s.open_begin);
     ++errors_;
   } else {
-    // A probe is exact when held at the gate, or when its start event is still pending now that
-    // its launch and its end event are queued behind it: the GPU then finds the three back to
-    // back. A start that ran before the launch was queued (an idle stream) leaves the host time
-    // between them in the span; one that ran while the launch was being submitted leaves the
-    // stream idle after it for a moment, and with other contexts on the GPU their queued work
-    // runs there (on the H200 two launch-bound processes of one container stretched ~1.3 % of
-    // such probes of 1 us kernels to 280-420 us, session 18).
-    s.open_exact =
-        s.open_probe &&
-        (s.holding || api_->Query(events_[static_cast<std::size_t>(s.open_begin)].handle) ==
-                          EventApi::State::kPending);
-    if (s.open_exact) s.open_probe_gap_ns = 0;
     if (epoch_ >= 0) Ref(epoch_);
     s.fenced_estimate_ns += s.open_estimate_ns;
     s.fenced_unknown += s.open_unknown;
@@ -555,15 +560,13 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
         const double ns = static_cast<double>(ProbeNs(seg, span));
-        Kind& k = KindFor(seg.probe_key);
-        if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
-          k.estimate_ns = 0;
-          k.exact = true;
-        }
-        if (seg.exact || !k.exact)
-          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+        UpdateKind(KindFor(seg.probe_key),
+                   seg.held    ? Tier::kHeld
+                   : seg.exact ? Tier::kUnheld
+                               : Tier::kInexact,
+                   ns);
         s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
-        if (seg.exact) {  // buckets below 0.5, 1, 2, ... 32 us, then the rest
+        if (seg.exact) {  // buckets below 0.5, 1, 2, ... 8,192 us, then the rest
           std::size_t bucket = 0;
           while (bucket + 1 < stats_.exact_timings.size() &&
                  ns >= static_cast<double>(500ULL << bucket))
@@ -580,7 +583,8 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
                 seg.fenced_at_ns - std::min(seg.fenced_at_ns, seg.begun_at_ns),
                 placed ? static_cast<std::int64_t>(at->second.host_ns + item.epoch_to_begin_ns) -
                              static_cast<std::int64_t>(seg.fenced_at_ns)
-                       : 0};
+                       : 0,
+                placed ? at->second.uncertainty_ns : 0};
           }
         }
       } else if (s.per_launch_ns <= 0) {
@@ -600,6 +604,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       stats_.span_ns += span;
       if (seg.probe) {
         ++(seg.exact ? stats_.probes_exact : stats_.probes_inexact);
+        if (seg.held) ++stats_.probes_held;
         stats_.probe_ns += charge;
       } else if (dense) {
         ++stats_.dense;

@@ -17,10 +17,13 @@
 //     starts at an event of its own, behind a Hold where the driver allows one (a kind is held
 //     only once a launch of it has completed: its first launch may load its module, which can
 //     synchronize the context, and with the stream held that would never end). It is exact
-//     when it was held or its start event is still pending once the launch and the end event
-//     have been queued (the three queued back to back). Otherwise the GPU ran the start before the
-//     launch reached it, and the host time from the start's record to the launch's return is taken
-//     off the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
+//     when it was held or its start event is still pending once the launch has been submitted
+//     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
+//     reached it, and the host time from the start's record to the launch's return is taken off
+//     the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
+//     A kind's estimate comes from its probes of the best standing it has (held, then exact,
+//     then inexact: Tier): with other contexts on the GPU, an exact probe taken in the middle of
+//     its context's turn (not held) may hold another context's turn.
 //     Every probe also loses the probe offset (SetProbeOffsetNs): what a bracket holds beyond
 //     its kernel even behind the gate. Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
@@ -246,6 +249,7 @@ class FenceTracker {
   // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
   struct Stats {
     std::uint64_t segments = 0, probes_exact = 0, probes_inexact = 0, dense = 0;
+    std::uint64_t probes_held = 0;  // of the exact ones
     std::uint64_t span_ns = 0;      // the completed segments' spans, summed
     std::uint64_t probe_ns = 0;     // charged by probes
     std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
@@ -259,8 +263,12 @@ class FenceTracker {
     struct Long {
       std::uint64_t fenced_at_ns = 0, timing_ns = 0;
       bool held = false, placed = false;
-      std::uint64_t host_ns = 0;  // from before its Hold (or start) to its fence, host clock
-      std::int64_t start_after_fence_ns = 0;  // its start event ran this long after its fence
+      std::uint64_t host_ns =
+          0;  // host clock, from the launch path's first step for it to its fence
+      // Where its start event ran against its fence's record (host clock, through the epoch),
+      // and how far that placement may be off.
+      std::int64_t start_after_fence_ns = 0;
+      std::uint64_t uncertainty_ns = 0;
     };
     std::array<Long, 16> long_probes{};
     std::size_t long_count = 0;
@@ -291,7 +299,7 @@ class FenceTracker {
     std::uint64_t first_launch_ns = 0;
     std::vector<Submission> submissions;
     bool held = false;              // a probe that was held at the gate
-    std::uint64_t begun_at_ns = 0;  // a probe: host clock, before its Hold or start event
+    std::uint64_t begun_at_ns = 0;  // a probe: host clock, when BeforeLaunch took it
   };
   struct Stream {
     void* handle = nullptr;
@@ -325,11 +333,24 @@ class FenceTracker {
     std::uint64_t fenced_unknown = 0;
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
   };
-  struct Kind {
-    double estimate_ns = 0;    // 0: not measured yet
-    std::uint32_t probes = 0;  // probes taken (completed or pending)
-    bool exact = false;        // the estimate comes from exact probes
+  // A probe's standing (ProbeTier): what its timing may hold beyond its launch.
+  enum class Tier : std::uint8_t {
+    kInexact,  // its start ran before its launch was queued: the host time between them is
+               // taken off, an estimate
+    kUnheld,   // exact, but taken in the middle of its context's turn on the GPU: with other
+               // contexts there, one in a hundred held another's queued work (session 18)
+    kHeld,     // exact and held at the gate: it ran at the start of a fresh turn
   };
+  struct Kind {
+    double estimate_ns = 0;      // 0: not measured yet
+    std::uint32_t probes = 0;    // probes taken (completed or pending)
+    Tier tier = Tier::kInexact;  // the estimate comes from probes of this tier
+    std::uint32_t below = 0;     // probes of a lower tier since the last one of this tier
+  };
+  // A completed probe of `tier` timed at `ns` updates its kind: a higher tier replaces the
+  // estimate, the same tier joins its running mean, a lower one is left out unless kMaxBelowTier
+  // of them came in a row (the kind is no longer probed at its tier: it learns again at theirs).
+  static void UpdateKind(Kind& k, Tier tier, double ns);
   struct Event {
     void* handle = nullptr;
     int refs = 0;

@@ -1,5 +1,6 @@
 #include "governor/fences.h"
 
+#include <cmath>
 #include <deque>
 #include <map>
 #include <memory>
@@ -411,89 +412,87 @@ TEST(FenceTracker, AStreamWithManyLaunchesInFlightIsNotHeld) {
   EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
 }
 
-// A driver that makes what it is given visible to the GPU only at its next call that submits
-// (a record, a launch, a Hold's Release), as one that batches its doorbell; the GPU reaches a
-// visible command `pickup` later. Another context shares the GPU: a kernel that becomes
-// runnable less than `blip` after the stream went idle finds that context's queued work running
-// and waits `pile` for it (what the H200 showed for two launch-bound processes of one container:
-// a probe whose start event ran while its launch was being submitted, stretched to ~330 us).
-class DeferredKickGpu final : public TimestampEvents {
+// One stream of ours and another context that always has work queued: they take turns. Ours
+// keeps the GPU for `turn` of busy time from when its stream last went from idle to busy (or was
+// released from a Hold: its blocked channel gave the GPU away, so it starts a fresh turn), then
+// the other runs `pile`, in the middle of whatever of ours was running. What the H200 showed for
+// two launch-bound processes of one container: ~1-3 % of the probes not held at the gate
+// timed 280-420 us, no held one did (session 18).
+class TurnTakingGpu final : public TimestampEvents {
  public:
-  static constexpr std::uint64_t kCall = 4'000, kRecord = 1'000, kQuery = 1'000;
-  static constexpr std::uint64_t kPickup = 4'500, kBlip = 10'000, kPile = 300'000;
+  static constexpr std::uint64_t kPickup = 1'000, kTurn = 500'000, kPile = 300'000;
   void Launch(std::uint64_t ns) {
-    Flush();
-    now += kCall;
-    buffered_.push_back({ns, nullptr});
+    now += 1'000;
+    if (held_) {
+      queue_.push_back({ns, nullptr});
+    } else {
+      Run(ns, nullptr, now + kPickup);
+    }
   }
   bool Record(void* event, void*) override {
-    Flush();
-    now += kRecord;
     auto* at = static_cast<std::uint64_t*>(event);
-    *at = kNever - 1;  // pending until the GPU runs it
-    buffered_.push_back({0, at});
+    if (held_) {
+      *at = kNever - 1;  // pending until released
+      queue_.push_back({0, at});
+    } else {
+      Run(0, at, now + kPickup);
+    }
     return true;
   }
-  State Query(void* event) override {
-    const State state = TimestampEvents::Query(event);
-    now += kQuery;
-    return state;
-  }
   bool Hold(void*) override {
-    Flush();
     held_ = true;
     ++holds;
     return true;
   }
   void Release() override {
     held_ = false;
-    Flush();
+    turn_start_ = std::max(busy_until_, now + kPickup);  // a fresh turn
+    for (const auto& [ns, event] : queue_) Run(ns, event, now + kPickup);
+    queue_.clear();
   }
+  std::uint64_t busy_until() const { return busy_until_; }
   int holds = 0;
 
  private:
-  void Flush() {
-    if (held_) return;  // behind the gate: all of it runs back to back at the Release
-    for (const auto& [ns, event] : buffered_) {
-      // The GPU reaches it `pickup` after its flush, or as soon as it is done with the stream's
-      // earlier work if that is still running then (it fetches ahead).
-      const std::uint64_t visible = busy_until_ > now ? now : now + kPickup;
-      if (event != nullptr) {
-        busy_until_ = std::max(busy_until_, visible);
-        *event = busy_until_;
-        continue;
-      }
-      std::uint64_t start = std::max(busy_until_, visible);
-      if (busy_until_ < visible && visible < busy_until_ + kBlip) start = visible + kPile;
-      busy_until_ = start + ns;
+  void Run(std::uint64_t ns, std::uint64_t* event, std::uint64_t visible) {
+    if (busy_until_ < visible) turn_start_ = visible;  // from idle: a fresh turn
+    std::uint64_t end = std::max(busy_until_, visible) + ns;
+    if (end > turn_start_ + kTurn) {  // switched out while it ran
+      end += kPile;
+      turn_start_ += kTurn + kPile;
     }
-    buffered_.clear();
+    busy_until_ = end;
+    if (event != nullptr) *event = end;
   }
   bool held_ = false;
-  std::uint64_t busy_until_ = 0;
-  std::vector<std::pair<std::uint64_t, std::uint64_t*>> buffered_;
+  std::uint64_t busy_until_ = 0, turn_start_ = 0;
+  std::vector<std::pair<std::uint64_t, std::uint64_t*>> queue_;
 };
 
-// A probe not held at the gate (here: more than 64 launches not yet polled) is exact only if its
-// start event is still pending once its launch and its end event are queued. Deciding it right
-// after the launch took probes whose start ran while the launch was being submitted: another
-// context's work ran before their kernels (300 us here), and a 2 us kind was estimated at 86 us.
-TEST(FenceTracker, AProbeWhoseStartRanBeforeItsLaunchWasQueuedIsNotExact) {
-  DeferredKickGpu gpu;
-  FenceTracker t(&gpu, FenceOptions{200'000, 64, 8, 3, /*min_probe_gap_ns=*/0});
-  for (int i = 0; i < 20'000; ++i) {
-    LaunchOn(t, gpu, 2'000, 1);
-    gpu.now += 20'000;
-    if (i % 256 == 255) t.Poll();  // a watcher that lags: many launches not yet polled
+// A kind with held probes takes only held ones: the probes taken in the middle of a turn (the
+// queue too deep for a Hold) sometimes hold the other context's turn, and with them in its mean
+// a 20 us kind was estimated at up to 69 us.
+TEST(FenceTracker, AKindWithHeldProbesTakesOnlyThose) {
+  TurnTakingGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{200'000, 16, 8, 11, /*min_probe_gap_ns=*/0});
+  double worst = 0;  // the kind's estimate after each burst, furthest from its 20 us
+  for (int burst = 0; burst < 40; ++burst) {
+    for (int i = 0; i < 256; ++i) {  // 20 us kernels launched every ~5 us: the queue grows
+      LaunchOn(t, gpu, 20'000, 1);
+      gpu.now += 4'000;
+      if (i % 16 == 15) t.Poll();
+    }
+    t.FenceAll(gpu.now);  // a synchronize
+    gpu.now = gpu.busy_until() + 100'000;
+    t.Poll();
+    worst = std::max(worst, std::abs(t.KindEstimateNs(1) - 20'000.0));
   }
   Drain(t, gpu);
-  EXPECT_GT(gpu.holds, 0);
-  EXPECT_GT(t.stats().probes_inexact, 0u);  // the probes that were not held
-  // No exact probe timed the other context's work (deciding before the end event: 483 of
-  // 2,265 did, and the kind was estimated at 86 us).
   const auto& timings = t.stats().exact_timings;
-  EXPECT_EQ(std::accumulate(timings.begin() + 9, timings.end(), std::uint64_t{0}), 0u);
-  EXPECT_LT(t.KindEstimateNs(1), 3 * 2'000.0);
+  ASSERT_GT(t.stats().probes_held, 0u);
+  ASSERT_GT(std::accumulate(timings.begin() + 9, timings.end(), std::uint64_t{0}), 0u)
+      << "no probe held the other context's turn: the scenario did not happen";
+  EXPECT_LT(worst, 1'000.0);
 }
 
 TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimingsThatDidNotWait) {

@@ -754,20 +754,21 @@ void PrintGovernorStats() {
     if (d == nullptr) continue;
     const governor::FenceTracker::Stats& f = d->tracker.stats();
     const auto ms = [](std::uint64_t ns) { return static_cast<double>(ns) / 1e6; };
-    TESSERA_LOG(kWarn, kHook,
-                "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact and "
-                "%llu inexact probes, %.1f ms by %llu dense segments (%llu launches), %.1f ms by "
-                "estimates (%llu launches; %llu segments bounded by their span)",
-                static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
-                static_cast<unsigned long long>(f.probes_exact),
-                static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
-                static_cast<unsigned long long>(f.dense),
-                static_cast<unsigned long long>(f.dense_launches), ms(f.estimate_ns),
-                static_cast<unsigned long long>(f.estimate_launches),
-                static_cast<unsigned long long>(f.span_bound));
+    TESSERA_LOG(
+        kWarn, kHook,
+        "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact (%llu "
+        "held) and %llu inexact probes, %.1f ms by %llu dense segments (%llu launches), %.1f ms by "
+        "estimates (%llu launches; %llu segments bounded by their span)",
+        static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
+        static_cast<unsigned long long>(f.probes_exact),
+        static_cast<unsigned long long>(f.probes_held),
+        static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
+        static_cast<unsigned long long>(f.dense), static_cast<unsigned long long>(f.dense_launches),
+        ms(f.estimate_ns), static_cast<unsigned long long>(f.estimate_launches),
+        static_cast<unsigned long long>(f.span_bound));
     // The exact probes by their timing (us): "<0.5:N <1:N <2:N ... <8192:N more:N".
     std::string buckets;
-    char item[96];
+    char item[128];
     for (std::size_t i = 0; i < f.exact_timings.size(); ++i) {
       const auto count = static_cast<unsigned long long>(f.exact_timings[i]);
       if (i == 0) {
@@ -783,19 +784,27 @@ void PrintGovernorStats() {
                 "stats: probes: offset %llu ns taken off each; gate %s; exact timings (us) %s",
                 static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
                 g.events.gate_state(), buckets.c_str());
+    if (f.long_count == 0) continue;
     std::string times;
     for (std::size_t i = 0; i < f.long_count; ++i) {
       const auto& p = f.long_probes[i];
-      std::snprintf(item, sizeof(item), " %llu:%llu%s,host%llu,start%+lld%s",
+      std::snprintf(item, sizeof(item), " %llu:%llu%s,host%llu,start%+lld",
                     static_cast<unsigned long long>(p.fenced_at_ns),
-                    static_cast<unsigned long long>(p.timing_ns), p.held ? "held" : "",
+                    static_cast<unsigned long long>(p.timing_ns), p.held ? ",held" : "",
                     static_cast<unsigned long long>(p.host_ns),
-                    static_cast<long long>(p.start_after_fence_ns), p.placed ? "" : "?");
+                    static_cast<long long>(p.start_after_fence_ns));
+      times += item;
+      if (p.placed) {
+        std::snprintf(item, sizeof(item), "+-%llu",
+                      static_cast<unsigned long long>(p.uncertainty_ns));
+      } else {
+        std::snprintf(item, sizeof(item), "(unplaced)");
+      }
       times += item;
     }
     TESSERA_LOG(kWarn, kHook,
                 "stats: probes of 32 us or more (fenced at, host ns: timing ns, held, host time "
-                "from hold to fence, start event after the fence)%s",
+                "from its launch path to its fence, where its start ran against its fence)%s",
                 times.c_str());
   }
 }
