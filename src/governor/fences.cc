@@ -9,9 +9,6 @@ constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates 
 constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
 constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
-// A kind probed this many times in a row below the tier of its estimate learns again at theirs
-// (a stream whose queue stays deep is no longer held: its probes would never count otherwise).
-constexpr std::uint32_t kMaxBelowTier = 64;
 // A probe is held only while fewer launches are in flight on the device (see StartAtNewEvent):
 // far below what a queue holds before a launch blocks for room.
 constexpr std::uint64_t kMaxLaunchesBehindHold = 64;
@@ -129,16 +126,6 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
     ++kind_count_;
   }
   return kinds_[i].kind;
-}
-
-void FenceTracker::UpdateKind(Kind& k, Tier tier, double ns) {
-  if (tier < k.tier && ++k.below < kMaxBelowTier) return;
-  if (tier != k.tier) {
-    k.tier = tier;
-    k.estimate_ns = 0;
-  }
-  k.below = 0;
-  k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
 }
 
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
@@ -560,11 +547,13 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
         const double ns = static_cast<double>(ProbeNs(seg, span));
-        UpdateKind(KindFor(seg.probe_key),
-                   seg.held    ? Tier::kHeld
-                   : seg.exact ? Tier::kUnheld
-                               : Tier::kInexact,
-                   ns);
+        Kind& k = KindFor(seg.probe_key);
+        if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
+          k.estimate_ns = 0;
+          k.exact = true;
+        }
+        if (seg.exact || !k.exact)
+          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
         s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
         if (seg.exact) {  // buckets below 0.5, 1, 2, ... 8,192 us, then the rest
           std::size_t bucket = 0;

@@ -21,9 +21,9 @@
 //     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
 //     reached it, and the host time from the start's record to the launch's return is taken off
 //     the span (on the H200 that latency, ~4 us from PyTorch, is several times a small kernel).
-//     A kind's estimate comes from its probes of the best standing it has (held, then exact,
-//     then inexact: Tier): with other contexts on the GPU, an exact probe taken in the middle of
-//     its context's turn (not held) may hold another context's turn.
+//     With other contexts on the GPU, an exact probe taken in the middle of its context's turn
+//     (not held) may hold another context's turn: two launch-bound processes of one container
+//     are overcharged (ADR 0017, "Probes"; no selection by standing is safe: see there).
 //     Every probe also loses the probe offset (SetProbeOffsetNs): what a bracket holds beyond
 //     its kernel even behind the gate. Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
@@ -263,8 +263,8 @@ class FenceTracker {
     struct Long {
       std::uint64_t fenced_at_ns = 0, timing_ns = 0;
       bool held = false, placed = false;
-      std::uint64_t host_ns =
-          0;  // host clock, from the launch path's first step for it to its fence
+      // Host clock, from the launch path's first step for it to its fence.
+      std::uint64_t host_ns = 0;
       // Where its start event ran against its fence's record (host clock, through the epoch),
       // and how far that placement may be off.
       std::int64_t start_after_fence_ns = 0;
@@ -333,24 +333,11 @@ class FenceTracker {
     std::uint64_t fenced_unknown = 0;
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
   };
-  // A probe's standing (ProbeTier): what its timing may hold beyond its launch.
-  enum class Tier : std::uint8_t {
-    kInexact,  // its start ran before its launch was queued: the host time between them is
-               // taken off, an estimate
-    kUnheld,   // exact, but taken in the middle of its context's turn on the GPU: with other
-               // contexts there, one in a hundred held another's queued work (session 18)
-    kHeld,     // exact and held at the gate: it ran at the start of a fresh turn
-  };
   struct Kind {
-    double estimate_ns = 0;      // 0: not measured yet
-    std::uint32_t probes = 0;    // probes taken (completed or pending)
-    Tier tier = Tier::kInexact;  // the estimate comes from probes of this tier
-    std::uint32_t below = 0;     // probes of a lower tier since the last one of this tier
+    double estimate_ns = 0;    // 0: not measured yet
+    std::uint32_t probes = 0;  // probes taken (completed or pending)
+    bool exact = false;        // the estimate comes from exact probes
   };
-  // A completed probe of `tier` timed at `ns` updates its kind: a higher tier replaces the
-  // estimate, the same tier joins its running mean, a lower one is left out unless kMaxBelowTier
-  // of them came in a row (the kind is no longer probed at its tier: it learns again at theirs).
-  static void UpdateKind(Kind& k, Tier tier, double ns);
   struct Event {
     void* handle = nullptr;
     int refs = 0;
