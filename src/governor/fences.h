@@ -270,7 +270,7 @@ class FenceTracker {
       std::int64_t start_after_fence_ns = 0;
       std::uint64_t uncertainty_ns = 0;
     };
-    std::array<Long, 16> long_probes{};
+    std::array<Long, 8> long_probes{};  // (one log line: at most 1 KiB)
     std::size_t long_count = 0;
   };
   const Stats& stats() const { return stats_; }
