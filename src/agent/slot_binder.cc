@@ -1,7 +1,6 @@
 #include "agent/slot_binder.h"
 
 #include <charconv>
-#include <cstring>
 #include <filesystem>
 #include <sys/stat.h>
 
@@ -158,7 +157,7 @@ StatusOr<shm::Mapping> KeptOrFreshRegion(const std::string& path,
     bool same = r.header.device_count == devices.size();
     for (std::size_t i = 0; same && i < devices.size(); ++i) {
       const shm::Device& d = r.devices[i];
-      same = std::string_view(d.uuid, strnlen(d.uuid, sizeof d.uuid)) == devices[i].uuid &&
+      same = shm::FindDevice(r, devices[i].uuid) == static_cast<int>(i) &&
              d.limit_bytes == devices[i].limit_bytes && d.cores_percent == devices[i].cores_percent;
     }
     if (same) return existing;

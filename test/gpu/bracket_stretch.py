@@ -30,12 +30,6 @@ from timed_kernels import SOURCE  # beside this script
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def spin(seconds):
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        pass
-
-
 def summary(values):
     if not values:
         return None
