@@ -9,9 +9,14 @@ constexpr std::size_t kMaxKinds = 4096;  // past this many kinds, the estimates 
 constexpr std::size_t kKindSlots = 2 * kMaxKinds;  // a power of two: at most half full
 constexpr std::size_t kMaxPolledPerStream = 256;   // segments one Poll looks at per stream
 constexpr std::uint32_t kFirstProbes = 2;
-// A probe is held only while fewer launches are in flight on the device (see StartAtNewEvent):
-// far below what a queue holds before a launch blocks for room.
-constexpr std::uint64_t kMaxLaunchesBehindHold = 64;
+// A probe is held only while fewer launches than this may be in flight on the device (see
+// StartAtNewEvent): on the H200 a stream's queue held 1,021 launches before a launch blocked for
+// room (720 with 4 KiB of kernel parameters; test/gpu/launch_queue.py). At 64 (sessions 16-18)
+// two launch-bound processes left most probes unheld, and 1-3 % of those held the other
+// context's turn (~300 us). The polled count is an upper bound, but it lags the GPU by a watcher
+// poll; past it the fences of the newest segments are asked, at most kMaxHoldQueries a probe.
+constexpr std::uint64_t kMaxLaunchesBehindHold = 512;
+constexpr int kMaxHoldQueries = 4;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
 // A dense segment's fence was recorded right behind its last launch (at most this later), so no
 // idle time can trail its work.
@@ -158,6 +163,30 @@ std::uint64_t FenceTracker::FencedLaunches() const {
   return n;
 }
 
+bool FenceTracker::FewLaunchesInFlight() {
+  if (FencedLaunches() < kMaxLaunchesBehindHold) return true;
+  // Each stream's segments run in order: walked from the newest back, the first whose fence has
+  // run ends the walk (it and those before it have completed). Past the queries allowed, or at an
+  // error, what is left counts as in flight.
+  std::uint64_t in_flight = 0;
+  int queries = 0;
+  for (const Stream& s : streams_) {
+    std::uint64_t left = s.fenced_launches;
+    for (auto seg = s.fenced.rbegin(); seg != s.fenced.rend() && left > 0; ++seg) {
+      if (queries++ >= kMaxHoldQueries) break;
+      const EventApi::State state = api_->Query(events_[static_cast<std::size_t>(seg->end)].handle);
+      if (state == EventApi::State::kDone) left = 0;
+      if (state != EventApi::State::kPending) break;
+      left -= std::min<std::uint64_t>(left, seg->launches);
+      in_flight += seg->launches;
+    }
+    in_flight += left;
+    if (in_flight >= kMaxLaunchesBehindHold) return false;
+  }
+  ++stats_.idle_by_query;
+  return true;
+}
+
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
   Stream& s = StreamFor(stream);
   Kind& kind = KindFor(key);  // one lookup a launch
@@ -212,8 +241,10 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
   // wait for room in a queue the held stream never drains (the watchdog opens it after 5 ms);
   // behind that much work the start event is still pending when the launch is submitted, so the
   // probe is exact without a Hold anyway. (Copies and memsets are not counted: a bound, not a
-  // guarantee.)
-  if (probe && s.next_estimate_ns > 0 && FencedLaunches() < kMaxLaunchesBehindHold) {
+  // guarantee.) Every other probe is held: an unheld one on a stream that has just gone idle is
+  // exact too, but with other contexts on the GPU its bracket may hold their turn (on the H200 1-3
+  // % of such probes timed ~300 us in two-process containers, and no held one did).
+  if (probe && s.next_estimate_ns > 0 && FewLaunchesInFlight()) {
     s.reserved_end = NewEvent();
     s.holding = s.reserved_end >= 0 && api_->Hold(s.handle);
     if (!s.holding && s.reserved_end >= 0) {

@@ -16,7 +16,8 @@
 //     its span is that launch's GPU time; each kind keeps a running estimate of it. A probe
 //     starts at an event of its own, behind a Hold where the driver allows one (a kind is held
 //     only once a launch of it has completed: its first launch may load its module, which can
-//     synchronize the context, and with the stream held that would never end). It is exact
+//     synchronize the context, and with the stream held that would never end; nor behind a deep
+//     queue, judged by the newest fences, not by the lagging polled count). It is exact
 //     when it was held or its start event is still pending once the launch has been submitted
 //     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
 //     reached it, and the host time from the start's record to the launch's return is taken off
@@ -250,6 +251,9 @@ class FenceTracker {
   struct Stats {
     std::uint64_t segments = 0, probes_exact = 0, probes_inexact = 0, dense = 0;
     std::uint64_t probes_held = 0;  // of the exact ones
+    // Probes found to have few launches in flight only by asking the newest fences (the polled
+    // count said too many): each would have gone unheld without them.
+    std::uint64_t idle_by_query = 0;
     std::uint64_t span_ns = 0;      // the completed segments' spans, summed
     std::uint64_t probe_ns = 0;     // charged by probes
     std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
@@ -358,7 +362,10 @@ class FenceTracker {
   double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
-  std::uint64_t FencedLaunches() const;  // in flight on all its streams (a probe's, rare)
+  std::uint64_t FencedLaunches() const;  // in flight on all its streams, as last polled
+  // Whether few enough launches are in flight on the device for a probe to be held (asks the
+  // newest fences when the polled count says otherwise; a probe's, so rare).
+  bool FewLaunchesInFlight();
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
   std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns) const;  // its launch's time

@@ -757,11 +757,13 @@ void PrintGovernorStats() {
     TESSERA_LOG(
         kWarn, kHook,
         "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact (%llu "
-        "held) and %llu inexact probes, %.1f ms by %llu dense segments (%llu launches), %.1f ms by "
-        "estimates (%llu launches; %llu segments bounded by their span)",
+        "held; %llu found idle by asking the fences) and %llu inexact probes, %.1f ms by %llu "
+        "dense segments (%llu launches), %.1f ms by estimates (%llu launches; %llu segments "
+        "bounded by their span)",
         static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
         static_cast<unsigned long long>(f.probes_exact),
         static_cast<unsigned long long>(f.probes_held),
+        static_cast<unsigned long long>(f.idle_by_query),
         static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
         static_cast<unsigned long long>(f.dense), static_cast<unsigned long long>(f.dense_launches),
         ms(f.estimate_ns), static_cast<unsigned long long>(f.estimate_launches),

@@ -7,7 +7,8 @@ C++ build under test.
   busy_shares.py trace SHAPE --seconds S    the same alone under torch.profiler (CUPTI): prints
                                             {"busy_per_unit": union of its kernels' intervals
                                             per unit of work, "mean_kernel_us", ...}
-  busy_shares.py drive BUILD OUT            the table below; writes OUT/busy_shares.json
+  busy_shares.py drive BUILD OUT [--before BUILD0]
+                                            the table below; writes OUT/busy_shares.json
   busy_shares.py accuracy BUILD OUT         the busy fraction CUPTI sees under each share against
                                             min(S, b), in one run (accuracy's docstring);
                                             writes OUT/busy_accuracy.json
@@ -35,7 +36,9 @@ solo rate (the profiler slows the host, so its own busy fraction would understat
 --gpu-cores S` for S in SHARES (default 10 30 50 90): delivered = rate / solo rate (with
 REPEATS=N, the median of N interleaved solo/governed pairs), expected min(1, S / b); then the
 overhead of governed launches when the share does not bind: the launch-bound loop at
---gpu-cores 90 against native, PAIRS (default 5) interleaved pairs.
+--gpu-cores 90 against native, PAIRS (default 5) interleaved pairs. With --before BUILD0 each
+pair becomes a triple (solo, BUILD0 governed, BUILD governed), so that a change's delivered rate
+is set beside its baseline's in the same run (column "before").
 """
 import argparse
 import json
@@ -280,15 +283,20 @@ def rate(shape, prefix, seconds):
                                                   if l.startswith("tessera run")]
 
 
-def drive(build, out):
+def drive(build, out, before=None):
     sys.stdout.reconfigure(line_buffering=True)
-    tessera = [os.path.join(build, "cmd/tessera/tessera"), "run", "--gpu-memory", "24Gi"]
+
+    def tessera_of(b):
+        return [os.path.join(b, "cmd/tessera/tessera"), "run", "--gpu-memory", "24Gi"]
+
+    tessera = tessera_of(build)
+    baseline = tessera_of(before) if before else None
     shares = [int(s) for s in os.environ.get("SHARES", "10 30 50 90").split()]
     seconds = int(os.environ.get("SECONDS_PER_RUN", "8"))
     repeats = max(1, int(os.environ.get("REPEATS", "1")))
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "shapes": {}, "overhead": None}
     print(f"{'shape':12} {'b':>5} {'solo/s':>9} {'share':>6} {'delivered':>9} {'expected':>9} "
-          f"{'error pp':>8}")
+          f"{'error pp':>8}" + (f" {'before':>8}" if baseline else ""))
     for shape in os.environ.get("SHAPES", " ".join(SHAPES)).split():
         rc, lines, err = run(SELF + ["trace", shape, "--seconds", "3"], 200)
         traced = next((l for l in lines if "busy_per_unit" in l), None)
@@ -301,9 +309,13 @@ def drive(build, out):
         for s in shares:
             # REPEATS > 1: that many interleaved (solo, governed) pairs, the median ratio (a
             # shape's solo rate moved by 20-50 % between calls on the H200).
-            pairs = []
+            pairs, before_pairs = [], []
             for r in range(repeats):
                 pair_solo = solo if r == 0 else rate(shape, [], seconds)[0]
+                if baseline:
+                    old, _ = rate(shape, baseline + ["--gpu-cores", str(s), "--"], seconds)
+                    if old is not None and pair_solo:
+                        before_pairs.append((pair_solo, old))
                 got, notes = rate(shape, tessera + ["--gpu-cores", str(s), "--"], seconds)
                 if got is not None and pair_solo:
                     pairs.append((pair_solo, got))
@@ -315,12 +327,18 @@ def drive(build, out):
                 cell["delivered_range"] = [ratios[0], ratios[-1]]
                 cell["expected"] = min(1.0, s / 100 / b)
                 cell["error_pp"] = 100 * (cell["delivered"] - cell["expected"])
+            if before_pairs:
+                ratios = sorted(g / n for n, g in before_pairs)
+                cell["before"] = {"pairs": before_pairs, "delivered": statistics.median(ratios),
+                                  "delivered_range": [ratios[0], ratios[-1]]}
             row["shares"].append(cell)
             print(f"{shape:12} {b if b is not None else float('nan'):5.2f} "
                   f"{solo if solo else float('nan'):9.1f} {s:6} "
                   f"{100 * cell.get('delivered', float('nan')):8.1f}% "
                   f"{100 * cell.get('expected', float('nan')):8.1f}% "
-                  f"{cell.get('error_pp', float('nan')):+8.1f}")
+                  f"{cell.get('error_pp', float('nan')):+8.1f}" +
+                  (f" {100 * cell.get('before', {}).get('delivered', float('nan')):7.1f}%"
+                   if baseline else ""))
         results["shapes"][shape] = row
         with open(os.path.join(out, "busy_shares.json"), "w") as f:
             json.dump(results, f, indent=1)
@@ -425,6 +443,8 @@ def main():
         d = sub.add_parser(name)
         d.add_argument("build")
         d.add_argument("out")
+        if name == "drive":
+            d.add_argument("--before", help="a baseline build, run in the same pairs")
     a = p.parse_args()
     if a.cmd == "work":
         work(a.shape, a.seconds)
@@ -433,7 +453,7 @@ def main():
     elif a.cmd == "accuracy":
         accuracy(a.build, a.out)
     else:
-        drive(a.build, a.out)
+        drive(a.build, a.out, a.before)
 
 
 main()

@@ -9,7 +9,9 @@
 #   spatial  spatial_priority.sh (3 LC models x 3 BE shapes under MPS)
 #   procs    two processes of one container (busy_shares.py procslb) at 30 % and 90 % with the
 #            hook's probe stats (exact probes by timing, held ones, the long ones), then the
-#            delivered rate of procslb, launchbound and cupystream with REPEATS pairs (default 3)
+#            delivered rate of procslb, launchbound and cupystream with REPEATS pairs (default 3);
+#            BEFORE=BUILD_DIR (a baseline's build) runs the stats with it too and each pair as a
+#            triple (solo, baseline, this build): a change beside its baseline in the same run
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 out=${1:-build/issue21-out}
@@ -35,13 +37,15 @@ if [[ " $parts " == *" spatial "* ]]; then
   LC_SECONDS=${LC_SECONDS:-8} bash test/gpu/spatial_priority.sh "$out/spatial"
 fi
 if [[ " $parts " == *" procs "* ]]; then
-  for share in 30 90; do
-    echo "== procslb at $share % (probe stats)"
-    TESSERA_HOOK_STATS=1 timeout -s KILL 60 build/gpu/cmd/tessera/tessera run --gpu-cores "$share" \
-      -- python3 test/gpu/busy_shares.py work procslb --seconds 5 2>&1 |
-      grep -E 'stats: fences|stats: probes|GPU busy'
+  for build in ${BEFORE:+"$BEFORE"} "$PWD/build/gpu"; do
+    for share in 30 90; do
+      echo "== procslb at $share % (probe stats), $build"
+      TESSERA_HOOK_STATS=1 timeout -s KILL 60 "$build/cmd/tessera/tessera" run --gpu-cores "$share" \
+        -- python3 test/gpu/busy_shares.py work procslb --seconds 5 2>&1 |
+        grep -E 'stats: fences|stats: probes|GPU busy'
+    done
   done
   mkdir -p "$out/procs"
   SHAPES=${SHAPES:-procslb launchbound cupystream} REPEATS=${REPEATS:-3} SECONDS_PER_RUN=${SECONDS_PER_RUN:-5} \
-    python3 test/gpu/busy_shares.py drive "$PWD/build/gpu" "$out/procs"
+    python3 test/gpu/busy_shares.py drive "$PWD/build/gpu" "$out/procs" ${BEFORE:+--before "$BEFORE"}
 fi
