@@ -4,7 +4,9 @@
 #      upstream Go modules) with three simulated GPU nodes, tessera-scheduler (extender and
 #      admission webhooks) and one tessera-node per node as local processes; the seeds' scenarios
 #      replayed, with placements per GPU, ledgers, denials and their reasons, the policy in force,
-#      and where enforcement would act on a GPU (docs/demo.md);
+#      and where enforcement would act on a GPU (docs/demo.md); then, as root with runc, the
+#      showdown again on a real node (kubelet, containerd, runc; tessera from its chart) as real
+#      pods whose processes are refused at their own caps;
 #   2. `tessera sim`: the ATC'23 FGD trace experiment (Alibaba GPU trace, 1,213 nodes) through
 #      the six published placement policies (their curves reproduced exactly) and tessera's online
 #      policy, 10 seeds each, with a plot;
@@ -14,13 +16,25 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/install-deps.sh
 test/e2e/harness/build.sh build/e2e
 cmake --preset release >/dev/null
-cmake --build build/release -j "$(nproc)" --target tessera tessera-scheduler tessera-node tessera_fake_nvml
+cmake --build build/release -j "$(nproc)" --target tessera tessera-scheduler tessera-node \
+  tessera_fake_nvml tessera_fake_cuda tessera_hook hook_client
 tessera=build/release/cmd/tessera/tessera
 
 "$tessera" demo --testcluster build/e2e/tessera-testcluster \
   --scheduler-binary build/release/cmd/tessera-scheduler/tessera-scheduler \
   --node-binary build/release/cmd/tessera-node/tessera-node \
   --fake-nvml-dir build/release/test/fakes/lib
+
+# The same story on a real node where this machine can run one (root, runc): kubelet, containerd
+# and runc here, tessera installed from its Helm chart and images, the seeds' showdown as real
+# pods whose processes hit their caps (`tessera demo --real-node`; docs/demo.md).
+if [[ $(id -u) == 0 ]] && command -v runc >/dev/null; then
+  printf '\n##### tessera demo --real-node: a real kubelet + containerd + runc on this machine\n'
+  REALNODE_CHART=1 REALNODE_DEMO_ONLY=1 TESSERA_BUILD_DIR=build/release \
+    test/e2e/harness/realnode-smoke.sh build/e2e/tessera-testcluster 2>&1 | grep -v DEPRECATION
+else
+  printf '\n(no demo on a real node: it needs root and runc here; the demo above used simulated nodes)\n'
+fi
 
 printf '\n##### tessera sim: default trace, all policies x seeds 42..51\n'
 "$tessera" sim --trace test/data/alibaba-gpu-v2023 --pods default --policy all --seeds 42..51 \

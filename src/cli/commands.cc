@@ -29,7 +29,9 @@ constexpr std::array kCommands = {
                 "GPU nodes (docs/demo.md)",
                 "usage: tessera demo [--testcluster BIN] [--scheduler-binary BIN] "
                 "[--node-binary BIN] [--fake-nvml-dir DIR]\n"
-                "                    [--only SCENARIO,...] [--json] [--keep]",
+                "                    [--only SCENARIO,...] [--json] [--keep]\n"
+                "       tessera demo --real-node KUBECONFIG --pod-template FILE "
+                "[--only SCENARIO,...]",
                 true, true},
     CommandInfo{"run", "Run a command under a GPU memory cap, compute share and priority",
                 "usage: tessera run [--gpu-memory QUANTITY] [--gpu-cores 1-100] "

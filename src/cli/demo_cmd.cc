@@ -18,6 +18,8 @@ struct DemoFlags {
   demo::DemoOptions options;
   std::string only;
   bool json = false;
+  std::string real_node;     // a kubeconfig: the scenarios on that cluster's real node
+  std::string pod_template;  // with --real-node
 };
 
 // The folder of the running tessera binary ("" if /proc does not say).
@@ -25,6 +27,45 @@ std::string ExecutableDir() {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   return ec ? std::string() : exe.parent_path().string();
+}
+
+// --real-node: the scenarios as real containers on an existing cluster (demo.h).
+int RunRealNode(const DemoFlags& f, std::ostream& out, std::ostream& err) {
+  const demo::DemoOptions& o = f.options;
+  const char* local_only = !o.testcluster.empty()     ? "--testcluster"
+                           : !o.scheduler.empty()     ? "--scheduler-binary"
+                           : !o.node.empty()          ? "--node-binary"
+                           : !o.fake_nvml_dir.empty() ? "--fake-nvml-dir"
+                           : o.keep                   ? "--keep"
+                           : f.json                   ? "--json"
+                                                      : nullptr;
+  if (local_only != nullptr) {
+    err << "tessera demo: " << local_only
+        << " applies to the local cluster the demo starts, not to --real-node\n";
+    return 2;
+  }
+  if (f.real_node.empty()) {
+    err << "tessera demo: --pod-template applies only with --real-node KUBECONFIG\n";
+    return 2;
+  }
+  demo::RealNodeOptions r;
+  r.kubeconfig = f.real_node;
+  r.pod_template = f.pod_template;
+  r.only = o.only;
+  demo::RealNodeResult result;
+  const Status status = demo::RunRealNodeDemo(r, &out, err, &result);
+  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kInvalidInput) {
+    err << "tessera demo: " << status.message() << "\n";
+    return ToExitCode(status);
+  }
+  if (status.code() == StatusCode::kAborted) return 130;
+  if (!status.ok()) return ToExitCode(status);
+  if (result.unexpected() > 0) {
+    err << "tessera demo: " << result.unexpected()
+        << " placed pod(s) were not refused at their own cap (marked (!) above)\n";
+    return 1;
+  }
+  return 0;
 }
 
 int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
@@ -44,6 +85,7 @@ int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
       start = comma + 1;
     }
   }
+  if (!f.real_node.empty() || !f.pod_template.empty()) return RunRealNode(f, out, err);
   demo::FillDefaults(o, ExecutableDir());
   demo::DemoResult result;
   const Status status = demo::RunDemo(o, f.json ? nullptr : &out, err, &result);
@@ -82,6 +124,12 @@ void AddDemoCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* ex
   cmd->add_option("--only", flags->only,
                   "scenarios to run, comma-separated: " + demo::ScenarioIds());
   cmd->add_flag("--json", flags->json, "print a machine-readable summary instead of the story");
+  cmd->add_option("--real-node", flags->real_node,
+                  "KUBECONFIG of a cluster with tessera installed on a real node: the scenarios' "
+                  "pods as real containers there, each process filling its memory cap");
+  cmd->add_option("--pod-template", flags->pod_template,
+                  "with --real-node: a JSON file {\"image\": an image holding the CUDA client, "
+                  "\"client\", \"schedulerName\", \"env\", \"volumes\", \"volumeMounts\"}");
   cmd->add_flag("--keep", flags->options.keep,
                 "keep the temporary folder (process logs, cluster state) and say where");
   cmd->callback([flags, &out, &err, exit_code] { *exit_code = RunDemoCommand(*flags, out, err); });

@@ -18,6 +18,7 @@
 
 #include "agent/slot_binder.h"
 #include "contract/decision.h"
+#include "demo/manifest.h"
 #include "demo/pki.h"
 #include "demo/printer.h"
 #include "demo/process.h"
@@ -43,7 +44,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kContainer = "main";
 constexpr auto kPodLimit = 90s;     // a pod's outcome
 constexpr auto kPlacedGrace = 30s;  // a pod expected to be placed, after a FailedScheduling
 constexpr auto kSettleLimit = 60s;  // a scenario's pods gone from the API and the ledger
@@ -74,44 +74,6 @@ class LogToFile {
   LogToFile(const LogToFile&) = delete;
   LogToFile& operator=(const LogToFile&) = delete;
 };
-
-std::string Str(const json& j, const json::json_pointer& p) {
-  return j.contains(p) && j.at(p).is_string() ? j.at(p).get<std::string>() : std::string();
-}
-
-std::vector<std::string> Words(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
-json PodManifest(const PodSpec& p, const std::string& node) {
-  json limits = json::object();
-  if (!p.memory.empty()) limits[std::string(names::kResourceGpuMemory)] = p.memory;
-  if (p.cores > 0) limits[std::string(names::kResourceGpuCores)] = std::to_string(p.cores);
-  if (p.gpus > 0) limits[std::string(names::kResourceGpu)] = std::to_string(p.gpus);
-  json annotations = json::object();
-  if (!p.priority.empty()) annotations[std::string(names::kAnnotationPriority)] = p.priority;
-  if (!p.mode.empty()) annotations[std::string(names::kAnnotationMode)] = p.mode;
-  if (!p.kai_memory_mib.empty())
-    annotations[std::string(names::kAnnotationKaiGpuMemory)] = p.kai_memory_mib;
-  if (!p.kai_fraction.empty())
-    annotations[std::string(names::kAnnotationKaiGpuFraction)] = p.kai_fraction;
-  json container = {{"name", kContainer}, {"image", "registry.invalid/tessera-demo/workload:1"}};
-  if (!p.command.empty()) container["command"] = Words(p.command);
-  if (!limits.empty()) container["resources"] = {{"limits", limits}};
-  json pod = {
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata", {{"name", p.name}, {"namespace", p.ns}}},
-      {"spec", {{"terminationGracePeriodSeconds", 0}, {"containers", json::array({container})}}}};
-  if (!annotations.empty()) pod["metadata"]["annotations"] = annotations;
-  if (!p.kai_memory_mib.empty() || !p.kai_fraction.empty())
-    pod["spec"]["schedulerName"] = "kai-scheduler";
-  if (!node.empty()) pod["spec"]["nodeSelector"] = {{"kubernetes.io/hostname", node}};
-  return pod;
-}
 
 // What admission changed, in a person's words.
 std::vector<std::string> AdmittedAs(const json& sent, const json& stored) {
@@ -151,13 +113,6 @@ std::vector<std::string> AdmittedAs(const json& sent, const json& stored) {
     }
   }
   return out;
-}
-
-// The message after "denied the request: " (the webhook's own words), else the whole message.
-std::string DenialReason(const std::string& message) {
-  static constexpr std::string_view kMarker = "denied the request: ";
-  const std::size_t at = message.find(kMarker);
-  return at == std::string::npos ? message : message.substr(at + kMarker.size());
 }
 
 std::string RunCommand(const PodResult& p, bool fail_closed) {

@@ -167,4 +167,67 @@ Status RunDemo(const DemoOptions& options, std::ostream* human, std::ostream& er
 // The machine-readable summary (`--json`).
 std::string ResultToJson(const DemoResult& result);
 
+// ---- a real node (`tessera demo --real-node KUBECONFIG`, real_node.cc) ----------------------
+//
+// The scenarios' pods as real containers on a cluster where tessera is installed (its chart:
+// tessera-node's device plugin on a real kubelet, tessera-scheduler and its webhooks): each pod
+// is created as its scenario writes it, without a node pinned, and its container runs the CUDA
+// client of the pod template's image, which allocates 64 MiB at a time until CUDA refuses and
+// prints what it got and what cuMemGetInfo says. A placed pod ends as expected when its process
+// was refused at its own cap and cuMemGetInfo's total is that cap. The pods are deleted afterwards.
+
+// What the cluster's containers need beyond the scenario's pod (a JSON object, --pod-template):
+//   image          (required) an image holding the CUDA client (test/integration/hook_client)
+//   client         the client's path in the image (default "hook_client", found on PATH)
+//   schedulerName  the kube-scheduler profile that calls tessera-scheduler (default: the cluster's)
+//   env, volumes, volumeMounts   added to the container / the pod as given (Kubernetes objects)
+struct PodTemplate {
+  std::string image;
+  std::string client = "hook_client";
+  std::string scheduler_name;
+  std::string env_json = "[]", volumes_json = "[]", mounts_json = "[]";  // JSON arrays
+};
+// Errors name the field and the accepted form.
+StatusOr<PodTemplate> ParsePodTemplate(std::string_view text);
+
+inline constexpr std::uint64_t kRealNodeChunk = 64ULL << 20;  // the client's allocation step
+
+struct RealPodResult {
+  PodSpec spec;
+  Outcome outcome = Outcome::kDenied;
+  std::string reason;  // denied or unschedulable: why
+  std::string node, uuid;
+  std::uint64_t cap_bytes = 0;  // placed: the memory its decision grants
+  std::string phase;            // the pod's phase at the end
+  // What its process printed (hook_client's key=value lines):
+  bool ran = false;                 // a context was made
+  std::uint64_t allocated = 0;      // before CUDA refused
+  int last_result = -1;             // the CUresult that refused
+  std::uint64_t total = 0;          // cuMemGetInfo's total
+  std::vector<std::string> output;  // its lines, as printed
+  bool as_expected = false;         // placed: refused at its cap, the cap its total
+};
+// Fills the fields of a placed pod's process from its log, and judges it.
+void ReadClientOutput(const std::string& log, RealPodResult* r);
+
+struct RealNodeResult {
+  std::string node, kubelet, runtime, os;
+  std::uint64_t slots = 0;
+  std::vector<std::pair<std::string, std::vector<RealPodResult>>> scenarios;  // id, its pods
+  bool completed = false;
+  int unexpected() const;
+};
+
+struct RealNodeOptions {
+  std::string kubeconfig;
+  std::string pod_template;       // a file (PodTemplate)
+  std::vector<std::string> only;  // scenario ids; empty: the showdown
+  std::string ns = "default";
+};
+
+// Runs the scenarios on the cluster; `human` as RunDemo's. kAborted after Ctrl-C (the pods are
+// deleted all the same).
+Status RunRealNodeDemo(const RealNodeOptions& options, std::ostream* human, std::ostream& err,
+                       RealNodeResult* result);
+
 }  // namespace tessera::demo

@@ -19,7 +19,8 @@
 # device plugin registers with the real kubelet; the chart's Deployment runs tessera-scheduler
 # and kube-scheduler, its webhooks (failurePolicy Fail) reached through their Service. Checks the
 # agent's pod, the Node's tessera.dev/gpu-slot, the installed library, the inventory published
-# through the `kubernetes` Service (kube-proxy); then GPU pods as real containers: two tenants
+# through the `kubernetes` Service (kube-proxy); `tessera demo --real-node` (the seeds'
+# showdown as real pods, each process refused at its own cap); then GPU pods as real containers: two tenants
 # placed by the chart's kube-scheduler and extender, each started with its CDI device and
 # refused at its own memory cap (cuMemGetInfo shows the cap), a compute share under the arbiter in
 # a container of uid 1000, their GPU's device node openable
@@ -34,6 +35,7 @@
 #   runs it as realnode_e2e, label e2e, with REALNODE_CHART=1). Needs root, runc, busybox-static
 #   and containernetworking-plugins (hack/install-deps.sh); builds containerd into $CONTAINERD_BIN (default
 #   ~/.cache/tessera/containerd-<version>) on first use. SMOKE_KEEP=1 keeps the work folder;
+#   REALNODE_DEMO_ONLY=1 stops after `tessera demo --real-node` (hack/run.sh's demo on a real node);
 #   REALNODE_HOLD=1 keeps the node running after the checks (the kubeconfig and containerd's
 #   socket are printed) until SIGTERM or SIGINT, then cleans up as usual.
 #
@@ -350,6 +352,26 @@ YAML
   # admitted only through them).
   component_up scheduler '{.items[*].status.conditions[?(@.type=="Ready")].status}' True \
     "the chart's scheduler pod Ready"
+  # The demo on this real node (issue #24 part 5): `tessera demo --real-node` runs the seeds'
+  # showdown as real pods of the CUDA client image, each process filling its own cap. The pod
+  # template gives them what this node's fake driver needs (a real GPU node needs only the image).
+  cat >"$w/demo-pod.json" <<JSON
+{"image": "tessera.dev/test/cuda-client:1", "client": "/usr/local/bin/hook_client",
+ "schedulerName": "tessera",
+ "env": [{"name": "LD_LIBRARY_PATH", "value": "$w/driver"}, {"name": "TESSERA_FAKE_DEV_DIR", "value": "/dev"},
+         {"name": "TESSERA_FAKE_STATE", "value": "/fakegpu/state"}],
+ "volumes": [{"name": "fakegpu", "hostPath": {"path": "$w/fakegpu", "type": "Directory"}}],
+ "volumeMounts": [{"name": "fakegpu", "mountPath": "/fakegpu"}]}
+JSON
+  "$build/cmd/tessera/tessera" demo --real-node "$KUBECONFIG" --pod-template "$w/demo-pod.json" |
+    tee "$w/demo.log" ||
+    { echo "realnode-smoke: tessera demo --real-node failed" >&2; exit 1; }
+  grep -q "were refused at their own cap" "$w/demo.log" ||
+    { echo "realnode-smoke: tessera demo --real-node did not finish its story" >&2; exit 1; }
+  if [[ "${REALNODE_DEMO_ONLY:-0}" == 1 ]]; then
+    echo "realnode-smoke: demo done (REALNODE_DEMO_ONLY=1: the other checks skipped); cleaning up"
+    exit 0
+  fi
   # GPU pods as real containers (the fake driver shows a container the GPUs whose device nodes it
   # may open, TESSERA_FAKE_DEV_DIR): two tenants with their own memory caps, placed by the chart's
   # kube-scheduler and its extender (a signed decision), admitted by its webhooks, given a slot by
