@@ -13,8 +13,10 @@ constexpr std::uint32_t kFirstProbes = 2;
 // StartAtNewEvent): on the H200 a stream's queue held 1,021 launches before a launch blocked for
 // room (720 with 4 KiB of kernel parameters; test/gpu/launch_queue.py). At 64 (sessions 16-18)
 // two launch-bound processes left most probes unheld, and 1-3 % of those held the other
-// context's turn (~300 us). The polled count is an upper bound, but it lags the GPU by a watcher
-// poll; past it the fences of the newest segments are asked, at most kMaxHoldQueries a probe.
+// context's turn (~300 us). Counted: launches still open and launches fenced and not yet polled
+// (a count that lags the GPU by a watcher poll; past the bound the fences of the newest segments
+// are asked, at most kMaxHoldQueries a probe). Not counted: copies, a graph's kernels beyond one,
+// kernel parameters' bytes (720 launches fit at 4 KiB): the watchdog covers what slips past.
 constexpr std::uint64_t kMaxLaunchesBehindHold = 512;
 constexpr int kMaxHoldQueries = 4;
 constexpr std::uint64_t kCalibrationSpinNs = 10'000'000;
@@ -163,16 +165,25 @@ std::uint64_t FenceTracker::FencedLaunches() const {
   return n;
 }
 
-bool FenceTracker::FewLaunchesInFlight() {
-  if (FencedLaunches() < kMaxLaunchesBehindHold) return true;
+std::uint64_t FenceTracker::OpenLaunches() const {
+  std::uint64_t n = 0;
+  for (const Stream& s : streams_) n += s.open_launches;
+  return n;
+}
+
+bool FenceTracker::FewLaunchesInFlight(bool* asked) {
+  *asked = false;
+  const std::uint64_t open = OpenLaunches();
+  if (FencedLaunches() + open < kMaxLaunchesBehindHold) return true;
   // Each stream's segments run in order: walked from the newest back, the first whose fence has
-  // run ends the walk (it and those before it have completed). Past the queries allowed, or at an
-  // error, what is left counts as in flight.
-  std::uint64_t in_flight = 0;
+  // run ends the walk (it and those before it have completed). Past the queries allowed, at an
+  // error, or on a key of several streams, what is left counts as in flight.
+  *asked = true;
+  std::uint64_t in_flight = open;
   int queries = 0;
   for (const Stream& s : streams_) {
     std::uint64_t left = s.fenced_launches;
-    for (auto seg = s.fenced.rbegin(); seg != s.fenced.rend() && left > 0; ++seg) {
+    for (auto seg = s.fenced.rbegin(); s.ordered && seg != s.fenced.rend() && left > 0; ++seg) {
       if (queries++ >= kMaxHoldQueries) break;
       const EventApi::State state = api_->Query(events_[static_cast<std::size_t>(seg->end)].handle);
       if (state == EventApi::State::kDone) left = 0;
@@ -183,7 +194,6 @@ bool FenceTracker::FewLaunchesInFlight() {
     in_flight += left;
     if (in_flight >= kMaxLaunchesBehindHold) return false;
   }
-  ++stats_.idle_by_query;
   return true;
 }
 
@@ -244,9 +254,11 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
   // guarantee.) Every other probe is held: an unheld one on a stream that has just gone idle is
   // exact too, but with other contexts on the GPU its bracket may hold their turn (on the H200 1-3
   // % of such probes timed ~300 us in two-process containers, and no held one did).
-  if (probe && s.next_estimate_ns > 0 && FewLaunchesInFlight()) {
+  bool asked = false;
+  if (probe && s.next_estimate_ns > 0 && api_->CanHold() && FewLaunchesInFlight(&asked)) {
     s.reserved_end = NewEvent();
     s.holding = s.reserved_end >= 0 && api_->Hold(s.handle);
+    if (s.holding && asked) ++stats_.idle_by_query;
     if (!s.holding && s.reserved_end >= 0) {
       Unref(s.reserved_end);
       s.reserved_end = -1;
@@ -262,15 +274,17 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
   return true;
 }
 
-void FenceTracker::ReleaseHold(Stream& s) {
+bool FenceTracker::ReleaseHold(Stream& s) {
+  bool intact = true;
   if (s.holding) {
     s.holding = false;
-    api_->Release();
+    intact = api_->Release();
   }
   if (s.reserved_end >= 0) {
     Unref(s.reserved_end);
     s.reserved_end = -1;
   }
+  return intact;
 }
 
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns) {
@@ -323,6 +337,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
     Drop(s);
     return;
   }
+  bool pushed = false;
   int end = s.reserved_end;
   if (end >= 0) {
     s.reserved_end = -1;  // ours now: ReleaseHold must not drop it
@@ -344,9 +359,17 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
                                s.last_launch_ns, s.open_first_ns, std::move(s.open_submissions),
                                s.open_probe && s.holding, s.open_begin_ns});
     SetTail(s, end);
+    pushed = true;
   }
   s.open_submissions.clear();
-  ReleaseHold(s);
+  if (!ReleaseHold(s) && pushed && s.fenced.back().probe) {
+    // The watchdog opened its gate (a launch blocked behind it): its span may hold the stall,
+    // so it is charged as any segment, by its span and its launch's estimate, and times nothing.
+    s.fenced.back().probe = false;
+    s.fenced.back().exact = false;
+    s.fenced.back().held = false;
+    ++stats_.holds_broken;
+  }
   s.open_begin = -1;
   s.open_launches = 0;
   s.open_unknown = 0;

@@ -17,7 +17,7 @@
 //     starts at an event of its own, behind a Hold where the driver allows one (a kind is held
 //     only once a launch of it has completed: its first launch may load its module, which can
 //     synchronize the context, and with the stream held that would never end; nor behind a deep
-//     queue, judged by the newest fences, not by the lagging polled count). It is exact
+//     queue: the polled count, and where it says too much the newest fences). It is exact
 //     when it was held or its start event is still pending once the launch has been submitted
 //     (the launch is queued right behind it). Otherwise the GPU ran the start before the launch
 //     reached it, and the host time from the start's record to the launch's return is taken off
@@ -76,7 +76,12 @@ class EventApi {
     (void)stream;
     return false;
   }
-  virtual void Release() {}
+  // Whether a Hold may be placed now (cheap: no driver call), so that nothing is asked of the
+  // GPU for a hold that would be refused.
+  virtual bool CanHold() { return false; }
+  // false: the gate had been opened before (a watchdog, after a launch blocked behind it), so
+  // what the held probe timed may hold that stall.
+  virtual bool Release() { return true; }
 };
 
 // Every event record, stream wait and query is a driver call that costs about as much as a
@@ -159,6 +164,9 @@ class FenceTracker {
   // AfterLaunch needs the time after the launch was submitted (an inexact probe's gap); any
   // other may be given the time before it, which saves a clock reading a launch.
   bool LaunchIsProbe(void* stream) { return StreamFor(stream).next_is_probe; }
+  // `stream` names several of the GPU's streams (CU_STREAM_PER_THREAD: each thread's own), whose
+  // segments may complete out of order: a completed one says nothing of the others.
+  void SetUnordered(void* stream) { StreamFor(stream).ordered = false; }
   // Closes the open segment of one stream / of every stream (before something waits on them),
   // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
   // segment is dropped unmeasured.
@@ -251,9 +259,11 @@ class FenceTracker {
   struct Stats {
     std::uint64_t segments = 0, probes_exact = 0, probes_inexact = 0, dense = 0;
     std::uint64_t probes_held = 0;  // of the exact ones
-    // Probes found to have few launches in flight only by asking the newest fences (the polled
-    // count said too many): each would have gone unheld without them.
+    // Probes held only because the newest fences were asked (the polled count said too many).
     std::uint64_t idle_by_query = 0;
+    // Held probes whose gate had been opened by the watchdog (a launch blocked behind it): their
+    // timings may hold the stall, so they were charged as plain segments, not as probes.
+    std::uint64_t holds_broken = 0;
     std::uint64_t span_ns = 0;      // the completed segments' spans, summed
     std::uint64_t probe_ns = 0;     // charged by probes
     std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
@@ -336,6 +346,9 @@ class FenceTracker {
     double fenced_estimate_ns = 0;
     std::uint64_t fenced_unknown = 0;
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
+    // Its segments complete in order (one stream). Not so for a key several of the GPU's streams
+    // share (the per-thread default stream of every thread: SetUnordered).
+    bool ordered = true;
   };
   struct Kind {
     double estimate_ns = 0;    // 0: not measured yet
@@ -354,7 +367,7 @@ class FenceTracker {
   void Discard(int e);
   void Close(Stream& s, std::uint64_t now_ns);
   void Drop(Stream& s);
-  void ReleaseHold(Stream& s);
+  bool ReleaseHold(Stream& s);  // false: the gate had been opened before (Release)
   // Starts the open segment of an idle stream at a new event (behind a Hold for a probe).
   bool StartAtNewEvent(Stream& s, bool probe);
   double Estimate(const Stream& s) const;
@@ -364,8 +377,10 @@ class FenceTracker {
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
   std::uint64_t FencedLaunches() const;  // in flight on all its streams, as last polled
   // Whether few enough launches are in flight on the device for a probe to be held (asks the
-  // newest fences when the polled count says otherwise; a probe's, so rare).
-  bool FewLaunchesInFlight();
+  // newest fences when the polled count says otherwise; a probe's, so rare). `asked`: the fences
+  // were asked.
+  bool FewLaunchesInFlight(bool* asked);
+  std::uint64_t OpenLaunches() const;  // launched, not yet fenced, on all its streams
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
   std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns) const;  // its launch's time

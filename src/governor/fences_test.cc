@@ -337,9 +337,11 @@ class LatencyGpu final : public TimestampEvents {
     }
     return gate_;
   }
+  bool CanHold() override { return gate_; }
   int holds = 0;
   std::uint64_t max_backlog_at_hold = 0;  // the GPU's work queued ahead of a Hold, at most
-  void Release() override {               // what queued behind the gate runs back to back from here
+  bool watchdog = false;                  // every gate found opened already at Release
+  bool Release() override {               // what queued behind the gate runs back to back from here
     held_ = false;
     std::uint64_t t = std::max(busy_until_, now + pickup_);
     for (const auto& [ns, event] : queue_) {
@@ -352,6 +354,7 @@ class LatencyGpu final : public TimestampEvents {
     }
     busy_until_ = t;
     queue_.clear();
+    return !watchdog;
   }
 
  private:
@@ -407,6 +410,7 @@ TEST(FenceTracker, AStreamWithManyLaunchesInFlightIsNotHeld) {
   }
   EXPECT_GT(gpu.holds, 0);  // while the queue was short
   EXPECT_LT(gpu.max_backlog_at_hold, 513 * 100'000u);
+  EXPECT_GT(gpu.max_backlog_at_hold, 64 * 100'000u);  // (held behind more than the old bound)
   EXPECT_NEAR(t.KindEstimateNs(1), 100'000.0, 1'000.0);
   const double truth = 4'000 * 100'000.0;
   EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
@@ -435,6 +439,94 @@ TEST(FenceTracker, AProbeIsHeldWhenItsFencedLaunchesRanThoughNotYetPolled) {
   EXPECT_NEAR(t.KindEstimateNs(1), 2'000.0, 1.0);
   const double truth = 20'000 * 2'000.0;
   EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
+}
+
+// Launches not yet fenced count too: a second stream's open segment of 520 launches queued behind
+// a long kernel keeps a probe of the first stream from being held.
+TEST(FenceTracker, OpenLaunchesOfOtherStreamsCountAgainstAHold) {
+  LatencyGpu gpu(1'000, 1'000, /*gate=*/true);
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 3});  // probes: a kind's first two
+  void* const other = reinterpret_cast<void*>(0x30);
+  // A kind's second probe is held once its first has completed, on an idle device ...
+  LaunchOn(t, gpu, 2'000, 5);
+  gpu.now += 1'000'000;
+  t.Poll();
+  int holds = gpu.holds;
+  LaunchOn(t, gpu, 2'000, 5);
+  EXPECT_EQ(gpu.holds, holds + 1);
+  // ... but not with 520 launches open (not yet fenced) on another stream behind long kernels.
+  const auto launch_other = [&] {
+    ASSERT_TRUE(t.BeforeLaunch(other, gpu.now, 2));
+    gpu.Launch(100'000);
+    t.AfterLaunch(other, gpu.now);
+  };
+  LaunchOn(t, gpu, 2'000, 6);
+  launch_other();  // the other kind's two probes, completed: its estimate is known
+  launch_other();
+  gpu.now += 1'000'000;
+  t.Poll();
+  for (int i = 0; i < 520; ++i) launch_other();  // one open segment (52 ms, below the quantum)
+  holds = gpu.holds;
+  LaunchOn(t, gpu, 2'000, 6);
+  EXPECT_EQ(gpu.holds, holds);
+}
+
+// Events that complete when recorded unless told otherwise (pend_next: the next record never
+// completes), and a gate that is always there: which fences have run is the test's to say.
+class ScriptedGpu final : public TimestampEvents {
+ public:
+  void Launch(std::uint64_t) {}
+  bool Record(void* event, void*) override {
+    *static_cast<std::uint64_t*>(event) = pend_next ? kNever - 1 : now;
+    pend_next = false;
+    return true;
+  }
+  bool CanHold() override { return true; }
+  bool Hold(void*) override {
+    ++holds;
+    return true;
+  }
+  bool pend_next = false;
+  int holds = 0;
+};
+
+// Segments of one stream complete in order, so a completed fence says the older ones have run:
+// not so for a key several streams share (every thread's per-thread default stream), where an
+// older segment may still be queued on another thread's stream.
+TEST(FenceTracker, AKeyOfSeveralStreamsCountsEverySegmentItFenced) {
+  for (const bool unordered : {false, true}) {
+    ScriptedGpu gpu;
+    FenceTracker t(&gpu, FenceOptions{1'000'000'000, 300, 0, 3});  // probes: a kind's first two
+    if (unordered) t.SetUnordered(kStream);
+    LaunchOn(t, gpu, 0, 1);  // kinds 1 and 3 learn their estimates
+    LaunchOn(t, gpu, 0, 1);
+    LaunchOn(t, gpu, 0, 3);
+    t.Poll();
+    for (int i = 0; i < 600; ++i) {  // two segments of 300; the older one's fence never runs
+      gpu.pend_next = i == 299;
+      LaunchOn(t, gpu, 0, 1);
+    }
+    const int holds = gpu.holds;
+    LaunchOn(t, gpu, 0, 3);  // kind 3's second probe
+    EXPECT_EQ(gpu.holds, unordered ? holds : holds + 1) << "unordered " << unordered;
+  }
+}
+
+// A held probe whose gate the watchdog opened (a launch blocked behind it) may have timed the
+// stall: it is charged as a plain segment and feeds no estimate.
+TEST(FenceTracker, AProbeWhoseGateWasOpenedByTheWatchdogTimesNothing) {
+  LatencyGpu gpu(4'000, 1'000, /*gate=*/true);
+  gpu.watchdog = true;
+  FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 5, /*min_probe_gap_ns=*/0});
+  for (int i = 0; i < 2'000; ++i) {
+    LaunchOn(t, gpu, 2'000, 1);
+    gpu.now += 20'000;
+    t.Poll();
+  }
+  Drain(t, gpu);
+  ASSERT_GT(gpu.holds, 100);
+  EXPECT_EQ(t.stats().holds_broken, static_cast<std::uint64_t>(gpu.holds));
+  EXPECT_EQ(t.stats().probes_held, 0u);
 }
 
 TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimingsThatDidNotWait) {

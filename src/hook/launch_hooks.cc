@@ -147,10 +147,13 @@ class CudaEvents final : public governor::EventApi {
     hold_since_ns_.store(NowNs(), std::memory_order_release);
     return true;
   }
-  void Release() override {
+  // false when the watchdog had opened the gate already (it clears the stamp first).
+  bool Release() override {
+    const bool intact = hold_since_ns_.exchange(0, std::memory_order_acq_rel) != 0;
     __atomic_store_n(gate_host_, gate_seq_.load(std::memory_order_relaxed), __ATOMIC_RELEASE);
-    hold_since_ns_.store(0, std::memory_order_release);
+    return intact;
   }
+  bool CanHold() override { return !gate_tried_ || (wait_ != nullptr && !GateResting()); }
 
  private:
   using HostAllocFn = CUresult (*)(void**, std::size_t, unsigned int);
@@ -205,12 +208,16 @@ class CudaEvents final : public governor::EventApi {
   // Opens a gate held for over kGateWatchdogNs without taking any lock (the launch path holds
   // its mutex across the real launch, and a launch that blocks while its stream is held — a
   // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING, a full queue — would never
-  // return); the gate then rests for kGateRestNs, and after kMaxGateTrips trips it is off for
-  // good. (On the H200 a CuPy loop on a stream of its own tripped it once early in its run, and a
-  // gate off for good from then on left its probes inexact: its kernels were charged nothing.)
+  // return); the gate then rests for kGateRestNs, and after kMaxGateTrips trips, each within
+  // kTripMemoryNs of the one before, it is off for good (a CuPy loop flooding a stream of its
+  // own tripped it about once in 5 s on the H200: over a long run a count that never forgets
+  // would turn the gate off for good). (On the H200 a CuPy loop on a stream of its own tripped it
+  // once early in its run, and a gate off for good from then on left its probes inexact: its
+  // kernels were charged nothing.)
   static constexpr std::uint64_t kGateWatchdogNs = 5'000'000;
   static constexpr std::uint64_t kGateRestNs = 100'000'000;
   static constexpr std::uint32_t kMaxGateTrips = 8;
+  static constexpr std::uint64_t kTripMemoryNs = 60'000'000'000;
   bool GateResting() const {
     return trips_.load(std::memory_order_relaxed) >= kMaxGateTrips ||
            NowNs() < rest_until_ns_.load(std::memory_order_relaxed);
@@ -232,6 +239,9 @@ class CudaEvents final : public governor::EventApi {
             // not be undone), opened without clearing anyone else's stamp.
             if (!events->hold_since_ns_.compare_exchange_strong(since, 0)) continue;
             __atomic_store_n(events->gate_host_, events->gate_seq_.load(), __ATOMIC_RELEASE);
+            // (only this thread writes trips_ and last_trip_ns_)
+            if (now > events->last_trip_ns_ + kTripMemoryNs) events->trips_.store(0);
+            events->last_trip_ns_ = now;
             const std::uint32_t trips = events->trips_.fetch_add(1) + 1;
             CountMachineryError(trips < kMaxGateTrips
                                     ? "a probe's gate stayed closed for 5 ms (a launch blocked "
@@ -251,7 +261,8 @@ class CudaEvents final : public governor::EventApi {
   CUdeviceptr gate_device_ = 0;
   std::atomic<std::uint32_t> gate_seq_{0};
   std::atomic<std::uint64_t> hold_since_ns_{0};
-  std::atomic<std::uint32_t> trips_{0};          // the watchdog opened the gate this often
+  std::atomic<std::uint32_t> trips_{0};          // the watchdog opened the gate this often, lately
+  std::uint64_t last_trip_ns_ = 0;               // (the watchdog's own)
   std::atomic<std::uint64_t> rest_until_ns_{0};  // no Hold before this (after a trip)
 };
 
@@ -658,6 +669,8 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   }
   DeviceGovernor& d = *device;
   void* stream_key = StreamKey(stream, per_thread);
+  // Every thread's per-thread stream has this one key: their segments complete out of order.
+  if (stream_key == static_cast<void*>(CU_STREAM_PER_THREAD)) d.tracker.SetUnordered(stream_key);
   const std::uint64_t before_fences = g_stats_enabled ? now : 0;
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
   const bool probe = measured && d.tracker.LaunchIsProbe(stream_key);
@@ -757,13 +770,15 @@ void PrintGovernorStats() {
     TESSERA_LOG(
         kWarn, kHook,
         "stats: fences: %llu segments spanning %.1f ms; charged %.1f ms by %llu exact (%llu "
-        "held; %llu found idle by asking the fences) and %llu inexact probes, %.1f ms by %llu "
+        "held; %llu held after asking the fences, %llu gates the watchdog opened) and %llu "
+        "inexact probes, %.1f ms by %llu "
         "dense segments (%llu launches), %.1f ms by estimates (%llu launches; %llu segments "
         "bounded by their span)",
         static_cast<unsigned long long>(f.segments), ms(f.span_ns), ms(f.probe_ns),
         static_cast<unsigned long long>(f.probes_exact),
         static_cast<unsigned long long>(f.probes_held),
         static_cast<unsigned long long>(f.idle_by_query),
+        static_cast<unsigned long long>(f.holds_broken),
         static_cast<unsigned long long>(f.probes_inexact), ms(f.dense_ns),
         static_cast<unsigned long long>(f.dense), static_cast<unsigned long long>(f.dense_launches),
         ms(f.estimate_ns), static_cast<unsigned long long>(f.estimate_launches),
