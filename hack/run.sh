@@ -29,9 +29,12 @@ tessera=build/release/cmd/tessera/tessera
 # and runc here, tessera installed from its Helm chart and images, the seeds' showdown as real
 # pods whose processes hit their caps (`tessera demo --real-node`; docs/demo.md).
 if [[ $(id -u) == 0 ]] && command -v runc >/dev/null; then
-  printf '\n##### tessera demo --real-node: a real kubelet + containerd + runc on this machine\n'
-  REALNODE_CHART=1 REALNODE_DEMO_ONLY=1 TESSERA_BUILD_DIR=build/release \
-    test/e2e/harness/realnode-smoke.sh build/e2e/tessera-testcluster 2>&1 | grep -v DEPRECATION
+  printf '\n##### a real node on this machine (kubelet + containerd + runc), tessera from its chart\n'
+  # (An optional step: where a node cannot run here, say so and go on with the rest.)
+  if ! (REALNODE_CHART=1 REALNODE_DEMO_ONLY=1 TESSERA_BUILD_DIR=build/release \
+    test/e2e/harness/realnode-smoke.sh build/e2e/tessera-testcluster 2>&1 | grep --line-buffered -v DEPRECATION); then
+    printf '\n(the demo on a real node failed: its output is above; going on)\n'
+  fi
 else
   printf '\n(no demo on a real node: it needs root and runc here; the demo above used simulated nodes)\n'
 fi

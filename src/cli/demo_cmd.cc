@@ -18,8 +18,9 @@ struct DemoFlags {
   demo::DemoOptions options;
   std::string only;
   bool json = false;
-  std::string real_node;     // a kubeconfig: the scenarios on that cluster's real node
+  std::string real_node;     // a kubeconfig: the showdown on that cluster's real node
   std::string pod_template;  // with --real-node
+  CLI::Option* real_node_option = nullptr;
 };
 
 // The folder of the running tessera binary ("" if /proc does not say).
@@ -29,9 +30,32 @@ std::string ExecutableDir() {
   return ec ? std::string() : exe.parent_path().string();
 }
 
-// --real-node: the scenarios as real containers on an existing cluster (demo.h).
+// The exit status of a run (both modes): what failed, then the pods that did not end as told.
+int ExitCode(const Status& status, int unexpected, std::string_view what, std::ostream& err) {
+  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kInvalidInput) {
+    err << "tessera demo: " << status.message() << "\n";
+    return ToExitCode(status);
+  }
+  if (status.code() == StatusCode::kAborted) return 130;  // Ctrl-C, as a shell reports it
+  if (!status.ok()) return ToExitCode(status);
+  if (unexpected > 0) {
+    err << "tessera demo: " << unexpected << " " << what << " (marked (!) above)\n";
+    return 1;
+  }
+  return 0;
+}
+
+// --real-node: the showdown as real containers on an existing cluster (demo.h).
 int RunRealNode(const DemoFlags& f, std::ostream& out, std::ostream& err) {
   const demo::DemoOptions& o = f.options;
+  if (f.real_node_option->count() == 0) {
+    err << "tessera demo: --pod-template applies only with --real-node KUBECONFIG\n";
+    return 2;
+  }
+  if (f.real_node.empty()) {
+    err << "tessera demo: --real-node: expected the path of a kubeconfig file\n";
+    return 2;
+  }
   const char* local_only = !o.testcluster.empty()     ? "--testcluster"
                            : !o.scheduler.empty()     ? "--scheduler-binary"
                            : !o.node.empty()          ? "--node-binary"
@@ -44,8 +68,9 @@ int RunRealNode(const DemoFlags& f, std::ostream& out, std::ostream& err) {
         << " applies to the local cluster the demo starts, not to --real-node\n";
     return 2;
   }
-  if (f.real_node.empty()) {
-    err << "tessera demo: --pod-template applies only with --real-node KUBECONFIG\n";
+  if (f.pod_template.empty()) {
+    err << "tessera demo: --pod-template: required with --real-node (a JSON file: {\"image\": "
+           "...})\n";
     return 2;
   }
   demo::RealNodeOptions r;
@@ -54,18 +79,8 @@ int RunRealNode(const DemoFlags& f, std::ostream& out, std::ostream& err) {
   r.only = o.only;
   demo::RealNodeResult result;
   const Status status = demo::RunRealNodeDemo(r, &out, err, &result);
-  if (status.code() == StatusCode::kInvalidArgument || status.code() == StatusCode::kInvalidInput) {
-    err << "tessera demo: " << status.message() << "\n";
-    return ToExitCode(status);
-  }
-  if (status.code() == StatusCode::kAborted) return 130;
-  if (!status.ok()) return ToExitCode(status);
-  if (result.unexpected() > 0) {
-    err << "tessera demo: " << result.unexpected()
-        << " placed pod(s) were not refused at their own cap (marked (!) above)\n";
-    return 1;
-  }
-  return 0;
+  return ExitCode(status, result.unexpected(), "placed pod(s) were not refused at their own cap",
+                  err);
 }
 
 int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
@@ -85,23 +100,12 @@ int RunDemoCommand(DemoFlags& f, std::ostream& out, std::ostream& err) {
       start = comma + 1;
     }
   }
-  if (!f.real_node.empty() || !f.pod_template.empty()) return RunRealNode(f, out, err);
+  if (f.real_node_option->count() > 0 || !f.pod_template.empty()) return RunRealNode(f, out, err);
   demo::FillDefaults(o, ExecutableDir());
   demo::DemoResult result;
   const Status status = demo::RunDemo(o, f.json ? nullptr : &out, err, &result);
-  if (status.code() == StatusCode::kInvalidArgument) {
-    err << "tessera demo: " << status.message() << "\n";
-    return 2;
-  }
   if (f.json && (status.ok() || result.completed)) out << demo::ResultToJson(result) << "\n";
-  if (status.code() == StatusCode::kAborted) return 130;  // Ctrl-C, as a shell reports it
-  if (!status.ok()) return ToExitCode(status);
-  if (result.unexpected() > 0) {
-    err << "tessera demo: " << result.unexpected()
-        << " pod(s) did not end as the story says (marked (!) above)\n";
-    return 1;
-  }
-  return 0;
+  return ExitCode(status, result.unexpected(), "pod(s) did not end as the story says", err);
 }
 
 }  // namespace
@@ -124,9 +128,10 @@ void AddDemoCommand(CLI::App& app, std::ostream& out, std::ostream& err, int* ex
   cmd->add_option("--only", flags->only,
                   "scenarios to run, comma-separated: " + demo::ScenarioIds());
   cmd->add_flag("--json", flags->json, "print a machine-readable summary instead of the story");
-  cmd->add_option("--real-node", flags->real_node,
-                  "KUBECONFIG of a cluster with tessera installed on a real node: the scenarios' "
-                  "pods as real containers there, each process filling its memory cap");
+  flags->real_node_option = cmd->add_option(
+      "--real-node", flags->real_node,
+      "KUBECONFIG of a cluster with tessera installed on a real node: the showdown's pods as "
+      "real containers there, each process filling its memory cap");
   cmd->add_option("--pod-template", flags->pod_template,
                   "with --real-node: a JSON file {\"image\": an image holding the CUDA client, "
                   "\"client\", \"schedulerName\", \"env\", \"volumes\", \"volumeMounts\"}");

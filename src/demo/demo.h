@@ -169,22 +169,26 @@ std::string ResultToJson(const DemoResult& result);
 
 // ---- a real node (`tessera demo --real-node KUBECONFIG`, real_node.cc) ----------------------
 //
-// The scenarios' pods as real containers on a cluster where tessera is installed (its chart:
+// The showdown's pods as real containers on a cluster where tessera is installed (its chart:
 // tessera-node's device plugin on a real kubelet, tessera-scheduler and its webhooks): each pod
-// is created as its scenario writes it, without a node pinned, and its container runs the CUDA
-// client of the pod template's image, which allocates 64 MiB at a time until CUDA refuses and
-// prints what it got and what cuMemGetInfo says. A placed pod ends as expected when its process
-// was refused at its own cap and cuMemGetInfo's total is that cap. The pods are deleted afterwards.
+// is created as the scenario writes it (its namespace made if missing), not pinned to a node, one
+// at a time, and its container runs the CUDA client of the pod template's image, which
+// allocates 64 MiB at a time until CUDA refuses, prints what it got and what cuMemGetInfo says,
+// and keeps it until every pod is judged. A placed pod ends as expected when its process was
+// refused for memory with cuMemGetInfo showing its cap as the total and less than a step free.
+// The other scenarios need the demo's own policy, namespaces and nodes: not run there. The pods
+// (and a namespace it made) are deleted afterwards.
 
 // What the cluster's containers need beyond the scenario's pod (a JSON object, --pod-template):
 //   image          (required) an image holding the CUDA client (test/integration/hook_client)
 //   client         the client's path in the image (default "hook_client", found on PATH)
-//   schedulerName  the kube-scheduler profile that calls tessera-scheduler (default: the cluster's)
+//   schedulerName  the kube-scheduler profile that calls tessera-scheduler (default: the chart's,
+//                  "tessera")
 //   env, volumes, volumeMounts   added to the container / the pod as given (Kubernetes objects)
 struct PodTemplate {
   std::string image;
   std::string client = "hook_client";
-  std::string scheduler_name;
+  std::string scheduler_name = "tessera";
   std::string env_json = "[]", volumes_json = "[]", mounts_json = "[]";  // JSON arrays
 };
 // Errors name the field and the accepted form.
@@ -198,14 +202,14 @@ struct RealPodResult {
   std::string reason;  // denied or unschedulable: why
   std::string node, uuid;
   std::uint64_t cap_bytes = 0;  // placed: the memory its decision grants
-  std::string phase;            // the pod's phase at the end
+  std::string phase;            // the pod's phase when judged ("" while not; "denied", "Pending")
   // What its process printed (hook_client's key=value lines):
-  bool ran = false;                 // a context was made
-  std::uint64_t allocated = 0;      // before CUDA refused
-  int last_result = -1;             // the CUresult that refused
-  std::uint64_t total = 0;          // cuMemGetInfo's total
-  std::vector<std::string> output;  // its lines, as printed
-  bool as_expected = false;         // placed: refused at its cap, the cap its total
+  bool ran = false;                   // a context was made
+  std::uint64_t allocated = 0;        // before CUDA refused
+  int last_result = -1;               // the CUresult that refused
+  std::uint64_t total = 0, free = 0;  // cuMemGetInfo's, after the refusal
+  std::vector<std::string> output;    // its lines, as printed
+  bool as_expected = false;           // placed: refused at its cap (the cap its total)
 };
 // Fills the fields of a placed pod's process from its log, and judges it.
 void ReadClientOutput(const std::string& log, RealPodResult* r);
@@ -221,8 +225,7 @@ struct RealNodeResult {
 struct RealNodeOptions {
   std::string kubeconfig;
   std::string pod_template;       // a file (PodTemplate)
-  std::vector<std::string> only;  // scenario ids; empty: the showdown
-  std::string ns = "default";
+  std::vector<std::string> only;  // scenario ids: only "showdown" runs on a real node
 };
 
 // Runs the scenarios on the cluster; `human` as RunDemo's. kAborted after Ctrl-C (the pods are

@@ -1,14 +1,13 @@
-// `tessera demo --real-node KUBECONFIG`: the scenarios' pods as real containers (demo.h).
+// `tessera demo --real-node KUBECONFIG`: the showdown's pods as real containers (demo.h).
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "tessera/file.h"
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
@@ -18,6 +17,8 @@
 #include "demo/process.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "k8s/errors.h"
+#include "k8s/object.h"
 #include "k8s/paths.h"
 
 namespace tessera::demo {
@@ -27,10 +28,19 @@ using json = nlohmann::json;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr auto kScenarioLimit = 180s;  // every pod of a scenario finished or refused
+constexpr std::string_view kRealNodeScenario = "showdown";
+constexpr auto kScenarioLimit = 180s;  // every pod of the story judged or refused
 constexpr auto kRefusedGrace = 20s;    // Pending this long after a FailedScheduling: refused
 constexpr auto kDeleteLimit = 60s;     // the pods it made, gone
 constexpr int kOutOfMemory = 2;        // CUDA_ERROR_OUT_OF_MEMORY
+constexpr std::size_t kMaxTemplateBytes = 1 << 20;
+// Every pod keeps what it got until the story is judged (hook_client's CLIENT_HOLD_SECONDS), so
+// that a later pod meets the GPU as the earlier ones hold it; deleted afterwards.
+constexpr const char* kHoldSeconds = "600";
+// A container that cannot start: the pod is judged at once (no use waiting for the limit).
+constexpr std::string_view kCannotStart[] = {
+    "ErrImagePull",         "ImagePullBackOff",           "InvalidImageName",
+    "CreateContainerError", "CreateContainerConfigError", "RunContainerError"};
 
 // The key=value pairs of one line ("allocated=1 last_result=2").
 std::map<std::string, std::string> Pairs(const std::string& line) {
@@ -42,22 +52,10 @@ std::map<std::string, std::string> Pairs(const std::string& line) {
   return out;
 }
 
-// A JSON pointer of `parts`, each a whole key (a "/" inside one, as in tessera.dev/decision, is
-// escaped).
-json::json_pointer Ptr(std::initializer_list<std::string_view> parts) {
-  json::json_pointer p;
-  for (const std::string_view part : parts) p.push_back(std::string(part));
-  return p;
-}
-
 bool ToU64(const std::string& text, std::uint64_t* v) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return false;
-  try {
-    *v = std::stoull(text);
-  } catch (...) {
-    return false;
-  }
-  return true;
+  auto parsed = ParseUnsigned(text, UINT64_MAX);
+  if (parsed.ok()) *v = *parsed;
+  return parsed.ok();
 }
 
 // The array at `key` of the template, as JSON text; an error names the field.
@@ -77,44 +75,87 @@ StatusOr<std::string> ArrayField(const json& t, const char* key, const char* of_
   return v.dump();
 }
 
+// The waiting reason of the pod's container, if it is one it cannot get past; "" otherwise.
+std::string CannotStart(const json& pod) {
+  const json* status = k8s::Find(pod, "status");
+  const json* containers = status != nullptr ? k8s::Find(*status, "containerStatuses") : nullptr;
+  if (containers == nullptr || !containers->is_array()) return "";
+  for (const json& c : *containers) {
+    const json* state = k8s::Find(c, "state");
+    const json* waiting = state != nullptr ? k8s::Find(*state, "waiting") : nullptr;
+    if (waiting == nullptr) continue;
+    const std::string reason = k8s::StringAt(*waiting, "reason");
+    if (std::find(std::begin(kCannotStart), std::end(kCannotStart), reason) !=
+        std::end(kCannotStart)) {
+      return reason + ": " + k8s::StringAt(*waiting, "message");
+    }
+  }
+  return "";
+}
+
 class RealNodeDemo {
  public:
   RealNodeDemo(const RealNodeOptions& o, PodTemplate t, std::ostream* human, RealNodeResult* r)
       : o_(o), t_(std::move(t)), human_(human), r_(r) {}
-  ~RealNodeDemo() { DeletePods(); }
+  ~RealNodeDemo() { (void)CleanUp(); }
   RealNodeDemo(const RealNodeDemo&) = delete;
   RealNodeDemo& operator=(const RealNodeDemo&) = delete;
 
   Status Run() {
-    for (const std::string& id : o_.only.empty() ? std::vector<std::string>{"showdown"} : o_.only) {
-      const Scenario* s = nullptr;
-      for (const Scenario& candidate : Scenarios()) {
-        if (candidate.id == id) s = &candidate;
-      }
-      if (s == nullptr) {
-        return InvalidArgumentError("--only: unknown scenario \"" + id +
-                                    "\"; accepted: " + ScenarioIds());
-      }
-      scenarios_.push_back(s);
+    const Scenario* s = nullptr;
+    for (const Scenario& candidate : Scenarios()) {
+      if (candidate.id == kRealNodeScenario) s = &candidate;
     }
+    if (s == nullptr) return InternalError("the showdown scenario is missing");
     TESSERA_ASSIGN_OR_RETURN(k8s::Config config, k8s::LoadKubeconfig(o_.kubeconfig));
     TESSERA_ASSIGN_OR_RETURN(api_, k8s::Client::New(std::move(config)));
     TESSERA_RETURN_IF_ERROR(FindNode());
-    Say("##### tessera demo --real-node: the seeds' scenarios as real containers\n");
+    Say("##### tessera demo --real-node: the seeds' showdown as real containers\n");
     Say("node " + r_->node + ": kubelet " + r_->kubelet + ", " + r_->runtime + ", " + r_->os +
         "; " + std::to_string(r_->slots) + " " + std::string(names::kResourceGpuSlot) + "\n");
     Say("each pod's process (" + t_.client + " dlopen alloc plain " +
         std::to_string(kRealNodeChunk) + ", image " + t_.image +
-        ") allocates 64 MiB at a time until CUDA refuses\n");
-    for (const Scenario* s : scenarios_) {
-      r_->scenarios.emplace_back(s->id, std::vector<RealPodResult>{});
-      TESSERA_RETURN_IF_ERROR(RunScenario(*s, r_->scenarios.back().second));
-      DeletePods();
-    }
+        ") allocates 64 MiB at a time until CUDA refuses, then keeps what it got until every pod "
+        "is judged\n");
+    r_->scenarios.emplace_back(s->id, std::vector<RealPodResult>{});
+    std::vector<RealPodResult>& pods = r_->scenarios.back().second;
+    const Status st = RunScenario(*s, pods);
+    for (const RealPodResult& r : pods) Report(r);  // what is known, also after a failure
+    TESSERA_RETURN_IF_ERROR(st);
+    TESSERA_RETURN_IF_ERROR(CleanUp());
     r_->completed = true;
-    Say("\n" + std::to_string(Placed() - r_->unexpected()) + " of " + std::to_string(Placed()) +
+    const int placed = Placed();
+    Say("\n" + std::to_string(placed - r_->unexpected()) + " of " + std::to_string(placed) +
         " placed pods were refused at their own cap inside their own container\n");
+    if (placed == 0) return FailedPreconditionError("no pod of the showdown was placed");
     return Status::Ok();
+  }
+
+  // Deletes the pods (and the namespace) it made and waits until they are gone.
+  Status CleanUp() {
+    if (api_ == nullptr || (created_.empty() && !made_namespace_)) return Status::Ok();
+    k8s::DeleteOptions opts;
+    opts.grace_period_seconds = 0;
+    for (const std::string& name : created_) (void)api_->Delete(k8s::PodPath(ns_, name), opts);
+    const auto start = Clock::now();
+    std::vector<std::string> left = created_;
+    while (!left.empty() && Clock::now() - start < kDeleteLimit) {
+      std::erase_if(left, [this](const std::string& name) {
+        auto got = api_->Get(k8s::PodPath(ns_, name));
+        return !got.ok() && got.status().code() == StatusCode::kNotFound;
+      });
+      if (!left.empty()) SleepUnlessInterrupted(250ms);
+    }
+    created_.clear();
+    if (made_namespace_) {
+      made_namespace_ = false;
+      (void)api_->Delete(k8s::NamespacePath(ns_));
+    }
+    if (left.empty()) return Status::Ok();
+    std::string names;
+    for (const std::string& n : left) names += " " + ns_ + "/" + n;
+    return UnavailableError("pods still present after " + std::to_string(kDeleteLimit.count()) +
+                            " s:" + names);
   }
 
  private:
@@ -133,118 +174,167 @@ class RealNodeDemo {
   Status FindNode() {
     TESSERA_ASSIGN_OR_RETURN(k8s::ListResult nodes, api_->List(k8s::NodesPath()));
     for (const json& n : nodes.items) {
-      const std::string slots = Str(n, Ptr({"status", "allocatable", names::kResourceGpuSlot}));
-      std::uint64_t count = 0;
-      if (!ToU64(slots, &count) || count == 0) continue;
-      const auto info = [&n](const char* key) {
-        const std::string v = Str(n, Ptr({"status", "nodeInfo", key}));
+      const json* status = k8s::Find(n, "status");
+      if (status == nullptr) continue;
+      const json* allocatable = k8s::Find(*status, "allocatable");
+      std::uint64_t slots = 0;
+      if (allocatable == nullptr ||
+          !ToU64(k8s::StringAt(*allocatable, names::kResourceGpuSlot), &slots) || slots == 0) {
+        continue;
+      }
+      bool ready = false;
+      if (const json* conditions = k8s::Find(*status, "conditions"); conditions != nullptr) {
+        for (const json& c : *conditions) {
+          ready = ready ||
+                  (k8s::StringAt(c, "type") == "Ready" && k8s::StringAt(c, "status") == "True");
+        }
+      }
+      if (!ready) continue;
+      const json* info = k8s::Find(*status, "nodeInfo");
+      const auto field = [info](std::string_view key) {
+        const std::string v = info != nullptr ? k8s::StringAt(*info, key) : std::string();
         return v.empty() ? std::string("?") : v;
       };
-      r_->node = Str(n, "/metadata/name"_json_pointer);
-      r_->kubelet = info("kubeletVersion");
-      r_->runtime = info("containerRuntimeVersion");
-      r_->os = info("osImage");
-      r_->slots = count;
+      r_->node = k8s::StringAt(*k8s::Find(n, "metadata"), "name");
+      r_->kubelet = field("kubeletVersion");
+      r_->runtime = field("containerRuntimeVersion");
+      r_->os = field("osImage");
+      r_->slots = slots;
       return Status::Ok();
     }
     return FailedPreconditionError(
-        "no node advertises " + std::string(names::kResourceGpuSlot) +
+        "no Ready node advertises " + std::string(names::kResourceGpuSlot) +
         ": tessera-node's device plugin is not registered with any kubelet of this cluster (is "
         "the chart installed and its tessera-node pod Running?)");
   }
 
   json Manifest(const PodSpec& spec) const {
     json pod = PodManifest(spec, "");
-    pod["metadata"]["namespace"] = o_.ns;
     json& podspec = pod["spec"];
     podspec["restartPolicy"] = "Never";
     podspec["automountServiceAccountToken"] = false;
-    if (!t_.scheduler_name.empty() && !podspec.contains("schedulerName"))
-      podspec["schedulerName"] = t_.scheduler_name;
+    if (!podspec.contains("schedulerName")) podspec["schedulerName"] = t_.scheduler_name;
     podspec["volumes"] = json::parse(t_.volumes_json);
     json& c = podspec["containers"][0];
     c["image"] = t_.image;
     c["imagePullPolicy"] = "IfNotPresent";
     c["command"] = {t_.client, "dlopen", "alloc", "plain", std::to_string(kRealNodeChunk)};
     c["env"] = json::parse(t_.env_json);
+    c["env"].push_back({{"name", "CLIENT_HOLD_SECONDS"}, {"value", kHoldSeconds}});
     c["volumeMounts"] = json::parse(t_.mounts_json);
     return pod;
   }
 
-  Status RunScenario(const Scenario& s, std::vector<RealPodResult>& pods) {
-    Say("\n== " + s.id + ": " + s.title + "\n");
-    for (const PodSpec& spec : s.pods) {
-      RealPodResult r;
-      r.spec = spec;
-      auto created = api_->Create(k8s::PodsPath(o_.ns), Manifest(spec));
-      if (created.ok()) {
-        created_.push_back(spec.name);
-        r.outcome = Outcome::kPlaced;  // until refused
-      } else if (created.status().message().find("denied the request") != std::string::npos) {
-        r.reason = DenialReason(created.status().message());
-      } else {
-        return created.status().WithContext("creating " + o_.ns + "/" + spec.name);
-      }
-      pods.push_back(std::move(r));
-    }
-    const auto start = Clock::now();
-    std::map<std::string, Clock::time_point> refused_since;
-    for (;;) {
-      if (Interrupted()) return AbortedError("interrupted");
-      bool pending = false;
-      for (RealPodResult& r : pods) {
-        if (r.outcome != Outcome::kPlaced || !r.phase.empty()) continue;
-        TESSERA_ASSIGN_OR_RETURN(json pod, api_->Get(k8s::PodPath(o_.ns, r.spec.name)));
-        const std::string phase = Str(pod, "/status/phase"_json_pointer);
-        r.node = Str(pod, "/spec/nodeName"_json_pointer);
-        if (phase == "Succeeded" || phase == "Failed") {
-          r.phase = phase;
-          TESSERA_RETURN_IF_ERROR(Finished(pod, r));
-          continue;
-        }
-        pending = true;
-        if (!r.node.empty()) continue;
-        k8s::ListOptions lo;
-        lo.field_selector = "involvedObject.name=" + r.spec.name + ",reason=FailedScheduling";
-        auto events = api_->List(k8s::EventsPath(o_.ns), lo);
-        if (events.ok() && !events->items.empty()) {
-          r.reason = events->items.back().value("message", "");
-          auto [at, fresh] = refused_since.emplace(r.spec.name, Clock::now());
-          if (Clock::now() - at->second >= kRefusedGrace) {
-            r.outcome = Outcome::kUnschedulable;
-            r.phase = "Pending";
-          }
-        }
-      }
-      if (!pending) break;
-      if (Clock::now() - start >= kScenarioLimit) {
-        std::string which;
-        for (const RealPodResult& r : pods) {
-          if (r.outcome == Outcome::kPlaced && r.phase.empty()) which += " " + r.spec.name;
-        }
-        return UnavailableError("scenario " + s.id + ": pods not finished within " +
-                                std::to_string(kScenarioLimit.count()) + " s:" + which +
-                                " (kubectl describe pod shows why)");
-      }
-      SleepUnlessInterrupted(500ms);
-    }
-    for (const RealPodResult& r : pods) Report(r);
+  Status EnsureNamespace() {
+    auto got = api_->Get(k8s::NamespacePath(ns_));
+    if (got.ok()) return Status::Ok();
+    if (got.status().code() != StatusCode::kNotFound) return got.status();
+    const json manifest = {
+        {"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns_}}}};
+    TESSERA_RETURN_IF_ERROR(api_->Create("/api/v1/namespaces", manifest).status());
+    made_namespace_ = true;
     return Status::Ok();
   }
 
-  // A placed pod that ended: what tessera granted it and what its process saw.
-  Status Finished(const json& pod, RealPodResult& r) {
-    const std::string text = Str(pod, Ptr({"metadata", "annotations", names::kAnnotationDecision}));
-    if (auto d = contract::ParseDecision(text);
-        d.ok() && !d->containers.empty() && !d->containers[0].devices.empty()) {
-      r.uuid = d->containers[0].devices[0].uuid;
-      r.cap_bytes = d->containers[0].devices[0].memory_bytes;
+  Status RunScenario(const Scenario& s, std::vector<RealPodResult>& pods) {
+    Say("\n== " + s.id + ": " + s.title + "\n");
+    ns_ = s.pods.empty() ? "default" : s.pods.front().ns;
+    TESSERA_RETURN_IF_ERROR(EnsureNamespace());
+    std::map<std::string, std::string> uids;
+    for (const PodSpec& spec : s.pods) {
+      if (Interrupted()) return AbortedError("interrupted");
+      RealPodResult r;
+      r.spec = spec;
+      auto created = api_->Create(k8s::PodsPath(ns_), Manifest(spec));
+      if (created.ok()) {
+        created_.push_back(spec.name);
+        uids[spec.name] = k8s::StringAt(*k8s::Find(*created, "metadata"), "uid");
+        r.outcome = Outcome::kPlaced;  // until refused
+      } else if (created.status().message().find("denied the request") != std::string::npos) {
+        r.reason = DenialReason(created.status().message());
+        r.phase = "denied";
+      } else {
+        created_.push_back(spec.name);  // (it may exist all the same: deleting it is harmless)
+        return created.status().WithContext("creating " + ns_ + "/" + spec.name);
+      }
+      pods.push_back(std::move(r));
+      // One at a time, as the story tells it: each placed before the next is created.
+      TESSERA_RETURN_IF_ERROR(Await(pods.back(), uids[spec.name], /*until_judged=*/false));
     }
-    TESSERA_ASSIGN_OR_RETURN(
-        k8s::HttpResponse log,
-        api_->Do("GET", k8s::PodPath(o_.ns, r.spec.name) + "/log?container=" + kContainer));
-    ReadClientOutput(log.status == 200 ? log.body : std::string(), &r);
+    for (RealPodResult& r : pods) {
+      TESSERA_RETURN_IF_ERROR(Await(r, uids[r.spec.name], /*until_judged=*/true));
+    }
     return Status::Ok();
+  }
+
+  // Waits until `r` is bound (or refused), and with `until_judged` until its process has printed
+  // what it got (or the pod ended, or cannot start).
+  Status Await(RealPodResult& r, const std::string& uid, bool until_judged) {
+    const auto start = Clock::now();
+    std::optional<Clock::time_point> refused_at;
+    while (r.outcome == Outcome::kPlaced && r.phase.empty()) {
+      if (Interrupted()) return AbortedError("interrupted");
+      TESSERA_ASSIGN_OR_RETURN(json pod, api_->Get(k8s::PodPath(ns_, r.spec.name)));
+      const json* spec = k8s::Find(pod, "spec");
+      const json* status = k8s::Find(pod, "status");
+      r.node = spec != nullptr ? k8s::StringAt(*spec, "nodeName") : "";
+      const std::string phase = status != nullptr ? k8s::StringAt(*status, "phase") : "";
+      if (!r.node.empty()) {
+        if (!k8s::HasAnnotation(pod, names::kAnnotationDecision)) {
+          return FailedPreconditionError(
+              ns_ + "/" + r.spec.name + " was bound to " + r.node +
+              " without tessera's decision: the pod template's schedulerName (\"" +
+              t_.scheduler_name +
+              "\") must name the kube-scheduler profile that calls "
+              "tessera-scheduler (the chart's: \"tessera\")");
+        }
+        if (!until_judged) return Status::Ok();
+        const std::string stuck = CannotStart(pod);
+        TESSERA_ASSIGN_OR_RETURN(
+            k8s::HttpResponse log,
+            api_->Do("GET", k8s::PodPath(ns_, r.spec.name) + "/log?container=" + kContainer));
+        const bool printed = log.status == 200 && log.body.find("holding=") != std::string::npos;
+        if (printed || phase == "Succeeded" || phase == "Failed" || !stuck.empty()) {
+          r.phase = printed ? "Running" : phase;
+          if (!stuck.empty()) r.reason = stuck;
+          Judge(pod, log.status == 200 ? log.body : std::string(), r);
+          return Status::Ok();
+        }
+      } else {
+        k8s::ListOptions lo;
+        lo.field_selector = "involvedObject.name=" + r.spec.name + ",involvedObject.uid=" + uid +
+                            ",reason=FailedScheduling";
+        auto events = api_->List(k8s::EventsPath(ns_), lo);
+        if (events.ok() && !events->items.empty()) {
+          r.reason = k8s::StringAt(events->items.back(), "message");
+          if (!refused_at) refused_at = Clock::now();
+          if (Clock::now() - *refused_at >= kRefusedGrace) {
+            r.outcome = Outcome::kUnschedulable;
+            r.phase = "Pending";
+            return Status::Ok();
+          }
+        }
+      }
+      if (Clock::now() - start >= kScenarioLimit) {
+        return UnavailableError(
+            ns_ + "/" + r.spec.name + ": not " + (r.node.empty() ? "placed nor refused" : "done") +
+            " within " + std::to_string(kScenarioLimit.count()) + " s (phase \"" + phase + "\")");
+      }
+      SleepUnlessInterrupted(500ms);
+    }
+    return Status::Ok();
+  }
+
+  // A placed pod whose process printed what it got: what tessera granted it and what it saw.
+  void Judge(const json& pod, const std::string& log, RealPodResult& r) {
+    if (auto text = k8s::AnnotationOf(pod, names::kAnnotationDecision)) {
+      if (auto d = contract::ParseDecision(*text);
+          d.ok() && !d->containers.empty() && !d->containers[0].devices.empty()) {
+        r.uuid = d->containers[0].devices[0].uuid;
+        r.cap_bytes = d->containers[0].devices[0].memory_bytes;
+      }
+    }
+    ReadClientOutput(log, &r);
   }
 
   void Report(const RealPodResult& r) {
@@ -253,45 +343,34 @@ class RealNodeDemo {
     line +=
         "asks " + (r.spec.memory.empty() ? std::to_string(r.spec.gpus) + " GPU" : r.spec.memory);
     line.resize(std::max<std::size_t>(line.size() + 1, 32), ' ');
+    // What the seeds' story says of it on their one 16 GiB GPU, where this node differs.
+    const std::string story =
+        r.outcome == r.spec.expect
+            ? ""
+            : " (on the seeds' one GPU: " + std::string(Name(r.spec.expect)) + ")";
     if (r.outcome == Outcome::kDenied) {
-      Say(line + "denied at admission: " + r.reason + "\n");
+      Say(line + "denied at admission: " + r.reason + story + "\n");
       return;
     }
     if (r.outcome == Outcome::kUnschedulable) {
-      Say(line + "not placed: " + r.reason + "\n");
+      Say(line + "not placed: " + r.reason + story + "\n");
+      return;
+    }
+    if (r.phase.empty()) {
+      Say(line + (r.node.empty() ? "not placed yet" : "on " + r.node + ", not judged") + "\n");
       return;
     }
     line += "on " + r.node + " " + (r.uuid.empty() ? "(no decision)" : r.uuid) + ": ";
     if (!r.ran) {
-      line += "its process made no CUDA context (phase " + r.phase + ")";
+      line += "its process made no CUDA context (phase " + r.phase +
+              (r.reason.empty() ? "" : "; " + r.reason) + ")";
     } else {
       line += "allocated " + FormatBytesHuman(r.allocated) + ", then CUDA error " +
               std::to_string(r.last_result) + "; cuMemGetInfo total " + FormatBytesHuman(r.total) +
-              " (cap " + FormatBytesHuman(r.cap_bytes) + ")";
+              ", free " + FormatBytesHuman(r.free) + " (cap " + FormatBytesHuman(r.cap_bytes) + ")";
     }
-    Say(line + (r.as_expected ? "" : "  (!)") + "\n");
+    Say(line + story + (r.as_expected ? "" : "  (!)") + "\n");
     for (const std::string& out : r.output) Say("      | " + out + "\n");
-  }
-
-  void DeletePods() {
-    if (api_ == nullptr) return;
-    k8s::DeleteOptions opts;
-    opts.grace_period_seconds = 0;
-    for (const std::string& name : created_) {
-      (void)api_->Delete(k8s::PodPath(o_.ns, name), opts);  // (gone already: nothing to do)
-    }
-    // Until they are gone, so that the next scenario (or whatever runs next) finds their GPU
-    // memory free again; at most a minute (a node that stopped answering keeps them).
-    const auto start = Clock::now();
-    while (Clock::now() - start < kDeleteLimit) {
-      bool any = false;
-      for (const std::string& name : created_) {
-        any = any || api_->Get(k8s::PodPath(o_.ns, name)).ok();
-      }
-      if (!any) break;
-      std::this_thread::sleep_for(250ms);
-    }
-    created_.clear();
   }
 
   const RealNodeOptions& o_;
@@ -299,8 +378,9 @@ class RealNodeDemo {
   std::ostream* human_;
   RealNodeResult* r_;
   std::unique_ptr<k8s::Client> api_;
+  std::string ns_ = "default";
+  bool made_namespace_ = false;
   std::vector<std::string> created_;  // pods to delete
-  std::vector<const Scenario*> scenarios_;
 };
 
 }  // namespace
@@ -357,12 +437,15 @@ void ReadClientOutput(const std::string& log, RealPodResult* r) {
       allocated = ToU64(a->second, &r->allocated) && ToU64(l->second, &last);
       r->last_result = allocated ? static_cast<int>(last) : -1;
     }
-    if (auto it = pairs.find("total"); it != pairs.end()) info = ToU64(it->second, &r->total);
+    if (auto t = pairs.find("total"), f = pairs.find("free"); t != pairs.end() && f != pairs.end())
+      info = ToU64(t->second, &r->total) && ToU64(f->second, &r->free);
   }
-  // Refused for memory, at its cap: no more than the cap, and less than a step short of it.
+  // Refused for memory at its cap: cuMemGetInfo shows the cap as the total and less than a step
+  // free (its CUDA context counts against the cap on a real GPU, so the allocations alone may
+  // stop short of it), and it got no more than the cap.
   r->as_expected = r->ran && allocated && info && r->cap_bytes > 0 &&
-                   r->last_result == kOutOfMemory && r->allocated <= r->cap_bytes &&
-                   r->allocated + kRealNodeChunk > r->cap_bytes && r->total == r->cap_bytes;
+                   r->last_result == kOutOfMemory && r->total == r->cap_bytes &&
+                   r->free < kRealNodeChunk && r->allocated <= r->cap_bytes;
 }
 
 int RealNodeResult::unexpected() const {
@@ -378,34 +461,35 @@ Status RunRealNodeDemo(const RealNodeOptions& options, std::ostream* human, std:
   RealNodeResult local;
   if (result == nullptr) result = &local;
   *result = RealNodeResult{};
-  if (options.kubeconfig.empty()) {
-    return InvalidArgumentError("--real-node: expected the path of a kubeconfig file");
+  for (const std::string& id : options.only) {
+    if (id != kRealNodeScenario) {
+      return InvalidArgumentError("--only: with --real-node only \"showdown\" runs (\"" +
+                                  QuoteForMessage(id) +
+                                  "\" needs the demo's own policy, namespaces and nodes)");
+    }
   }
-  if (options.pod_template.empty()) {
-    return InvalidArgumentError(
-        "--pod-template: required with --real-node (a JSON file: {\"image\": ...})");
-  }
-  std::ifstream in(options.pod_template);
-  if (!in) {
-    return InvalidArgumentError("--pod-template: cannot read \"" + options.pod_template + "\"");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  auto t = ParsePodTemplate(text.str());
+  auto text = ReadFile(options.pod_template, kMaxTemplateBytes);
+  if (!text.ok()) return text.status().WithContext("--pod-template");
+  auto t = ParsePodTemplate(*text);
   if (!t.ok()) return t.status().WithContext("--pod-template " + options.pod_template);
   InterruptScope interrupts;
   Status st;
   {
     RealNodeDemo demo(options, std::move(*t), human, result);
     st = demo.Run();
-  }  // its pods deleted
+    if (const Status cleaned = demo.CleanUp(); !cleaned.ok()) {
+      err << "tessera demo --real-node: " << cleaned.message() << "\n";
+      if (st.ok()) st = cleaned;
+    }
+  }
   if (Interrupted()) {
     err << "tessera demo: interrupted; the pods it made are deleted\n";
     return AbortedError("interrupted");
   }
   if (!st.ok() && st.code() != StatusCode::kInvalidArgument &&
-      st.code() != StatusCode::kInvalidInput)
+      st.code() != StatusCode::kInvalidInput) {
     err << "tessera demo --real-node: " << st.message() << "\n";
+  }
   return st;
 }
 

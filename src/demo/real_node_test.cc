@@ -21,6 +21,7 @@ TEST(PodTemplate, TakesTheImageAndWhatTheContainersNeed) {
   auto plain = ParsePodTemplate(R"({"image": "i"})");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->client, "hook_client");
+  EXPECT_EQ(plain->scheduler_name, "tessera");  // the chart's profile
   EXPECT_EQ(plain->env_json, "[]");
 }
 
@@ -69,34 +70,32 @@ TEST(RealNodeDemo, APodIsAsExpectedOnlyWhenRefusedAtItsOwnCap) {
   EXPECT_EQ(ok.last_result, 2);
   EXPECT_EQ(ok.total, 8 * kGiB);
   EXPECT_EQ(ok.output.size(), 4u);
-  // 3000Mi in 64 MiB steps: refused at 2944 MiB (one more step would pass the cap).
-  EXPECT_TRUE(Judged(3000ULL << 20,
-                     "context_result=0\nallocated=3087007744 last_result=2\n"
-                     "info_result=0 free=58720256 total=3145728000\n")
-                  .as_expected);
-  // Refused a step early, past the cap, for another reason, a total that is not the cap, no
-  // context, or nothing printed: not as expected.
-  EXPECT_FALSE(Judged(8 * kGiB,
-                      "context_result=0\nallocated=8522825728 last_result=2\n"
-                      "info_result=0 free=0 total=8589934592\n")
-                   .as_expected);
-  EXPECT_FALSE(Judged(8 * kGiB,
-                      "context_result=0\nallocated=9663676416 last_result=2\n"
-                      "info_result=0 free=0 total=8589934592\n")
-                   .as_expected);
-  EXPECT_FALSE(Judged(8 * kGiB,
-                      "context_result=0\nallocated=8589934592 last_result=999\n"
-                      "info_result=0 free=0 total=8589934592\n")
-                   .as_expected);
-  EXPECT_FALSE(Judged(8 * kGiB,
-                      "context_result=0\nallocated=8589934592 last_result=2\n"
-                      "info_result=0 free=0 total=17179869184\n")
-                   .as_expected);
-  EXPECT_FALSE(Judged(8 * kGiB, "context_result=100\n").as_expected);
-  EXPECT_FALSE(Judged(8 * kGiB, "").as_expected);
-  EXPECT_FALSE(Judged(0, at_cap).as_expected);  // no decision read: no cap to hold it to
-  EXPECT_FALSE(Judged(8 * kGiB, "context_result=0\nallocated=x last_result=2\ntotal=8589934592\n")
-                   .as_expected);
+  // The client's three lines: allocated, the CUresult that refused, cuMemGetInfo's free and total.
+  const auto log = [](const char* allocated, const char* last, const char* free,
+                      const char* total) {
+    return std::string("context_result=0\nallocated=") + allocated + " last_result=" + last +
+           "\ninfo_result=0 free=" + free + " total=" + total + "\n";
+  };
+  const struct {
+    std::uint64_t cap;
+    std::string log;
+    bool expected;
+    const char* what;
+  } cases[] = {
+      {3000ULL << 20, log("3087007744", "2", "58720256", "3145728000"), true,
+       "3000Mi in 64 MiB steps: refused at 2944 MiB (one more step would pass the cap)"},
+      {8 * kGiB, log("8053063680", "2", "0", "8589934592"), true,
+       "its CUDA context counts against the cap on a real GPU: 512 MiB short, nothing free"},
+      {8 * kGiB, log("8522825728", "2", "67108864", "8589934592"), false, "a whole step free"},
+      {8 * kGiB, log("9663676416", "2", "0", "8589934592"), false, "past the cap"},
+      {8 * kGiB, log("8589934592", "999", "0", "8589934592"), false, "refused for another reason"},
+      {8 * kGiB, log("8589934592", "2", "0", "17179869184"), false, "a total that is not the cap"},
+      {8 * kGiB, log("x", "2", "0", "8589934592"), false, "an allocation it cannot read"},
+      {8 * kGiB, "context_result=100\n", false, "no context"},
+      {8 * kGiB, "", false, "nothing printed"},
+      {0, at_cap, false, "no decision read: no cap to hold it to"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(Judged(c.cap, c.log).as_expected, c.expected) << c.what;
 }
 
 }  // namespace

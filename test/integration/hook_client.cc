@@ -207,6 +207,13 @@ int Run(const Api& api, int argc, char** argv) {
     const std::uint64_t total = AllocUntilRefused(api, which, chunk, &last);
     std::printf("allocated=%llu last_result=%d\n", static_cast<unsigned long long>(total), last);
     PrintInfo(api);
+    // CLIENT_HOLD_SECONDS: then keeps what it got that long (`tessera demo --real-node`: every
+    // pod of a story holds its memory until all are judged, as the story's services would).
+    if (const char* hold = std::getenv("CLIENT_HOLD_SECONDS")) {
+      std::printf("holding=%s\n", hold);
+      std::fflush(stdout);
+      sleep(static_cast<unsigned>(std::strtoul(hold, nullptr, 10)));
+    }
     std::fflush(stdout);
     return 0;
   }
