@@ -15,7 +15,9 @@ within a round, and its median over the rounds gets a bootstrap 95 % interval.
 PAIRED=CPUS_A/CPUS_B (e.g. 4-7/8-11): instead, each round runs native and governed at the same
 time, one on each CPU set, swapping the sets every other round: what moves a process's rate on a
 shared host (its clock, its neighbours) then moves both alike. Both loops are launch-bound (the
-GPU idles most of the time), so they rarely wait for each other's kernels.
+GPU idles most of the time), so they rarely wait for each other's kernels. With BASELINE=TESSERA0
+(another build's tessera) the pair is that build governed against this one governed: a change's
+cost on the launch path beside its baseline's, in the same rounds ("governed/baseline").
 """
 import json
 import os
@@ -59,6 +61,8 @@ def command(tessera, loop, binary, which, seconds, cpus):
         prefix += [tessera, "run", "--gpu-memory", "24Gi", "--"]
     elif which == "governed":
         prefix += [tessera, "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
+    elif which == "baseline":
+        prefix += [os.environ["BASELINE"], "run", "--gpu-memory", "24Gi", "--gpu-cores", "90", "--"]
     return prefix + loop_cmd(loop, binary, seconds)
 
 
@@ -75,16 +79,17 @@ def run_one(tessera, loop, binary, which, seconds):
     return rate_of(loop, which, p.returncode, p.stdout, p.stderr)
 
 
-def run_paired(tessera, loop, binary, seconds, cpus):
-    """Native on cpus[0] and governed on cpus[1] at once; returns (native, governed)."""
+def run_paired(tessera, loop, binary, seconds, cpus, base="native"):
+    """`base` (native, or the BASELINE build governed) on cpus[0] and governed on cpus[1] at
+    once; returns (base, governed)."""
     procs = {which: subprocess.Popen(command(tessera, loop, binary, which, seconds, cpu),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for which, cpu in (("native", cpus[0]), ("governed", cpus[1]))}
+             for which, cpu in ((base, cpus[0]), ("governed", cpus[1]))}
     got = {}
     for which, p in procs.items():
         out, err = p.communicate(timeout=seconds + 120)
         got[which] = rate_of(loop, which, p.returncode, out, err)
-    return got["native"], got["governed"]
+    return got[base], got["governed"]
 
 
 def summarize(loop, table, pairs, rng):
@@ -104,15 +109,17 @@ def summarize(loop, table, pairs, rng):
 
 def paired_rounds(tessera, binary, out, results, rounds, seconds, sets, rng):
     results["paired"] = "/".join(sets)
+    base = "baseline" if os.environ.get("BASELINE") else "native"
+    results["baseline"] = os.environ.get("BASELINE")
     for loop in os.environ.get("LOOPS", "cpp torch").split():
         table = []
         for r in range(rounds):
             cpus = sets if r % 2 == 0 else sets[::-1]
-            native, governed = run_paired(tessera, loop, binary, seconds, cpus)
-            table.append({"native": native, "governed": governed, "cpus": cpus})
-            print(f"{loop} paired round {r} (native on {cpus[0]}): native {native}/s "
+            other, governed = run_paired(tessera, loop, binary, seconds, cpus, base)
+            table.append({base: other, "governed": governed, "cpus": cpus})
+            print(f"{loop} paired round {r} ({base} on {cpus[0]}): {base} {other}/s "
                   f"governed {governed}/s", flush=True)
-        results["loops"][loop] = summarize(loop, table, [("governed", "native")], rng)
+        results["loops"][loop] = summarize(loop, table, [("governed", base)], rng)
         with open(out, "w") as f:
             json.dump(results, f, indent=1)
 
