@@ -32,6 +32,7 @@ constexpr std::string_view kRealNodeScenario = "showdown";
 constexpr auto kScenarioLimit = 180s;  // every pod of the story judged or refused
 constexpr auto kRefusedGrace = 20s;    // Pending this long after a FailedScheduling: refused
 constexpr auto kDeleteLimit = 60s;     // the pods it made, gone
+constexpr int kStopGraceSeconds = 10;  // a pod's, from SIGTERM to SIGKILL
 constexpr int kOutOfMemory = 2;        // CUDA_ERROR_OUT_OF_MEMORY
 constexpr std::size_t kMaxTemplateBytes = 1 << 20;
 // Every pod keeps what it got until the story is judged (hook_client's CLIENT_HOLD_SECONDS), so
@@ -75,6 +76,12 @@ StatusOr<std::string> ArrayField(const json& t, const char* key, const char* of_
   return v.dump();
 }
 
+// metadata[key] of an API object as a string, "" if absent.
+std::string MetadataString(const json& object, std::string_view key) {
+  const json* meta = k8s::Find(object, "metadata");
+  return meta != nullptr ? k8s::StringAt(*meta, key) : std::string();
+}
+
 // The waiting reason of the pod's container, if it is one it cannot get past; "" otherwise.
 std::string CannotStart(const json& pod) {
   const json* status = k8s::Find(pod, "status");
@@ -107,8 +114,9 @@ class RealNodeDemo {
       if (candidate.id == kRealNodeScenario) s = &candidate;
     }
     if (s == nullptr) return InternalError("the showdown scenario is missing");
-    TESSERA_ASSIGN_OR_RETURN(k8s::Config config, k8s::LoadKubeconfig(o_.kubeconfig));
-    TESSERA_ASSIGN_OR_RETURN(api_, k8s::Client::New(std::move(config)));
+    auto config = k8s::LoadKubeconfig(o_.kubeconfig);  // (a bad file is a bad input: exit 4)
+    if (!config.ok()) return AsInputError(config.status()).WithContext("--real-node");
+    TESSERA_ASSIGN_OR_RETURN(api_, k8s::Client::New(std::move(*config)));
     TESSERA_RETURN_IF_ERROR(FindNode());
     Say("##### tessera demo --real-node: the seeds' showdown as real containers\n");
     Say("node " + r_->node + ": kubelet " + r_->kubelet + ", " + r_->runtime + ", " + r_->os +
@@ -134,9 +142,7 @@ class RealNodeDemo {
   // Deletes the pods (and the namespace) it made and waits until they are gone.
   Status CleanUp() {
     if (api_ == nullptr || (created_.empty() && !made_namespace_)) return Status::Ok();
-    k8s::DeleteOptions opts;
-    opts.grace_period_seconds = 0;
-    for (const std::string& name : created_) (void)api_->Delete(k8s::PodPath(ns_, name), opts);
+    for (const std::string& name : created_) (void)api_->Delete(k8s::PodPath(ns_, name));
     const auto start = Clock::now();
     std::vector<std::string> left = created_;
     while (!left.empty() && Clock::now() - start < kDeleteLimit) {
@@ -195,7 +201,7 @@ class RealNodeDemo {
         const std::string v = info != nullptr ? k8s::StringAt(*info, key) : std::string();
         return v.empty() ? std::string("?") : v;
       };
-      r_->node = k8s::StringAt(*k8s::Find(n, "metadata"), "name");
+      r_->node = MetadataString(n, "name");
       r_->kubelet = field("kubeletVersion");
       r_->runtime = field("containerRuntimeVersion");
       r_->os = field("osImage");
@@ -212,6 +218,9 @@ class RealNodeDemo {
     json pod = PodManifest(spec, "");
     json& podspec = pod["spec"];
     podspec["restartPolicy"] = "Never";
+    // Stopped with SIGTERM, which the client handles by exiting as a program does (a driver
+    // that counts usage per process, as the harness's fake one, gives it back then).
+    podspec["terminationGracePeriodSeconds"] = kStopGraceSeconds;
     podspec["automountServiceAccountToken"] = false;
     if (!podspec.contains("schedulerName")) podspec["schedulerName"] = t_.scheduler_name;
     podspec["volumes"] = json::parse(t_.volumes_json);
@@ -248,7 +257,7 @@ class RealNodeDemo {
       auto created = api_->Create(k8s::PodsPath(ns_), Manifest(spec));
       if (created.ok()) {
         created_.push_back(spec.name);
-        uids[spec.name] = k8s::StringAt(*k8s::Find(*created, "metadata"), "uid");
+        uids[spec.name] = MetadataString(*created, "uid");
         r.outcome = Outcome::kPlaced;  // until refused
       } else if (created.status().message().find("denied the request") != std::string::npos) {
         r.reason = DenialReason(created.status().message());

@@ -8,6 +8,7 @@
 // then runs a scenario (argv[2...]) and prints key=value lines for the test to check.
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,6 +148,8 @@ void PrintInfo(const Api& api) {
   std::printf("device_total=%zu\n", device_total);
 }
 
+volatile std::sig_atomic_t g_stop = 0;  // SIGTERM while holding (CLIENT_HOLD_SECONDS)
+
 // Allocates `chunk` bytes with `which` until the driver (or tessera) refuses.
 std::uint64_t AllocUntilRefused(const Api& api, const char* which, std::uint64_t chunk,
                                 CUresult* last) {
@@ -207,12 +210,19 @@ int Run(const Api& api, int argc, char** argv) {
     const std::uint64_t total = AllocUntilRefused(api, which, chunk, &last);
     std::printf("allocated=%llu last_result=%d\n", static_cast<unsigned long long>(total), last);
     PrintInfo(api);
-    // CLIENT_HOLD_SECONDS: then keeps what it got that long (`tessera demo --real-node`: every
-    // pod of a story holds its memory until all are judged, as the story's services would).
+    // CLIENT_HOLD_SECONDS: then keeps what it got that long, or until SIGTERM, and exits as a
+    // program does (`tessera demo --real-node`: every pod of a story holds its memory until all
+    // are judged, as the story's services would; the fake driver's shared usage is given back
+    // at a normal exit, not at a kill, and as a container's PID 1 it gets SIGTERM only when it
+    // handles it).
     if (const char* hold = std::getenv("CLIENT_HOLD_SECONDS")) {
       std::printf("holding=%s\n", hold);
       std::fflush(stdout);
-      sleep(static_cast<unsigned>(std::strtoul(hold, nullptr, 10)));
+      std::signal(SIGTERM, [](int) { g_stop = 1; });
+      for (unsigned long tenths = std::strtoul(hold, nullptr, 10) * 10; tenths > 0 && !g_stop;
+           --tenths) {
+        usleep(100'000);
+      }
     }
     std::fflush(stdout);
     return 0;
