@@ -76,12 +76,6 @@ StatusOr<std::string> ArrayField(const json& t, const char* key, const char* of_
   return v.dump();
 }
 
-// metadata[key] of an API object as a string, "" if absent.
-std::string MetadataString(const json& object, std::string_view key) {
-  const json* meta = k8s::Find(object, "metadata");
-  return meta != nullptr ? k8s::StringAt(*meta, key) : std::string();
-}
-
 // The waiting reason of the pod's container, if it is one it cannot get past; "" otherwise.
 std::string CannotStart(const json& pod) {
   const json* status = k8s::Find(pod, "status");
@@ -201,7 +195,7 @@ class RealNodeDemo {
         const std::string v = info != nullptr ? k8s::StringAt(*info, key) : std::string();
         return v.empty() ? std::string("?") : v;
       };
-      r_->node = MetadataString(n, "name");
+      r_->node = Str(n, "/metadata/name"_json_pointer);
       r_->kubelet = field("kubeletVersion");
       r_->runtime = field("containerRuntimeVersion");
       r_->os = field("osImage");
@@ -257,7 +251,7 @@ class RealNodeDemo {
       auto created = api_->Create(k8s::PodsPath(ns_), Manifest(spec));
       if (created.ok()) {
         created_.push_back(spec.name);
-        uids[spec.name] = MetadataString(*created, "uid");
+        uids[spec.name] = Str(*created, "/metadata/uid"_json_pointer);
         r.outcome = Outcome::kPlaced;  // until refused
       } else if (created.status().message().find("denied the request") != std::string::npos) {
         r.reason = DenialReason(created.status().message());
