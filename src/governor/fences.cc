@@ -71,6 +71,7 @@ FenceTracker::Stream& FenceTracker::StreamFor(void* handle) {
   }
   streams_.push_back(Stream{});
   streams_.back().handle = handle;
+  streams_.back().ordered = options_.shared_key == nullptr || handle != options_.shared_key;
   last_stream_ = streams_.size() - 1;
   return streams_.back();
 }
@@ -159,22 +160,14 @@ std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64
   return least != 0 ? least : fallback;
 }
 
-std::uint64_t FenceTracker::FencedLaunches() const {
-  std::uint64_t n = 0;
-  for (const Stream& s : streams_) n += s.fenced_launches;
-  return n;
-}
-
-std::uint64_t FenceTracker::OpenLaunches() const {
-  std::uint64_t n = 0;
-  for (const Stream& s : streams_) n += s.open_launches;
-  return n;
-}
-
 bool FenceTracker::FewLaunchesInFlight(bool* asked) {
   *asked = false;
-  const std::uint64_t open = OpenLaunches();
-  if (FencedLaunches() + open < kMaxLaunchesBehindHold) return true;
+  std::uint64_t open = 0, fenced = 0;  // launched and not yet fenced; fenced, as last polled
+  for (const Stream& s : streams_) {
+    open += s.open_launches;
+    fenced += s.fenced_launches;
+  }
+  if (fenced + open < kMaxLaunchesBehindHold) return true;
   // Each stream's segments run in order: walked from the newest back, the first whose fence has
   // run ends the walk (it and those before it have completed). Past the queries allowed, at an
   // error, or on a key of several streams, what is left counts as in flight.

@@ -99,6 +99,9 @@ struct FenceOptions {
   // millisecond, probes alone cost a loop of microsecond kernels ~1.3 % of its throughput on
   // the H200 host; at one per 10 ms, ~0.1 %.
   std::uint64_t min_probe_gap_ns = 10'000'000;
+  // A key that names several of the GPU's streams (CU_STREAM_PER_THREAD: each thread's own), whose
+  // segments may complete out of order: a completed one says nothing of the others.
+  void* shared_key = nullptr;
 };
 
 // A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).
@@ -164,9 +167,6 @@ class FenceTracker {
   // AfterLaunch needs the time after the launch was submitted (an inexact probe's gap); any
   // other may be given the time before it, which saves a clock reading a launch.
   bool LaunchIsProbe(void* stream) { return StreamFor(stream).next_is_probe; }
-  // `stream` names several of the GPU's streams (CU_STREAM_PER_THREAD: each thread's own), whose
-  // segments may complete out of order: a completed one says nothing of the others.
-  void SetUnordered(void* stream) { StreamFor(stream).ordered = false; }
   // Closes the open segment of one stream / of every stream (before something waits on them),
   // where `may_record` allows a fence (not into a stream being captured); elsewhere the open
   // segment is dropped unmeasured.
@@ -347,7 +347,7 @@ class FenceTracker {
     std::uint64_t fenced_unknown = 0;
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
     // Its segments complete in order (one stream). Not so for a key several of the GPU's streams
-    // share (the per-thread default stream of every thread: SetUnordered).
+    // share (the per-thread default stream of every thread: FenceOptions::shared_key).
     bool ordered = true;
   };
   struct Kind {
@@ -375,12 +375,10 @@ class FenceTracker {
   double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
-  std::uint64_t FencedLaunches() const;  // in flight on all its streams, as last polled
   // Whether few enough launches are in flight on the device for a probe to be held (asks the
   // newest fences when the polled count says otherwise; a probe's, so rare). `asked`: the fences
   // were asked.
   bool FewLaunchesInFlight(bool* asked);
-  std::uint64_t OpenLaunches() const;  // launched, not yet fenced, on all its streams
   std::uint64_t Charge(const Stream& s, const Segment& seg, std::uint64_t span_ns,
                        bool dense) const;
   std::uint64_t ProbeNs(const Segment& seg, std::uint64_t span_ns) const;  // its launch's time

@@ -496,8 +496,9 @@ class ScriptedGpu final : public TimestampEvents {
 TEST(FenceTracker, AKeyOfSeveralStreamsCountsEverySegmentItFenced) {
   for (const bool unordered : {false, true}) {
     ScriptedGpu gpu;
-    FenceTracker t(&gpu, FenceOptions{1'000'000'000, 300, 0, 3});  // probes: a kind's first two
-    if (unordered) t.SetUnordered(kStream);
+    FenceOptions options{1'000'000'000, 300, 0, 3};  // probes: a kind's first two
+    if (unordered) options.shared_key = kStream;
+    FenceTracker t(&gpu, options);
     LaunchOn(t, gpu, 0, 1);  // kinds 1 and 3 learn their estimates
     LaunchOn(t, gpu, 0, 1);
     LaunchOn(t, gpu, 0, 3);

@@ -209,11 +209,10 @@ class CudaEvents final : public governor::EventApi {
   // its mutex across the real launch, and a launch that blocks while its stream is held — a
   // module loaded with a context synchronize, CUDA_LAUNCH_BLOCKING, a full queue — would never
   // return); the gate then rests for kGateRestNs, and after kMaxGateTrips trips, each within
-  // kTripMemoryNs of the one before, it is off for good (a CuPy loop flooding a stream of its
-  // own tripped it about once in 5 s on the H200: over a long run a count that never forgets
-  // would turn the gate off for good). (On the H200 a CuPy loop on a stream of its own tripped it
-  // once early in its run, and a gate off for good from then on left its probes inexact: its
-  // kernels were charged nothing.)
+  // kTripMemoryNs of the one before, it is off for good. (On the H200 a CuPy loop flooding a
+  // stream of its own tripped it about once in 5 s: a count that never forgets would turn the
+  // gate off for good within a minute, and a gate off for good left that loop's probes inexact,
+  // its kernels charged nothing.)
   static constexpr std::uint64_t kGateWatchdogNs = 5'000'000;
   static constexpr std::uint64_t kGateRestNs = 100'000'000;
   static constexpr std::uint32_t kMaxGateTrips = 8;
@@ -267,7 +266,10 @@ class CudaEvents final : public governor::EventApi {
 };
 
 struct DeviceGovernor {
-  explicit DeviceGovernor(governor::EventApi* api) : tracker(api) {}
+  // Every thread's per-thread stream has one key: its segments complete out of order.
+  explicit DeviceGovernor(governor::EventApi* api)
+      : tracker(api,
+                governor::FenceOptions{.shared_key = static_cast<void*>(CU_STREAM_PER_THREAD)}) {}
   governor::FenceTracker tracker;
   CUcontext context = nullptr;      // the watcher makes it current to query this device's events
   CUstream epoch_stream = nullptr;  // the watcher's own, for the epoch event
@@ -669,8 +671,6 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   }
   DeviceGovernor& d = *device;
   void* stream_key = StreamKey(stream, per_thread);
-  // Every thread's per-thread stream has this one key: their segments complete out of order.
-  if (stream_key == static_cast<void*>(CU_STREAM_PER_THREAD)) d.tracker.SetUnordered(stream_key);
   const std::uint64_t before_fences = g_stats_enabled ? now : 0;
   const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
   const bool probe = measured && d.tracker.LaunchIsProbe(stream_key);
