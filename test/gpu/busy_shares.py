@@ -29,6 +29,10 @@ Shapes (all from PyTorch, none tuned to tessera):
                8 ops, a synchronize every 128 ops
   cupystream   the same on a CuPy stream of its own (non-blocking): unthrottled it floods the
                stream's queue, where a probe held at the gate blocked the launch (session 16)
+  jaxlb        JAX (XLA's launches through the CUDA runtime it ships; never tuned on): a jitted
+               elementwise step on an array of 2^23 floats (kernels of ~15 us) dispatched back to
+               back from Python (~35 us a dispatch), blocked on every 64 steps; run only where
+               SHAPES names it
 
 drive: per shape, the solo rate (mean of the per-second units over the middle of the run) and
 b = busy time per unit from the solo trace (independent of tessera: CUPTI's kernel records) x the
@@ -128,6 +132,19 @@ def workload(shape):
                         spin(20e-6)
             cp.cuda.Device().synchronize()
         return step, 128
+    if shape == "jaxlb":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        import jax
+        import jax.numpy as jnp
+        f = jax.jit(lambda v: v * 1.0001 + 1e-4)
+        state = [jnp.ones(1 << 23, dtype=jnp.float32)]
+
+        def step():
+            v = state[0]
+            for _ in range(64):
+                v = f(v)
+            state[0] = v.block_until_ready()
+        return step, 64
     raise SystemExit(f"unknown shape {shape}")
 
 
@@ -434,7 +451,7 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("work", "trace"):
         q = sub.add_parser(name)
-        q.add_argument("shape", choices=SHAPES + ("gemm",))
+        q.add_argument("shape", choices=SHAPES + ("gemm", "jaxlb"))
         q.add_argument("--seconds", type=float, default=8)
         q.add_argument("--tag", default="")
         q.add_argument("--barrier", help="trace: a folder where PARTIES processes meet")
