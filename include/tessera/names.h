@@ -49,6 +49,31 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "Namespace label naming a trust tier; honoured only if the policy file says so") \
   X(kLabelGpuNode, "tessera.dev/gpu-node", "Node label: the node runs tessera-node (\"true\")")
 
+// Dynamic Resource Allocation (resource.k8s.io/v1, docs/design/0022-dra-driver.md): the driver,
+// its DeviceClasses, the capacities and attributes of its devices, its opaque config and taint.
+#define TESSERA_DRA_NAMES(X)                                                                      \
+  X(kDraDriver, "gpu.tessera.dev",                                                                \
+    "DRA driver name: ResourceSlices (pool = node name), claims' results, kubelet plugin")         \
+  X(kDraClassShared, "shared.gpu.tessera.dev",                                                    \
+    "DeviceClass: part of a GPU (capacities memory and cores), time-sliced with its co-tenants")  \
+  X(kDraClassMps, "mps.gpu.tessera.dev", "DeviceClass: part of a GPU run under the node's MPS")   \
+  X(kDraClassExclusive, "exclusive.gpu.tessera.dev",                                              \
+    "DeviceClass: a whole GPU (all of its memory and cores)")                                     \
+  X(kDraCapacityMemory, "memory",                                                                 \
+    "device capacity: GPU memory in bytes, contexts included; a claim consumes what it asks")     \
+  X(kDraCapacityCores, "cores",                                                                   \
+    "device capacity: percent of the GPU's busy time (ADR 0017's share), 0 = no compute share")   \
+  X(kDraAttributeUuid, "uuid", "device attribute: the GPU's UUID (string)")                       \
+  X(kDraAttributeProduct, "productName", "device attribute: NVML's product name (string)")        \
+  X(kDraAttributeNuma, "numaNode", "device attribute: the GPU's NUMA node, -1 unknown (int)")     \
+  X(kDraAttributeIndex, "index", "device attribute: the GPU's NVML index (int)")                  \
+  X(kDraConfigApiVersion, "gpu.tessera.dev/v1alpha1",                                             \
+    "apiVersion of the driver's opaque config (a claim's or class's devices.config[].opaque)")    \
+  X(kDraConfigKind, "GpuConfig",                                                                  \
+    "kind of the opaque config: priority, compute (hard|work-conserving), windowMs, mpsUser")     \
+  X(kDraTaintUnhealthy, "gpu.tessera.dev/unhealthy",                                              \
+    "device taint (NoSchedule) on an unhealthy GPU; its value is the reason (XID, ECC)")
+
 // Environment variables.
 #define TESSERA_ENV_VARS(X)                                                                        \
   X(kEnvLimitsFile, "TESSERA_LIMITS_FILE",                                                         \
@@ -96,7 +121,11 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "in the container: the preload library, mounted read-only")                                \
   X(kPathMpsPipe, "/run/tessera-mps/pipe",                                                     \
     "in an MPS container: the node's MPS daemon's pipe folder (node: <state>/mps/<gpu>/pipe)") \
-  X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")
+  X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")    \
+  X(kPathDraPluginDir, "/var/lib/kubelet/plugins/gpu.tessera.dev",                             \
+    "on the node: the DRA driver's folder; tessera-node serves dra.sock there (ADR 0022)")     \
+  X(kPathPluginsRegistry, "/var/lib/kubelet/plugins_registry",                                 \
+    "on the node: kubelet's plugin registry; tessera-node serves gpu.tessera.dev-reg.sock")
 
 // Reasons of the Kubernetes Events tessera-node and tessera-scheduler post.
 #define TESSERA_EVENT_REASONS(X)                                                                  \
@@ -239,6 +268,7 @@ TESSERA_LABELS(TESSERA_NAMES_DECLARE)
 TESSERA_ENV_VARS(TESSERA_NAMES_DECLARE)
 TESSERA_PATHS(TESSERA_NAMES_DECLARE)
 TESSERA_EVENT_REASONS(TESSERA_NAMES_DECLARE)
+TESSERA_DRA_NAMES(TESSERA_NAMES_DECLARE)
 #undef TESSERA_NAMES_DECLARE
 #define TESSERA_METRICS_DECLARE(constant, value, type, labels, help) \
   inline constexpr std::string_view constant = value;
@@ -272,12 +302,15 @@ inline constexpr NameInfo kAllNames[] = {
 #define TESSERA_NAMES_INFO_ENV(c, v, d) {"env", v, d},
 #define TESSERA_NAMES_INFO_PATH(c, v, d) {"path", v, d},
 #define TESSERA_NAMES_INFO_EVENT(c, v, d) {"event", v, d},
+#define TESSERA_NAMES_INFO_DRA(c, v, d) {"dra", v, d},
 #define TESSERA_NAMES_INFO_METRIC(c, v, t, l, d) {"metric", v, d},
     TESSERA_RESOURCE_NAMES(TESSERA_NAMES_INFO_RESOURCE)
         TESSERA_ANNOTATIONS(TESSERA_NAMES_INFO_ANNOTATION) TESSERA_LABELS(TESSERA_NAMES_INFO_LABEL)
             TESSERA_ENV_VARS(TESSERA_NAMES_INFO_ENV) TESSERA_PATHS(TESSERA_NAMES_INFO_PATH)
                 TESSERA_EVENT_REASONS(TESSERA_NAMES_INFO_EVENT)
                     TESSERA_METRICS(TESSERA_NAMES_INFO_METRIC)
+                        TESSERA_DRA_NAMES(TESSERA_NAMES_INFO_DRA)
+#undef TESSERA_NAMES_INFO_DRA
 #undef TESSERA_NAMES_INFO_RESOURCE
 #undef TESSERA_NAMES_INFO_ANNOTATION
 #undef TESSERA_NAMES_INFO_LABEL

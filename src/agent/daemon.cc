@@ -20,6 +20,8 @@
 
 #include "agent/cdi_check.h"
 #include "agent/device_plugin.h"
+#include "agent/dra.h"
+#include "agent/dra_plugin.h"
 #include "agent/drift.h"
 #include "agent/drift_actions.h"
 #include "agent/local_gpu.h"
@@ -34,6 +36,7 @@
 #include "k8s/config.h"
 #include "k8s/events.h"
 #include "k8s/listen.h"
+#include "k8s/object.h"
 #include "k8s/paths.h"
 
 namespace tessera::agent {
@@ -85,6 +88,27 @@ class ApiPods : public DriftApi {
   const std::string node_;
   k8s::EventRecorder
       events_;  // Events go out from its thread: the drift pass never waits on the API
+};
+
+// The API server as the DRA plugin needs it: claims, and a namespace's trust label.
+class ApiClaims : public dra::ClaimApi {
+ public:
+  explicit ApiClaims(k8s::Client& client) : client_(client) {}
+  StatusOr<k8s::Json> GetClaim(std::string_view ns, std::string_view name) override {
+    return client_.Get(k8s::ResourceClaimPath(ns, name));
+  }
+  StatusOr<std::optional<std::string>> TrustLabel(std::string_view ns) override {
+    auto namespace_object = client_.Get(k8s::NamespacePath(ns));
+    if (!namespace_object.ok()) return namespace_object.status();
+    const k8s::Json* meta = k8s::Find(*namespace_object, "metadata");
+    const k8s::Json* labels = meta != nullptr ? k8s::Find(*meta, "labels") : nullptr;
+    if (labels == nullptr || k8s::Find(*labels, names::kLabelTrust) == nullptr)
+      return std::optional<std::string>();
+    return std::optional<std::string>(k8s::StringAt(*labels, names::kLabelTrust));
+  }
+
+ private:
+  k8s::Client& client_;
 };
 
 // A public key file is a few kilobytes; anything past this is not one.
@@ -171,11 +195,23 @@ class PluginSide {
     side->pods_ = std::make_unique<ApiPods>(client, o.node_name);
     side->binder_ =
         std::make_unique<SlotBinder>(std::move(b), side->owners_.get(), side->pods_.get());
-    side->plugin_ = std::make_unique<DevicePlugin>(
-        DevicePlugin::Options{Or(o.device_plugin_dir, names::kPathDevicePluginDir),
-                              "tessera-gpu-slot.sock", std::string(names::kResourceGpuSlot)},
-        side->binder_.get());
-    TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
+    if (o.allocation_path == "dra") {
+      side->claims_ = std::make_unique<ApiClaims>(client);
+      side->preparer_ = std::make_unique<dra::ClaimPreparer>(o.node_name, policy,
+                                                             side->claims_.get(), side->binder_.get());
+      side->slices_ = std::make_unique<dra::SlicePublisher>(client);
+      side->dra_ = std::make_unique<dra::DraPlugin>(
+          dra::DraPlugin::Options{Or(o.dra_plugin_dir, names::kPathDraPluginDir),
+                                  Or(o.plugins_registry_dir, names::kPathPluginsRegistry)},
+          side->preparer_.get());
+      TESSERA_RETURN_IF_ERROR(side->dra_->Start());
+    } else {
+      side->plugin_ = std::make_unique<DevicePlugin>(
+          DevicePlugin::Options{Or(o.device_plugin_dir, names::kPathDevicePluginDir),
+                                "tessera-gpu-slot.sock", std::string(names::kResourceGpuSlot)},
+          side->binder_.get());
+      TESSERA_RETURN_IF_ERROR(side->plugin_->Start());
+    }
     side->drift_ = std::make_unique<DriftActions>(side->MakeDriftDeps());
     CdiCheckDeps cdi;
     cdi.containers = [s = side.get()] { return s->Watched(); };
@@ -205,6 +241,7 @@ class PluginSide {
     arbiter_.Stop();
     cleanup_ = {};
     if (plugin_) plugin_->Stop();
+    if (dra_) dra_->Stop();
   }
 
   // A new inventory: the GPUs the binder may hand out and the slots kubelet sees.
@@ -248,6 +285,18 @@ class PluginSide {
         }
       }
     }
+    if (dra_) {  // DRA: this node's pool, to the preparer and the API server
+      preparer_->SetInventory(inventory.content, gpus);
+      binder_->SetGpus(std::move(gpus));
+      auto published = slices_->Publish(inventory.content);
+      if (!published.ok()) {
+        TESSERA_LOG(kWarn, kAgent, "%s", published.status().ToString().c_str());
+      } else if (*published) {
+        TESSERA_LOG(kInfo, kAgent, "published ResourceSlice %s",
+                    dra::SliceName(inventory.content.node).c_str());
+      }
+      return;
+    }
     binder_->SetGpus(std::move(gpus));
     // Slots are numbered per node; an unhealthy GPU's share of them is reported unhealthy.
     std::vector<PluginDevice> devices;
@@ -287,6 +336,17 @@ class PluginSide {
     std::mutex mu;
     std::condition_variable_any cv;
     while (!stop.stop_requested()) {
+      if (dra_ == nullptr) DevicePluginSlotsPass();
+      drift_->Pass();
+      cdi_check_->Pass();
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, stop, every, [] { return false; });
+    }
+  }
+
+  // The device-plugin slots that kubelet released, and those held without their limits file.
+  void DevicePluginSlotsPass() {
+    {
       auto removed = binder_->RemoveReleased();
       if (!removed.ok()) {
         TESSERA_LOG(kDebug, kAgent, "slot clean-up: %s", removed.status().ToString().c_str());
@@ -299,10 +359,6 @@ class PluginSide {
       } else if (*restored > 0) {
         TESSERA_LOG(kWarn, kAgent, "wrote the limits of %d held slot(s) again", *restored);
       }
-      drift_->Pass();
-      cdi_check_->Pass();
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait_for(lock, stop, every, [] { return false; });
     }
   }
 
@@ -367,7 +423,12 @@ class PluginSide {
   std::unique_ptr<PodResourcesClient> owners_;
   std::unique_ptr<ApiPods> pods_;
   std::unique_ptr<SlotBinder> binder_;
-  std::unique_ptr<DevicePlugin> plugin_;
+  std::unique_ptr<DevicePlugin> plugin_;  // --allocation-path device-plugin
+  // --allocation-path dra
+  std::unique_ptr<ApiClaims> claims_;
+  std::unique_ptr<dra::ClaimPreparer> preparer_;
+  std::unique_ptr<dra::SlicePublisher> slices_;
+  std::unique_ptr<dra::DraPlugin> dra_;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> costs_;
   GpuSource& gpus_;
   DriverLibraries driver_;  // what the context probe loads (--driver-lib-dir, --nvml-library)
@@ -552,9 +613,15 @@ Status NodeDaemon::ResumeGeneration() {
   return Status::Ok();
 }
 
+// The folder whose existence says kubelet runs here: the plugin registry on the DRA path, the
+// device-plugin folder otherwise.
+std::string KubeletFolder(const NodeOptions& o) {
+  return o.allocation_path == "dra" ? Or(o.plugins_registry_dir, names::kPathPluginsRegistry)
+                                    : Or(o.device_plugin_dir, names::kPathDevicePluginDir);
+}
+
 Status NodeDaemon::StartMetrics() {
-  const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
-  s_->plugin_served = std::filesystem::is_directory(plugin_dir);
+  s_->plugin_served = std::filesystem::is_directory(KubeletFolder(options_));
   s_->metrics = std::make_unique<NodeMetrics>(
       options_.node_name, TESSERA_VERSION,
       s_->plugin_served ? Or(options_.state_dir, names::kPathHostState) : "");
@@ -575,16 +642,16 @@ Status NodeDaemon::StartMetrics() {
 
 Status NodeDaemon::StartPlugin() {
   if (!s_->plugin_served) {
-    const std::string plugin_dir = Or(options_.device_plugin_dir, names::kPathDevicePluginDir);
-    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no device plugin (inventory only)",
-                plugin_dir.c_str());
+    TESSERA_LOG(kWarn, kAgent, "%s does not exist: no %s plugin (inventory only)",
+                KubeletFolder(options_).c_str(), options_.allocation_path.c_str());
     return Status::Ok();
   }
   auto started = PluginSide::Start(options_, *s_->client, *s_->source, s_->metrics.get(),
                                    s_->policy, s_->keys);
   if (!started.ok()) return started.status();
   s_->plugin = std::move(*started);
-  s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  if (options_.allocation_path != "dra")
+    s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
   return Status::Ok();
 }
 

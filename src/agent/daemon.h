@@ -21,6 +21,12 @@ struct NodeOptions {
   // The device plugin (docs/design/0016): served when `device_plugin_dir` exists.
   std::string device_plugin_dir;     // default names::kPathDevicePluginDir
   std::string pod_resources_socket;  // default names::kPathPodResourcesSocket
+  // How kubelet hands out this node's GPUs: "device-plugin" (the slots above, decisions from
+  // tessera-scheduler) or "dra" (ResourceSlices of gpu.tessera.dev and the kubelet DRA plugin,
+  // docs/design/0022-dra-driver.md). One path a node.
+  std::string allocation_path = "device-plugin";
+  std::string dra_plugin_dir;        // default names::kPathDraPluginDir
+  std::string plugins_registry_dir;  // default names::kPathPluginsRegistry
   std::string state_dir;             // default names::kPathHostState
   std::string cdi_dir;               // default names::kPathCdiSpecDir
   std::string decision_keys_dir;     // <keyId>.pem public keys; none: every decision is refused

@@ -28,6 +28,17 @@ std::optional<int> ParseNodeFlags(int argc, const char* const* argv, NodeOptions
   app.add_option("--device-plugin-dir", options.device_plugin_dir,
                  "kubelet's device-plugin folder; the plugin is served when it exists "
                  "(default /var/lib/kubelet/device-plugins)");
+  app.add_option("--allocation-path", options.allocation_path,
+                 "how kubelet hands out this node's GPUs: device-plugin (tessera.dev/gpu-slot) or "
+                 "dra (ResourceClaims of gpu.tessera.dev); one path a node")
+      ->check(CLI::IsMember({"device-plugin", "dra"}))
+      ->capture_default_str();
+  app.add_option("--dra-plugin-dir", options.dra_plugin_dir,
+                 "with --allocation-path dra: where dra.sock is served "
+                 "(default /var/lib/kubelet/plugins/gpu.tessera.dev)");
+  app.add_option("--plugins-registry-dir", options.plugins_registry_dir,
+                 "with --allocation-path dra: kubelet's plugin registry; the plugin is served "
+                 "when it exists (default /var/lib/kubelet/plugins_registry)");
   app.add_option("--pod-resources-socket", options.pod_resources_socket,
                  "kubelet's PodResources API "
                  "(default /var/lib/kubelet/pod-resources/kubelet.sock)");

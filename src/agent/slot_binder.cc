@@ -96,7 +96,7 @@ void SlotBinder::Touch(std::string_view slot) {
 }
 
 Status SlotBinder::Allocate(std::string_view slot) {
-  TESSERA_RETURN_IF_ERROR(ParseSlotId(slot).status());
+  TESSERA_RETURN_IF_ERROR(CheckSlotName(slot));
   Touch(slot);
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   using std::filesystem::perms;
@@ -167,8 +167,8 @@ StatusOr<shm::Mapping> KeptOrFreshRegion(const std::string& path,
 
 }  // namespace
 
-Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod,
-                             bool keep_region) {
+Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, std::string_view mps_user,
+                             bool keep_region, bool with_allocation) {
   const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
   TESSERA_RETURN_IF_ERROR(Allocate(slot));
   const auto gpus = Gpus();
@@ -186,18 +186,24 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, const 
   // (agent/cdi_check.h), and the tenant can read which devices that was.
   std::vector<Mount> mounts = {{std::string(names::kPathCdiSpecInContainer), p.cdi_spec, true}};
   std::vector<std::string> mps_env;
+  if (with_allocation) {  // DRA: no Allocate answer carries the slot's mounts and environment
+    const SlotAllocation a = AllocationOf(slot);
+    mounts.insert(mounts.end(), a.mounts.begin(), a.mounts.end());
+    for (const auto& [key, value] : a.envs) mps_env.push_back(key + "=" + value);
+  }
   if (limits.mode == SharingMode::kMps) {
     if (options_.mps == nullptr)
       return FailedPreconditionError("mode mps: this node runs no MPS daemons");
     if (limits.devices.size() != 1)
       return FailedPreconditionError("mode mps: one GPU per container");
-    const std::string user = AnnotationOf(pod, names::kAnnotationMpsUser);
+    const std::string user(mps_user);
     unsigned long uid = 0;
     const auto [end, ec] = std::from_chars(user.data(), user.data() + user.size(), uid);
     if (user.empty() || ec != std::errc() || end != user.data() + user.size()) {
-      return FailedPreconditionError("mode mps: annotation " +
-                                     std::string(names::kAnnotationMpsUser) +
-                                     " must name the numeric user ID the GPU processes run as");
+      return FailedPreconditionError(
+          "mode mps: " + std::string(with_allocation ? "the config's mpsUser" : "annotation ") +
+          (with_allocation ? "" : std::string(names::kAnnotationMpsUser)) +
+          " must name the numeric user ID the GPU processes run as");
     }
     auto endpoint = options_.mps->Ensure(limits.devices[0].uuid, static_cast<uid_t>(uid));
     if (!endpoint.ok()) return endpoint.status();
@@ -258,7 +264,8 @@ Status SlotBinder::PrepareSlot(std::string_view slot, bool restore) {
   Status written = [&]() -> Status {
     auto limits = VerifiedLimits(*pod, o);
     if (!limits.ok()) return limits.status();
-    return WriteSlot(slot, *limits, *pod, /*keep_region=*/restore);
+    return WriteSlot(slot, *limits, AnnotationOf(*pod, names::kAnnotationMpsUser),
+                     /*keep_region=*/restore, /*with_allocation=*/false);
   }();
   if (!written.ok()) {
     const std::string message = "container " + o.container + " gets no GPU: " + written.message();
@@ -275,6 +282,47 @@ Status SlotBinder::PrepareSlot(std::string_view slot, bool restore) {
   }
   TESSERA_LOG(kInfo, kAgent, "pod %s/%s container %s: %s prepared", o.pod_namespace.c_str(),
               o.pod_name.c_str(), o.container.c_str(), std::string(slot).c_str());
+  return Status::Ok();
+}
+
+Status SlotBinder::PrepareClaim(std::string_view slot, const Limits& limits,
+                                std::string_view mps_user) {
+  TESSERA_RETURN_IF_ERROR(ParseClaimSlot(slot).status());
+  const std::shared_ptr<std::mutex> slot_mu = SlotMutex(slot);
+  const std::lock_guard<std::mutex> slot_lock(*slot_mu);
+  Touch(slot);
+  const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+  const std::string wanted = FormatLimitsFile(limits);
+  std::error_code ec;
+  // Prepared before (kubelet asks again after its own restart, under running containers): kept
+  // as it is, region included, when the claim still asks the same; anything else is written anew.
+  if (ReadFile(p.limits, kMaxLimitsFileBytes).value_or("") == wanted &&
+      std::filesystem::exists(p.cdi_spec, ec) && std::filesystem::exists(p.region, ec)) {
+    return Status::Ok();
+  }
+  std::filesystem::remove(p.limits, ec);
+  std::filesystem::remove(p.cdi_spec, ec);
+  Status written = WriteSlot(slot, limits, mps_user, /*keep_region=*/false,
+                             /*with_allocation=*/true);
+  if (!written.ok()) {  // nothing half-prepared: no limits file, no CDI spec
+    std::filesystem::remove(p.limits, ec);
+    std::filesystem::remove(p.cdi_spec, ec);
+  }
+  return written;
+}
+
+Status SlotBinder::ReleaseClaim(std::string_view slot) {
+  TESSERA_RETURN_IF_ERROR(ParseClaimSlot(slot).status());
+  const std::shared_ptr<std::mutex> slot_mu = SlotMutex(slot);
+  const std::lock_guard<std::mutex> slot_lock(*slot_mu);
+  const SlotPaths p = PathsOf(options_.state_dir, options_.cdi_dir, slot);
+  std::error_code ec;
+  std::filesystem::remove(p.cdi_spec, ec);
+  if (ec) return InternalError("removing " + p.cdi_spec + ": " + ec.message());
+  std::filesystem::remove_all(p.dir, ec);
+  if (ec) return InternalError("removing " + p.dir + ": " + ec.message());
+  std::lock_guard<std::mutex> lock(touched_mu_);
+  touched_.erase(std::string(slot));
   return Status::Ok();
 }
 
@@ -348,7 +396,7 @@ std::uint32_t LatencyCriticalMpsAsks(const std::string& state_dir, std::string_v
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(state_dir + "/slots", ec)) {
     const std::string slot = entry.path().filename().string();
-    if (slot == except_slot || !ParseSlotId(slot).ok()) continue;
+    if (slot == except_slot || !CheckSlotName(slot).ok()) continue;
     sum += governor::LatencyCriticalMpsShare(
         ReadFile(PathsOf(state_dir, "", slot).limits, kMaxLimitsFileBytes).value_or(""), uuid);
   }

@@ -116,6 +116,16 @@ class SlotBinder {
   // PreStartContainer: the slot's files for the container kubelet recorded. On any error the pod
   // gets a TesseraDecisionRejected Event and the slot keeps no limits file (no GPU).
   Status Prepare(std::string_view slot);
+  // DRA (docs/design/0022-dra-driver.md): a claim's slot ("claim-<uid>"), written from limits the
+  // caller derived from the claim's allocation: region, limits file and a CDI spec that also
+  // carries the slot's mounts and environment (no Allocate answer carries them on this path).
+  // `mps_user`: the numeric user ID of mode mps (the claim's config). Idempotent: a slot whose
+  // limits file holds these limits is kept as it is, region included (kubelet prepares again after
+  // its restart, under running containers). On an error nothing is left half-prepared (no limits
+  // file, no CDI spec).
+  Status PrepareClaim(std::string_view slot, const Limits& limits, std::string_view mps_user);
+  // NodeUnprepareResources: removes a claim slot's files; files already gone are no error.
+  Status ReleaseClaim(std::string_view slot);
   // Removes the files of slots no container holds and nobody allocated or prepared within
   // `release_grace`; returns how many were removed.
   StatusOr<int> RemoveReleased();
@@ -141,8 +151,9 @@ class SlotBinder {
   static std::string OwnerKey(const DeviceOwner& o) {
     return o.pod_namespace + "/" + o.pod_name + "/" + o.container;
   }
-  Status WriteSlot(std::string_view slot, const Limits& limits, const k8s::Json& pod,
-                   bool keep_region);
+  // `with_allocation`: the CDI spec also carries what Allocate answers (DRA).
+  Status WriteSlot(std::string_view slot, const Limits& limits, std::string_view mps_user,
+                   bool keep_region, bool with_allocation);
   std::map<std::string, BinderGpu, std::less<>> Gpus();
 
   const BinderOptions options_;

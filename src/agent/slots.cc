@@ -9,6 +9,7 @@
 
 #include "tessera/json_writer.h"
 #include "tessera/names.h"
+#include "tessera/quantity.h"
 
 #include "observe/observe.h"
 
@@ -35,6 +36,29 @@ StatusOr<int> ParseSlotId(std::string_view id) {
     n = n * 10 + (c - '0');
   }
   return n;
+}
+
+std::string ClaimSlot(std::string_view claim_uid) { return "claim-" + std::string(claim_uid); }
+
+StatusOr<std::string> ParseClaimSlot(std::string_view slot) {
+  constexpr std::string_view kPrefix = "claim-";
+  const auto invalid = [&] {
+    return InvalidArgumentError("\"" + QuoteForMessage(slot) +
+                                "\" is not a claim slot (claim-<uid>, the uid of 1-64 of [a-z0-9-])");
+  };
+  if (!slot.starts_with(kPrefix)) return invalid();
+  const std::string_view uid = slot.substr(kPrefix.size());
+  if (uid.empty() || uid.size() > 64) return invalid();
+  for (char c : uid) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return invalid();
+  }
+  return std::string(uid);
+}
+
+Status CheckSlotName(std::string_view slot) {
+  if (ParseSlotId(slot).ok() || ParseClaimSlot(slot).ok()) return Status::Ok();
+  return InvalidArgumentError("\"" + QuoteForMessage(slot) +
+                              "\" is not a tessera slot (slot-NNNN or claim-<uid>)");
 }
 
 SlotPaths PathsOf(const std::string& state_dir, const std::string& cdi_dir, std::string_view slot) {

@@ -22,6 +22,14 @@ namespace tessera::agent {
 std::string SlotId(int n);
 // The number of a slot ID; kInvalidArgument for anything else (IDs come from kubelet).
 StatusOr<int> ParseSlotId(std::string_view id);
+// "claim-<uid>": the slot of a DRA ResourceClaim (docs/design/0022-dra-driver.md), one per claim
+// on this node, whatever containers share it.
+std::string ClaimSlot(std::string_view claim_uid);
+// The claim UID of a claim slot; kInvalidArgument for anything else (a UID is 1-64 characters of
+// [a-z0-9-], as the API server writes them).
+StatusOr<std::string> ParseClaimSlot(std::string_view slot);
+// Ok for a device-plugin slot or a claim slot.
+Status CheckSlotName(std::string_view slot);
 
 // Where a slot's files live on the node (under --state-dir) and in the container.
 struct SlotPaths {

@@ -80,4 +80,10 @@ std::string LeasePath(std::string_view ns, std::string_view name) {
   return Named(LeasesPath(ns), name);
 }
 
+std::string ResourceSlicesPath() { return "/apis/resource.k8s.io/v1/resourceslices"; }
+std::string ResourceSlicePath(std::string_view name) { return Named(ResourceSlicesPath(), name); }
+std::string ResourceClaimPath(std::string_view ns, std::string_view name) {
+  return Named("/apis/resource.k8s.io/v1/namespaces/" + PathEscape(ns) + "/resourceclaims", name);
+}
+
 }  // namespace tessera::k8s

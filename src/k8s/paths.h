@@ -30,5 +30,9 @@ std::string EventsPath(std::string_view ns);  // core v1 events
 // coordination.k8s.io/v1 leases (leader election, leader.h).
 std::string LeasesPath(std::string_view ns);  // /apis/coordination.k8s.io/v1/namespaces/{ns}/leases
 std::string LeasePath(std::string_view ns, std::string_view name);
+// resource.k8s.io/v1 (Dynamic Resource Allocation).
+std::string ResourceSlicesPath();  // /apis/resource.k8s.io/v1/resourceslices
+std::string ResourceSlicePath(std::string_view name);
+std::string ResourceClaimPath(std::string_view ns, std::string_view name);
 
 }  // namespace tessera::k8s

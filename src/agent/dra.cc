@@ -1,0 +1,424 @@
+#include "agent/dra.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+#include "agent/slots.h"
+#include "k8s/errors.h"
+#include "k8s/object.h"
+#include "k8s/paths.h"
+
+namespace tessera::agent::dra {
+namespace {
+
+using k8s::Find;
+using k8s::Json;
+using k8s::StringAt;
+
+// A label value (a taint's value): [A-Za-z0-9._-], at most 63, alphanumeric at both ends.
+std::string LabelValue(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    out += ok ? c : '-';
+    if (out.size() == 63) break;
+  }
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
+  while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.front()))) out.erase(0, 1);
+  return out;
+}
+
+Json Capacity(std::string value, std::string default_value, Json range) {
+  return {{"value", std::move(value)},
+          {"requestPolicy", {{"default", std::move(default_value)}, {"validRange", std::move(range)}}}};
+}
+
+// The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
+// driver's devices shares them.
+SharingMode ModeOfClass(std::string_view device_class) {
+  return device_class == names::kDraClassMps ? SharingMode::kMps : SharingMode::kShared;
+}
+
+// spec.devices.requests[] of `name` ("req" or "req/sub"): its deviceClassName.
+std::string ClassOfRequest(const Json& claim, std::string_view request) {
+  const std::string_view base = request.substr(0, request.find('/'));
+  const std::string_view sub =
+      request.find('/') == std::string_view::npos ? "" : request.substr(request.find('/') + 1);
+  const Json* spec = Find(claim, "spec");
+  const Json* devices = spec != nullptr ? Find(*spec, "devices") : nullptr;
+  const Json* requests = devices != nullptr ? Find(*devices, "requests") : nullptr;
+  if (requests == nullptr || !requests->is_array()) return "";
+  for (const Json& r : *requests) {
+    if (StringAt(r, "name") != base) continue;
+    if (const Json* exactly = Find(r, "exactly")) return StringAt(*exactly, "deviceClassName");
+    if (const Json* first = Find(r, "firstAvailable"); first != nullptr && first->is_array()) {
+      for (const Json& s : *first) {
+        if (StringAt(s, "name") == sub) return StringAt(s, "deviceClassName");
+      }
+    }
+  }
+  return "";
+}
+
+// A consumed capacity as a whole number; absent: nullopt.
+StatusOr<std::optional<std::uint64_t>> ConsumedOf(const Json& result, std::string_view capacity,
+                                                  const std::string& where) {
+  const Json* consumed = Find(result, "consumedCapacity");
+  const Json* v = consumed != nullptr ? Find(*consumed, capacity) : nullptr;
+  if (v == nullptr) return std::optional<std::uint64_t>();
+  const std::string field = where + ".consumedCapacity." + std::string(capacity);
+  if (!v->is_string()) return InvalidArgumentError(field + ": not a quantity string");
+  auto q = ParseQuantity(v->get<std::string>());
+  if (!q.ok()) return q.status().WithContext(field);
+  return std::optional<std::uint64_t>(*q);
+}
+
+// Whether `have` holds everything `want` says (objects: want's keys; arrays: element by element):
+// the API server adds defaults (a taint's timeAdded) that must not count as a change, and drops an
+// empty list.
+bool Covers(const Json& have, const Json& want) {
+  if (want.is_object()) {
+    if (!have.is_object()) return false;
+    for (const auto& [key, value] : want.items()) {
+      const auto it = have.find(key);
+      if (it == have.end() ? !(value.is_array() && value.empty()) : !Covers(*it, value))
+        return false;
+    }
+    return true;
+  }
+  if (want.is_array()) {
+    if (!have.is_array() || have.size() != want.size()) return false;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      if (!Covers(have[i], want[i])) return false;
+    }
+    return true;
+  }
+  return have == want;
+}
+
+}  // namespace
+
+std::string DeviceName(int index) { return "gpu-" + std::to_string(index); }
+
+std::string SliceName(std::string_view node) {
+  return std::string(node) + "-" + std::string(names::kDraDriver);
+}
+
+Json ResourceSliceFor(const InventoryContent& content, std::int64_t generation) {
+  Json devices = Json::array();
+  for (const InventoryGpu& g : content.gpus) {
+    if (!g.managed) continue;
+    Json device = {
+        {"name", DeviceName(g.facts.index)},
+        {"attributes",
+         {{std::string(names::kDraAttributeUuid), {{"string", g.facts.uuid}}},
+          {std::string(names::kDraAttributeProduct), {{"string", g.facts.model.substr(0, 64)}}},
+          {std::string(names::kDraAttributeIndex), {{"int", g.facts.index}}},
+          {std::string(names::kDraAttributeNuma), {{"int", g.facts.numa_node}}}}},
+        {"capacity",
+         {{std::string(names::kDraCapacityMemory),
+           Capacity(FormatQuantity(g.facts.memory_bytes), FormatQuantity(kMemoryDefaultBytes),
+                    {{"min", FormatQuantity(kMemoryStepBytes)},
+                     {"max", FormatQuantity(g.facts.memory_bytes)},
+                     {"step", FormatQuantity(kMemoryStepBytes)}})},
+          {std::string(names::kDraCapacityCores),
+           Capacity("100", "0", {{"min", "0"}, {"max", "100"}, {"step", "1"}})}}},
+        {"allowMultipleAllocations", true}};
+    // Always present, empty when healthy: a taint that went away is then a change to publish.
+    device["taints"] = Json::array();
+    if (!g.healthy) {
+      device["taints"].push_back({{"key", std::string(names::kDraTaintUnhealthy)},
+                                  {"value", LabelValue(g.health_reason)},
+                                  {"effect", "NoSchedule"}});
+    }
+    devices.push_back(std::move(device));
+  }
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceSlice"},
+          {"metadata", {{"name", SliceName(content.node)}}},
+          {"spec",
+           {{"driver", std::string(names::kDraDriver)},
+            {"nodeName", content.node},
+            {"pool", {{"name", content.node}, {"generation", generation}, {"resourceSliceCount", 1}}},
+            {"devices", std::move(devices)}}}};
+}
+
+StatusOr<bool> SlicePublisher::Publish(const InventoryContent& content) {
+  const std::string path = k8s::ResourceSlicePath(SliceName(content.node));
+  auto existing = client_.Get(path);
+  if (!existing.ok() && !k8s::IsNotFound(existing.status()))
+    return existing.status().WithContext("reading ResourceSlice " + SliceName(content.node));
+  if (!existing.ok()) {
+    auto created = client_.Create(k8s::ResourceSlicesPath(), ResourceSliceFor(content, 1));
+    if (!created.ok() && !k8s::IsAlreadyExists(created.status()))
+      return created.status().WithContext("creating ResourceSlice " + SliceName(content.node));
+    return created.ok();
+  }
+  const Json* spec = Find(*existing, "spec");
+  const Json* pool = spec != nullptr ? Find(*spec, "pool") : nullptr;
+  const std::int64_t generation = pool != nullptr ? k8s::IntAt(*pool, "generation") : 0;
+  Json wanted = ResourceSliceFor(content, generation);
+  if (spec != nullptr && Covers(*spec, wanted["spec"])) return false;
+  wanted["spec"]["pool"]["generation"] = generation + 1;
+  wanted["metadata"]["resourceVersion"] = (*existing)["metadata"].value("resourceVersion", "");
+  auto updated = client_.Update(path, wanted);
+  if (!updated.ok())
+    return updated.status().WithContext("replacing ResourceSlice " + SliceName(content.node));
+  return true;
+}
+
+Status ApplyGpuConfig(const Json& parameters, std::string_view where, GpuConfig& config) {
+  const std::string at(where);
+  if (!parameters.is_object()) return InvalidArgumentError(at + ": not an object");
+  if (StringAt(parameters, "apiVersion") != names::kDraConfigApiVersion ||
+      StringAt(parameters, "kind") != names::kDraConfigKind) {
+    return InvalidArgumentError(at + ": apiVersion/kind must be " +
+                                std::string(names::kDraConfigApiVersion) + " " +
+                                std::string(names::kDraConfigKind) + ", not \"" +
+                                QuoteForMessage(StringAt(parameters, "apiVersion")) + "\" \"" +
+                                QuoteForMessage(StringAt(parameters, "kind")) + "\"");
+  }
+  GpuConfig next = config;
+  for (const auto& [key, value] : parameters.items()) {
+    const std::string field = at + "." + key;
+    if (key == "apiVersion" || key == "kind") continue;
+    if (key == "priority") {
+      auto p = value.is_string() ? ParsePriorityClass(value.get<std::string>())
+                                 : StatusOr<PriorityClass>(InvalidArgumentError(
+                                       "must be one of " + AcceptedPriorityClasses()));
+      if (!p.ok()) return p.status().WithContext(field);
+      next.priority = *p;
+    } else if (key == "compute") {
+      auto c = value.is_string() ? ParseComputeMode(value.get<std::string>())
+                                 : StatusOr<ComputeMode>(InvalidArgumentError(
+                                       "must be one of " + AcceptedComputeModes()));
+      if (!c.ok()) return c.status().WithContext(field);
+      next.compute = *c;
+    } else if (key == "windowMs") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+          !IsComputeWindowMs(value.get<std::uint64_t>())) {
+        return InvalidArgumentError(field + ": must be whole milliseconds in " +
+                                    ComputeWindowRange());
+      }
+      next.window_ms = static_cast<std::uint32_t>(value.get<std::uint64_t>());
+    } else if (key == "mpsUser") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+          value.get<std::uint64_t>() > 0xfffffffeULL) {
+        return InvalidArgumentError(field + ": must be a numeric user ID (0-4294967294)");
+      }
+      next.mps_user = std::to_string(value.get<std::uint64_t>());
+    } else {
+      return InvalidArgumentError(field +
+                                  ": unknown field (GpuConfig has priority, compute, windowMs, "
+                                  "mpsUser)");
+    }
+  }
+  config = std::move(next);
+  return Status::Ok();
+}
+
+StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
+                                    const ClaimContext& context) {
+  const Json* meta = Find(claim, "metadata");
+  const std::string ns = meta != nullptr ? StringAt(*meta, "namespace") : "";
+  const std::string name = meta != nullptr ? StringAt(*meta, "name") : "";
+  const std::string claim_uid = meta != nullptr ? StringAt(*meta, "uid") : "";
+  const std::string self = "ResourceClaim " + ns + "/" + name;
+  if (claim_uid != uid) {
+    return FailedPreconditionError(self + ": metadata.uid is \"" + QuoteForMessage(claim_uid) +
+                                   "\", kubelet asked to prepare " + std::string(uid) +
+                                   " (the claim was replaced)");
+  }
+  const Json* status = Find(claim, "status");
+  const Json* allocation = status != nullptr ? Find(*status, "allocation") : nullptr;
+  const Json* alloc_devices = allocation != nullptr ? Find(*allocation, "devices") : nullptr;
+  const Json* results = alloc_devices != nullptr ? Find(*alloc_devices, "results") : nullptr;
+  if (results == nullptr || !results->is_array())
+    return FailedPreconditionError(self + ": status.allocation.devices.results: not allocated");
+
+  PreparedClaim out;
+  std::optional<SharingMode> mode;
+  std::map<std::string, std::size_t, std::less<>> by_uuid;  // -> out.limits.devices index
+  std::vector<std::string> requests;
+  for (std::size_t i = 0; i < results->size(); ++i) {
+    const Json& r = (*results)[i];
+    if (StringAt(r, "driver") != names::kDraDriver) continue;
+    const std::string where = "status.allocation.devices.results[" + std::to_string(i) + "]";
+    if (StringAt(r, "pool") != context.node) {
+      return FailedPreconditionError(self + ": " + where + ".pool is \"" +
+                                     QuoteForMessage(StringAt(r, "pool")) + "\", not this node (" +
+                                     context.node + ")");
+    }
+    ClaimDevice d;
+    d.request = StringAt(r, "request");
+    const std::string class_name = ClassOfRequest(claim, d.request);
+    d.request = d.request.substr(0, d.request.find('/'));
+    d.device = StringAt(r, "device");
+    d.share_id = StringAt(r, "shareID");
+    const auto pool_device = context.devices.find(d.device);
+    if (pool_device == context.devices.end()) {
+      return NotFoundError(self + ": " + where + ".device \"" + QuoteForMessage(d.device) +
+                           "\" is not a GPU tessera manages on this node");
+    }
+    const PoolDevice& gpu = pool_device->second;
+    if (!gpu.gpu.managed)
+      return FailedPreconditionError(self + ": " + where + ": " + d.device + " is not managed");
+    if (!gpu.gpu.healthy) {
+      return FailedPreconditionError(self + ": " + where + ": " + d.device + " is unhealthy (" +
+                                     gpu.gpu.health_reason + ")");
+    }
+    d.uuid = gpu.uuid;
+    auto memory = ConsumedOf(r, names::kDraCapacityMemory, where);
+    if (!memory.ok()) return memory.status().WithContext(self);
+    auto cores = ConsumedOf(r, names::kDraCapacityCores, where);
+    if (!cores.ok()) return cores.status().WithContext(self);
+    // No consumed capacity (a cluster without consumable capacity allocates devices whole): the
+    // whole GPU.
+    d.memory_bytes = memory->value_or(gpu.memory_bytes);
+    const std::uint64_t cores_value = cores->value_or(memory->has_value() ? 0 : 100);
+    if (d.memory_bytes == 0 || d.memory_bytes > gpu.memory_bytes) {
+      return InvalidArgumentError(self + ": " + where + ".consumedCapacity.memory: " +
+                                  FormatQuantity(d.memory_bytes) + " is not within 1 and the GPU's " +
+                                  FormatQuantity(gpu.memory_bytes));
+    }
+    if (cores_value > 100) {
+      return InvalidArgumentError(self + ": " + where + ".consumedCapacity.cores: " +
+                                  std::to_string(cores_value) + " is not a percentage (0-100)");
+    }
+    d.cores_percent = static_cast<std::uint32_t>(cores_value);
+    const SharingMode m = ModeOfClass(class_name);
+    if (mode.has_value() && *mode != m) {
+      return InvalidArgumentError(self + ": its requests name both modes " +
+                                  std::string(Name(*mode)) + " and " + std::string(Name(m)) +
+                                  " (one mode a claim)");
+    }
+    mode = m;
+    // Two requests on one GPU: one cap and one share, their sums.
+    if (auto it = by_uuid.find(d.uuid); it != by_uuid.end()) {
+      DeviceLimits& l = out.limits.devices[it->second];
+      l.memory_bytes = std::min(l.memory_bytes + d.memory_bytes, gpu.memory_bytes);
+      l.cores_percent = std::min<std::uint32_t>(l.cores_percent + d.cores_percent, 100);
+    } else {
+      by_uuid[d.uuid] = out.limits.devices.size();
+      out.limits.devices.push_back({d.uuid, d.memory_bytes, d.cores_percent,
+                                    gpu.gpu.context_bytes, gpu.gpu.stream_bytes});
+    }
+    requests.push_back(d.request);
+    out.devices.push_back(std::move(d));
+  }
+  if (out.devices.empty()) {
+    return FailedPreconditionError(self + ": status.allocation.devices.results: no device of " +
+                                   std::string(names::kDraDriver));
+  }
+  const policy::TierRule& rule = context.policy->Rule(context.tier);
+  if (!rule.Allows(*mode)) {
+    return PermissionDeniedError(self + ": tier " + std::string(Name(context.tier)) +
+                                 " does not allow mode " + std::string(Name(*mode)));
+  }
+
+  // The driver's opaque config for these requests, in the allocation's order (the class's
+  // first, then the claim's: the later wins field by field).
+  GpuConfig config;
+  const Json* configs = Find(*alloc_devices, "config");
+  for (std::size_t i = 0; configs != nullptr && configs->is_array() && i < configs->size(); ++i) {
+    const Json& c = (*configs)[i];
+    const Json* opaque = Find(c, "opaque");
+    if (opaque == nullptr || StringAt(*opaque, "driver") != names::kDraDriver) continue;
+    const Json* for_requests = Find(c, "requests");
+    bool applies = for_requests == nullptr || !for_requests->is_array() || for_requests->empty();
+    for (std::size_t j = 0; !applies && j < for_requests->size(); ++j) {
+      const Json& q = (*for_requests)[j];
+      const std::string base = q.is_string() ? q.get<std::string>() : "";
+      applies = std::find(requests.begin(), requests.end(), base.substr(0, base.find('/'))) !=
+                requests.end();
+    }
+    if (!applies) continue;
+    const Json* parameters = Find(*opaque, "parameters");
+    TESSERA_RETURN_IF_ERROR(
+        ApplyGpuConfig(parameters != nullptr ? *parameters : Json(),
+                       "status.allocation.devices.config[" + std::to_string(i) + "].opaque.parameters",
+                       config)
+            .WithContext(self));
+  }
+  if (*mode == SharingMode::kMps && config.mps_user.empty()) {
+    return InvalidArgumentError(self + ": mode mps: the claim's GpuConfig must set mpsUser (the "
+                                       "numeric user ID its GPU processes run as)");
+  }
+
+  // The pod it was reserved for names the slot's processes (Events, drift).
+  const Json* reserved = Find(*status, "reservedFor");
+  for (std::size_t i = 0; reserved != nullptr && reserved->is_array() && i < reserved->size(); ++i) {
+    const Json& consumer = (*reserved)[i];
+    if (StringAt(consumer, "resource") != "pods" || !StringAt(consumer, "apiGroup").empty())
+      continue;
+    out.limits.pod_uid = StringAt(consumer, "uid");
+    out.limits.pod = ns + "/" + StringAt(consumer, "name");
+    break;
+  }
+  if (out.limits.pod_uid.empty())
+    return FailedPreconditionError(self + ": status.reservedFor: no pod");
+  out.limits.container = "claim/" + name;
+  out.limits.fail_closed = rule.enforcement == policy::Enforcement::kFailClosed;
+  out.limits.priority = config.priority;
+  out.limits.mode = *mode;
+  out.limits.compute = config.compute;
+  out.limits.compute_window_ms = config.window_ms;
+  out.mps_user = config.mps_user;
+  return out;
+}
+
+ClaimPreparer::ClaimPreparer(std::string node, policy::Policy policy, ClaimApi* api,
+                             SlotBinder* binder)
+    : node_(std::move(node)), policy_(std::move(policy)), api_(api), binder_(binder) {}
+
+void ClaimPreparer::SetInventory(const InventoryContent& content,
+                                 const std::map<std::string, BinderGpu, std::less<>>& gpus) {
+  PoolDevices devices;
+  for (const InventoryGpu& g : content.gpus) {
+    const auto gpu = gpus.find(g.facts.uuid);
+    if (!g.managed || gpu == gpus.end()) continue;
+    devices[DeviceName(g.facts.index)] = {g.facts.uuid, g.facts.memory_bytes, gpu->second};
+  }
+  const std::lock_guard<std::mutex> lock(mu_);
+  devices_ = std::move(devices);
+}
+
+StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, std::string_view name,
+                                                         std::string_view uid) {
+  const std::string slot = ClaimSlot(uid);
+  TESSERA_RETURN_IF_ERROR(ParseClaimSlot(slot).status());
+  auto claim = api_->GetClaim(ns, name);
+  if (!claim.ok())
+    return claim.status().WithContext("reading ResourceClaim " + std::string(ns) + "/" +
+                                      std::string(name));
+  std::optional<std::string> label;
+  if (policy_.honor_namespace_label) {
+    auto got = api_->TrustLabel(ns);
+    if (!got.ok()) return got.status().WithContext("reading namespace " + std::string(ns));
+    label = std::move(*got);
+  }
+  auto tier = policy_.TierOf(ns, label);
+  if (!tier.ok()) return tier.status().WithContext("namespace " + std::string(ns));
+  ClaimContext context;
+  context.node = node_;
+  context.policy = &policy_;
+  context.tier = *tier;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    context.devices = devices_;
+  }
+  auto prepared = ClaimLimits(*claim, uid, context);
+  if (!prepared.ok()) return prepared.status();
+  TESSERA_RETURN_IF_ERROR(binder_->PrepareClaim(slot, prepared->limits, prepared->mps_user));
+  return Prepared{std::move(prepared->devices), node_, std::string(kCdiKind) + "=" + slot};
+}
+
+Status ClaimPreparer::Unprepare(std::string_view uid) {
+  return binder_->ReleaseClaim(ClaimSlot(uid));
+}
+
+}  // namespace tessera::agent::dra

@@ -1,0 +1,382 @@
+#include "agent/dra.h"
+
+#include <filesystem>
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include "tessera/file.h"
+#include "tessera/names.h"
+
+#include "agent/slots.h"
+#include "testutil/status_matchers.h"
+#include "testutil/temp_dir.h"
+
+namespace tessera::agent::dra {
+namespace {
+
+using k8s::Json;
+
+constexpr char kGpu0[] = "GPU-aaaa0000-0000-0000-0000-000000000000";
+constexpr char kGpu1[] = "GPU-aaaa0000-0000-0000-0000-000000000001";
+constexpr std::uint64_t kGiB = 1ULL << 30;
+constexpr char kUid[] = "0f1e2d3c-0000-4000-8000-00000000abcd";
+
+InventoryContent TwoGpus() {
+  InventoryContent c;
+  c.node = "n1";
+  InventoryGpu a;
+  a.facts.uuid = kGpu0;
+  a.facts.index = 0;
+  a.facts.model = "NVIDIA H200";
+  a.facts.memory_bytes = 141 * kGiB;
+  a.facts.numa_node = 1;
+  a.managed = true;
+  InventoryGpu b = a;
+  b.facts.uuid = kGpu1;
+  b.facts.index = 1;
+  b.healthy = false;
+  b.health_reason = "XID 79";
+  InventoryGpu foreign = a;
+  foreign.facts.uuid = "GPU-ffff";
+  foreign.facts.index = 2;
+  foreign.managed = false;
+  c.gpus = {a, b, foreign};
+  return c;
+}
+
+TEST(ResourceSliceFor, PublishesEachManagedGpuWithItsCapacitiesAndTaintsTheUnhealthy) {
+  const Json slice = ResourceSliceFor(TwoGpus(), 7);
+  EXPECT_EQ(slice["metadata"]["name"], "n1-gpu.tessera.dev");
+  const Json& spec = slice["spec"];
+  EXPECT_EQ(spec["driver"], names::kDraDriver);
+  EXPECT_EQ(spec["nodeName"], "n1");
+  EXPECT_EQ(spec["pool"], Json({{"name", "n1"}, {"generation", 7}, {"resourceSliceCount", 1}}));
+  ASSERT_EQ(spec["devices"].size(), 2u);  // the unmanaged GPU is not offered
+  const Json& d0 = spec["devices"][0];
+  EXPECT_EQ(d0["name"], "gpu-0");
+  EXPECT_EQ(d0["attributes"]["uuid"]["string"], kGpu0);
+  EXPECT_EQ(d0["attributes"]["numaNode"]["int"], 1);
+  EXPECT_EQ(d0["allowMultipleAllocations"], true);
+  EXPECT_EQ(d0["capacity"]["memory"]["value"], "141Gi");
+  EXPECT_EQ(d0["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "256Mi");
+  EXPECT_EQ(d0["capacity"]["memory"]["requestPolicy"]["default"], "1Gi");
+  EXPECT_EQ(d0["capacity"]["cores"]["value"], "100");
+  EXPECT_TRUE(d0["taints"].empty());
+  const Json& d1 = spec["devices"][1];
+  ASSERT_EQ(d1["taints"].size(), 1u);
+  EXPECT_EQ(d1["taints"][0]["key"], names::kDraTaintUnhealthy);
+  EXPECT_EQ(d1["taints"][0]["value"], "XID-79");  // a label value
+  EXPECT_EQ(d1["taints"][0]["effect"], "NoSchedule");
+}
+
+// A claim as kube-scheduler and the resource-claim controller leave it: allocated on n1's gpu-0
+// with 4 GiB and 30 % consumed, reserved for pod "train".
+Json Claim() {
+  return {
+      {"metadata", {{"name", "c1"}, {"namespace", "ml"}, {"uid", kUid}}},
+      {"spec",
+       {{"devices",
+         {{"requests",
+           {{{"name", "gpu"},
+             {"exactly",
+              {{"deviceClassName", names::kDraClassShared},
+               {"capacity", {{"requests", {{"memory", "4Gi"}, {"cores", "30"}}}}}}}}}}}}}},
+      {"status",
+       {{"allocation",
+         {{"devices",
+           {{"results",
+             {{{"request", "gpu"},
+               {"driver", names::kDraDriver},
+               {"pool", "n1"},
+               {"device", "gpu-0"},
+               {"shareID", "4f1b"},
+               {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}}},
+            {"config",
+             {{{"source", "FromClaim"},
+               {"requests", {"gpu"}},
+               {"opaque",
+                {{"driver", names::kDraDriver},
+                 {"parameters",
+                  {{"apiVersion", names::kDraConfigApiVersion},
+                   {"kind", names::kDraConfigKind},
+                   {"priority", "latency-critical"},
+                   {"compute", "work-conserving"}}}}}}}}}}}},
+        {"reservedFor", {{{"resource", "pods"}, {"name", "train"}, {"uid", "pod-uid-1"}}}}}}};
+}
+
+class ClaimLimitsTest : public ::testing::Test {
+ protected:
+  ClaimLimitsTest() {
+    policy_ = policy::DefaultPolicy();
+    policy_.tiers[static_cast<std::size_t>(TrustTier::kRegulated)].modes = {SharingMode::kExclusive};
+    context_.node = "n1";
+    context_.policy = &policy_;
+    context_.tier = TrustTier::kTeam;
+    context_.devices["gpu-0"] = {kGpu0, 141 * kGiB, BinderGpu{0, true, true, "", 512ULL << 20, 4096}};
+    context_.devices["gpu-1"] = {kGpu1, 141 * kGiB, BinderGpu{1, true, false, "XID 79", 0, 0}};
+  }
+  StatusOr<PreparedClaim> Judge(const Json& claim) { return ClaimLimits(claim, kUid, context_); }
+  // The error of judging `claim`, which must fail.
+  std::string ErrorOf(const Json& claim) {
+    auto got = Judge(claim);
+    EXPECT_FALSE(got.ok());
+    return got.ok() ? "" : got.status().ToString();
+  }
+  policy::Policy policy_;
+  ClaimContext context_;
+};
+
+TEST_F(ClaimLimitsTest, AnAllocatedClaimBecomesTheLimitsOfItsSlot) {
+  auto got = Judge(Claim());
+  ASSERT_OK(got);
+  const Limits& l = got->limits;
+  EXPECT_EQ(l.pod_uid, "pod-uid-1");
+  EXPECT_EQ(l.pod, "ml/train");
+  EXPECT_EQ(l.container, "claim/c1");
+  EXPECT_EQ(l.mode, SharingMode::kShared);
+  EXPECT_EQ(l.priority, PriorityClass::kLatencyCritical);
+  EXPECT_EQ(l.compute, ComputeMode::kWorkConserving);
+  EXPECT_FALSE(l.fail_closed);  // team: fail-open
+  ASSERT_EQ(l.devices.size(), 1u);
+  EXPECT_EQ(l.devices[0].uuid, kGpu0);
+  EXPECT_EQ(l.devices[0].memory_bytes, 4 * kGiB);
+  EXPECT_EQ(l.devices[0].cores_percent, 30u);
+  EXPECT_EQ(l.devices[0].context_bytes, 512ULL << 20);
+  ASSERT_EQ(got->devices.size(), 1u);
+  EXPECT_EQ(got->devices[0].request, "gpu");
+  EXPECT_EQ(got->devices[0].share_id, "4f1b");
+}
+
+TEST_F(ClaimLimitsTest, TwoRequestsOnOneGpuGetOneCapAndOneShare) {
+  Json claim = Claim();
+  Json second = claim["status"]["allocation"]["devices"]["results"][0];
+  second["request"] = "more";
+  second["consumedCapacity"] = {{"memory", "2Gi"}, {"cores", "10"}};
+  claim["status"]["allocation"]["devices"]["results"].push_back(second);
+  auto got = Judge(claim);
+  ASSERT_OK(got);
+  ASSERT_EQ(got->limits.devices.size(), 1u);
+  EXPECT_EQ(got->limits.devices[0].memory_bytes, 6 * kGiB);
+  EXPECT_EQ(got->limits.devices[0].cores_percent, 40u);
+  EXPECT_EQ(got->devices.size(), 2u);
+}
+
+TEST_F(ClaimLimitsTest, WithoutConsumableCapacityADeviceIsTheWholeGpu) {
+  Json claim = Claim();
+  claim["status"]["allocation"]["devices"]["results"][0].erase("consumedCapacity");
+  auto got = Judge(claim);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->limits.devices[0].memory_bytes, 141 * kGiB);
+  EXPECT_EQ(got->limits.devices[0].cores_percent, 100u);
+}
+
+TEST_F(ClaimLimitsTest, BadClaimsAreRefusedNamingTheField) {
+  Json replaced = Claim();
+  replaced["metadata"]["uid"] = "other";
+  EXPECT_NE(ErrorOf(replaced).find("metadata.uid"), std::string::npos);
+
+  Json unallocated = Claim();
+  unallocated["status"].erase("allocation");
+  EXPECT_NE(ErrorOf(unallocated).find("not allocated"), std::string::npos);
+
+  Json elsewhere = Claim();
+  elsewhere["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2";
+  EXPECT_NE(ErrorOf(elsewhere).find("results[0].pool"), std::string::npos);
+
+  Json unknown = Claim();
+  unknown["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-9";
+  EXPECT_NE(ErrorOf(unknown).find("results[0].device"), std::string::npos);
+
+  Json sick = Claim();
+  sick["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1";
+  EXPECT_NE(ErrorOf(sick).find("unhealthy"), std::string::npos);
+
+  Json huge = Claim();
+  huge["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["memory"] = "200Gi";
+  EXPECT_NE(ErrorOf(huge).find("consumedCapacity.memory"), std::string::npos);
+
+  Json garbage = Claim();
+  garbage["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] = "lots";
+  EXPECT_NE(ErrorOf(garbage).find("consumedCapacity.cores"), std::string::npos);
+
+  Json over = Claim();
+  over["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] = "101";
+  EXPECT_NE(ErrorOf(over).find("consumedCapacity.cores"), std::string::npos);
+
+  Json nobody = Claim();
+  nobody["status"].erase("reservedFor");
+  EXPECT_NE(ErrorOf(nobody).find("status.reservedFor"), std::string::npos);
+
+  Json other_driver = Claim();
+  other_driver["status"]["allocation"]["devices"]["results"][0]["driver"] = "gpu.nvidia.com";
+  EXPECT_NE(ErrorOf(other_driver).find("no device of gpu.tessera.dev"), std::string::npos);
+}
+
+TEST_F(ClaimLimitsTest, TheConfigIsCheckedFieldByField) {
+  const auto with = [](const Json& parameters) {
+    Json claim = Claim();
+    claim["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"] = parameters;
+    return claim;
+  };
+  const Json base = {{"apiVersion", names::kDraConfigApiVersion}, {"kind", names::kDraConfigKind}};
+  Json kind = base;
+  kind["kind"] = "GpuSettings";
+  EXPECT_NE(ErrorOf(with(kind)).find("config[0].opaque.parameters: apiVersion/kind"),
+            std::string::npos);
+  Json priority = base;
+  priority["priority"] = "urgent";
+  EXPECT_NE(ErrorOf(with(priority)).find("parameters.priority"), std::string::npos);
+  Json window = base;
+  window["windowMs"] = 5;
+  EXPECT_NE(ErrorOf(with(window)).find("parameters.windowMs"), std::string::npos);
+  Json extra = base;
+  extra["gpuCores"] = 50;
+  EXPECT_NE(ErrorOf(with(extra)).find("parameters.gpuCores: unknown field"), std::string::npos);
+  EXPECT_NE(ErrorOf(with("text")).find("not an object"), std::string::npos);
+
+  // A config for another request of the claim is not ours to apply.
+  Json elsewhere = with(priority);
+  elsewhere["status"]["allocation"]["devices"]["config"][0]["requests"] = {"other"};
+  EXPECT_OK(Judge(elsewhere));
+}
+
+TEST_F(ClaimLimitsTest, TheTierDecidesTheModeAndMpsNeedsItsUser) {
+  context_.tier = TrustTier::kRegulated;
+  EXPECT_NE(ErrorOf(Claim()).find("does not allow mode shared"), std::string::npos);
+
+  context_.tier = TrustTier::kTeam;
+  Json mps = Claim();
+  mps["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = names::kDraClassMps;
+  EXPECT_NE(ErrorOf(mps).find("mpsUser"), std::string::npos);
+  mps["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["mpsUser"] = 1000;
+  auto got = Judge(mps);
+  ASSERT_OK(got);
+  EXPECT_EQ(got->limits.mode, SharingMode::kMps);
+  EXPECT_EQ(got->mps_user, "1000");
+}
+
+// ---- ClaimPreparer with the real SlotBinder on a temporary node
+
+class TableClaims : public ClaimApi {
+ public:
+  std::map<std::string, Json> claims;  // "ns/name"
+  StatusOr<Json> GetClaim(std::string_view ns, std::string_view name) override {
+    auto it = claims.find(std::string(ns) + "/" + std::string(name));
+    if (it == claims.end())
+      return NotFoundError("resourceclaims \"" + std::string(name) + "\" not found");
+    return it->second;
+  }
+  StatusOr<std::optional<std::string>> TrustLabel(std::string_view) override {
+    return std::optional<std::string>();
+  }
+};
+
+class NoOwners : public DeviceOwners {
+ public:
+  StatusOr<std::optional<DeviceOwner>> OwnerOf(std::string_view, std::string_view) override {
+    return std::optional<DeviceOwner>();
+  }
+  StatusOr<std::set<std::string>> HeldDevices(std::string_view) override {
+    return std::set<std::string>();
+  }
+};
+
+class NoPods : public PodApi {
+ public:
+  StatusOr<Json> GetPod(std::string_view, std::string_view name) override {
+    return NotFoundError(std::string(name));
+  }
+  void WarnPod(const Json&, std::string_view, std::string_view) override {}
+};
+
+class ClaimPreparerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BinderOptions o;
+    o.node_name = "n1";
+    o.state_dir = dir_.path() + "/state";
+    o.cdi_dir = dir_.path() + "/cdi";
+    o.hook_library = "/opt/tessera/libtessera-cuda.so";
+    o.ld_so_preload = dir_.path() + "/state/ld.so.preload";
+    o.driver.files = {"/usr/lib/libcuda.so.1"};
+    o.policy = policy::DefaultPolicy();
+    std::filesystem::create_directories(o.cdi_dir);
+    binder_ = std::make_unique<SlotBinder>(o, &owners_, &pods_);
+    std::map<std::string, BinderGpu, std::less<>> gpus = {
+        {kGpu0, BinderGpu{3, true, true, "", 512ULL << 20, 4096}}};
+    binder_->SetGpus(gpus);
+    preparer_ = std::make_unique<ClaimPreparer>("n1", policy::DefaultPolicy(), &claims_,
+                                                binder_.get());
+    preparer_->SetInventory(TwoGpus(), gpus);
+    claims_.claims["ml/c1"] = Claim();
+    paths_ = PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", ClaimSlot(kUid));
+  }
+  testutil::TempDir dir_;
+  NoOwners owners_;
+  NoPods pods_;
+  TableClaims claims_;
+  std::unique_ptr<SlotBinder> binder_;
+  std::unique_ptr<ClaimPreparer> preparer_;
+  SlotPaths paths_;
+};
+
+ino_t InodeOf(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+TEST_F(ClaimPreparerTest, PreparesTheClaimsSlotOnceAndReleasesIt) {
+  auto prepared = preparer_->Prepare("ml", "c1", kUid);
+  ASSERT_OK(prepared);
+  EXPECT_EQ(prepared->cdi_device, std::string("tessera.dev/gpu=claim-") + kUid);
+  EXPECT_EQ(prepared->pool, "n1");
+  auto limits = ParseLimitsFile(ReadFile(paths_.limits, kMaxLimitsFileBytes).value_or(""));
+  ASSERT_OK(limits);
+  EXPECT_EQ(limits->devices.at(0).memory_bytes, 4 * kGiB);
+  EXPECT_EQ(limits->priority, PriorityClass::kLatencyCritical);
+  // No Allocate answer on this path: the CDI spec carries the slot's mounts and environment.
+  const std::string spec = ReadFile(paths_.cdi_spec, 1 << 20).value_or("");
+  EXPECT_NE(spec.find(paths_.etc_dir), std::string::npos) << spec;
+  EXPECT_NE(spec.find(paths_.run_dir), std::string::npos) << spec;
+  EXPECT_NE(spec.find("/opt/tessera/libtessera-cuda.so"), std::string::npos) << spec;
+  EXPECT_NE(spec.find("/dev/nvidia3"), std::string::npos) << spec;
+
+  // kubelet prepares again after its restart: the running containers' region stays.
+  const ino_t region = InodeOf(paths_.region);
+  ASSERT_NE(region, 0u);
+  ASSERT_OK(preparer_->Prepare("ml", "c1", kUid));
+  EXPECT_EQ(InodeOf(paths_.region), region);
+
+  ASSERT_OK(preparer_->Unprepare(kUid));
+  EXPECT_FALSE(std::filesystem::exists(paths_.dir));
+  EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec));
+  EXPECT_OK(preparer_->Unprepare(kUid));  // again: nothing left, no error
+}
+
+TEST_F(ClaimPreparerTest, ARefusedClaimLeavesNothingBehind) {
+  Json bad = Claim();
+  bad["status"]["allocation"]["devices"]["results"][0]["consumedCapacity"]["cores"] = "500";
+  claims_.claims["ml/c1"] = bad;
+  EXPECT_FALSE(preparer_->Prepare("ml", "c1", kUid).ok());
+  EXPECT_FALSE(std::filesystem::exists(paths_.limits));
+  EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec));
+
+  // Mode mps on a node without MPS daemons: refused by the binder, nothing half-written.
+  Json mps = Claim();
+  mps["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = names::kDraClassMps;
+  mps["status"]["allocation"]["devices"]["config"][0]["opaque"]["parameters"]["mpsUser"] = 1000;
+  claims_.claims["ml/c1"] = mps;
+  auto refused = preparer_->Prepare("ml", "c1", kUid);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("MPS"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(paths_.limits));
+  EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec));
+
+  EXPECT_FALSE(preparer_->Prepare("ml", "missing", kUid).ok());
+  EXPECT_FALSE(preparer_->Prepare("ml", "c1", "../../etc").ok());  // not a UID
+}
+
+}  // namespace
+}  // namespace tessera::agent::dra
