@@ -57,8 +57,6 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kDraClassShared, "shared.gpu.tessera.dev",                                                    \
     "DeviceClass: part of a GPU (capacities memory and cores), time-sliced with its co-tenants")  \
   X(kDraClassMps, "mps.gpu.tessera.dev", "DeviceClass: part of a GPU run under the node's MPS")   \
-  X(kDraClassExclusive, "exclusive.gpu.tessera.dev",                                              \
-    "DeviceClass: a whole GPU (all of its memory and cores)")                                     \
   X(kDraCapacityMemory, "memory",                                                                 \
     "device capacity: GPU memory in bytes, contexts included; a claim consumes what it asks")     \
   X(kDraCapacityCores, "cores",                                                                   \
