@@ -237,6 +237,86 @@ grep -q "hello from a real container" <<<"$logs" || { echo "realnode-smoke: logs
 grep -q "pod$uid" <<<"$logs" || { echo "realnode-smoke: the cgroup does not name pod$uid: $logs" >&2; exit 1; }
 [[ "$(kubectl exec hello -- echo exec-works)" == exec-works ]] || { echo "realnode-smoke: exec failed" >&2; exit 1; }
 echo "realnode-smoke: OK (node Ready; pod scheduled and Running on a real kubelet + containerd $containerd_version + $(runc --version | head -1), IP $pod_ip; logs, exec, cgroup pod$uid)"
+# REALNODE_DRA=1 (docs/design/0022): the chart's tessera-node serves the DRA driver
+# gpu.tessera.dev to the real kubelet. Its ResourceSlice reaches the API server; two pods, each
+# with a ResourceClaim of memory and cores (class shared.gpu.tessera.dev), are allocated by
+# kube-scheduler's own allocator, prepared by kubelet through the plugin (NodePrepareResources),
+# started by containerd with the claim's CDI device, and each is refused at its own cap; a claim
+# no GPU can hold leaves its pod Pending with the reason; a deleted pod's claim is unprepared.
+dra_checks() {
+  slice() { kubectl get resourceslice realnode-gpu.tessera.dev -o jsonpath='{.spec.devices[*].name}'; }
+  has_slice() { [[ -n "$(slice)" ]]; }
+  wait_for 60 "the node's ResourceSlice (tessera-node's DRA driver)" has_slice ||
+    { kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 30 >&2; exit 1; }
+  registered() { grep -q "kubelet registered the DRA plugin" <(kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 500); }
+  wait_for 60 "kubelet registering the DRA plugin" registered ||
+    { tail -n 30 "$w/kubelet.log" >&2; exit 1; }
+  dra_pod() {  # NAME MEMORY CORES COMMAND: a ResourceClaim and a pod of the CUDA client using it
+    kubectl apply -f - >/dev/null <<YAML
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: $1, namespace: default}
+spec:
+  devices:
+    requests:
+    - name: gpu
+      exactly:
+        deviceClassName: shared.gpu.tessera.dev
+        capacity: {requests: {memory: "$2", cores: "$3"}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: default}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 0
+  resourceClaims: [{name: gpu, resourceClaimName: $1}]
+  volumes: [{name: fakegpu, hostPath: {path: $w/fakegpu, type: Directory}}]
+  containers:
+  - name: main
+    image: tessera.dev/test/cuda-client:1
+    imagePullPolicy: Never
+    command: ["sh", "-c", "$4"]
+    env: [{name: LD_LIBRARY_PATH, value: $w/driver}, {name: TESSERA_FAKE_DEV_DIR, value: /dev},
+          {name: TESSERA_FAKE_STATE, value: /fakegpu/state}]
+    resources: {claims: [{name: gpu}]}
+    volumeMounts: [{name: fakegpu, mountPath: /fakegpu}]
+YAML
+  }
+  # Each stays running after its checks: kubelet unprepares a claim once its pod has ended.
+  dra_pod infer 1Gi 20 "hook_client dlopen alloc plain 134217728; cat /etc/tessera/limits; echo checked; sleep 3600"
+  dra_pod tune 2Gi 30 "hook_client dlopen alloc plain 134217728; cat /etc/tessera/limits; echo checked; sleep 3600"
+  dra_pod giant 64Gi 10 "echo never"
+  local pod log
+  for pod in infer tune; do
+    checked() { kubectl logs "$1" 2>/dev/null | grep -qx checked; }
+    wait_for 90 "pod $pod (DRA) running its checks" checked "$pod" ||
+      { kubectl describe pod "$pod" 2>&1 | tail -n 25 >&2;
+        kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 30 >&2; exit 1; }
+  done
+  for pod in "infer 1073741824 20" "tune 2147483648 30"; do
+    set -- $pod
+    log=$(kubectl logs "$1")
+    grep -q "allocated=$2 last_result=2" <<<"$log" && grep -q "total=$2" <<<"$log" &&
+      grep -q " default/$1 claim/$1" <<<"$log" && grep -q "cores=$3" <<<"$log" ||
+      { echo "realnode-smoke: DRA pod $1 was not held at its claim's cap $2 and share $3; its log:" >&2;
+        echo "$log" >&2; exit 1; }
+  done
+  pending() {
+    kubectl get pod giant -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | grep -q claim
+  }
+  wait_for 60 "pod giant (64Gi: no GPU holds it) Pending with the reason" pending ||
+    { kubectl describe pod giant 2>&1 | tail -n 15 >&2; exit 1; }
+  # The pod deleted: kubelet unprepares its claim and the slot's files go.
+  local uid
+  uid=$(kubectl get resourceclaim infer -o jsonpath='{.metadata.uid}')
+  [[ -d "$w/state/slots/claim-$uid" ]] || { echo "realnode-smoke: no slot claim-$uid for claim infer" >&2; exit 1; }
+  kubectl delete pod infer --wait=false >/dev/null
+  gone() { [[ ! -e "$w/state/slots/claim-$uid" ]]; }
+  wait_for 60 "claim infer unprepared (its slot removed)" gone || { tail -n 20 "$w/kubelet.log" >&2; exit 1; }
+  echo "realnode-smoke: DRA OK (ResourceSlice $(slice); claims of 1Gi/20 % and 2Gi/30 % allocated by kube-scheduler, prepared by the real kubelet through gpu.tessera.dev, each container refused at its own cap; a 64Gi claim Pending: $(kubectl get pod giant -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | cut -c1-100); an unprepared claim's slot removed)"
+}
 if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
   build=${TESSERA_BUILD_DIR:-$root/build/dev}
   for f in cmd/tessera-node/tessera-node cmd/tessera/tessera test/integration/hook_client \
@@ -298,6 +378,9 @@ if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
     "$cbin/ctr" --address "$w/containerd.sock" -n k8s.io images import "$archive" >/dev/null
     rm -f "$archive"
   done
+  # REALNODE_DRA=1: the chart's DRA path (node.allocationPath dra) instead of the device plugin.
+  allocation_path=device-plugin
+  [[ "${REALNODE_DRA:-0}" == 1 ]] && allocation_path=dra
   # The chart's default node selector, as NVIDIA's GPU feature discovery would label a GPU node.
   kubectl label node realnode nvidia.com/gpu.present=true >/dev/null
   cat >"$w/values.yaml" <<YAML
@@ -309,6 +392,9 @@ node:
     devicePlugins: /var/lib/kubelet/device-plugins
     podResources: $w/kubelet/pod-resources
     cdi: $w/cdi
+    draPlugin: $w/kubelet/plugins/gpu.tessera.dev
+    pluginsRegistry: $w/kubelet/plugins_registry
+  allocationPath: ${allocation_path}
   hookLibrary: {hostPath: $w/lib/libtessera-cuda.so}
   driver: {libDir: $w/driver, mountLibDir: true, devRoot: $w}
   extraEnv:
@@ -338,6 +424,14 @@ YAML
     exit 1
   }
   component_up node '{.items[*].status.phase}' Running "the chart's tessera-node pod Running on realnode"
+  if [[ $allocation_path == dra ]]; then
+    # The webhooks (failurePolicy Fail) admit every pod: the scheduler's pod first.
+    component_up scheduler '{.items[*].status.conditions[?(@.type=="Ready")].status}' True \
+      "the chart's scheduler pod Ready"
+    dra_checks
+    echo "realnode-smoke: DRA done (REALNODE_DRA=1: the device-plugin checks skipped); cleaning up"
+    exit 0
+  fi
   slots() { kubectl get node realnode -o jsonpath='{.status.capacity.tessera\.dev/gpu-slot}'; }
   has_slots() { [[ "$(slots)" =~ ^[1-9][0-9]*$ ]]; }
   wait_for 60 "realnode advertising tessera.dev/gpu-slot (the device plugin registered with kubelet)" has_slots
