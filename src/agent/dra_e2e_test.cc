@@ -81,7 +81,8 @@ Status StartAgent() {
            {"TESSERA_FAKE_GPUS", "2"},
            {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16 * kGiB)},
            {"TESSERA_FAKE_STATE", env->dir("fake-state")},
-           {"TESSERA_FAKE_CONTEXT_BYTES", std::to_string(256ULL << 20)}};
+           {"TESSERA_FAKE_CONTEXT_BYTES", std::to_string(256ULL << 20)},
+           {"TESSERA_FAKE_XID_FILE", env->dir("xid")}};
   o.log_path = env->dir("tessera-node." + std::to_string(env->agent_starts++) + ".log");
   auto child = e2e::ChildProcess::Spawn(std::move(o));
   if (!child.ok()) return child.status();
@@ -103,6 +104,7 @@ class DraE2E : public ::testing::Test {
     env->folder = std::move(*folder);
     for (const char* sub : {"plugins", "results", "state", "cdi", "dra", "registry"})
       std::filesystem::create_directories(env->dir(sub));
+    std::ofstream(env->dir("xid")) << "";
     auto cp = e2e::StartControlPlane(env->folder->path(), k8s::FreeLoopbackPort());
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
@@ -329,6 +331,30 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
   EXPECT_EQ(unprepared.claims().at(uid).error(), "");
   EXPECT_FALSE(std::filesystem::exists(paths.dir));
   EXPECT_FALSE(std::filesystem::exists(paths.cdi_spec));
+}
+
+// Last: it leaves GPU 1 unhealthy.
+TEST_F(DraE2E, AnUnhealthyGpuIsTaintedAndTheSliceThenStaysAsItIs) {
+  const std::int64_t generation = Slice()["spec"]["pool"]["generation"];
+  std::ofstream(env->dir("xid")) << "1:79\n";
+  const auto tainted = [] {
+    for (const json& d : Slice()["spec"].value("devices", json::array())) {
+      if (d.value("name", "") != "gpu-1") continue;
+      for (const json& t : d.value("taints", json::array())) {
+        if (t.value("key", "") == names::kDraTaintUnhealthy && t.value("effect", "") == "NoSchedule")
+          return true;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(Eventually(tainted, 60s)) << Slice().dump() << "\n" << env->agent->LogTail(20);
+  const json after = Slice();
+  EXPECT_GT(after["spec"]["pool"]["generation"].get<std::int64_t>(), generation);
+  // What the API server added (the taint's timeAdded) is no change to publish: four inventory
+  // passes later the slice is the one written.
+  std::this_thread::sleep_for(4s);
+  EXPECT_EQ(Slice()["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"])
+      << Slice().dump();
 }
 
 }  // namespace
