@@ -382,6 +382,44 @@ TEST_F(HelmChartTest, NodeAgentMountsEveryHostPathItIsGiven) {
   EXPECT_FALSE(agent["livenessProbe"]) << "a restart ends the MPS daemons the agent hosts";
 }
 
+// node.allocationPath dra: the agent serves the DRA driver from kubelet's plugin folders (host
+// paths at the same paths), the DeviceClasses select its devices, and its role adds exactly what
+// src/agent/dra.cc and daemon.cc call. The default path renders none of it.
+TEST_F(HelmChartTest, DraPathServesTheDriverWithItsClassesAndRbac) {
+  const Manifests m = Render({Values("dra.yaml")});
+  const YAML::Node ds = m.Get("DaemonSet", kPrefix + "-node");
+  const auto args = Args(Container(ds, "tessera-node"));
+  EXPECT_EQ(Flag(args, "--allocation-path"), "dra");
+  EXPECT_EQ(Flag(args, "--dra-plugin-dir"), std::string(names::kPathDraPluginDir));
+  EXPECT_EQ(Flag(args, "--plugins-registry-dir"), std::string(names::kPathPluginsRegistry));
+  std::map<std::string, std::string> host_paths;  // volume -> host path
+  for (const auto& v : ds["spec"]["template"]["spec"]["volumes"]) {
+    if (v["hostPath"])
+      host_paths[v["name"].as<std::string>()] = v["hostPath"]["path"].as<std::string>();
+  }
+  for (const auto& mount : Container(ds, "tessera-node")["volumeMounts"]) {
+    const std::string path = mount["mountPath"].as<std::string>();
+    if (path == names::kPathDraPluginDir || path == names::kPathPluginsRegistry) {
+      EXPECT_EQ(host_paths[mount["name"].as<std::string>()], path);
+    }
+  }
+  for (const std::string_view name : {names::kDraClassShared, names::kDraClassMps}) {
+    const YAML::Node c = m.Get("DeviceClass", std::string(name));
+    EXPECT_EQ(c["spec"]["selectors"][0]["cel"]["expression"].as<std::string>(),
+              "device.driver == '" + std::string(names::kDraDriver) + "'");
+  }
+  EXPECT_EQ(Rules(m.Get("ClusterRole", kPrefix + "-node")),
+            (std::set<std::string>{"/nodes: get,patch", "/nodes/status: patch", "/pods: get",
+                                   "/pods/eviction: create", "/events: create",
+                                   "resource.k8s.io/resourceslices: create,get,update",
+                                   "resource.k8s.io/resourceclaims: get", "/namespaces: get"}));
+  const Manifests plain = Render();
+  EXPECT_TRUE(plain.OfKind("DeviceClass").empty());
+  EXPECT_EQ(Flag(Args(Container(plain.Get("DaemonSet", kPrefix + "-node"), "tessera-node")),
+                 "--allocation-path"),
+            "device-plugin");
+}
+
 TEST_F(HelmChartTest, GeneratedSigningKeyVerifiesWithTheNodesPublicKey) {
   const Manifests m = Render();
   const std::string private_pem = Base64Decode(
