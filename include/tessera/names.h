@@ -51,25 +51,25 @@ inline constexpr std::string_view kDomain = "tessera.dev";
 
 // Dynamic Resource Allocation (resource.k8s.io/v1, docs/design/0022-dra-driver.md): the driver,
 // its DeviceClasses, the capacities and attributes of its devices, its opaque config and taint.
-#define TESSERA_DRA_NAMES(X)                                                                      \
-  X(kDraDriver, "gpu.tessera.dev",                                                                \
-    "DRA driver name: ResourceSlices (pool = node name), claims' results, kubelet plugin")         \
-  X(kDraClassShared, "shared.gpu.tessera.dev",                                                    \
-    "DeviceClass: part of a GPU (capacities memory and cores), time-sliced with its co-tenants")  \
-  X(kDraClassMps, "mps.gpu.tessera.dev", "DeviceClass: part of a GPU run under the node's MPS")   \
-  X(kDraCapacityMemory, "memory",                                                                 \
-    "device capacity: GPU memory in bytes, contexts included; a claim consumes what it asks")     \
-  X(kDraCapacityCores, "cores",                                                                   \
-    "device capacity: percent of the GPU's busy time (ADR 0017's share), 0 = no compute share")   \
-  X(kDraAttributeUuid, "uuid", "device attribute: the GPU's UUID (string)")                       \
-  X(kDraAttributeProduct, "productName", "device attribute: NVML's product name (string)")        \
-  X(kDraAttributeNuma, "numaNode", "device attribute: the GPU's NUMA node, -1 unknown (int)")     \
-  X(kDraAttributeIndex, "index", "device attribute: the GPU's NVML index (int)")                  \
-  X(kDraConfigApiVersion, "gpu.tessera.dev/v1alpha1",                                             \
-    "apiVersion of the driver's opaque config (a claim's or class's devices.config[].opaque)")    \
-  X(kDraConfigKind, "GpuConfig",                                                                  \
-    "kind of the opaque config: priority, compute (hard|work-conserving), windowMs, mpsUser")     \
-  X(kDraTaintUnhealthy, "gpu.tessera.dev/unhealthy",                                              \
+#define TESSERA_DRA_NAMES(X)                                                                     \
+  X(kDraDriver, "gpu.tessera.dev",                                                               \
+    "DRA driver name: ResourceSlices (pool = node name), claims' results, kubelet plugin")       \
+  X(kDraClassShared, "shared.gpu.tessera.dev",                                                   \
+    "DeviceClass: part of a GPU (capacities memory and cores), time-sliced with its co-tenants") \
+  X(kDraClassMps, "mps.gpu.tessera.dev", "DeviceClass: part of a GPU run under the node's MPS")  \
+  X(kDraCapacityMemory, "memory",                                                                \
+    "device capacity: GPU memory in bytes, contexts included; a claim consumes what it asks")    \
+  X(kDraCapacityCores, "cores",                                                                  \
+    "device capacity: percent of the GPU's busy time (ADR 0017's share), 0 = no compute share")  \
+  X(kDraAttributeUuid, "uuid", "device attribute: the GPU's UUID (string)")                      \
+  X(kDraAttributeProduct, "productName", "device attribute: NVML's product name (string)")       \
+  X(kDraAttributeNuma, "numaNode", "device attribute: the GPU's NUMA node, -1 unknown (int)")    \
+  X(kDraAttributeIndex, "index", "device attribute: the GPU's NVML index (int)")                 \
+  X(kDraConfigApiVersion, "gpu.tessera.dev/v1alpha1",                                            \
+    "apiVersion of the driver's opaque config (a claim's or class's devices.config[].opaque)")   \
+  X(kDraConfigKind, "GpuConfig",                                                                 \
+    "kind of the opaque config: priority, compute (hard|work-conserving), windowMs, mpsUser")    \
+  X(kDraTaintUnhealthy, "gpu.tessera.dev/unhealthy",                                             \
     "device taint (NoSchedule) on an unhealthy GPU; its value is the reason (XID, ECC)")
 
 // Environment variables.
@@ -119,7 +119,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "in the container: the preload library, mounted read-only")                                \
   X(kPathMpsPipe, "/run/tessera-mps/pipe",                                                     \
     "in an MPS container: the node's MPS daemon's pipe folder (node: <state>/mps/<gpu>/pipe)") \
-  X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")    \
+  X(kPathPolicyFile, "/etc/tessera/policy.yaml", "on the control plane: the policy file")      \
   X(kPathDraPluginDir, "/var/lib/kubelet/plugins/gpu.tessera.dev",                             \
     "on the node: the DRA driver's folder; tessera-node serves dra.sock there (ADR 0022)")     \
   X(kPathPluginsRegistry, "/var/lib/kubelet/plugins_registry",                                 \

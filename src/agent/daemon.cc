@@ -197,8 +197,8 @@ class PluginSide {
         std::make_unique<SlotBinder>(std::move(b), side->owners_.get(), side->pods_.get());
     if (o.allocation_path == "dra") {
       side->claims_ = std::make_unique<ApiClaims>(client);
-      side->preparer_ = std::make_unique<dra::ClaimPreparer>(o.node_name, policy,
-                                                             side->claims_.get(), side->binder_.get());
+      side->preparer_ = std::make_unique<dra::ClaimPreparer>(
+          o.node_name, policy, side->claims_.get(), side->binder_.get());
       side->slices_ = std::make_unique<dra::SlicePublisher>(client);
       side->dra_ = std::make_unique<dra::DraPlugin>(
           dra::DraPlugin::Options{Or(o.dra_plugin_dir, names::kPathDraPluginDir),

@@ -33,8 +33,9 @@ std::string LabelValue(std::string_view text) {
 }
 
 Json Capacity(std::string value, std::string default_value, Json range) {
-  return {{"value", std::move(value)},
-          {"requestPolicy", {{"default", std::move(default_value)}, {"validRange", std::move(range)}}}};
+  return {
+      {"value", std::move(value)},
+      {"requestPolicy", {{"default", std::move(default_value)}, {"validRange", std::move(range)}}}};
 }
 
 // The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
@@ -137,14 +138,15 @@ Json ResourceSliceFor(const InventoryContent& content, std::int64_t generation) 
     }
     devices.push_back(std::move(device));
   }
-  return {{"apiVersion", "resource.k8s.io/v1"},
-          {"kind", "ResourceSlice"},
-          {"metadata", {{"name", SliceName(content.node)}}},
-          {"spec",
-           {{"driver", std::string(names::kDraDriver)},
-            {"nodeName", content.node},
-            {"pool", {{"name", content.node}, {"generation", generation}, {"resourceSliceCount", 1}}},
-            {"devices", std::move(devices)}}}};
+  return {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceSlice"},
+      {"metadata", {{"name", SliceName(content.node)}}},
+      {"spec",
+       {{"driver", std::string(names::kDraDriver)},
+        {"nodeName", content.node},
+        {"pool", {{"name", content.node}, {"generation", generation}, {"resourceSliceCount", 1}}},
+        {"devices", std::move(devices)}}}};
 }
 
 StatusOr<bool> SlicePublisher::Publish(const InventoryContent& content) {
@@ -281,9 +283,9 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
     d.memory_bytes = memory->value_or(gpu.memory_bytes);
     const std::uint64_t cores_value = cores->value_or(memory->has_value() ? 0 : 100);
     if (d.memory_bytes == 0 || d.memory_bytes > gpu.memory_bytes) {
-      return InvalidArgumentError(self + ": " + where + ".consumedCapacity.memory: " +
-                                  FormatQuantity(d.memory_bytes) + " is not within 1 and the GPU's " +
-                                  FormatQuantity(gpu.memory_bytes));
+      return InvalidArgumentError(
+          self + ": " + where + ".consumedCapacity.memory: " + FormatQuantity(d.memory_bytes) +
+          " is not within 1 and the GPU's " + FormatQuantity(gpu.memory_bytes));
     }
     if (cores_value > 100) {
       return InvalidArgumentError(self + ": " + where + ".consumedCapacity.cores: " +
@@ -304,8 +306,8 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
       l.cores_percent = std::min<std::uint32_t>(l.cores_percent + d.cores_percent, 100);
     } else {
       by_uuid[d.uuid] = out.limits.devices.size();
-      out.limits.devices.push_back({d.uuid, d.memory_bytes, d.cores_percent,
-                                    gpu.gpu.context_bytes, gpu.gpu.stream_bytes});
+      out.limits.devices.push_back(
+          {d.uuid, d.memory_bytes, d.cores_percent, gpu.gpu.context_bytes, gpu.gpu.stream_bytes});
     }
     requests.push_back(d.request);
     out.devices.push_back(std::move(d));
@@ -338,20 +340,22 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
     }
     if (!applies) continue;
     const Json* parameters = Find(*opaque, "parameters");
-    TESSERA_RETURN_IF_ERROR(
-        ApplyGpuConfig(parameters != nullptr ? *parameters : Json(),
-                       "status.allocation.devices.config[" + std::to_string(i) + "].opaque.parameters",
-                       config)
-            .WithContext(self));
+    TESSERA_RETURN_IF_ERROR(ApplyGpuConfig(parameters != nullptr ? *parameters : Json(),
+                                           "status.allocation.devices.config[" + std::to_string(i) +
+                                               "].opaque.parameters",
+                                           config)
+                                .WithContext(self));
   }
   if (*mode == SharingMode::kMps && config.mps_user.empty()) {
-    return InvalidArgumentError(self + ": mode mps: the claim's GpuConfig must set mpsUser (the "
-                                       "numeric user ID its GPU processes run as)");
+    return InvalidArgumentError(self +
+                                ": mode mps: the claim's GpuConfig must set mpsUser (the "
+                                "numeric user ID its GPU processes run as)");
   }
 
   // The pod it was reserved for names the slot's processes (Events, drift).
   const Json* reserved = Find(*status, "reservedFor");
-  for (std::size_t i = 0; reserved != nullptr && reserved->is_array() && i < reserved->size(); ++i) {
+  for (std::size_t i = 0; reserved != nullptr && reserved->is_array() && i < reserved->size();
+       ++i) {
     const Json& consumer = (*reserved)[i];
     if (StringAt(consumer, "resource") != "pods" || !StringAt(consumer, "apiGroup").empty())
       continue;

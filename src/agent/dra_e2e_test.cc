@@ -70,13 +70,35 @@ bool Eventually(F done, std::chrono::seconds limit) {
 
 Status StartAgent() {
   e2e::ChildOptions o;
-  o.argv = {TESSERA_NODE_BINARY, "--node-name", kNode, "--kubeconfig", env->cluster->kubeconfig(),
-            "--interval-s", "1", "--cleanup-interval-s", "1", "--allocation-path", "dra",
-            "--dra-plugin-dir", env->dir("dra"), "--plugins-registry-dir", env->dir("registry"),
-            "--pod-resources-socket", env->dir("pod-resources.sock"), "--state-dir",
-            env->dir("state"), "--cdi-dir", env->dir("cdi"), "--hook-library",
-            TESSERA_HOOK_LIBRARY, "--driver-lib-dir", TESSERA_FAKE_DIR, "--log-level", "info",
-            "--metrics-listen", ""};
+  o.argv = {TESSERA_NODE_BINARY,
+            "--node-name",
+            kNode,
+            "--kubeconfig",
+            env->cluster->kubeconfig(),
+            "--interval-s",
+            "1",
+            "--cleanup-interval-s",
+            "1",
+            "--allocation-path",
+            "dra",
+            "--dra-plugin-dir",
+            env->dir("dra"),
+            "--plugins-registry-dir",
+            env->dir("registry"),
+            "--pod-resources-socket",
+            env->dir("pod-resources.sock"),
+            "--state-dir",
+            env->dir("state"),
+            "--cdi-dir",
+            env->dir("cdi"),
+            "--hook-library",
+            TESSERA_HOOK_LIBRARY,
+            "--driver-lib-dir",
+            TESSERA_FAKE_DIR,
+            "--log-level",
+            "info",
+            "--metrics-listen",
+            ""};
   o.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR},
            {"TESSERA_FAKE_GPUS", "2"},
            {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16 * kGiB)},
@@ -109,9 +131,9 @@ class DraE2E : public ::testing::Test {
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
     env->client = std::move(cp->api);
-    ASSERT_OK(Api().Create("/api/v1/namespaces", json{{"apiVersion", "v1"},
-                                                      {"kind", "Namespace"},
-                                                      {"metadata", {{"name", kNs}}}}));
+    ASSERT_OK(Api().Create(
+        "/api/v1/namespaces",
+        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
     ASSERT_OK(Api().Create(std::string("/api/v1/namespaces/") + kNs + "/serviceaccounts",
                            json{{"apiVersion", "v1"},
                                 {"kind", "ServiceAccount"},
@@ -125,13 +147,23 @@ class DraE2E : public ::testing::Test {
              {"spec",
               {{"selectors",
                 {{{"cel",
-                   {{"expression", "device.driver == '" + std::string(names::kDraDriver) +
-                                       "'"}}}}}}}}}));
+                   {{"expression",
+                     "device.driver == '" + std::string(names::kDraDriver) + "'"}}}}}}}}}));
     e2e::ChildOptions k;  // the node kube-scheduler binds to (Ready, no devices of its own)
-    k.argv = {env->cluster->binary(), "kubelet", "--kubeconfig", env->cluster->kubeconfig(),
-              "--node", kNode, "--plugin-dir", env->dir("plugins"), "--pod-resources-socket",
-              env->dir("pod-resources.sock"), "--results-dir", env->dir("results"),
-              "--ready-file", env->dir("kubelet.ready")};
+    k.argv = {env->cluster->binary(),
+              "kubelet",
+              "--kubeconfig",
+              env->cluster->kubeconfig(),
+              "--node",
+              kNode,
+              "--plugin-dir",
+              env->dir("plugins"),
+              "--pod-resources-socket",
+              env->dir("pod-resources.sock"),
+              "--results-dir",
+              env->dir("results"),
+              "--ready-file",
+              env->dir("kubelet.ready")};
     k.log_path = env->dir("kubelet.log");
     auto kubelet = e2e::SpawnAndWaitForFile(std::move(k), env->dir("kubelet.ready"), 60s);
     ASSERT_OK(kubelet);
@@ -167,8 +199,9 @@ class DraE2E : public ::testing::Test {
                 {{"deviceClassName", names::kDraClassShared},
                  {"capacity", {{"requests", {{"memory", memory}, {"cores", cores}}}}}}}}}}}}}}};
     TESSERA_RETURN_IF_ERROR(
-        Api().Create(std::string("/apis/resource.k8s.io/v1/namespaces/") + kNs + "/resourceclaims",
-                     claim)
+        Api()
+            .Create(std::string("/apis/resource.k8s.io/v1/namespaces/") + kNs + "/resourceclaims",
+                    claim)
             .status());
     json pod = {{"apiVersion", "v1"},
                 {"kind", "Pod"},
@@ -238,8 +271,10 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
     EXPECT_EQ(result["driver"], names::kDraDriver);
     EXPECT_EQ(result["pool"], kNode);
     EXPECT_FALSE(result.value("shareID", "").empty()) << result.dump();
-    memory[result["device"]] += *ParseQuantity(result["consumedCapacity"]["memory"].get<std::string>());
-    cores[result["device"]] += *ParseQuantity(result["consumedCapacity"]["cores"].get<std::string>());
+    memory[result["device"]] +=
+        *ParseQuantity(result["consumedCapacity"]["memory"].get<std::string>());
+    cores[result["device"]] +=
+        *ParseQuantity(result["consumedCapacity"]["cores"].get<std::string>());
   }
   for (const auto& [device, bytes] : memory) {
     EXPECT_LE(bytes, 16 * kGiB) << device;
@@ -308,7 +343,8 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
   ASSERT_NE(region_inode, 0u);
   env->agent.reset();
   ASSERT_OK(StartAgent());
-  ASSERT_TRUE(Eventually([] { return std::filesystem::exists(env->dir("dra") + "/dra.sock"); }, 30s));
+  ASSERT_TRUE(
+      Eventually([] { return std::filesystem::exists(env->dir("dra") + "/dra.sock"); }, 30s));
   EXPECT_EQ(inode(paths.region), region_inode);
   api::NodePrepareResourcesResponse again;
   ASSERT_TRUE(Eventually(
@@ -341,7 +377,8 @@ TEST_F(DraE2E, AnUnhealthyGpuIsTaintedAndTheSliceThenStaysAsItIs) {
     for (const json& d : Slice()["spec"].value("devices", json::array())) {
       if (d.value("name", "") != "gpu-1") continue;
       for (const json& t : d.value("taints", json::array())) {
-        if (t.value("key", "") == names::kDraTaintUnhealthy && t.value("effect", "") == "NoSchedule")
+        if (t.value("key", "") == names::kDraTaintUnhealthy &&
+            t.value("effect", "") == "NoSchedule")
           return true;
       }
     }

@@ -77,7 +77,6 @@ class DraPlugin::Service final : public api::DRAPlugin::Service {
     return grpc::Status::OK;
   }
 
-
  private:
   ClaimPreparer* const preparer_;
 };
@@ -130,8 +129,8 @@ struct DraPlugin::Servers {
 DraPlugin::DraPlugin(Options options, ClaimPreparer* preparer)
     : options_(std::move(options)),
       service_(std::make_unique<Service>(preparer)),
-      registration_(std::make_unique<Registration>(options_.plugin_dir + "/dra.sock",
-                                                   &registrations_)),
+      registration_(
+          std::make_unique<Registration>(options_.plugin_dir + "/dra.sock", &registrations_)),
       servers_(std::make_unique<Servers>()) {}
 
 DraPlugin::~DraPlugin() { Stop(); }

@@ -73,47 +73,48 @@ TEST(ResourceSliceFor, PublishesEachManagedGpuWithItsCapacitiesAndTaintsTheUnhea
 // A claim as kube-scheduler and the resource-claim controller leave it: allocated on n1's gpu-0
 // with 4 GiB and 30 % consumed, reserved for pod "train".
 Json Claim() {
-  return {
-      {"metadata", {{"name", "c1"}, {"namespace", "ml"}, {"uid", kUid}}},
-      {"spec",
-       {{"devices",
-         {{"requests",
-           {{{"name", "gpu"},
-             {"exactly",
-              {{"deviceClassName", names::kDraClassShared},
-               {"capacity", {{"requests", {{"memory", "4Gi"}, {"cores", "30"}}}}}}}}}}}}}},
-      {"status",
-       {{"allocation",
-         {{"devices",
-           {{"results",
-             {{{"request", "gpu"},
-               {"driver", names::kDraDriver},
-               {"pool", "n1"},
-               {"device", "gpu-0"},
-               {"shareID", "4f1b"},
-               {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}}},
-            {"config",
-             {{{"source", "FromClaim"},
-               {"requests", {"gpu"}},
-               {"opaque",
-                {{"driver", names::kDraDriver},
-                 {"parameters",
-                  {{"apiVersion", names::kDraConfigApiVersion},
-                   {"kind", names::kDraConfigKind},
-                   {"priority", "latency-critical"},
-                   {"compute", "work-conserving"}}}}}}}}}}}},
-        {"reservedFor", {{{"resource", "pods"}, {"name", "train"}, {"uid", "pod-uid-1"}}}}}}};
+  return {{"metadata", {{"name", "c1"}, {"namespace", "ml"}, {"uid", kUid}}},
+          {"spec",
+           {{"devices",
+             {{"requests",
+               {{{"name", "gpu"},
+                 {"exactly",
+                  {{"deviceClassName", names::kDraClassShared},
+                   {"capacity", {{"requests", {{"memory", "4Gi"}, {"cores", "30"}}}}}}}}}}}}}},
+          {"status",
+           {{"allocation",
+             {{"devices",
+               {{"results",
+                 {{{"request", "gpu"},
+                   {"driver", names::kDraDriver},
+                   {"pool", "n1"},
+                   {"device", "gpu-0"},
+                   {"shareID", "4f1b"},
+                   {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}}},
+                {"config",
+                 {{{"source", "FromClaim"},
+                   {"requests", {"gpu"}},
+                   {"opaque",
+                    {{"driver", names::kDraDriver},
+                     {"parameters",
+                      {{"apiVersion", names::kDraConfigApiVersion},
+                       {"kind", names::kDraConfigKind},
+                       {"priority", "latency-critical"},
+                       {"compute", "work-conserving"}}}}}}}}}}}},
+            {"reservedFor", {{{"resource", "pods"}, {"name", "train"}, {"uid", "pod-uid-1"}}}}}}};
 }
 
 class ClaimLimitsTest : public ::testing::Test {
  protected:
   ClaimLimitsTest() {
     policy_ = policy::DefaultPolicy();
-    policy_.tiers[static_cast<std::size_t>(TrustTier::kRegulated)].modes = {SharingMode::kExclusive};
+    policy_.tiers[static_cast<std::size_t>(TrustTier::kRegulated)].modes = {
+        SharingMode::kExclusive};
     context_.node = "n1";
     context_.policy = &policy_;
     context_.tier = TrustTier::kTeam;
-    context_.devices["gpu-0"] = {kGpu0, 141 * kGiB, BinderGpu{0, true, true, "", 512ULL << 20, 4096}};
+    context_.devices["gpu-0"] = {kGpu0, 141 * kGiB,
+                                 BinderGpu{0, true, true, "", 512ULL << 20, 4096}};
     context_.devices["gpu-1"] = {kGpu1, 141 * kGiB, BinderGpu{1, true, false, "XID 79", 0, 0}};
   }
   StatusOr<PreparedClaim> Judge(const Json& claim) { return ClaimLimits(claim, kUid, context_); }
@@ -306,8 +307,8 @@ class ClaimPreparerTest : public ::testing::Test {
     std::map<std::string, BinderGpu, std::less<>> gpus = {
         {kGpu0, BinderGpu{3, true, true, "", 512ULL << 20, 4096}}};
     binder_->SetGpus(gpus);
-    preparer_ = std::make_unique<ClaimPreparer>("n1", policy::DefaultPolicy(), &claims_,
-                                                binder_.get());
+    preparer_ =
+        std::make_unique<ClaimPreparer>("n1", policy::DefaultPolicy(), &claims_, binder_.get());
     preparer_->SetInventory(TwoGpus(), gpus);
     claims_.claims["ml/c1"] = Claim();
     paths_ = PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", ClaimSlot(kUid));

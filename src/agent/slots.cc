@@ -43,8 +43,9 @@ std::string ClaimSlot(std::string_view claim_uid) { return "claim-" + std::strin
 StatusOr<std::string> ParseClaimSlot(std::string_view slot) {
   constexpr std::string_view kPrefix = "claim-";
   const auto invalid = [&] {
-    return InvalidArgumentError("\"" + QuoteForMessage(slot) +
-                                "\" is not a claim slot (claim-<uid>, the uid of 1-64 of [a-z0-9-])");
+    return InvalidArgumentError(
+        "\"" + QuoteForMessage(slot) +
+        "\" is not a claim slot (claim-<uid>, the uid of 1-64 of [a-z0-9-])");
   };
   if (!slot.starts_with(kPrefix)) return invalid();
   const std::string_view uid = slot.substr(kPrefix.size());
