@@ -285,8 +285,14 @@ class PluginSide {
         }
       }
     }
-    if (dra_) {  // DRA: this node's pool, to the preparer and the API server
+    if (dra_) {  // DRA: this node's pool, to the preparer, kubelet and the API server
       preparer_->SetInventory(inventory.content, gpus);
+      std::vector<dra::DeviceHealthReport> health;
+      for (const InventoryGpu& g : inventory.content.gpus) {
+        if (g.managed)
+          health.push_back({dra::DeviceName(g.facts.index), g.healthy, g.health_reason});
+      }
+      dra_->SetHealth(inventory.content.node, std::move(health));
       binder_->SetGpus(std::move(gpus));
       auto published = slices_->Publish(inventory.content);
       if (!published.ok()) {

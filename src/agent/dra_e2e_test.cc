@@ -27,6 +27,7 @@
 
 #include "agent/dra.h"
 #include "agent/slots.h"
+#include "dra-health/v1alpha1/api.grpc.pb.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "e2e/scheduler_harness.h"
 #include "e2e/testcluster.h"
@@ -371,6 +372,20 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
 
 // Last: it leaves GPU 1 unhealthy.
 TEST_F(DraE2E, AnUnhealthyGpuIsTaintedAndTheSliceThenStaysAsItIs) {
+  // kubelet's health stream (NodeWatchResources): every device of the pool, healthy first.
+  auto health = ::v1alpha1::DRAResourceHealth::NewStub(grpc::CreateChannel(
+      "unix://" + env->dir("dra") + "/dra.sock", grpc::InsecureChannelCredentials()));
+  grpc::ClientContext watch;
+  watch.set_deadline(std::chrono::system_clock::now() + 90s);
+  auto stream = health->NodeWatchResources(&watch, ::v1alpha1::NodeWatchResourcesRequest());
+  ::v1alpha1::NodeWatchResourcesResponse seen;
+  ASSERT_TRUE(stream->Read(&seen));
+  ASSERT_EQ(seen.devices_size(), 2);
+  for (const auto& d : seen.devices()) {
+    EXPECT_EQ(d.device().pool_name(), kNode);
+    EXPECT_EQ(d.health(), ::v1alpha1::HEALTHY) << d.device().device_name();
+  }
+
   const std::int64_t generation = Slice()["spec"]["pool"]["generation"];
   std::ofstream(env->dir("xid")) << "1:79\n";
   const auto tainted = [] {
@@ -392,6 +407,17 @@ TEST_F(DraE2E, AnUnhealthyGpuIsTaintedAndTheSliceThenStaysAsItIs) {
   std::this_thread::sleep_for(4s);
   EXPECT_EQ(Slice()["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"])
       << Slice().dump();
+
+  // ... and kubelet is told that gpu-1 turned unhealthy, and why.
+  bool told = false;
+  while (!told && stream->Read(&seen)) {
+    for (const auto& d : seen.devices()) {
+      told |= d.device().device_name() == "gpu-1" && d.health() == ::v1alpha1::UNHEALTHY &&
+              d.message().find("XID") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(told);
+  watch.TryCancel();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "agent/dra_plugin.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <sys/stat.h>
 
@@ -8,6 +9,7 @@
 #include "tessera/log.h"
 #include "tessera/names.h"
 
+#include "dra-health/v1alpha1/api.grpc.pb.h"
 #include "dra/v1/api.grpc.pb.h"
 #include "pluginregistration/v1/api.grpc.pb.h"
 
@@ -16,10 +18,14 @@ namespace {
 
 namespace api = ::k8s::io::kubelet::pkg::apis::dra::v1;
 namespace reg = ::pluginregistration;
+namespace health = ::v1alpha1;
 
 // kubelet's names for what a DRA plugin serves (k8s.io/kubelet pluginregistration/v1 and dra/v1).
 constexpr char kPluginType[] = "DRAPlugin";
 constexpr char kServiceV1[] = "v1.DRAPlugin";
+constexpr char kHealthService[] = "v1alpha1.DRAResourceHealth";
+constexpr auto kHealthResend = std::chrono::seconds(10);
+constexpr std::int64_t kHealthTimeoutSeconds = 60;
 
 bool IsSocket(const std::string& path) {
   struct stat st {};
@@ -81,6 +87,50 @@ class DraPlugin::Service final : public api::DRAPlugin::Service {
   ClaimPreparer* const preparer_;
 };
 
+class DraPlugin::Health final : public health::DRAResourceHealth::Service {
+ public:
+  explicit Health(DraPlugin* plugin) : plugin_(plugin) {}
+
+  // The whole pool's health when the stream opens, on every change, and every kHealthResend;
+  // until kubelet goes away or the plugin stops.
+  grpc::Status NodeWatchResources(
+      grpc::ServerContext* context, const health::NodeWatchResourcesRequest*,
+      grpc::ServerWriter<health::NodeWatchResourcesResponse>* writer) override {
+    DraPlugin& p = *plugin_;
+    std::unique_lock<std::mutex> lock(p.health_mu_);
+    std::uint64_t sent = ~std::uint64_t{0};
+    auto due = std::chrono::steady_clock::now();
+    while (!p.stopping_.load() && !context->IsCancelled()) {
+      if (p.health_version_ != sent || std::chrono::steady_clock::now() >= due) {
+        health::NodeWatchResourcesResponse response;
+        const auto now = std::chrono::duration_cast<std::chrono::seconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+        for (const DeviceHealthReport& d : p.health_) {
+          health::DeviceHealth* h = response.add_devices();
+          h->mutable_device()->set_pool_name(p.health_pool_);
+          h->mutable_device()->set_device_name(d.device);
+          h->set_health(d.healthy ? health::HEALTHY : health::UNHEALTHY);
+          h->set_last_updated_time(now);
+          h->set_health_check_timeout_seconds(kHealthTimeoutSeconds);
+          h->set_message(d.reason);
+        }
+        sent = p.health_version_;
+        due = std::chrono::steady_clock::now() + kHealthResend;
+        lock.unlock();
+        const bool written = writer->Write(response);
+        lock.lock();
+        if (!written) break;
+      }
+      p.health_cv_.wait_for(lock, std::chrono::seconds(1));
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  DraPlugin* const plugin_;
+};
+
 class DraPlugin::Registration final : public reg::Registration::Service {
  public:
   Registration(std::string endpoint, std::atomic<int>* registrations)
@@ -92,6 +142,7 @@ class DraPlugin::Registration final : public reg::Registration::Service {
     info->set_name(std::string(names::kDraDriver));
     info->set_endpoint(endpoint_);
     info->add_supported_versions(kServiceV1);
+    info->add_supported_versions(kHealthService);
     return grpc::Status::OK;
   }
 
@@ -129,6 +180,7 @@ struct DraPlugin::Servers {
 DraPlugin::DraPlugin(Options options, ClaimPreparer* preparer)
     : options_(std::move(options)),
       service_(std::make_unique<Service>(preparer)),
+      health_service_(std::make_unique<Health>(this)),
       registration_(
           std::make_unique<Registration>(options_.plugin_dir + "/dra.sock", &registrations_)),
       servers_(std::make_unique<Servers>()) {}
@@ -151,6 +203,7 @@ Status DraPlugin::Serve() {
   grpc::ServerBuilder dra_builder;
   dra_builder.AddListeningPort("unix://" + dra, grpc::InsecureServerCredentials());
   dra_builder.RegisterService(service_.get());
+  dra_builder.RegisterService(health_service_.get());
   servers_->dra = dra_builder.BuildAndStart();
   if (servers_->dra == nullptr) return UnavailableError("cannot serve the DRA plugin on " + dra);
   grpc::ServerBuilder reg_builder;
@@ -181,12 +234,33 @@ void DraPlugin::Supervise(std::chrono::milliseconds check_every) {
   }
 }
 
+void DraPlugin::SetHealth(std::string pool, std::vector<DeviceHealthReport> devices) {
+  {
+    const std::lock_guard<std::mutex> lock(health_mu_);
+    const bool same =
+        pool == health_pool_ && devices.size() == health_.size() &&
+        std::equal(devices.begin(), devices.end(), health_.begin(),
+                   [](const auto& a, const auto& b) {
+                     return a.device == b.device && a.healthy == b.healthy && a.reason == b.reason;
+                   });
+    if (same) return;
+    health_pool_ = std::move(pool);
+    health_ = std::move(devices);
+    ++health_version_;
+  }
+  health_cv_.notify_all();
+}
+
 void DraPlugin::Stop() {
   {
     const std::lock_guard<std::mutex> lock(stop_mu_);
     if (stopping_.exchange(true)) return;
   }
   stop_cv_.notify_all();
+  {
+    const std::lock_guard<std::mutex> lock(health_mu_);  // the streams see stopping_
+  }
+  health_cv_.notify_all();
   if (supervisor_.joinable()) supervisor_.join();
   servers_->Stop();
   std::error_code ec;
