@@ -239,9 +239,9 @@ class PluginSide {
   ~PluginSide() {
     members_ = {};
     arbiter_.Stop();
+    if (dra_) dra_->Stop();  // first: no prepare while the rest stops
     cleanup_ = {};
     if (plugin_) plugin_->Stop();
-    if (dra_) dra_->Stop();
   }
 
   // A new inventory: the GPUs the binder may hand out and the slots kubelet sees.
@@ -285,7 +285,8 @@ class PluginSide {
         }
       }
     }
-    if (dra_) {  // DRA: this node's pool, to the preparer, kubelet and the API server
+    if (dra_) {                // DRA: this node's pool, to the preparer, kubelet and the API server
+      binder_->SetGpus(gpus);  // first: a claim judged on a GPU finds it in the binder
       preparer_->SetInventory(inventory.content, gpus);
       std::vector<dra::DeviceHealthReport> health;
       for (const InventoryGpu& g : inventory.content.gpus) {
@@ -293,7 +294,6 @@ class PluginSide {
           health.push_back({dra::DeviceName(g.facts.index), g.healthy, g.health_reason});
       }
       dra_->SetHealth(inventory.content.node, std::move(health));
-      binder_->SetGpus(std::move(gpus));
       auto published = slices_->Publish(inventory.content);
       if (!published.ok()) {
         TESSERA_LOG(kWarn, kAgent, "%s", published.status().ToString().c_str());
@@ -656,8 +656,11 @@ Status NodeDaemon::StartPlugin() {
                                    s_->policy, s_->keys);
   if (!started.ok()) return started.status();
   s_->plugin = std::move(*started);
-  if (options_.allocation_path != "dra")
+  if (options_.allocation_path == "dra") {
+    s_->publisher->AdvertiseNoResources();
+  } else {
     s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
+  }
   return Status::Ok();
 }
 

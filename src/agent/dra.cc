@@ -29,7 +29,7 @@ std::string LabelValue(std::string_view text) {
   }
   while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
   while (!out.empty() && !std::isalnum(static_cast<unsigned char>(out.front()))) out.erase(0, 1);
-  return out;
+  return out.empty() ? "unknown" : out;  // an empty value would be dropped by the API server
 }
 
 Json Capacity(std::string value, std::string default_value, Json range) {
@@ -101,6 +101,13 @@ bool Covers(const Json& have, const Json& want) {
   return have == want;
 }
 
+// The largest memory ask the request policy allows: the API server requires max - min to be a
+// whole number of steps, and a GPU's memory seldom is (an H200's 143771Mi is not).
+std::uint64_t MemoryRangeMax(std::uint64_t memory) {
+  if (memory < kMemoryStepBytes) return kMemoryStepBytes;
+  return kMemoryStepBytes + (memory - kMemoryStepBytes) / kMemoryStepBytes * kMemoryStepBytes;
+}
+
 }  // namespace
 
 std::string DeviceName(int index) { return "gpu-" + std::to_string(index); }
@@ -124,7 +131,7 @@ Json ResourceSliceFor(const InventoryContent& content, std::int64_t generation) 
          {{std::string(names::kDraCapacityMemory),
            Capacity(FormatQuantity(g.facts.memory_bytes), FormatQuantity(kMemoryDefaultBytes),
                     {{"min", FormatQuantity(kMemoryStepBytes)},
-                     {"max", FormatQuantity(g.facts.memory_bytes)},
+                     {"max", FormatQuantity(MemoryRangeMax(g.facts.memory_bytes))},
                      {"step", FormatQuantity(kMemoryStepBytes)}})},
           {std::string(names::kDraCapacityCores),
            Capacity("100", "0", {{"min", "0"}, {"max", "100"}, {"step", "1"}})}}},
@@ -173,7 +180,8 @@ StatusOr<bool> SlicePublisher::Publish(const InventoryContent& content) {
   return true;
 }
 
-Status ApplyGpuConfig(const Json& parameters, std::string_view where, GpuConfig& config) {
+Status ApplyGpuConfig(const Json& parameters, std::string_view where, bool from_class,
+                      GpuConfig& config) {
   const std::string at(where);
   if (!parameters.is_object()) return InvalidArgumentError(at + ": not an object");
   if (StringAt(parameters, "apiVersion") != names::kDraConfigApiVersion ||
@@ -193,6 +201,12 @@ Status ApplyGpuConfig(const Json& parameters, std::string_view where, GpuConfig&
                                  : StatusOr<PriorityClass>(InvalidArgumentError(
                                        "must be one of " + AcceptedPriorityClasses()));
       if (!p.ok()) return p.status().WithContext(field);
+      if (*p == PriorityClass::kLatencyCritical && !from_class) {
+        return PermissionDeniedError(
+            field +
+            ": latency-critical is set by a DeviceClass's config (an administrator's), "
+            "not by a claim's; a claim may ask normal or best-effort");
+      }
       next.priority = *p;
     } else if (key == "compute") {
       auto c = value.is_string() ? ParseComputeMode(value.get<std::string>())
@@ -245,7 +259,7 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
   PreparedClaim out;
   std::optional<SharingMode> mode;
   std::map<std::string, std::size_t, std::less<>> by_uuid;  // -> out.limits.devices index
-  std::vector<std::string> requests;
+  std::vector<std::string> full_requests;  // "req" or "req/sub", as the results name them
   for (std::size_t i = 0; i < results->size(); ++i) {
     const Json& r = (*results)[i];
     if (StringAt(r, "driver") != names::kDraDriver) continue;
@@ -257,6 +271,7 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
     }
     ClaimDevice d;
     d.request = StringAt(r, "request");
+    full_requests.push_back(d.request);
     const std::string class_name = ClassOfRequest(claim, d.request);
     d.request = d.request.substr(0, d.request.find('/'));
     d.device = StringAt(r, "device");
@@ -309,7 +324,6 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
       out.limits.devices.push_back(
           {d.uuid, d.memory_bytes, d.cores_percent, gpu.gpu.context_bytes, gpu.gpu.stream_bytes});
     }
-    requests.push_back(d.request);
     out.devices.push_back(std::move(d));
   }
   if (out.devices.empty()) {
@@ -320,6 +334,20 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
   if (!rule.Allows(*mode)) {
     return PermissionDeniedError(self + ": tier " + std::string(Name(context.tier)) +
                                  " does not allow mode " + std::string(Name(*mode)));
+  }
+  for (const Neighbour& n : context.neighbours) {
+    if (by_uuid.count(n.uuid) == 0) continue;
+    if (n.mode != *mode) {
+      return FailedPreconditionError(
+          self + ": GPU " + n.uuid + " runs " + n.claim + " in mode " + std::string(Name(n.mode)) +
+          "; a GPU runs one mode, this claim asks " + std::string(Name(*mode)));
+    }
+    if (!context.policy->MayShareGpu({ns, context.tier}, {n.namespace_name, n.tier})) {
+      return PermissionDeniedError(self + ": tier " + std::string(Name(context.tier)) +
+                                   " may not share GPU " + n.uuid + " with " + n.claim +
+                                   " (namespace " + n.namespace_name + ", tier " +
+                                   std::string(Name(n.tier)) + ")");
+    }
   }
 
   // The driver's opaque config for these requests, in the allocation's order (the class's
@@ -333,18 +361,22 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
     const Json* for_requests = Find(c, "requests");
     bool applies = for_requests == nullptr || !for_requests->is_array() || for_requests->empty();
     for (std::size_t j = 0; !applies && j < for_requests->size(); ++j) {
+      // "req" names every subrequest of req; "req/sub" that one only.
       const Json& q = (*for_requests)[j];
-      const std::string base = q.is_string() ? q.get<std::string>() : "";
-      applies = std::find(requests.begin(), requests.end(), base.substr(0, base.find('/'))) !=
-                requests.end();
+      const std::string named = q.is_string() ? q.get<std::string>() : "";
+      for (const std::string& r : full_requests)
+        applies |= !named.empty() && (r == named || r.substr(0, r.find('/')) == named);
     }
     if (!applies) continue;
     const Json* parameters = Find(*opaque, "parameters");
-    TESSERA_RETURN_IF_ERROR(ApplyGpuConfig(parameters != nullptr ? *parameters : Json(),
-                                           "status.allocation.devices.config[" + std::to_string(i) +
-                                               "].opaque.parameters",
-                                           config)
-                                .WithContext(self));
+    const std::string source = StringAt(c, "source");
+    TESSERA_RETURN_IF_ERROR(
+        ApplyGpuConfig(parameters != nullptr ? *parameters : Json(),
+                       "status.allocation.devices.config[" + std::to_string(i) + "] (" +
+                           (source.empty() ? std::string("FromClaim") : source) +
+                           ").opaque.parameters",
+                       source == "FromClass", config)
+            .WithContext(self));
   }
   if (*mode == SharingMode::kMps && config.mps_user.empty()) {
     return InvalidArgumentError(self +
@@ -414,6 +446,32 @@ StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, st
   {
     const std::lock_guard<std::mutex> lock(mu_);
     context.devices = devices_;
+  }
+  if (context.devices.empty())
+    return UnavailableError("this node's GPUs are not read yet (kubelet asks again)");
+  // The claims already on this node's GPUs, each with its namespace's tier.
+  std::map<std::string, TrustTier, std::less<>> tiers = {{std::string(ns), *tier}};
+  for (const Limits& other : binder_->ClaimSlotLimits(slot)) {
+    const std::string other_ns = other.pod.substr(0, other.pod.find('/'));
+    auto known = tiers.find(other_ns);
+    if (known == tiers.end()) {
+      std::optional<std::string> other_label;
+      if (policy_.honor_namespace_label) {
+        auto got = api_->TrustLabel(other_ns);
+        if (!got.ok()) return got.status().WithContext("reading namespace " + other_ns);
+        other_label = std::move(*got);
+      }
+      auto other_tier = policy_.TierOf(other_ns, other_label);
+      if (!other_tier.ok()) return other_tier.status().WithContext("namespace " + other_ns);
+      known = tiers.emplace(other_ns, *other_tier).first;
+    }
+    for (const DeviceLimits& d : other.devices) {
+      context.neighbours.push_back({d.uuid,
+                                    "claim " +
+                                        other.container.substr(other.container.find('/') + 1) +
+                                        " of pod " + other.pod,
+                                    other_ns, known->second, other.mode});
+    }
   }
   auto prepared = ClaimLimits(*claim, uid, context);
   if (!prepared.ok()) return prepared.status();

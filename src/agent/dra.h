@@ -67,8 +67,10 @@ struct GpuConfig {
   std::string mps_user;         // numeric user ID, mode mps only
 };
 // Applies one parameters object over `config`; errors name the field (under `where`) and the
-// accepted form, and leave `config` as it was.
-Status ApplyGpuConfig(const k8s::Json& parameters, std::string_view where, GpuConfig& config);
+// accepted form, and leave `config` as it was. `from_class`: a DeviceClass's config (an
+// administrator's); a claim's (the tenant's) may not raise its priority to latency-critical.
+Status ApplyGpuConfig(const k8s::Json& parameters, std::string_view where, bool from_class,
+                      GpuConfig& config);
 
 // One device of a claim allocated to this node's pool.
 struct ClaimDevice {
@@ -95,12 +97,25 @@ struct PoolDevice {
 };
 using PoolDevices = std::map<std::string, PoolDevice, std::less<>>;  // by device name
 
+// A claim already prepared on one of this node's GPUs.
+struct Neighbour {
+  std::string uuid;
+  std::string claim;  // its slot's "pod" (namespace/name), for messages
+  std::string namespace_name;
+  TrustTier tier = TrustTier::kTeam;
+  SharingMode mode = SharingMode::kShared;
+};
+
 // What the node knows that a claim is judged against.
 struct ClaimContext {
   std::string node;  // the pool
   PoolDevices devices;
   const policy::Policy* policy = nullptr;
   TrustTier tier = TrustTier::kTeam;  // the claim's namespace's
+  // The other claims on this node's GPUs. kube-scheduler packs claims knowing nothing of tiers:
+  // until tessera confirms allocations (binding conditions, ADR 0022 item 3) the node refuses a
+  // claim its tier may not share a GPU with, and one of another mode.
+  std::vector<Neighbour> neighbours;
 };
 
 // The devices, limits and config of an allocated claim (the API object) for this node, checked:

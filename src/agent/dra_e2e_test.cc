@@ -45,6 +45,8 @@ namespace api = ::k8s::io::kubelet::pkg::apis::dra::v1;
 constexpr char kNode[] = "dra-node-1";
 constexpr char kNs[] = "dra";
 constexpr std::uint64_t kGiB = 1ULL << 30;
+// An H100's memory: not a whole number of the request policy's 256Mi steps (ADR 0022).
+constexpr std::uint64_t kGpuMemory = 81559ULL << 20;
 
 struct Env {
   std::unique_ptr<e2e::TempFolder> folder;
@@ -102,7 +104,7 @@ Status StartAgent() {
             ""};
   o.env = {{"LD_LIBRARY_PATH", TESSERA_FAKE_DIR},
            {"TESSERA_FAKE_GPUS", "2"},
-           {"TESSERA_FAKE_GPU_MEMORY", std::to_string(16 * kGiB)},
+           {"TESSERA_FAKE_GPU_MEMORY", std::to_string(kGpuMemory)},
            {"TESSERA_FAKE_STATE", env->dir("fake-state")},
            {"TESSERA_FAKE_CONTEXT_BYTES", std::to_string(256ULL << 20)},
            {"TESSERA_FAKE_XID_FILE", env->dir("xid")}};
@@ -247,21 +249,34 @@ TEST_F(DraE2E, TheApiServerAcceptsTheSliceOfEachManagedGpuWithItsCapacities) {
   ASSERT_EQ(spec["devices"].size(), 2u);
   for (const json& d : spec["devices"]) {
     // What kube-scheduler counts: the capacities and their policies survived validation.
-    EXPECT_EQ(d["capacity"]["memory"]["value"], "16Gi") << d.dump();
+    EXPECT_EQ(d["capacity"]["memory"]["value"], "81559Mi") << d.dump();
     EXPECT_EQ(d["capacity"]["cores"]["value"], "100") << d.dump();
     EXPECT_EQ(d["capacity"]["memory"]["requestPolicy"]["validRange"]["step"], "256Mi");
     EXPECT_EQ(d["allowMultipleAllocations"], true) << d.dump();
   }
+  // No node-level sums: a device-plugin pod is never placed on (nor admitted to) a DRA node.
+  EXPECT_TRUE(Eventually(
+      [] {
+        auto node = Api().Get(k8s::NodePath(kNode));
+        if (!node.ok()) return false;
+        const json a = (*node)["status"].value("allocatable", json::object());
+        for (const char* r : {"tessera.dev/gpu", "tessera.dev/gpu-memory", "tessera.dev/gpu-cores",
+                              "tessera.dev/gpu-slot"}) {
+          if (a.value(r, "") != "0") return false;
+        }
+        return true;
+      },
+      30s));
   // kubelet deletes a node's slices when it starts: the agent publishes it again.
   ASSERT_OK(Api().Delete(k8s::ResourceSlicePath(SliceName(kNode))));
   EXPECT_TRUE(Eventually([] { return Slice().contains("spec"); }, 30s));
 }
 
 TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPreparesThem) {
-  // Three claims of 6 GiB and 30 % onto two GPUs of 16 GiB: each fits, no GPU holds more than
-  // 16 GiB or 100 %; a fourth of 20 GiB fits no GPU and its pod stays Pending.
-  for (const char* name : {"c1", "c2", "c3"}) ASSERT_OK(CreateClaimAndPod(name, "6Gi", "30"));
-  ASSERT_OK(CreateClaimAndPod("huge", "20Gi", "10"));
+  // Three claims of 30 GiB and 40 % onto two GPUs of 81559Mi: at most two fit a GPU, none is
+  // over-committed; a fourth of 100 GiB fits no GPU and its pod stays Pending.
+  for (const char* name : {"c1", "c2", "c3"}) ASSERT_OK(CreateClaimAndPod(name, "30Gi", "40"));
+  ASSERT_OK(CreateClaimAndPod("huge", "100Gi", "10"));
   ASSERT_TRUE(Eventually(
       [] { return Allocated(Claim("c1")) && Allocated(Claim("c2")) && Allocated(Claim("c3")); },
       90s))
@@ -278,7 +293,7 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
         *ParseQuantity(result["consumedCapacity"]["cores"].get<std::string>());
   }
   for (const auto& [device, bytes] : memory) {
-    EXPECT_LE(bytes, 16 * kGiB) << device;
+    EXPECT_LE(bytes, kGpuMemory) << device;
     EXPECT_LE(cores[device], 100u) << device;
   }
   std::string pending_reason;
@@ -317,8 +332,8 @@ TEST_F(DraE2E, KubeSchedulerPacksClaimsWithoutOvercommittingAndThePluginPrepares
   auto limits = ParseLimitsFile(ReadFile(paths.limits, kMaxLimitsFileBytes).value_or(""));
   ASSERT_OK(limits);
   EXPECT_EQ(limits->pod, std::string(kNs) + "/c1");
-  EXPECT_EQ(limits->devices.at(0).memory_bytes, 6 * kGiB);
-  EXPECT_EQ(limits->devices.at(0).cores_percent, 30u);
+  EXPECT_EQ(limits->devices.at(0).memory_bytes, 30 * kGiB);
+  EXPECT_EQ(limits->devices.at(0).cores_percent, 40u);
   EXPECT_TRUE(std::filesystem::exists(paths.cdi_spec));
 
   // A claim that names the wrong UID (replaced since kubelet looked) is refused, nothing written.

@@ -63,6 +63,15 @@ TEST(ResourceSliceFor, PublishesEachManagedGpuWithItsCapacitiesAndTaintsTheUnhea
   EXPECT_EQ(d0["capacity"]["memory"]["requestPolicy"]["default"], "1Gi");
   EXPECT_EQ(d0["capacity"]["cores"]["value"], "100");
   EXPECT_TRUE(d0["taints"].empty());
+  // max - min must be whole steps: 141Gi is, an H100's 81559Mi is not (rounded down).
+  InventoryContent odd = TwoGpus();
+  odd.gpus[0].facts.memory_bytes = 81559ULL << 20;
+  odd.gpus[1].health_reason = "";
+  const Json odd_slice = ResourceSliceFor(odd, 1);
+  const Json& memory = odd_slice["spec"]["devices"][0]["capacity"]["memory"];
+  EXPECT_EQ(memory["value"], "81559Mi");
+  EXPECT_EQ(memory["requestPolicy"]["validRange"]["max"], "81408Mi");
+  EXPECT_EQ(odd_slice["spec"]["devices"][1]["taints"][0]["value"], "unknown");  // never empty
   const Json& d1 = spec["devices"][1];
   ASSERT_EQ(d1["taints"].size(), 1u);
   EXPECT_EQ(d1["taints"][0]["key"], names::kDraTaintUnhealthy);
@@ -92,7 +101,7 @@ Json Claim() {
                    {"shareID", "4f1b"},
                    {"consumedCapacity", {{"memory", "4Gi"}, {"cores", "30"}}}}}},
                 {"config",
-                 {{{"source", "FromClaim"},
+                 {{{"source", "FromClass"},
                    {"requests", {"gpu"}},
                    {"opaque",
                     {{"driver", names::kDraDriver},
@@ -223,7 +232,7 @@ TEST_F(ClaimLimitsTest, TheConfigIsCheckedFieldByField) {
   const Json base = {{"apiVersion", names::kDraConfigApiVersion}, {"kind", names::kDraConfigKind}};
   Json kind = base;
   kind["kind"] = "GpuSettings";
-  EXPECT_NE(ErrorOf(with(kind)).find("config[0].opaque.parameters: apiVersion/kind"),
+  EXPECT_NE(ErrorOf(with(kind)).find("config[0] (FromClass).opaque.parameters: apiVersion/kind"),
             std::string::npos);
   Json priority = base;
   priority["priority"] = "urgent";
@@ -236,10 +245,60 @@ TEST_F(ClaimLimitsTest, TheConfigIsCheckedFieldByField) {
   EXPECT_NE(ErrorOf(with(extra)).find("parameters.gpuCores: unknown field"), std::string::npos);
   EXPECT_NE(ErrorOf(with("text")).find("not an object"), std::string::npos);
 
+  // A claim's own config (the tenant's) may lower the class's priority, never raise it.
+  Json lower = Claim();
+  Json tenant = lower["status"]["allocation"]["devices"]["config"][0];
+  tenant["source"] = "FromClaim";
+  tenant["opaque"]["parameters"] = {{"apiVersion", names::kDraConfigApiVersion},
+                                    {"kind", names::kDraConfigKind},
+                                    {"priority", "best-effort"}};
+  lower["status"]["allocation"]["devices"]["config"].push_back(tenant);
+  auto lowered = Judge(lower);
+  ASSERT_OK(lowered);
+  EXPECT_EQ(lowered->limits.priority, PriorityClass::kBestEffort);
+  EXPECT_EQ(lowered->limits.compute, ComputeMode::kWorkConserving);  // the class's, kept
+  Json raise = lower;
+  raise["status"]["allocation"]["devices"]["config"][1]["opaque"]["parameters"]["priority"] =
+      "latency-critical";
+  EXPECT_NE(ErrorOf(raise).find("config[1] (FromClaim).opaque.parameters.priority"),
+            std::string::npos);
+
+  // A config for "gpu/big" is not for the allocated subrequest "gpu/small"; one for "gpu" is.
+  Json sub = with(priority);
+  sub["status"]["allocation"]["devices"]["results"][0]["request"] = "gpu/small";
+  sub["spec"]["devices"]["requests"][0] = {
+      {"name", "gpu"},
+      {"firstAvailable",
+       {{{"name", "big"}, {"deviceClassName", names::kDraClassShared}},
+        {{"name", "small"}, {"deviceClassName", names::kDraClassShared}}}}};
+  sub["status"]["allocation"]["devices"]["config"][0]["requests"] = {"gpu/big"};
+  auto got_sub = Judge(sub);
+  ASSERT_OK(got_sub);
+  EXPECT_EQ(got_sub->devices[0].request, "gpu");  // what kubelet matches containers against
+  sub["status"]["allocation"]["devices"]["config"][0]["requests"] = {"gpu"};
+  EXPECT_NE(ErrorOf(sub).find("parameters.priority"), std::string::npos);
+
   // A config for another request of the claim is not ours to apply.
   Json elsewhere = with(priority);
   elsewhere["status"]["allocation"]["devices"]["config"][0]["requests"] = {"other"};
   EXPECT_OK(Judge(elsewhere));
+}
+
+// kube-scheduler packs claims knowing nothing of tiers: the node refuses what the tier may not
+// share a GPU with, and a second mode on one GPU.
+TEST_F(ClaimLimitsTest, ClaimsAlreadyOnTheGpuDecideWhoMayJoinIt) {
+  context_.neighbours = {
+      {kGpu0, "claim a of pod acme/x", "acme", TrustTier::kCustomer, SharingMode::kShared}};
+  EXPECT_NE(ErrorOf(Claim()).find("may not share GPU " + std::string(kGpu0) + " with claim a"),
+            std::string::npos);
+  context_.neighbours[0].namespace_name = "ml";  // the customer's own namespace: allowed
+  context_.tier = TrustTier::kCustomer;
+  EXPECT_OK(Judge(Claim()));
+  context_.tier = TrustTier::kTeam;
+  context_.neighbours = {{kGpu0, "claim b of pod ml/y", "ml", TrustTier::kTeam, SharingMode::kMps}};
+  EXPECT_NE(ErrorOf(Claim()).find("a GPU runs one mode"), std::string::npos);
+  context_.neighbours[0].uuid = kGpu1;  // another GPU's neighbours are not this claim's
+  EXPECT_OK(Judge(Claim()));
 }
 
 TEST_F(ClaimLimitsTest, TheTierDecidesTheModeAndMpsNeedsItsUser) {
@@ -349,10 +408,46 @@ TEST_F(ClaimPreparerTest, PreparesTheClaimsSlotOnceAndReleasesIt) {
   ASSERT_OK(preparer_->Prepare("ml", "c1", kUid));
   EXPECT_EQ(InodeOf(paths_.region), region);
 
+  // The claim now reserved for another pod (the first ended; a claim may be shared): the limits
+  // file names it, and the region with the claim's devices and caps stays.
+  Json shared = Claim();
+  shared["status"]["reservedFor"] = {
+      {{"resource", "pods"}, {"name", "eval"}, {"uid", "pod-uid-2"}}};
+  claims_.claims["ml/c1"] = shared;
+  ASSERT_OK(preparer_->Prepare("ml", "c1", kUid));
+  EXPECT_NE(ReadFile(paths_.limits, kMaxLimitsFileBytes).value_or("").find("ml/eval"),
+            std::string::npos);
+  EXPECT_EQ(InodeOf(paths_.region), region);
+
   ASSERT_OK(preparer_->Unprepare(kUid));
   EXPECT_FALSE(std::filesystem::exists(paths_.dir));
   EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec));
   EXPECT_OK(preparer_->Unprepare(kUid));  // again: nothing left, no error
+}
+
+TEST_F(ClaimPreparerTest, AClaimOfACustomerBesideAnotherNamespaceIsRefused) {
+  constexpr char kOther[] = "0000aaaa-0000-4000-8000-000000000009";
+  policy::Policy policy = policy::DefaultPolicy();
+  policy.namespaces["acme"] = TrustTier::kCustomer;
+  preparer_ = std::make_unique<ClaimPreparer>("n1", policy, &claims_, binder_.get());
+  std::map<std::string, BinderGpu, std::less<>> gpus = {
+      {kGpu0, BinderGpu{3, true, true, "", 512ULL << 20, 4096}}};
+  preparer_->SetInventory(TwoGpus(), gpus);
+  ASSERT_OK(preparer_->Prepare("ml", "c1", kUid));  // ml's claim on gpu-0 first
+  Json other = Claim();
+  other["metadata"] = {{"name", "c9"}, {"namespace", "acme"}, {"uid", kOther}};
+  claims_.claims["acme/c9"] = other;
+  auto refused = preparer_->Prepare("acme", "c9", kOther);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tier customer may not share GPU"), std::string::npos)
+      << refused.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(
+      PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", ClaimSlot(kOther)).limits));
+  // Before the first inventory nothing is judged: kubelet is asked to come back.
+  ClaimPreparer early("n1", policy, &claims_, binder_.get());
+  auto not_yet = early.Prepare("ml", "c1", kUid);
+  ASSERT_FALSE(not_yet.ok());
+  EXPECT_EQ(not_yet.status().code(), StatusCode::kUnavailable);
 }
 
 TEST_F(ClaimPreparerTest, ARefusedClaimLeavesNothingBehind) {

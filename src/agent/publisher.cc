@@ -68,8 +68,9 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   const Json* allocatable = status != nullptr ? Find(*status, "allocatable") : nullptr;
   bool same = true;
   Json resources = Json::object();
-  for (const auto& [name, quantity] : quantities) {
+  for (auto [name, quantity] : quantities) {
     if (kubelet_owned_.count(name) != 0) continue;
+    if (advertise_none_) quantity = "0";
     same =
         same && SameQuantity(capacity, name, quantity) && SameQuantity(allocatable, name, quantity);
     resources[name] = quantity;

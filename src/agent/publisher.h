@@ -33,11 +33,15 @@ class Publisher {
   // Resources kubelet reports itself (those of our device plugin): never patched here, so the
   // two writers cannot disagree.
   void LeaveToKubelet(std::string resource) { kubelet_owned_.insert(std::move(resource)); }
+  // The DRA path (ADR 0022): the node-level sums are all 0, so that no device-plugin pod is placed
+  // on (or admitted by kubelet to) a node whose GPUs kube-scheduler's allocator hands out.
+  void AdvertiseNoResources() { advertise_none_ = true; }
 
  private:
   k8s::Client& client_;
   std::string node_name_;
   std::set<std::string> kubelet_owned_;
+  bool advertise_none_ = false;
 };
 
 }  // namespace tessera::agent

@@ -175,8 +175,11 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, std::s
   std::vector<shm::DeviceLimit> region_devices;
   std::vector<int> minors;
   for (const DeviceLimits& d : limits.devices) {
+    const auto gpu = gpus.find(d.uuid);
+    if (gpu == gpus.end())
+      return UnavailableError("GPU " + d.uuid + " is not (yet) in this node's inventory");
     region_devices.push_back({d.uuid, d.memory_bytes, d.cores_percent});
-    minors.push_back(gpus.at(d.uuid).minor);
+    minors.push_back(gpu->second.minor);
   }
   // The region first (a fresh one for a new container), then the limits file that makes the
   // slot usable, then the CDI spec the runtime reads at container creation.
@@ -212,12 +215,13 @@ Status SlotBinder::WriteSlot(std::string_view slot, const Limits& limits, std::s
     mounts.push_back({std::string(kMpsPipeInContainer), endpoint->pipe_dir, false});
     // Spatial priority: the SM limit is fixed when the client's context is created, from the
     // reserve for latency-critical clients and what those already on the GPU ask for.
-    mps_env = governor::MpsClientEnvironment(
+    const std::vector<std::string> client_env = governor::MpsClientEnvironment(
         std::string(kMpsPipeInContainer), "", limits.devices[0].memory_bytes,
         governor::ActiveThreadPercent(
             limits.devices[0].cores_percent, limits.priority, governor::SpatialPolicy{},
             LatencyCriticalMpsAsks(options_.state_dir, limits.devices[0].uuid, slot)),
         limits.priority);
+    mps_env.insert(mps_env.end(), client_env.begin(), client_env.end());
   }
   // Keeping it (RestoreHeld): the running container's processes account in the region they
   // mapped; a fresh one would start its usage at zero beside them. Only a region of the
@@ -302,7 +306,10 @@ Status SlotBinder::PrepareClaim(std::string_view slot, const Limits& limits,
   }
   std::filesystem::remove(p.limits, ec);
   std::filesystem::remove(p.cdi_spec, ec);
-  Status written = WriteSlot(slot, limits, mps_user, /*keep_region=*/false,
+  // Anything else changed (a measured context size, the pod the claim is reserved for, the
+  // policy): the files are written anew, and the region is kept where it has the claim's devices
+  // and caps (its running containers account there).
+  Status written = WriteSlot(slot, limits, mps_user, /*keep_region=*/true,
                              /*with_allocation=*/true);
   if (!written.ok()) {  // nothing half-prepared: no limits file, no CDI spec
     std::filesystem::remove(p.limits, ec);
@@ -324,6 +331,20 @@ Status SlotBinder::ReleaseClaim(std::string_view slot) {
   std::lock_guard<std::mutex> lock(touched_mu_);
   touched_.erase(std::string(slot));
   return Status::Ok();
+}
+
+std::vector<Limits> SlotBinder::ClaimSlotLimits(std::string_view except_slot) const {
+  std::vector<Limits> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/slots", ec)) {
+    const std::string slot = entry.path().filename().string();
+    if (slot == except_slot || !ParseClaimSlot(slot).ok()) continue;
+    auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
+    if (!text.ok()) continue;
+    auto limits = ParseLimitsFile(*text);
+    if (limits.ok()) out.push_back(std::move(*limits));
+  }
+  return out;
 }
 
 StatusOr<int> SlotBinder::RestoreHeld() {
