@@ -64,25 +64,9 @@ struct Env {
 Env* env = nullptr;
 
 Status StartKubelet() {
-  e2e::ChildOptions o;
-  o.argv = {env->cluster->binary(),
-            "kubelet",
-            "--kubeconfig",
-            env->cluster->kubeconfig(),
-            "--node",
-            kNode,
-            "--plugin-dir",
-            env->dir("plugins"),
-            "--pod-resources-socket",
-            env->dir("pod-resources.sock"),
-            "--results-dir",
-            env->dir("results"),
-            "--ready-file",
-            env->dir("kubelet.ready")};
-  o.log_path = env->dir("kubelet." + std::to_string(env->kubelet_starts++) + ".log");
-  std::error_code ec;
-  std::filesystem::remove(env->dir("kubelet.ready"), ec);
-  auto child = e2e::SpawnAndWaitForFile(std::move(o), env->dir("kubelet.ready"), 60s);
+  auto child = e2e::StartHarnessKubelet(
+      *env->cluster, kNode, env->folder->path(),
+      env->dir("kubelet." + std::to_string(env->kubelet_starts++) + ".log"));
   if (!child.ok()) return child.status();
   env->kubelet = std::move(*child);
   return Status::Ok();
@@ -162,14 +146,7 @@ class DevicePluginE2E : public ::testing::Test {
     auto scheduler = e2e::StartTesseraScheduler(s);
     ASSERT_OK(scheduler);
     env->scheduler = std::move(*scheduler);
-    ASSERT_OK(env->api->Create(
-        "/api/v1/namespaces",
-        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
-    // No controller manager runs here: the namespace's default ServiceAccount is ours to make.
-    ASSERT_OK(env->api->Create(std::string("/api/v1/namespaces/") + kNs + "/serviceaccounts",
-                               json{{"apiVersion", "v1"},
-                                    {"kind", "ServiceAccount"},
-                                    {"metadata", {{"name", "default"}}}}));
+    ASSERT_OK(e2e::CreateNamespace(*env->api, kNs));
     ASSERT_OK(StartKubelet());
     ASSERT_OK(StartAgent());
     // Ready: kubelet reports tessera-node's 64 slots (2 GPUs x 32) and the inventory is on the

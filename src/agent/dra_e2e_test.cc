@@ -134,13 +134,7 @@ class DraE2E : public ::testing::Test {
     ASSERT_OK(cp);
     env->cluster = std::move(cp->cluster);
     env->client = std::move(cp->api);
-    ASSERT_OK(Api().Create(
-        "/api/v1/namespaces",
-        json{{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}}));
-    ASSERT_OK(Api().Create(std::string("/api/v1/namespaces/") + kNs + "/serviceaccounts",
-                           json{{"apiVersion", "v1"},
-                                {"kind", "ServiceAccount"},
-                                {"metadata", {{"name", "default"}}}}));
+    ASSERT_OK(e2e::CreateNamespace(Api(), kNs));
     // The class the chart installs (deploy/helm: DRA mode).
     ASSERT_OK(Api().Create(
         "/apis/resource.k8s.io/v1/deviceclasses",
@@ -152,23 +146,9 @@ class DraE2E : public ::testing::Test {
                 {{{"cel",
                    {{"expression",
                      "device.driver == '" + std::string(names::kDraDriver) + "'"}}}}}}}}}));
-    e2e::ChildOptions k;  // the node kube-scheduler binds to (Ready, no devices of its own)
-    k.argv = {env->cluster->binary(),
-              "kubelet",
-              "--kubeconfig",
-              env->cluster->kubeconfig(),
-              "--node",
-              kNode,
-              "--plugin-dir",
-              env->dir("plugins"),
-              "--pod-resources-socket",
-              env->dir("pod-resources.sock"),
-              "--results-dir",
-              env->dir("results"),
-              "--ready-file",
-              env->dir("kubelet.ready")};
-    k.log_path = env->dir("kubelet.log");
-    auto kubelet = e2e::SpawnAndWaitForFile(std::move(k), env->dir("kubelet.ready"), 60s);
+    // The node kube-scheduler binds to (Ready, no devices of its own).
+    auto kubelet = e2e::StartHarnessKubelet(*env->cluster, kNode, env->folder->path(),
+                                            env->dir("kubelet.log"));
     ASSERT_OK(kubelet);
     env->kubelet = std::move(*kubelet);
     ASSERT_OK(StartAgent());

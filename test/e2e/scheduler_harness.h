@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -46,6 +47,50 @@ inline StatusOr<ControlPlane> StartControlPlane(const std::string& dir, int port
   cp.api = std::move(*api);
   cp.ca_pem = kc->ca_pem;
   return cp;
+}
+
+// A namespace and its default ServiceAccount (no controller manager runs to make it).
+inline Status CreateNamespace(k8s::Client& api, const std::string& ns) {
+  TESSERA_RETURN_IF_ERROR(
+      api.Create("/api/v1/namespaces",
+                 nlohmann::json{
+                     {"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", ns}}}})
+          .status());
+  return api
+      .Create("/api/v1/namespaces/" + ns + "/serviceaccounts",
+              nlohmann::json{{"apiVersion", "v1"},
+                             {"kind", "ServiceAccount"},
+                             {"metadata", {{"name", "default"}}}})
+      .status();
+}
+
+// `tessera-testcluster kubelet` for `node` (kubelet's device manager and PodResources server, the
+// node Ready): its folders under `dir` (plugins/, pod-resources.sock, results/), ready once its
+// ready file exists; its log at `log_path`.
+inline StatusOr<std::unique_ptr<ChildProcess>> StartHarnessKubelet(const TestCluster& cluster,
+                                                                   const std::string& node,
+                                                                   const std::string& dir,
+                                                                   const std::string& log_path) {
+  ChildOptions o;
+  const std::string ready = dir + "/kubelet.ready";
+  o.argv = {cluster.binary(),
+            "kubelet",
+            "--kubeconfig",
+            cluster.kubeconfig(),
+            "--node",
+            node,
+            "--plugin-dir",
+            dir + "/plugins",
+            "--pod-resources-socket",
+            dir + "/pod-resources.sock",
+            "--results-dir",
+            dir + "/results",
+            "--ready-file",
+            ready};
+  o.log_path = log_path;
+  std::error_code ec;
+  std::filesystem::remove(ready, ec);
+  return SpawnAndWaitForFile(std::move(o), ready, std::chrono::seconds(60));
 }
 
 struct SchedulerProcessOptions {
