@@ -647,6 +647,8 @@ Status NodeDaemon::StartMetrics() {
 }
 
 Status NodeDaemon::StartPlugin() {
+  // The DRA path never advertises the device plugin's sums, kubelet's folder there or not.
+  if (options_.allocation_path == "dra") s_->publisher->AdvertiseNoResources();
   if (!s_->plugin_served) {
     TESSERA_LOG(kWarn, kAgent, "%s does not exist: no %s plugin (inventory only)",
                 KubeletFolder(options_).c_str(), options_.allocation_path.c_str());
@@ -656,11 +658,8 @@ Status NodeDaemon::StartPlugin() {
                                    s_->policy, s_->keys);
   if (!started.ok()) return started.status();
   s_->plugin = std::move(*started);
-  if (options_.allocation_path == "dra") {
-    s_->publisher->AdvertiseNoResources();
-  } else {
+  if (options_.allocation_path != "dra")
     s_->publisher->LeaveToKubelet(std::string(names::kResourceGpuSlot));
-  }
   return Status::Ok();
 }
 

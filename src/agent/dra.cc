@@ -119,7 +119,9 @@ std::string SliceName(std::string_view node) {
 Json ResourceSliceFor(const InventoryContent& content, std::int64_t generation) {
   Json devices = Json::array();
   for (const InventoryGpu& g : content.gpus) {
-    if (!g.managed) continue;
+    // Below the memory policy's default (1Gi) no valid request policy exists, and one invalid
+    // device would make the API server refuse the whole slice.
+    if (!g.managed || g.facts.memory_bytes < kMemoryDefaultBytes) continue;
     Json device = {
         {"name", DeviceName(g.facts.index)},
         {"attributes",
@@ -337,6 +339,10 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
   }
   for (const Neighbour& n : context.neighbours) {
     if (by_uuid.count(n.uuid) == 0) continue;
+    if (!n.tier_error.empty()) {
+      return UnavailableError(self + ": GPU " + n.uuid + " runs " + n.claim +
+                              ", whose namespace's tier is unknown: " + n.tier_error);
+    }
     if (n.mode != *mode) {
       return FailedPreconditionError(
           self + ": GPU " + n.uuid + " runs " + n.claim + " in mode " + std::string(Name(n.mode)) +
@@ -421,6 +427,7 @@ void ClaimPreparer::SetInventory(const InventoryContent& content,
   }
   const std::lock_guard<std::mutex> lock(mu_);
   devices_ = std::move(devices);
+  inventory_seen_ = true;
 }
 
 StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, std::string_view name,
@@ -447,30 +454,36 @@ StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, st
     const std::lock_guard<std::mutex> lock(mu_);
     context.devices = devices_;
   }
-  if (context.devices.empty())
-    return UnavailableError("this node's GPUs are not read yet (kubelet asks again)");
-  // The claims already on this node's GPUs, each with its namespace's tier.
-  std::map<std::string, TrustTier, std::less<>> tiers = {{std::string(ns), *tier}};
-  for (const Limits& other : binder_->ClaimSlotLimits(slot)) {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (!inventory_seen_)
+      return UnavailableError("this node's GPUs are not read yet (kubelet asks again)");
+  }
+  const std::lock_guard<std::mutex> judging(judge_mu_);
+  // The containers already on this node's GPUs, each with its namespace's tier (read once a
+  // namespace; one that cannot be read refuses only claims on that container's GPUs).
+  std::map<std::string, std::pair<TrustTier, std::string>, std::less<>> tiers = {
+      {std::string(ns), {*tier, ""}}};
+  for (const Limits& other : binder_->OtherSlotLimits(slot)) {
     const std::string other_ns = other.pod.substr(0, other.pod.find('/'));
     auto known = tiers.find(other_ns);
     if (known == tiers.end()) {
       std::optional<std::string> other_label;
+      std::string error;
       if (policy_.honor_namespace_label) {
         auto got = api_->TrustLabel(other_ns);
-        if (!got.ok()) return got.status().WithContext("reading namespace " + other_ns);
-        other_label = std::move(*got);
+        if (got.ok()) other_label = std::move(*got);
+        if (!got.ok()) error = got.status().ToString();
       }
       auto other_tier = policy_.TierOf(other_ns, other_label);
-      if (!other_tier.ok()) return other_tier.status().WithContext("namespace " + other_ns);
-      known = tiers.emplace(other_ns, *other_tier).first;
+      if (error.empty() && !other_tier.ok()) error = other_tier.status().ToString();
+      known =
+          tiers.emplace(other_ns, std::pair{other_tier.value_or(TrustTier::kTeam), error}).first;
     }
     for (const DeviceLimits& d : other.devices) {
-      context.neighbours.push_back({d.uuid,
-                                    "claim " +
-                                        other.container.substr(other.container.find('/') + 1) +
-                                        " of pod " + other.pod,
-                                    other_ns, known->second, other.mode});
+      context.neighbours.push_back({d.uuid, "container " + other.container + " of pod " + other.pod,
+                                    other_ns, known->second.first, known->second.second,
+                                    other.mode});
     }
   }
   auto prepared = ClaimLimits(*claim, uid, context);
@@ -480,6 +493,7 @@ StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, st
 }
 
 Status ClaimPreparer::Unprepare(std::string_view uid) {
+  const std::lock_guard<std::mutex> judging(judge_mu_);
   return binder_->ReleaseClaim(ClaimSlot(uid));
 }
 

@@ -97,12 +97,14 @@ struct PoolDevice {
 };
 using PoolDevices = std::map<std::string, PoolDevice, std::less<>>;  // by device name
 
-// A claim already prepared on one of this node's GPUs.
+// A container already prepared on one of this node's GPUs (a claim's slot, or a device-plugin
+// slot left from before the node changed path).
 struct Neighbour {
   std::string uuid;
-  std::string claim;  // its slot's "pod" (namespace/name), for messages
+  std::string claim;  // "container C of pod NS/NAME", for messages
   std::string namespace_name;
   TrustTier tier = TrustTier::kTeam;
+  std::string tier_error;  // its namespace's tier could not be read: a claim beside it is refused
   SharingMode mode = SharingMode::kShared;
 };
 
@@ -157,8 +159,12 @@ class ClaimPreparer {
   const policy::Policy policy_;
   ClaimApi* const api_;
   SlotBinder* const binder_;
-  std::mutex mu_;  // guards devices_
+  std::mutex mu_;  // guards devices_ and inventory_seen_
   PoolDevices devices_;
+  bool inventory_seen_ = false;
+  // Held from reading the other slots through writing this claim's: two prepares (kubelet calls
+  // them from each pod's worker) must not both judge a GPU without seeing each other.
+  std::mutex judge_mu_;
 };
 
 }  // namespace tessera::agent::dra

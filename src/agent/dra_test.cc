@@ -288,14 +288,15 @@ TEST_F(ClaimLimitsTest, TheConfigIsCheckedFieldByField) {
 // share a GPU with, and a second mode on one GPU.
 TEST_F(ClaimLimitsTest, ClaimsAlreadyOnTheGpuDecideWhoMayJoinIt) {
   context_.neighbours = {
-      {kGpu0, "claim a of pod acme/x", "acme", TrustTier::kCustomer, SharingMode::kShared}};
+      {kGpu0, "claim a of pod acme/x", "acme", TrustTier::kCustomer, "", SharingMode::kShared}};
   EXPECT_NE(ErrorOf(Claim()).find("may not share GPU " + std::string(kGpu0) + " with claim a"),
             std::string::npos);
   context_.neighbours[0].namespace_name = "ml";  // the customer's own namespace: allowed
   context_.tier = TrustTier::kCustomer;
   EXPECT_OK(Judge(Claim()));
   context_.tier = TrustTier::kTeam;
-  context_.neighbours = {{kGpu0, "claim b of pod ml/y", "ml", TrustTier::kTeam, SharingMode::kMps}};
+  context_.neighbours = {
+      {kGpu0, "claim b of pod ml/y", "ml", TrustTier::kTeam, "", SharingMode::kMps}};
   EXPECT_NE(ErrorOf(Claim()).find("a GPU runs one mode"), std::string::npos);
   context_.neighbours[0].uuid = kGpu1;  // another GPU's neighbours are not this claim's
   EXPECT_OK(Judge(Claim()));
@@ -443,6 +444,26 @@ TEST_F(ClaimPreparerTest, AClaimOfACustomerBesideAnotherNamespaceIsRefused) {
       << refused.status().ToString();
   EXPECT_FALSE(std::filesystem::exists(
       PathsOf(dir_.path() + "/state", dir_.path() + "/cdi", ClaimSlot(kOther)).limits));
+  // The other way round: the customer first, then a team's claim beside it is refused too (the
+  // neighbour's namespace and tier come from its slot's limits file); the customer's own
+  // namespace may join it.
+  ASSERT_OK(preparer_->Unprepare(kUid));
+  ASSERT_OK(preparer_->Prepare("acme", "c9", kOther));
+  EXPECT_FALSE(preparer_->Prepare("ml", "c1", kUid).ok());
+  constexpr char kThird[] = "0000aaaa-0000-4000-8000-00000000000a";
+  Json same = Claim();
+  same["metadata"] = {{"name", "c10"}, {"namespace", "acme"}, {"uid", kThird}};
+  claims_.claims["acme/c10"] = same;
+  EXPECT_OK(preparer_->Prepare("acme", "c10", kThird));
+  // A claim never meets itself: prepared again (after kubelet's restart) under a policy whose
+  // customers share with nobody, not even their own namespace.
+  policy.tiers[static_cast<std::size_t>(TrustTier::kCustomer)].co_tenancy =
+      policy::CoTenancy::kNone;
+  ASSERT_OK(preparer_->Unprepare(kThird));
+  ClaimPreparer strict("n1", policy, &claims_, binder_.get());
+  strict.SetInventory(TwoGpus(), gpus);
+  EXPECT_OK(strict.Prepare("acme", "c9", kOther));
+
   // Before the first inventory nothing is judged: kubelet is asked to come back.
   ClaimPreparer early("n1", policy, &claims_, binder_.get());
   auto not_yet = early.Prepare("ml", "c1", kUid);

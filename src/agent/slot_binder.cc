@@ -304,8 +304,6 @@ Status SlotBinder::PrepareClaim(std::string_view slot, const Limits& limits,
       std::filesystem::exists(p.cdi_spec, ec) && std::filesystem::exists(p.region, ec)) {
     return Status::Ok();
   }
-  std::filesystem::remove(p.limits, ec);
-  std::filesystem::remove(p.cdi_spec, ec);
   // Anything else changed (a measured context size, the pod the claim is reserved for, the
   // policy): the files are written anew, and the region is kept where it has the claim's devices
   // and caps (its running containers account there).
@@ -333,12 +331,12 @@ Status SlotBinder::ReleaseClaim(std::string_view slot) {
   return Status::Ok();
 }
 
-std::vector<Limits> SlotBinder::ClaimSlotLimits(std::string_view except_slot) const {
+std::vector<Limits> SlotBinder::OtherSlotLimits(std::string_view except_slot) const {
   std::vector<Limits> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/slots", ec)) {
     const std::string slot = entry.path().filename().string();
-    if (slot == except_slot || !ParseClaimSlot(slot).ok()) continue;
+    if (slot == except_slot || !CheckSlotName(slot).ok()) continue;
     auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
     if (!text.ok()) continue;
     auto limits = ParseLimitsFile(*text);

@@ -126,8 +126,9 @@ class SlotBinder {
   Status PrepareClaim(std::string_view slot, const Limits& limits, std::string_view mps_user);
   // NodeUnprepareResources: removes a claim slot's files; files already gone are no error.
   Status ReleaseClaim(std::string_view slot);
-  // The limits of every claim slot on this node but `except_slot` (unreadable ones left out).
-  std::vector<Limits> ClaimSlotLimits(std::string_view except_slot) const;
+  // The limits of every slot on this node (claims' and device-plugin ones) but `except_slot`
+  // (unreadable ones left out).
+  std::vector<Limits> OtherSlotLimits(std::string_view except_slot) const;
   // Removes the files of slots no container holds and nobody allocated or prepared within
   // `release_grace`; returns how many were removed.
   StatusOr<int> RemoveReleased();
