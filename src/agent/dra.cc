@@ -452,12 +452,9 @@ StatusOr<ClaimPreparer::Prepared> ClaimPreparer::Prepare(std::string_view ns, st
   context.tier = *tier;
   {
     const std::lock_guard<std::mutex> lock(mu_);
-    context.devices = devices_;
-  }
-  {
-    const std::lock_guard<std::mutex> lock(mu_);
     if (!inventory_seen_)
       return UnavailableError("this node's GPUs are not read yet (kubelet asks again)");
+    context.devices = devices_;
   }
   const std::lock_guard<std::mutex> judging(judge_mu_);
   // The containers already on this node's GPUs, each with its namespace's tier (read once a
