@@ -86,6 +86,8 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "0: the compute governor's probes run without their gate (default: with it; ADR 0017)")        \
   X(kEnvProbeSetupNs, "TESSERA_PROBE_SETUP_NS",                                                    \
     "ns a probe counts for its launch's setup on the GPU beyond its events (default 1050: H200)")  \
+  X(kEnvProbeControlNs, "TESSERA_PROBE_CONTROL_NS",                                                \
+    "ns the governor's control kernel takes on the GPU (default 576: H200); off: no controls")     \
   X(kEnvHookLibrary, "TESSERA_HOOK_LIBRARY",                                                       \
     "tessera run: path of libtessera-cuda.so (default: beside the tessera binary)")                \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \

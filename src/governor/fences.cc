@@ -136,13 +136,17 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   return kinds_[i].kind;
 }
 
+std::uint64_t FenceTracker::NextRandom() {
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  return rng_;
+}
+
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   bool probe = k.probes < kFirstProbes;
   if (!probe && options_.probe_period > 0) {
-    rng_ ^= rng_ << 13;  // xorshift64
-    rng_ ^= rng_ >> 7;
-    rng_ ^= rng_ << 17;
-    probe = rng_ % options_.probe_period == 0 &&
+    probe = NextRandom() % options_.probe_period == 0 &&
             (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns);
   }
   if (probe) {
@@ -205,7 +209,14 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
   if (probe) {
     if (s.open_begin >= 0) Close(s, now_ns);
     s.open_begin_ns = now_ns;
-    return StartAtNewEvent(s, true);
+    if (!StartAtNewEvent(s, true)) return false;
+    // A control is taken only where a probe would be held, and chosen at random among those: so
+    // it meets what probes meet, and the tenant cannot tell which a launch will be.
+    if (s.holding && options_.control_period > 0 && NextRandom() % options_.control_period == 0 &&
+        TakeControl(s, now_ns)) {
+      s.next_is_probe = false;
+    }
+    return true;
   }
   if (s.open_launches > 0 || s.open_begin >= 0) return true;
   // At the stream's newest fence while its work is expected to be still running; otherwise at
@@ -265,6 +276,46 @@ bool FenceTracker::StartAtNewEvent(Stream& s, bool probe) {
   }
   s.open_begin = start;
   return true;
+}
+
+bool FenceTracker::TakeControl(Stream& s, std::uint64_t now_ns) {
+  if (!api_->LaunchControl(s.handle)) return false;
+  const int end = s.reserved_end;
+  s.reserved_end = -1;  // ours now: ReleaseHold must not drop it
+  if (end < 0 || !api_->Record(events_[static_cast<std::size_t>(end)].handle, s.handle)) {
+    // The start stays open as the launch's plain segment (our empty kernel inside it: ~1 us).
+    Discard(end);
+    ++errors_;
+    ReleaseHold(s);
+    return true;
+  }
+  Segment control;
+  control.begin = s.open_begin;
+  control.end = end;
+  control.held = true;
+  control.control = true;
+  control.fenced_at_ns = now_ns;
+  control.last_launch_ns = now_ns;
+  s.fenced.push_back(std::move(control));
+  SetTail(s, end);
+  if (!ReleaseHold(s)) s.fenced.back().held = false;  // the watchdog opened it: may hold a stall
+  Ref(end);  // the launch's segment begins where the control ended
+  s.open_begin = end;
+  return true;
+}
+
+void FenceTracker::AddControlTiming(std::uint64_t span_ns) {
+  if (span_ns > kMaxControlNs) {
+    ++stats_.controls_left_out;
+    return;
+  }
+  control_timings_[control_samples_++ % control_timings_.size()] = span_ns;
+  ++stats_.controls;
+  const std::size_t n = std::min<std::size_t>(control_samples_, control_timings_.size());
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += control_timings_[i];
+  const std::uint64_t mean = sum / n;
+  control_offset_ns_ = mean > control_kernel_ns_ ? mean - control_kernel_ns_ : 0;
 }
 
 bool FenceTracker::ReleaseHold(Stream& s) {
@@ -475,7 +526,7 @@ double FenceTracker::FencedPendingNs(const Stream& s) const {
 }
 
 std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) const {
-  const std::uint64_t taken = seg.probe_gap_ns + probe_offset_ns_;
+  const std::uint64_t taken = seg.probe_gap_ns + probe_offset_ns();
   return std::max<std::uint64_t>(span_ns > taken ? span_ns - taken : 0, 1);
 }
 
@@ -590,7 +641,15 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
     }
     Stream& s = *sp;
     Segment seg = std::move(s.fenced.front());
-    if (item.state == EventApi::State::kDone && item.timed) {
+    if (seg.control) {
+      if (item.state != EventApi::State::kDone || !item.timed) {
+        ++errors_;
+      } else if (seg.held) {
+        AddControlTiming(item.span_ns);
+      } else {
+        ++stats_.controls_left_out;
+      }
+    } else if (item.state == EventApi::State::kDone && item.timed) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
         const double ns = static_cast<double>(ProbeNs(seg, span));

@@ -25,8 +25,17 @@
 //     With other contexts on the GPU, an exact probe taken in the middle of its context's turn
 //     (not held) may hold another context's turn: two launch-bound processes of one container
 //     are overcharged (ADR 0017, "Probes"; no selection by standing is safe: see there).
-//     Every probe also loses the probe offset (SetProbeOffsetNs): what a bracket holds beyond
-//     its kernel even behind the gate. Exact probes replace inexact estimates;
+//     Every probe also loses the probe offset: what a bracket holds beyond its kernel even
+//     behind the gate. Where the driver lets us launch an empty kernel of our own, one held probe
+//     in `control_period` is a *control* instead: the same bracket at the same kind of moment
+//     with that kernel in place of the tenant's, so that the offset is measured in the
+//     conditions the probes meet (on the H200 another context on the GPU adds ~0.5 us to every
+//     launch's bracket, kernel or not: a fixed offset charged two launch-bound processes
+//     1.3-1.7x their kernels). The offset is then the controls' mean less the empty kernel's
+//     own time (SetControlKernelNs); until the first control, SetProbeOffsetNs's. Probes and
+//     controls are chosen alike and averaged alike, so whatever stretches both (the tenant's
+//     other streams, other contexts) cancels out of their difference. Exact probes replace
+//     inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
 //     submitted (the host was ahead: no gap between its kernels) and its fence followed that
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
@@ -82,6 +91,12 @@ class EventApi {
   // false: the gate had been opened before (a watchdog, after a launch blocked behind it), so
   // what the held probe timed may hold that stall.
   virtual bool Release() { return true; }
+  // Optional: launches an empty kernel of our own on `stream` (a probe's control, see above).
+  // false: not available here (the probe stays a probe).
+  virtual bool LaunchControl(void* stream) {
+    (void)stream;
+    return false;
+  }
 };
 
 // Every event record, stream wait and query is a driver call that costs about as much as a
@@ -102,6 +117,8 @@ struct FenceOptions {
   // A key that names several of the GPU's streams (CU_STREAM_PER_THREAD: each thread's own), whose
   // segments may complete out of order: a completed one says nothing of the others.
   void* shared_key = nullptr;
+  // One held probe in this many is a control (0: none), where the EventApi can launch one.
+  std::uint32_t control_period = 4;
 };
 
 // A stretch of busy time on the host's clock (CLOCK_MONOTONIC ns): [begin_ns, end_ns).
@@ -124,6 +141,11 @@ struct Submission {
 // taken off every probe, left the flood charged nothing.
 inline constexpr std::uint64_t kMaxEmptyBracketNs = 10'000;  // 8x the H200's 1.25 us
 std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64_t fallback);
+
+// A control timed longer than this is left out of the offset (a turn of another context, a
+// stall): leaving one out can only raise what probes are charged, never lower it. On the H200 a
+// control took 2.7 us alone and 3.2-3.5 us beside other launch-bound contexts.
+inline constexpr std::uint64_t kMaxControlNs = 50'000;
 
 // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
 // submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at
@@ -252,8 +274,16 @@ class FenceTracker {
   // processing and the launch's setup on the GPU. On the H200 a gated bracket exceeds the
   // kernel's CUPTI record by 2.3 us for kernels from 1 us to 120 us (docs/benchmarks.md), several
   // times a small kernel. Set by the caller from its measurements (0: nothing taken off).
+  // Until the first control is timed; then the controls' mean less SetControlKernelNs.
   void SetProbeOffsetNs(std::uint64_t ns) { probe_offset_ns_ = ns; }
-  std::uint64_t probe_offset_ns() const { return probe_offset_ns_; }
+  // The GPU time of the control's empty kernel as a kernel trace reports it (a per-model
+  // constant, like the launch's setup: events cannot see a kernel's start).
+  void SetControlKernelNs(std::uint64_t ns) { control_kernel_ns_ = ns; }
+  // What is taken off each probe now.
+  std::uint64_t probe_offset_ns() const {
+    return control_samples_ > 0 ? control_offset_ns_ : probe_offset_ns_;
+  }
+  bool offset_from_controls() const { return control_samples_ > 0; }
   EventApi* api() const { return api_; }
   // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
   struct Stats {
@@ -264,6 +294,9 @@ class FenceTracker {
     // Held probes whose gate had been opened by the watchdog (a launch blocked behind it): their
     // timings may hold the stall, so they were charged as plain segments, not as probes.
     std::uint64_t holds_broken = 0;
+    // Controls timed, and those left out: timed over kMaxControlNs, or their gate opened by the
+    // watchdog.
+    std::uint64_t controls = 0, controls_left_out = 0;
     std::uint64_t span_ns = 0;      // the completed segments' spans, summed
     std::uint64_t probe_ns = 0;     // charged by probes
     std::uint64_t dense_ns = 0;     // charged by dense segments (their spans)
@@ -314,6 +347,7 @@ class FenceTracker {
     std::vector<Submission> submissions;
     bool held = false;              // a probe that was held at the gate
     std::uint64_t begun_at_ns = 0;  // a probe: host clock, when BeforeLaunch took it
+    bool control = false;           // our empty kernel alone: times the offset, charges nothing
   };
   struct Stream {
     void* handle = nullptr;
@@ -375,6 +409,12 @@ class FenceTracker {
   double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
+  std::uint64_t NextRandom();  // xorshift64
+  // Makes the held probe just started on `s` a control: the empty kernel and the reserved fence
+  // behind its start, the gate released, and the launch to come begun at that fence as a plain
+  // segment. false: no control could be launched (it stays a probe).
+  bool TakeControl(Stream& s, std::uint64_t now_ns);
+  void AddControlTiming(std::uint64_t span_ns);
   // Whether few enough launches are in flight on the device for a probe to be held (asks the
   // newest fences when the polled count says otherwise; a probe's, so rare). `asked`: the fences
   // were asked.
@@ -408,6 +448,11 @@ class FenceTracker {
   std::uint64_t rng_;
   int epoch_ = -1;
   std::uint64_t probe_offset_ns_ = 0;
+  // The latest controls' timings (a ring), how many were taken, and the offset they give.
+  std::array<std::uint64_t, 16> control_timings_{};
+  std::uint64_t control_samples_ = 0;
+  std::uint64_t control_kernel_ns_ = 0;
+  std::uint64_t control_offset_ns_ = 0;
   struct Epoch {
     std::uint64_t host_ns = 0;         // the host time the epoch event ran at
     std::uint64_t uncertainty_ns = 0;  // how far that may be off (half the window, a margin)

@@ -338,6 +338,16 @@ class LatencyGpu final : public TimestampEvents {
     return gate_;
   }
   bool CanHold() override { return gate_; }
+  // Controls: an empty kernel of `control_ns` (plus the setup every launch costs).
+  bool LaunchControl(void*) override {
+    if (!controls) return false;
+    Launch(control_ns);
+    ++control_launches;
+    return true;
+  }
+  bool controls = false;
+  std::uint64_t control_ns = 0;
+  int control_launches = 0;
   int holds = 0;
   std::uint64_t max_backlog_at_hold = 0;  // the GPU's work queued ahead of a Hold, at most
   bool watchdog = false;                  // every gate found opened already at Release
@@ -570,6 +580,68 @@ TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
       EXPECT_GT(static_cast<double>(busy), 3 * truth);
     }
   }
+}
+
+// Another context on the GPU makes every launch's bracket longer, kernel or not (on the H200 ~0.5
+// us beside other launch-bound contexts: a fixed offset charged two launch-bound processes 1.3-1.7x
+// their kernels). Controls, our empty kernel bracketed in a probe's place, meet the same: their
+// mean less the empty kernel's own time is taken off each probe instead, and the loop is charged
+// its kernels. Without controls the fixed offset leaves the stretch in every probe.
+TEST(FenceTracker, ControlsTakeOffWhatEveryLaunchMeetsBesideItsKernel) {
+  for (const bool controls : {true, false}) {
+    // events 1.25 us, a launch's setup 1.05 us and 0.6 us more from another context.
+    LatencyGpu gpu(4'000, 1'000, /*gate=*/true, /*event_ns=*/1'250, /*setup_ns=*/1'650);
+    gpu.controls = controls;
+    gpu.control_ns = 300;
+    FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 9, /*min_probe_gap_ns=*/2'000'000});
+    t.SetProbeOffsetNs(2'300);  // what one context alone would need taken off
+    t.SetControlKernelNs(300);
+    std::uint64_t busy = 0;
+    for (int i = 0; i < 40'000; ++i) {
+      LaunchOn(t, gpu, 1'000, 1);
+      gpu.now += 4'000;
+      if (i % 256 == 255) t.FenceAll(gpu.now);
+      busy += t.Poll();
+    }
+    busy += Drain(t, gpu);
+    const double truth = 40'000 * 1'000.0;
+    if (controls) {
+      EXPECT_GT(t.stats().controls, 5u);
+      EXPECT_EQ(t.stats().controls, static_cast<std::uint64_t>(gpu.control_launches));
+      EXPECT_TRUE(t.offset_from_controls());
+      EXPECT_EQ(t.probe_offset_ns(), 2'900u);  // 1.25 + 1.65 + 0.3 - 0.3
+      EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
+      EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
+      // A control charges nothing and takes a probe's place: fewer probes than without.
+      EXPECT_GT(t.stats().probes_exact, 0u);
+    } else {
+      EXPECT_EQ(t.stats().controls, 0u);
+      EXPECT_FALSE(t.offset_from_controls());
+      EXPECT_NEAR(t.KindEstimateNs(1), 1'600.0, 1.0);
+      EXPECT_GT(static_cast<double>(busy), 1.5 * truth);
+    }
+  }
+}
+
+// A control is timed only behind an intact gate and below kMaxControlNs: one whose gate the
+// watchdog opened may hold the stall, and leaving one out can only raise the charge. Until a
+// control is timed, the offset set by the caller stands.
+TEST(FenceTracker, AControlWhoseGateWasOpenedTimesNothing) {
+  LatencyGpu gpu(4'000, 1'000, /*gate=*/true, /*event_ns=*/1'250, /*setup_ns=*/1'050);
+  gpu.controls = true;
+  gpu.watchdog = true;
+  FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 11, /*min_probe_gap_ns=*/100'000});
+  t.SetProbeOffsetNs(2'300);
+  for (int i = 0; i < 5'000; ++i) {
+    LaunchOn(t, gpu, 1'000, 1);
+    gpu.now += 4'000;
+    t.Poll();
+  }
+  Drain(t, gpu);
+  EXPECT_GT(gpu.control_launches, 0);
+  EXPECT_EQ(t.stats().controls, 0u);
+  EXPECT_EQ(t.stats().controls_left_out, static_cast<std::uint64_t>(gpu.control_launches));
+  EXPECT_EQ(t.probe_offset_ns(), 2'300u);
 }
 
 // Probes are rare in time as well as in launches: a loop of 100,000 launches over 0.6 s makes

@@ -10,13 +10,16 @@
 // Launches into a stream being captured are not launches (they become graph nodes) and pass.
 // Any failure of this machinery lets the launch through and is counted (fail-open).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <string>
+#include <string_view>
 #include <time.h>
 #include <vector>
 
@@ -51,6 +54,19 @@ constexpr std::uint64_t kEpochPeriodNs = 1'000'000'000;
 constexpr std::uint64_t kDefaultEmptyBracketNs = 1'250;
 constexpr std::uint64_t kDefaultProbeSetupNs = 1'050;
 constexpr std::uint64_t kMaxProbeSetupNs = 1'000'000;
+// The probes' controls (governor::FenceTracker, fences.h): an empty kernel of ours, as PTX the
+// driver compiles at load (no nvcc, every generation since Volta), and its own GPU time by a
+// kernel trace (TESSERA_PROBE_CONTROL_NS; the H200's: test/gpu/probe_offset.py).
+constexpr char kControlPtx[] = R"PTX(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry tessera_control()
+{
+  ret;
+}
+)PTX";
+constexpr std::uint64_t kDefaultControlKernelNs = 576;
 
 void SleepNs(std::uint64_t ns) {
   timespec ts{static_cast<time_t>(ns / 1'000'000'000ULL), static_cast<long>(ns % 1'000'000'000ULL)};
@@ -154,6 +170,28 @@ class CudaEvents final : public governor::EventApi {
     return intact;
   }
   bool CanHold() override { return !gate_tried_ || (wait_ != nullptr && !GateResting()); }
+  // The empty kernel of the calling thread's current context, once the watcher has loaded and
+  // run it there (AddControl; a first launch may load its module, which must never happen on a
+  // held stream). Called under the governor's mutex, as AddControl is.
+  bool LaunchControl(void* stream) override {
+    const auto current = Real<CudaHook::cuCtxGetCurrent>();
+    const auto launch = Real<CudaHook::cuLaunchKernel>();
+    CUcontext context = nullptr;
+    if (controls_ == 0 || current == nullptr || launch == nullptr ||
+        current(&context) != CUDA_SUCCESS) {
+      return false;
+    }
+    for (std::size_t i = 0; i < controls_; ++i) {
+      if (control_[i].first != context) continue;
+      const RelaxedCapture relaxed;
+      return launch(control_[i].second, 1, 1, 1, 32, 1, 1, 0, static_cast<CUstream>(stream),
+                    nullptr, nullptr) == CUDA_SUCCESS;
+    }
+    return false;
+  }
+  void AddControl(CUcontext context, CUfunction function) {
+    if (controls_ < control_.size()) control_[controls_++] = {context, function};
+  }
 
  private:
   using HostAllocFn = CUresult (*)(void**, std::size_t, unsigned int);
@@ -263,6 +301,8 @@ class CudaEvents final : public governor::EventApi {
   std::atomic<std::uint32_t> trips_{0};          // the watchdog opened the gate this often, lately
   std::uint64_t last_trip_ns_ = 0;               // (the watchdog's own)
   std::atomic<std::uint64_t> rest_until_ns_{0};  // no Hold before this (after a trip)
+  std::array<std::pair<CUcontext, CUfunction>, shm::kMaxDevices> control_{};
+  std::size_t controls_ = 0;
 };
 
 struct DeviceGovernor {
@@ -280,6 +320,7 @@ struct DeviceGovernor {
   void* bracket[2] = {};                 // an empty bracket behind the gate (KeepProbeOffset)
   std::uint64_t empty_brackets[8] = {};  // its latest timings (0: none yet)
   std::uint32_t empty_next = 0;
+  bool control_tried = false;  // the probes' control kernel (KeepControl)
 };
 
 // Per-process state. Leaked on purpose (hooks may run while the process exits); a fork child
@@ -396,6 +437,59 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
                              ProbeSetupNs());
 }
 
+// TESSERA_PROBE_CONTROL_NS: the control kernel's own GPU time; `off`: no controls.
+std::optional<std::uint64_t> ControlKernelNs() {
+  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
+    const std::string name(names::kEnvProbeControlNs);
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr || *value == '\0') return kDefaultControlKernelNs;
+    if (std::string_view(value) == "off") return std::nullopt;
+    if (const StatusOr<std::uint64_t> parsed = ParseUnsigned(value, kMaxProbeSetupNs); parsed.ok())
+      return *parsed;
+    TESSERA_LOG(kWarn, kHook,
+                "%s=%s: expected whole nanoseconds from 0 to %llu, or off; using %llu",
+                name.c_str(), value, static_cast<unsigned long long>(kMaxProbeSetupNs),
+                static_cast<unsigned long long>(kDefaultControlKernelNs));
+    return kDefaultControlKernelNs;
+  }();
+  return ns;
+}
+
+// Loads the probes' control kernel into the device's context and runs it once on the watcher's
+// stream (the watcher, its context current), so that its module is loaded before any probe
+// launches it behind a gate; without the governor's mutex (`lock`), as loading a module may wait
+// for the context's streams. Once per device: a driver that cannot compile the PTX leaves the
+// probes' offset to the empty bracket and TESSERA_PROBE_SETUP_NS.
+void KeepControl(Governor& g, DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
+  if (d.control_tried || d.epoch_stream == nullptr || d.context == nullptr) return;
+  d.control_tried = true;
+  const std::optional<std::uint64_t> kernel_ns = ControlKernelNs();
+  if (!kernel_ns) return;
+  const auto load = Real<CudaHook::cuModuleLoadData>();
+  const auto get = Real<CudaHook::cuModuleGetFunction>();
+  const auto launch = Real<CudaHook::cuLaunchKernel>();
+  const auto sync = Real<CudaHook::cuStreamSynchronize>();
+  if (load == nullptr || get == nullptr || launch == nullptr || sync == nullptr) return;
+  lock.unlock();
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  const bool ready =
+      load(&module, kControlPtx) == CUDA_SUCCESS &&
+      get(&function, module, "tessera_control") == CUDA_SUCCESS &&
+      launch(function, 1, 1, 1, 32, 1, 1, 0, d.epoch_stream, nullptr, nullptr) == CUDA_SUCCESS &&
+      sync(d.epoch_stream) == CUDA_SUCCESS;
+  lock.lock();
+  if (!ready) {
+    TESSERA_LOG(kInfo, kHook,
+                "the probes' control kernel could not be loaded; their offset "
+                "stays the empty bracket and %s",
+                std::string(names::kEnvProbeSetupNs).c_str());
+    return;
+  }
+  d.tracker.SetControlKernelNs(*kernel_ns);
+  g.events.AddControl(d.context, function);
+}
+
 // Times the device's epoch against the host clock when it is due (the watcher, its context
 // current): what lets the container's streams and processes count overlapping work once. The
 // wait for the GPU runs without the governor's mutex (`lock`), so launches do not wait for it.
@@ -504,6 +598,7 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       // and the container does not look busy for ever.
       d->tracker.FenceIdle(now, kIdleFenceNs, MayRecordFromWatcher);
       KeepEpoch(*d, now, lock);
+      KeepControl(*g, *d, lock);
       Publish(*d, region->compute[i], region->busy[i], now, lock);
     }
     g->completed.NotifyAll();
@@ -798,9 +893,13 @@ void PrintGovernorStats() {
       buckets += item;
     }
     TESSERA_LOG(kWarn, kHook,
-                "stats: probes: offset %llu ns taken off each; gate %s; exact timings (us) %s",
+                "stats: probes: offset %llu ns taken off each (%s; %llu controls timed, %llu "
+                "left out); gate %s; exact timings (us) %s",
                 static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
-                g.events.gate_state(), buckets.c_str());
+                d->tracker.offset_from_controls() ? "from the controls" : "empty bracket + setup",
+                static_cast<unsigned long long>(f.controls),
+                static_cast<unsigned long long>(f.controls_left_out), g.events.gate_state(),
+                buckets.c_str());
     if (f.long_count == 0) continue;
     std::string times;
     for (std::size_t i = 0; i < f.long_count; ++i) {

@@ -6,6 +6,8 @@ own time as a kernel trace (CUPTI) reports it: the events' own processing and th
 on the GPU. This script measures, for kernels of very different lengths, the probe's span, the
 kernel's CUPTI record and its time on the SMs (%globaltimer, first block start to last block end),
 so that the difference can be seen to be a constant or not, and how the on-SM time relates.
+The kernel "control" is the governor's control kernel (an empty kernel of one block of 32 threads,
+launch_hooks.cc): its CUPTI record is TESSERA_PROBE_CONTROL_NS for this GPU model.
 
   probe_offset.py [--runs N]      prints one JSON line per kernel, then a summary line
 """
@@ -28,6 +30,7 @@ extern "C" __global__ void sleeper(int ns, unsigned long long* span) {
   __syncthreads();
   if (threadIdx.x == 0) { atomicMin(&span[0], t0); atomicMax(&span[1], now()); }
 }
+extern "C" __global__ void control() {}
 """
 
 
@@ -44,6 +47,7 @@ def main():
     torch.cuda.init()
     module = cp.RawModule(code=SOURCE)
     scale, sleeper = module.get_function("scale"), module.get_function("sleeper")
+    control = module.get_function("control")
     cuda = ctypes.CDLL("libcuda.so.1")
     cp.cuda.Device().synchronize()  # (the context exists)
     word_ptr = ctypes.c_void_p()
@@ -58,7 +62,7 @@ def main():
     spans = cp.zeros(2 * a.runs, dtype=cp.uint64)
     seq = [0]
 
-    shapes = [("empty", None, None)]
+    shapes = [("empty", None, None), ("control", control, lambda i: ((1,), (32,), ()))]
     for n in (4096, 65536, 1 << 20, 1 << 24):
         x = cp.ones(n, dtype=cp.float32)
         shapes.append((f"scale n={n}", scale, lambda i, x=x, n=n: (((n + 255) // 256,), (256,),
@@ -93,13 +97,15 @@ def main():
                  if e.device_type == torch.autograd.DeviceType.CUDA
                  and "memset" not in e.name.lower() and "memcpy" not in e.name.lower()]
         host = spans.get()
-        on_sm = [(host[2 * i + 1] - host[2 * i]) / 1000.0 for i in range(a.runs)] if fn else []
+        on_sm = ([(host[2 * i + 1] - host[2 * i]) / 1000.0 for i in range(a.runs)]
+                 if fn is not None and name != "control" else [])
         row = {"kernel": name, "bracket_us": statistics.median(brackets),
                "cupti_us": statistics.median(cupti) if cupti else None,
                "on_sm_us": statistics.median(on_sm) if on_sm else None, "cupti_records": len(cupti)}
         if row["cupti_us"] is not None:
             row["bracket_minus_cupti_us"] = row["bracket_us"] - row["cupti_us"]
-            row["cupti_minus_on_sm_us"] = row["cupti_us"] - row["on_sm_us"]
+            if row["on_sm_us"] is not None:
+                row["cupti_minus_on_sm_us"] = row["cupti_us"] - row["on_sm_us"]
         print(json.dumps(row), flush=True)
         results.append(row)
 

@@ -757,7 +757,9 @@ TEST_F(TesseraRunTest, LaunchesIntoACaptureAreGraphNodesAndCapturesAreCounted) {
 // the library closes is opened again (a synchronize never finds one closed), the work is
 // measured, and no gate is closed in front of a launch that synchronizes the context (the fake,
 // like CUDA's lazy loading, does so at a function's first launch: a probe held there would have
-// waited for itself until the library's watchdog opened it). The same run without the gate.
+// waited for itself until the library's watchdog opened it). The probes' controls (the library's
+// own empty kernel, loaded and run once by the watcher before any is launched behind the gate)
+// are timed behind it, about one held probe in four. The same run without the gate: no control.
 TEST_F(TesseraRunTest, TheProbeGateIsAlwaysOpenedAgain) {
   for (const char* gate : {"1", "0"}) {
     testutil::TempDir arbiter;
@@ -770,6 +772,15 @@ TEST_F(TesseraRunTest, TheProbeGateIsAlwaysOpenedAgain) {
     EXPECT_GT(out.Num("kernels"), 50u) << out.text;
     EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;
     EXPECT_EQ(out.text.find("compute governor:"), std::string::npos) << out.text;  // fail-open
+    const std::size_t at = out.text.find(" controls timed");
+    ASSERT_NE(at, std::string::npos) << out.text;
+    const unsigned long long controls = std::stoull(out.text.substr(out.text.rfind(' ', at - 1)));
+    if (gate[0] == '1') {
+      EXPECT_GT(controls, 0u) << out.text;
+      EXPECT_NE(out.text.find("(from the controls;"), std::string::npos) << out.text;
+    } else {
+      EXPECT_EQ(controls, 0u) << out.text;
+    }
   }
 }
 
