@@ -38,12 +38,6 @@ Json Capacity(std::string value, std::string default_value, Json range) {
       {"requestPolicy", {{"default", std::move(default_value)}, {"validRange", std::move(range)}}}};
 }
 
-// The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
-// driver's devices shares them.
-SharingMode ModeOfClass(std::string_view device_class) {
-  return device_class == names::kDraClassMps ? SharingMode::kMps : SharingMode::kShared;
-}
-
 // spec.devices.requests[] of `name` ("req" or "req/sub"): its deviceClassName.
 std::string ClassOfRequest(const Json& claim, std::string_view request) {
   const std::string_view base = request.substr(0, request.find('/'));
@@ -182,63 +176,6 @@ StatusOr<bool> SlicePublisher::Publish(const InventoryContent& content) {
   return true;
 }
 
-Status ApplyGpuConfig(const Json& parameters, std::string_view where, bool from_class,
-                      GpuConfig& config) {
-  const std::string at(where);
-  if (!parameters.is_object()) return InvalidArgumentError(at + ": not an object");
-  if (StringAt(parameters, "apiVersion") != names::kDraConfigApiVersion ||
-      StringAt(parameters, "kind") != names::kDraConfigKind) {
-    return InvalidArgumentError(at + ": apiVersion/kind must be " +
-                                std::string(names::kDraConfigApiVersion) + " " +
-                                std::string(names::kDraConfigKind) + ", not \"" +
-                                QuoteForMessage(StringAt(parameters, "apiVersion")) + "\" \"" +
-                                QuoteForMessage(StringAt(parameters, "kind")) + "\"");
-  }
-  GpuConfig next = config;
-  for (const auto& [key, value] : parameters.items()) {
-    const std::string field = at + "." + key;
-    if (key == "apiVersion" || key == "kind") continue;
-    if (key == "priority") {
-      auto p = value.is_string() ? ParsePriorityClass(value.get<std::string>())
-                                 : StatusOr<PriorityClass>(InvalidArgumentError(
-                                       "must be one of " + AcceptedPriorityClasses()));
-      if (!p.ok()) return p.status().WithContext(field);
-      if (*p == PriorityClass::kLatencyCritical && !from_class) {
-        return PermissionDeniedError(
-            field +
-            ": latency-critical is set by a DeviceClass's config (an administrator's), "
-            "not by a claim's; a claim may ask normal or best-effort");
-      }
-      next.priority = *p;
-    } else if (key == "compute") {
-      auto c = value.is_string() ? ParseComputeMode(value.get<std::string>())
-                                 : StatusOr<ComputeMode>(InvalidArgumentError(
-                                       "must be one of " + AcceptedComputeModes()));
-      if (!c.ok()) return c.status().WithContext(field);
-      next.compute = *c;
-    } else if (key == "windowMs") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
-          !IsComputeWindowMs(value.get<std::uint64_t>())) {
-        return InvalidArgumentError(field + ": must be whole milliseconds in " +
-                                    ComputeWindowRange());
-      }
-      next.window_ms = static_cast<std::uint32_t>(value.get<std::uint64_t>());
-    } else if (key == "mpsUser") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
-          value.get<std::uint64_t>() > 0xfffffffeULL) {
-        return InvalidArgumentError(field + ": must be a numeric user ID (0-4294967294)");
-      }
-      next.mps_user = std::to_string(value.get<std::uint64_t>());
-    } else {
-      return InvalidArgumentError(field +
-                                  ": unknown field (GpuConfig has priority, compute, windowMs, "
-                                  "mpsUser)");
-    }
-  }
-  config = std::move(next);
-  return Status::Ok();
-}
-
 StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
                                     const ClaimContext& context) {
   const Json* meta = Find(claim, "metadata");
@@ -309,7 +246,7 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
                                   std::to_string(cores_value) + " is not a percentage (0-100)");
     }
     d.cores_percent = static_cast<std::uint32_t>(cores_value);
-    const SharingMode m = ModeOfClass(class_name);
+    const SharingMode m = contract::SharingModeOfClass(class_name);
     if (mode.has_value() && *mode != m) {
       return InvalidArgumentError(self + ": its requests name both modes " +
                                   std::string(Name(*mode)) + " and " + std::string(Name(m)) +

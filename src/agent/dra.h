@@ -24,6 +24,7 @@
 
 #include "agent/inventory.h"
 #include "agent/slot_binder.h"
+#include "contract/claim_ask.h"
 #include "k8s/client.h"
 #include "k8s/watch.h"
 #include "policy/policy.h"
@@ -58,19 +59,9 @@ class SlicePublisher {
   k8s::Client& client_;
 };
 
-// The driver's opaque config (devices.config[].opaque.parameters), apiVersion
-// gpu.tessera.dev/v1alpha1, kind GpuConfig. Absent fields keep the defaults.
-struct GpuConfig {
-  PriorityClass priority = PriorityClass::kNormal;
-  ComputeMode compute = ComputeMode::kHard;
-  std::uint32_t window_ms = 0;  // 0: the default bucket
-  std::string mps_user;         // numeric user ID, mode mps only
-};
-// Applies one parameters object over `config`; errors name the field (under `where`) and the
-// accepted form, and leave `config` as it was. `from_class`: a DeviceClass's config (an
-// administrator's); a claim's (the tenant's) may not raise its priority to latency-critical.
-Status ApplyGpuConfig(const k8s::Json& parameters, std::string_view where, bool from_class,
-                      GpuConfig& config);
+// The driver's opaque config, shared with admission (contract/claim_ask.h).
+using contract::ApplyGpuConfig;
+using contract::GpuConfig;
 
 // One device of a claim allocated to this node's pool.
 struct ClaimDevice {

@@ -5,6 +5,7 @@
 #include "tessera/names.h"
 #include "tessera/quantity.h"
 
+#include "contract/claim_ask.h"
 #include "contract/pod_ask.h"
 #include "k8s/object.h"
 
@@ -169,7 +170,32 @@ json Admission::Validate(const json& review) {
   if (r->resource == "pods" && r->sub_resource == "binding" && r->operation == "CREATE") {
     return ValidateBinding(*r);
   }
+  // A claim's spec (and a template's) cannot change after creation: CREATE is where it is asked.
+  if ((r->resource == "resourceclaims" || r->resource == "resourceclaimtemplates") &&
+      r->sub_resource.empty() && r->operation == "CREATE") {
+    return ValidateClaim(*r);
+  }
   return AllowResponse(r->uid);
+}
+
+json Admission::ValidateClaim(const AdmissionRequest& r) {
+  const bool is_template = r.resource == "resourceclaimtemplates";
+  const std::string where = std::string(is_template ? "ResourceClaimTemplate " : "ResourceClaim ") +
+                            PodName(r) + (is_template ? ": spec.spec" : ": spec");
+  const json* spec = Find(r.object, "spec");
+  if (spec != nullptr && is_template) spec = Find(*spec, "spec");
+  if (spec == nullptr) return AllowResponse(r.uid);  // the API server requires it
+  auto tier = policy_->TierOf(r.namespace_name, std::nullopt);
+  if (!tier.ok()) {
+    return Deny(DenialRule::kAsk, r, kBadRequest, where + ": " + tier.status().message());
+  }
+  const std::uint64_t largest = view_.largest_gpu_memory ? view_.largest_gpu_memory() : 0;
+  const Status st = contract::CheckClaimSpec(*spec, where, *policy_, *tier, largest);
+  if (st.ok()) return AllowResponse(r.uid);
+  if (st.code() == StatusCode::kOutOfRange)
+    return Deny(DenialRule::kTooLarge, r, kBadRequest, st.message());
+  return Deny(DenialRule::kAsk, r,
+              st.code() == StatusCode::kPermissionDenied ? kForbidden : kBadRequest, st.message());
 }
 
 json Admission::ValidatePodCreate(const AdmissionRequest& r) {

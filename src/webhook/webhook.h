@@ -5,7 +5,8 @@
 // `tessera.dev/gpu-memory` limit, adds the `tessera.dev/gpu-slot: 1` handle to the container of a
 // fractional ask, and sets the PriorityClass the policy maps the tessera priority to.
 //
-// Validating (/validate, failurePolicy Fail): pods CREATE and UPDATE, pods/binding CREATE.
+// Validating (/validate, failurePolicy Fail): pods CREATE and UPDATE, pods/binding CREATE, and
+// on the DRA path resourceclaims and resourceclaimtemplates CREATE (contract/claim_ask.h).
 // Every denial names the rule, the field and the accepted form:
 //   - the ask itself (contract::ParsePodAsk: quantities, ranges, KAI conflicts, modes the tier
 //     allows, MPS user ID), memory larger than any GPU in the cluster;
@@ -37,7 +38,7 @@ namespace tessera::webhook {
 #define TESSERA_ADMISSION_RULES(X)                                                               \
   X(kReview, "review", "the body is not an AdmissionReview")                                     \
   X(kForgedDecision, "forged-decision", "a decision written by someone else than the scheduler") \
-  X(kAsk, "ask", "the pod's GPU ask: quantities, ranges, KAI conflicts, tier modes, MPS user")   \
+  X(kAsk, "ask", "a pod's or claim's GPU ask: quantities, ranges, conflicts, tier modes, MPS user") \
   X(kNodeName, "node-name", "a GPU pod with spec.nodeName")                                      \
   X(kTooLarge, "too-large", "more memory than any GPU in the cluster has")                       \
   X(kPriorityClass, "priority-class", "priorityClassName does not match the tessera priority")   \
@@ -108,6 +109,7 @@ class Admission {
   nlohmann::json ValidatePodCreate(const AdmissionRequest& r);
   nlohmann::json ValidatePodUpdate(const AdmissionRequest& r);
   nlohmann::json ValidateBinding(const AdmissionRequest& r);
+  nlohmann::json ValidateClaim(const AdmissionRequest& r);
   bool IsScheduler(const AdmissionRequest& r) const;
   nlohmann::json Deny(DenialRule rule, const AdmissionRequest& r, int code,
                       const std::string& message);

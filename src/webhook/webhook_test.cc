@@ -184,6 +184,73 @@ TEST_F(WebhookTest, TrustTiersComeFromThePolicy) {
   EXPECT_NE(Denial(review).find("tier regulated allows no shared-GPU mode"), std::string::npos);
 }
 
+// A claim (or a claim template) of the DRA path, as the API server sends it for review.
+json ClaimReview(const std::string& resource, const std::string& ns, const json& claim_spec) {
+  const bool is_template = resource == "resourceclaimtemplates";
+  json object = {{"apiVersion", "resource.k8s.io/v1"},
+                 {"kind", is_template ? "ResourceClaimTemplate" : "ResourceClaim"},
+                 {"metadata", {{"name", "c"}, {"namespace", ns}}},
+                 {"spec", is_template ? json{{"spec", claim_spec}} : claim_spec}};
+  json review = Review("CREATE", object);
+  review["request"]["kind"] = {{"group", "resource.k8s.io"},
+                               {"version", "v1"},
+                               {"kind", object["kind"]}};
+  review["request"]["resource"] = {
+      {"group", "resource.k8s.io"}, {"version", "v1"}, {"resource", resource}};
+  review["request"]["namespace"] = ns;
+  review["request"]["name"] = "c";
+  return review;
+}
+
+json ClaimSpec(const std::string& device_class, json capacity) {
+  return {{"devices",
+           {{"requests",
+             {{{"name", "gpu"},
+               {"exactly",
+                {{"deviceClassName", device_class},
+                 {"capacity", {{"requests", std::move(capacity)}}}}}}}}}}};
+}
+
+// On the DRA path kube-scheduler rounds a claim's ask to the request policy or leaves its pod
+// Pending without a word: the webhook refuses nonsense first, claims and templates alike, naming
+// the field and the accepted form, and counts each denial under its rule.
+TEST_F(WebhookTest, ClaimsAndTemplatesAreCheckedAtCreation) {
+  for (const std::string resource : {"resourceclaims", "resourceclaimtemplates"}) {
+    const std::string spec = resource == "resourceclaims" ? ": spec." : ": spec.spec.";
+    const std::string kind =
+        resource == "resourceclaims" ? "ResourceClaim ml/c" : "ResourceClaimTemplate ml/c";
+    EXPECT_TRUE(Validated(ClaimReview(resource, "ml",
+                                      ClaimSpec("shared.gpu.tessera.dev",
+                                                {{"memory", "12Gi"}, {"cores", "30"}})))["allowed"]
+                    .get<bool>());
+    std::string m = Denial(ClaimReview(resource, "ml", ClaimSpec("shared.gpu.tessera.dev",
+                                                                 {{"memory", "0"}})));
+    EXPECT_EQ(m.rfind(kind + spec + "devices.requests[0].exactly.capacity.requests.memory: 0 asks "
+                                     "no memory; accepted: a quantity from 256Mi",
+                      0),
+              0u)
+        << m;
+    m = Denial(ClaimReview(resource, "ml",
+                           ClaimSpec("shared.gpu.tessera.dev", {{"memory", "200Gi"}})));
+    EXPECT_NE(m.find("is more than any GPU in the cluster has (largest: 141.00 GiB)"),
+              std::string::npos)
+        << m;
+    // The namespace's tier, from the policy: regulated gets no shared class.
+    json review = ClaimReview(resource, "vault", ClaimSpec("shared.gpu.tessera.dev", json::object()));
+    EXPECT_EQ(Validated(review)["status"]["code"], 403) << m;
+  }
+  EXPECT_EQ(admission_.denials(DenialRule::kTooLarge), 2u);
+  EXPECT_EQ(admission_.denials(DenialRule::kAsk), 4u);
+  // Other drivers' claims pass; so do updates (the spec cannot change) and deletes.
+  EXPECT_TRUE(Validated(ClaimReview("resourceclaims", "vault",
+                                    ClaimSpec("gpu.nvidia.com", {{"memory", "0"}})))["allowed"]
+                  .get<bool>());
+  json update = ClaimReview("resourceclaims", "ml", ClaimSpec("shared.gpu.tessera.dev",
+                                                              {{"memory", "0"}}));
+  update["request"]["operation"] = "UPDATE";
+  EXPECT_TRUE(Validated(update)["allowed"].get<bool>());
+}
+
 TEST_F(WebhookTest, DecisionsCannotBeForged) {
   json forged = Pod({{"tessera.dev/gpu-memory", "1Gi"}},
                     {{"tessera.dev/decision", "{}"}, {"tessera.dev/decision-signature", "AAAA"}});

@@ -413,8 +413,18 @@ TEST_F(HelmChartTest, DraPathServesTheDriverWithItsClassesAndRbac) {
                                    "/pods/eviction: create", "/events: create",
                                    "resource.k8s.io/resourceslices: create,get,update",
                                    "resource.k8s.io/resourceclaims: get", "/namespaces: get"}));
+  // Claims and claim templates are checked at admission (contract/claim_ask.h).
+  std::set<std::string> claim_resources;
+  for (const auto& w : m.Get("ValidatingWebhookConfiguration", kPrefix)["webhooks"]) {
+    if (w["name"].as<std::string>() != "claims.validate.tessera.dev") continue;
+    EXPECT_EQ(w["clientConfig"]["service"]["path"].as<std::string>(), "/validate");
+    for (const auto& r : w["rules"][0]["resources"]) claim_resources.insert(r.as<std::string>());
+    EXPECT_EQ(w["rules"][0]["apiGroups"][0].as<std::string>(), "resource.k8s.io");
+  }
+  EXPECT_EQ(claim_resources, (std::set<std::string>{"resourceclaims", "resourceclaimtemplates"}));
   const Manifests plain = Render();
   EXPECT_TRUE(plain.OfKind("DeviceClass").empty());
+  EXPECT_EQ(plain.Get("ValidatingWebhookConfiguration", kPrefix)["webhooks"].size(), 1u);
   EXPECT_EQ(Flag(Args(Container(plain.Get("DaemonSet", kPrefix + "-node"), "tessera-node")),
                  "--allocation-path"),
             "device-plugin");

@@ -1,0 +1,229 @@
+#include "contract/claim_ask.h"
+
+#include <optional>
+#include <utility>
+
+#include "tessera/limits.h"
+#include "tessera/names.h"
+#include "tessera/quantity.h"
+
+#include "k8s/object.h"
+
+namespace tessera::contract {
+
+using k8s::Find;
+using k8s::StringAt;
+using nlohmann::json;
+
+Status ApplyGpuConfig(const json& parameters, std::string_view where, bool from_class,
+                      GpuConfig& config) {
+  const std::string at(where);
+  if (!parameters.is_object()) return InvalidArgumentError(at + ": not an object");
+  if (StringAt(parameters, "apiVersion") != names::kDraConfigApiVersion ||
+      StringAt(parameters, "kind") != names::kDraConfigKind) {
+    return InvalidArgumentError(at + ": apiVersion/kind must be " +
+                                std::string(names::kDraConfigApiVersion) + " " +
+                                std::string(names::kDraConfigKind) + ", not \"" +
+                                QuoteForMessage(StringAt(parameters, "apiVersion")) + "\" \"" +
+                                QuoteForMessage(StringAt(parameters, "kind")) + "\"");
+  }
+  GpuConfig next = config;
+  for (const auto& [key, value] : parameters.items()) {
+    const std::string field = at + "." + key;
+    if (key == "apiVersion" || key == "kind") continue;
+    if (key == "priority") {
+      auto p = value.is_string() ? ParsePriorityClass(value.get<std::string>())
+                                 : StatusOr<PriorityClass>(InvalidArgumentError(
+                                       "must be one of " + AcceptedPriorityClasses()));
+      if (!p.ok()) return p.status().WithContext(field);
+      if (*p == PriorityClass::kLatencyCritical && !from_class) {
+        return PermissionDeniedError(
+            field +
+            ": latency-critical is set by a DeviceClass's config (an administrator's), "
+            "not by a claim's; a claim may ask normal or best-effort");
+      }
+      next.priority = *p;
+    } else if (key == "compute") {
+      auto c = value.is_string() ? ParseComputeMode(value.get<std::string>())
+                                 : StatusOr<ComputeMode>(InvalidArgumentError(
+                                       "must be one of " + AcceptedComputeModes()));
+      if (!c.ok()) return c.status().WithContext(field);
+      next.compute = *c;
+    } else if (key == "windowMs") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+          !IsComputeWindowMs(value.get<std::uint64_t>())) {
+        return InvalidArgumentError(field + ": must be whole milliseconds in " +
+                                    ComputeWindowRange());
+      }
+      next.window_ms = static_cast<std::uint32_t>(value.get<std::uint64_t>());
+    } else if (key == "mpsUser") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+          value.get<std::uint64_t>() > 0xfffffffeULL) {
+        return InvalidArgumentError(field + ": must be a numeric user ID (0-4294967294)");
+      }
+      next.mps_user = std::to_string(value.get<std::uint64_t>());
+    } else {
+      return InvalidArgumentError(field +
+                                  ": unknown field (GpuConfig has priority, compute, windowMs, "
+                                  "mpsUser)");
+    }
+  }
+  config = std::move(next);
+  return Status::Ok();
+}
+
+bool IsTesseraDeviceClass(std::string_view device_class) {
+  return device_class == names::kDraClassShared || device_class == names::kDraClassMps;
+}
+
+SharingMode SharingModeOfClass(std::string_view device_class) {
+  return device_class == names::kDraClassMps ? SharingMode::kMps : SharingMode::kShared;
+}
+
+namespace {
+
+// tessera's classes a tier may name, for messages: "shared.gpu.tessera.dev, mps.gpu.tessera.dev".
+std::string ClassesFor(const policy::TierRule& rule) {
+  std::string out;
+  for (const std::string_view c : {names::kDraClassShared, names::kDraClassMps}) {
+    if (!rule.Allows(SharingModeOfClass(c))) continue;
+    out += (out.empty() ? "" : ", ") + std::string(c);
+  }
+  return out.empty() ? "none of tessera's DeviceClasses (the tier needs exclusive GPUs, which "
+                       "the DRA path does not offer yet: use tessera.dev/gpu)"
+                     : out;
+}
+
+// One quantity of capacity.requests; `what` and `accepted` for the message.
+StatusOr<std::uint64_t> CapacityValue(const json& value, const std::string& field,
+                                      const std::string& accepted) {
+  if (!value.is_string()) return InvalidArgumentError(field + ": not a quantity; " + accepted);
+  const std::string text = value.get<std::string>();
+  auto q = ParseQuantity(text);
+  if (!q.ok()) {
+    return InvalidArgumentError(field + ": \"" + QuoteForMessage(text) +
+                                "\" is not a quantity this capacity takes; " + accepted);
+  }
+  return *q;
+}
+
+struct ClaimScan {
+  std::optional<SharingMode> mode;
+  std::string mode_field;  // where the mode was first named
+};
+
+Status CheckDeviceRequest(const json& request, const std::string& field,
+                          const policy::Policy& policy, TrustTier tier, std::uint64_t largest,
+                          ClaimScan& scan) {
+  const std::string device_class = StringAt(request, "deviceClassName");
+  if (!IsTesseraDeviceClass(device_class)) return Status::Ok();
+  const SharingMode mode = SharingModeOfClass(device_class);
+  const policy::TierRule& rule = policy.Rule(tier);
+  if (!rule.Allows(mode)) {
+    return PermissionDeniedError(field + ".deviceClassName: " + device_class + " runs mode " +
+                                 std::string(Name(mode)) + ", which tier " +
+                                 std::string(Name(tier)) + " does not allow; accepted: " +
+                                 ClassesFor(rule));
+  }
+  if (scan.mode.has_value() && *scan.mode != mode) {
+    return InvalidArgumentError(field + ".deviceClassName: " + device_class + " runs mode " +
+                                std::string(Name(mode)) + ", but " + scan.mode_field +
+                                " asks mode " + std::string(Name(*scan.mode)) +
+                                "; a claim's GPUs run one mode (use one class, or two claims)");
+  }
+  if (!scan.mode.has_value()) {
+    scan.mode = mode;
+    scan.mode_field = field;
+  }
+  const json* capacity = Find(request, "capacity");
+  const json* asks = capacity != nullptr ? Find(*capacity, "requests") : nullptr;
+  if (asks == nullptr || !asks->is_object()) return Status::Ok();
+  const std::string memory_form =
+      "accepted: a quantity from 256Mi (rounded up to 256Mi steps)" +
+      (largest != 0 ? " to " + FormatQuantity(largest) + " (the largest GPU in the cluster)"
+                    : std::string()) +
+      ", or no memory for the default 1Gi";
+  const std::uint32_t least_cores = mode == SharingMode::kMps ? kMpsMinSmPercent : 1;
+  const std::string cores_form =
+      "accepted: a whole percent of the GPU's time from " + std::to_string(least_cores) +
+      " to 100" +
+      (mode == SharingMode::kMps ? " (under mps also the client's SM limit, floor " +
+                                       std::to_string(kMpsMinSmPercent) + " %)"
+                                 : std::string()) +
+      ", or no cores for no compute share";
+  for (const auto& [name, value] : asks->items()) {
+    const std::string at = field + ".capacity.requests." + name;
+    if (name == names::kDraCapacityMemory) {
+      auto bytes = CapacityValue(value, at, memory_form);
+      if (!bytes.ok()) return bytes.status();
+      if (*bytes == 0) return InvalidArgumentError(at + ": 0 asks no memory; " + memory_form);
+      if (largest != 0 && *bytes > largest) {
+        return OutOfRangeError(at + ": " + FormatBytesHuman(*bytes) +
+                               " is more than any GPU in the cluster has (largest: " +
+                               FormatBytesHuman(largest) + ")");
+      }
+    } else if (name == names::kDraCapacityCores) {
+      auto cores = CapacityValue(value, at, cores_form);
+      if (!cores.ok()) return cores.status();
+      if (*cores < least_cores || *cores > 100) {
+        return InvalidArgumentError(at + ": " + std::to_string(*cores) + " is not a share; " +
+                                    cores_form);
+      }
+    } else {
+      return InvalidArgumentError(at + ": unknown capacity; devices of " +
+                                  std::string(names::kDraDriver) + " offer " +
+                                  std::string(names::kDraCapacityMemory) + " (bytes) and " +
+                                  std::string(names::kDraCapacityCores) +
+                                  " (percent of the GPU's time)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Policy& policy,
+                      TrustTier tier, std::uint64_t largest_gpu_memory) {
+  const std::string at(where);
+  const json* devices = Find(spec, "devices");
+  const json* requests = devices != nullptr ? Find(*devices, "requests") : nullptr;
+  ClaimScan scan;
+  for (std::size_t i = 0; requests != nullptr && requests->is_array() && i < requests->size();
+       ++i) {
+    const json& r = (*requests)[i];
+    const std::string field = at + ".devices.requests[" + std::to_string(i) + "]";
+    if (const json* exactly = Find(r, "exactly")) {
+      TESSERA_RETURN_IF_ERROR(CheckDeviceRequest(*exactly, field + ".exactly", policy, tier,
+                                                 largest_gpu_memory, scan));
+    }
+    const json* first = Find(r, "firstAvailable");
+    for (std::size_t j = 0; first != nullptr && first->is_array() && j < first->size(); ++j) {
+      TESSERA_RETURN_IF_ERROR(CheckDeviceRequest((*first)[j],
+                                                 field + ".firstAvailable[" +
+                                                     std::to_string(j) + "]",
+                                                 policy, tier, largest_gpu_memory, scan));
+    }
+  }
+  bool mps_user = false;
+  const json* configs = devices != nullptr ? Find(*devices, "config") : nullptr;
+  for (std::size_t i = 0; configs != nullptr && configs->is_array() && i < configs->size(); ++i) {
+    const json* opaque = Find((*configs)[i], "opaque");
+    if (opaque == nullptr || StringAt(*opaque, "driver") != names::kDraDriver) continue;
+    const json* parameters = Find(*opaque, "parameters");
+    GpuConfig config;
+    TESSERA_RETURN_IF_ERROR(ApplyGpuConfig(
+        parameters != nullptr ? *parameters : json(),
+        at + ".devices.config[" + std::to_string(i) + "].opaque.parameters", false, config));
+    mps_user = mps_user || !config.mps_user.empty();
+  }
+  if (scan.mode == SharingMode::kMps && !mps_user) {
+    return InvalidArgumentError(scan.mode_field + ".deviceClassName: " +
+                                std::string(names::kDraClassMps) + ": add a config of driver " +
+                                std::string(names::kDraDriver) + " whose " +
+                                std::string(names::kDraConfigKind) +
+                                " sets mpsUser (the numeric user ID the GPU processes run as)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace tessera::contract

@@ -1,0 +1,53 @@
+// What a ResourceClaim asks of tessera's DRA driver (docs/design/0022-dra-driver.md): its
+// requests of tessera's DeviceClasses (capacities `memory` and `cores`) and the driver's opaque
+// config. The tenant writes the claim's spec; tessera-scheduler's validating webhook checks it at
+// admission (kube-scheduler would round nonsense to the request policy, or leave the pod Pending
+// without a word), and tessera-node reads the same config when it prepares the claim.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "tessera/model.h"
+#include "tessera/status.h"
+
+#include "policy/policy.h"
+
+namespace tessera::contract {
+
+// The driver's opaque config (devices.config[].opaque.parameters), apiVersion
+// gpu.tessera.dev/v1alpha1, kind GpuConfig. Absent fields keep the defaults.
+struct GpuConfig {
+  PriorityClass priority = PriorityClass::kNormal;
+  ComputeMode compute = ComputeMode::kHard;
+  std::uint32_t window_ms = 0;  // 0: the default bucket
+  std::string mps_user;         // numeric user ID, mode mps only
+};
+// Applies one parameters object over `config`; errors name the field (under `where`) and the
+// accepted form, and leave `config` as it was. `from_class`: a DeviceClass's config (an
+// administrator's); a claim's (the tenant's) may not raise its priority to latency-critical.
+Status ApplyGpuConfig(const nlohmann::json& parameters, std::string_view where, bool from_class,
+                      GpuConfig& config);
+
+// Whether a DeviceClass is one of tessera's (shared.gpu.tessera.dev, mps.gpu.tessera.dev).
+bool IsTesseraDeviceClass(std::string_view device_class);
+// The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
+// driver's devices shares them.
+SharingMode SharingModeOfClass(std::string_view device_class);
+
+// Checks a claim's spec (a ResourceClaim's `spec`, a ResourceClaimTemplate's `spec.spec`) for
+// what it asks of tessera's classes and driver: the capacities (memory a quantity above 0 and at
+// most `largest_gpu_memory` when that is known, cores a whole percent 1-100, at least the MPS
+// floor under mps), one mode a claim and one the namespace's `tier` allows, each GpuConfig of the
+// driver, and mpsUser set where a request is mps. Requests of other classes and configs of other
+// drivers are not looked at. Errors name the field under `where` and the accepted form:
+// kPermissionDenied for what the tier forbids, kOutOfRange for memory larger than any GPU,
+// kInvalidArgument for the rest.
+Status CheckClaimSpec(const nlohmann::json& spec, std::string_view where,
+                      const policy::Policy& policy, TrustTier tier,
+                      std::uint64_t largest_gpu_memory);
+
+}  // namespace tessera::contract

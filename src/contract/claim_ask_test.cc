@@ -1,0 +1,192 @@
+#include "contract/claim_ask.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/names.h"
+
+#include "testutil/status_matchers.h"
+
+namespace tessera::contract {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::uint64_t kLargest = std::uint64_t{80} << 30;
+
+json Request(std::string device_class, json capacity = json::object()) {
+  json exactly = {{"deviceClassName", std::move(device_class)}};
+  if (!capacity.empty()) exactly["capacity"] = {{"requests", std::move(capacity)}};
+  return {{"name", "gpu"}, {"exactly", std::move(exactly)}};
+}
+
+json Config(json parameters) {
+  return {{"opaque", {{"driver", std::string(names::kDraDriver)}, {"parameters", parameters}}}};
+}
+
+json GpuConfigOf(json fields) {
+  json p = {{"apiVersion", std::string(names::kDraConfigApiVersion)},
+            {"kind", std::string(names::kDraConfigKind)}};
+  for (const auto& [k, v] : fields.items()) p[k] = v;
+  return p;
+}
+
+json Spec(std::vector<json> requests, std::vector<json> configs = {}) {
+  json devices = {{"requests", requests}};
+  if (!configs.empty()) devices["config"] = configs;
+  return {{"devices", devices}};
+}
+
+Status Check(const json& spec, TrustTier tier = TrustTier::kTeam,
+             std::uint64_t largest = kLargest) {
+  static const policy::Policy policy = policy::DefaultPolicy();
+  return CheckClaimSpec(spec, "ResourceClaim ml/c: spec", policy, tier, largest);
+}
+
+TEST(ClaimAsk, MemoryAndCoresOfASharedGpuAreAccepted) {
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "12Gi"}, {"cores", "30"}})})));
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev")})));  // the policy's defaults
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "80Gi"}})})));
+  // Not known yet how large the GPUs are: no upper bound but the node's.
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "200Gi"}})}),
+                  TrustTier::kTeam, 0));
+}
+
+TEST(ClaimAsk, OtherClassesAndDriversAreNotLookedAt) {
+  json other = Request("gpu.nvidia.com", {{"memory", "0"}, {"sm", "x"}});
+  json foreign = {{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", {{"any", 1}}}}}};
+  EXPECT_OK(Check(Spec({other}, {foreign}), TrustTier::kRegulated));
+}
+
+TEST(ClaimAsk, ZeroNegativeAndMalformedCapacitiesNameTheFieldAndTheForm) {
+  struct Case {
+    json capacity;
+    std::string field, says;
+  };
+  const std::vector<Case> cases = {
+      {{{"memory", "0"}}, "spec.devices.requests[0].exactly.capacity.requests.memory", "0 asks no memory"},
+      {{{"memory", "-1Gi"}}, "capacity.requests.memory", "from 256Mi"},
+      {{{"memory", "lots"}}, "capacity.requests.memory", "to 80Gi (the largest GPU"},
+      {{{"memory", 12}}, "capacity.requests.memory", "not a quantity"},
+      {{{"cores", "0"}}, "capacity.requests.cores", "from 1 to 100"},
+      {{{"cores", "150"}}, "capacity.requests.cores", "150 is not a share"},
+      {{{"cores", "-5"}}, "capacity.requests.cores", "whole percent"},
+      {{{"gpu-memory", "4Gi"}}, "capacity.requests.gpu-memory", "offer memory (bytes) and cores"},
+  };
+  for (const Case& c : cases) {
+    const Status st = Check(Spec({Request("shared.gpu.tessera.dev", c.capacity)}));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << c.capacity.dump();
+    EXPECT_EQ(st.message().rfind("ResourceClaim ml/c: spec.devices.requests[0].exactly.", 0), 0u)
+        << st.message();
+    EXPECT_NE(st.message().find(c.field), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.message();
+  }
+}
+
+TEST(ClaimAsk, MoreMemoryThanAnyGpuIsOutOfRange) {
+  const Status st = Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "100Gi"}})}));
+  EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(st.message().find("100.00 GiB is more than any GPU in the cluster has (largest: "
+                              "80.00 GiB)"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(ClaimAsk, FirstAvailableSubrequestsAreCheckedEach) {
+  json r = {{"name", "gpu"},
+            {"firstAvailable",
+             {{{"name", "big"},
+               {"deviceClassName", "shared.gpu.tessera.dev"},
+               {"capacity", {{"requests", {{"memory", "40Gi"}}}}}},
+              {{"name", "small"},
+               {"deviceClassName", "shared.gpu.tessera.dev"},
+               {"capacity", {{"requests", {{"cores", "101"}}}}}}}}};
+  const Status st = Check(Spec({r}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("spec.devices.requests[0].firstAvailable[1].capacity.requests.cores"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(ClaimAsk, AModeTheTierForbidsIsRefusedWithTheClassesItAllows) {
+  // The default department tier allows shared, not mps.
+  Status st = Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "20"}})}, {}),
+                    TrustTier::kDepartment);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("spec.devices.requests[0].exactly.deviceClassName: "
+                              "mps.gpu.tessera.dev runs mode mps, which tier department does not "
+                              "allow; accepted: shared.gpu.tessera.dev"),
+            std::string::npos)
+      << st.message();
+  // Regulated gets exclusive GPUs only, which the DRA path does not offer yet.
+  st = Check(Spec({Request("shared.gpu.tessera.dev")}), TrustTier::kRegulated);
+  EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("use tessera.dev/gpu"), std::string::npos) << st.message();
+}
+
+TEST(ClaimAsk, OneModeAClaim) {
+  json shared = Request("shared.gpu.tessera.dev");
+  json mps = Request("mps.gpu.tessera.dev", {{"cores", "20"}});
+  mps["name"] = "second";
+  const Status st =
+      Check(Spec({shared, mps}, {Config(GpuConfigOf({{"mpsUser", 1000}}))}), TrustTier::kTeam);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("spec.devices.requests[1].exactly.deviceClassName: "
+                              "mps.gpu.tessera.dev runs mode mps, but "
+                              "ResourceClaim ml/c: spec.devices.requests[0].exactly asks mode shared"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(ClaimAsk, MpsNeedsItsFloorAndAUser) {
+  Status st = Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "5"}})},
+                         {Config(GpuConfigOf({{"mpsUser", 1000}}))}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("from 10 to 100 (under mps also the client's SM limit"),
+            std::string::npos)
+      << st.message();
+  st = Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "20"}})}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("sets mpsUser"), std::string::npos) << st.message();
+  EXPECT_OK(Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "20"}})},
+                       {Config(GpuConfigOf({{"mpsUser", 1000}}))})));
+}
+
+TEST(ClaimAsk, TheDriversConfigIsCheckedFieldByField) {
+  struct Case {
+    json parameters;
+    StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {GpuConfigOf({{"priority", "latency-critical"}}), StatusCode::kPermissionDenied,
+       "config[0].opaque.parameters.priority: latency-critical is set by a DeviceClass's config"},
+      {GpuConfigOf({{"priority", "urgent"}}), StatusCode::kInvalidArgument,
+       "config[0].opaque.parameters.priority"},
+      {GpuConfigOf({{"windowMs", 1}}), StatusCode::kInvalidArgument, "whole milliseconds in"},
+      {GpuConfigOf({{"mpsUser", -1}}), StatusCode::kInvalidArgument, "numeric user ID"},
+      {GpuConfigOf({{"colour", "red"}}), StatusCode::kInvalidArgument,
+       "unknown field (GpuConfig has priority, compute, windowMs, mpsUser)"},
+      {{{"apiVersion", "gpu.tessera.dev/v2"}, {"kind", "GpuConfig"}},
+       StatusCode::kInvalidArgument, "apiVersion/kind must be gpu.tessera.dev/v1alpha1 GpuConfig"},
+      {json("text"), StatusCode::kInvalidArgument, "not an object"},
+  };
+  for (const Case& c : cases) {
+    const Status st = Check(Spec({Request("shared.gpu.tessera.dev")}, {Config(c.parameters)}));
+    EXPECT_EQ(st.code(), c.code) << c.parameters.dump();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("ResourceClaim ml/c: spec.devices.config[0]"), std::string::npos)
+        << st.message();
+  }
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev")},
+                       {Config(GpuConfigOf({{"priority", "best-effort"},
+                                            {"compute", "work-conserving"},
+                                            {"windowMs", 100}}))})));
+}
+
+TEST(ClaimAsk, AClaimWithoutDevicesIsNotAnError) {
+  EXPECT_OK(Check(json::object()));
+  EXPECT_OK(Check(json{{"devices", {{"requests", "not a list"}}}}));
+}
+
+}  // namespace
+}  // namespace tessera::contract
