@@ -122,8 +122,8 @@ Status CheckDeviceRequest(const json& request, const std::string& field,
   if (!rule.Allows(mode)) {
     return PermissionDeniedError(field + ".deviceClassName: " + device_class + " runs mode " +
                                  std::string(Name(mode)) + ", which tier " +
-                                 std::string(Name(tier)) + " does not allow; accepted: " +
-                                 ClassesFor(rule));
+                                 std::string(Name(tier)) +
+                                 " does not allow; accepted: " + ClassesFor(rule));
   }
   if (scan.mode.has_value() && *scan.mode != mode) {
     return InvalidArgumentError(field + ".deviceClassName: " + device_class + " runs mode " +
@@ -170,11 +170,10 @@ Status CheckDeviceRequest(const json& request, const std::string& field,
                                     cores_form);
       }
     } else {
-      return InvalidArgumentError(at + ": unknown capacity; devices of " +
-                                  std::string(names::kDraDriver) + " offer " +
-                                  std::string(names::kDraCapacityMemory) + " (bytes) and " +
-                                  std::string(names::kDraCapacityCores) +
-                                  " (percent of the GPU's time)");
+      return InvalidArgumentError(
+          at + ": unknown capacity; devices of " + std::string(names::kDraDriver) + " offer " +
+          std::string(names::kDraCapacityMemory) + " (bytes) and " +
+          std::string(names::kDraCapacityCores) + " (percent of the GPU's time)");
     }
   }
   return Status::Ok();
@@ -193,15 +192,14 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
     const json& r = (*requests)[i];
     const std::string field = at + ".devices.requests[" + std::to_string(i) + "]";
     if (const json* exactly = Find(r, "exactly")) {
-      TESSERA_RETURN_IF_ERROR(CheckDeviceRequest(*exactly, field + ".exactly", policy, tier,
-                                                 largest_gpu_memory, scan));
+      TESSERA_RETURN_IF_ERROR(
+          CheckDeviceRequest(*exactly, field + ".exactly", policy, tier, largest_gpu_memory, scan));
     }
     const json* first = Find(r, "firstAvailable");
     for (std::size_t j = 0; first != nullptr && first->is_array() && j < first->size(); ++j) {
-      TESSERA_RETURN_IF_ERROR(CheckDeviceRequest((*first)[j],
-                                                 field + ".firstAvailable[" +
-                                                     std::to_string(j) + "]",
-                                                 policy, tier, largest_gpu_memory, scan));
+      TESSERA_RETURN_IF_ERROR(
+          CheckDeviceRequest((*first)[j], field + ".firstAvailable[" + std::to_string(j) + "]",
+                             policy, tier, largest_gpu_memory, scan));
     }
   }
   bool mps_user = false;
@@ -217,10 +215,10 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
     mps_user = mps_user || !config.mps_user.empty();
   }
   if (scan.mode == SharingMode::kMps && !mps_user) {
-    return InvalidArgumentError(scan.mode_field + ".deviceClassName: " +
-                                std::string(names::kDraClassMps) + ": add a config of driver " +
-                                std::string(names::kDraDriver) + " whose " +
-                                std::string(names::kDraConfigKind) +
+    return InvalidArgumentError(scan.mode_field +
+                                ".deviceClassName: " + std::string(names::kDraClassMps) +
+                                ": add a config of driver " + std::string(names::kDraDriver) +
+                                " whose " + std::string(names::kDraConfigKind) +
                                 " sets mpsUser (the numeric user ID the GPU processes run as)");
   }
   return Status::Ok();

@@ -43,12 +43,13 @@ Status Check(const json& spec, TrustTier tier = TrustTier::kTeam,
 }
 
 TEST(ClaimAsk, MemoryAndCoresOfASharedGpuAreAccepted) {
-  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "12Gi"}, {"cores", "30"}})})));
+  EXPECT_OK(
+      Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "12Gi"}, {"cores", "30"}})})));
   EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev")})));  // the policy's defaults
   EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "80Gi"}})})));
   // Not known yet how large the GPUs are: no upper bound but the node's.
-  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "200Gi"}})}),
-                  TrustTier::kTeam, 0));
+  EXPECT_OK(
+      Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "200Gi"}})}), TrustTier::kTeam, 0));
 }
 
 TEST(ClaimAsk, OtherClassesAndDriversAreNotLookedAt) {
@@ -63,7 +64,9 @@ TEST(ClaimAsk, ZeroNegativeAndMalformedCapacitiesNameTheFieldAndTheForm) {
     std::string field, says;
   };
   const std::vector<Case> cases = {
-      {{{"memory", "0"}}, "spec.devices.requests[0].exactly.capacity.requests.memory", "0 asks no memory"},
+      {{{"memory", "0"}},
+       "spec.devices.requests[0].exactly.capacity.requests.memory",
+       "0 asks no memory"},
       {{{"memory", "-1Gi"}}, "capacity.requests.memory", "from 256Mi"},
       {{{"memory", "lots"}}, "capacity.requests.memory", "to 80Gi (the largest GPU"},
       {{{"memory", 12}}, "capacity.requests.memory", "not a quantity"},
@@ -109,8 +112,8 @@ TEST(ClaimAsk, FirstAvailableSubrequestsAreCheckedEach) {
 
 TEST(ClaimAsk, AModeTheTierForbidsIsRefusedWithTheClassesItAllows) {
   // The default department tier allows shared, not mps.
-  Status st = Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "20"}})}, {}),
-                    TrustTier::kDepartment);
+  Status st =
+      Check(Spec({Request("mps.gpu.tessera.dev", {{"cores", "20"}})}, {}), TrustTier::kDepartment);
   EXPECT_EQ(st.code(), StatusCode::kPermissionDenied);
   EXPECT_NE(st.message().find("spec.devices.requests[0].exactly.deviceClassName: "
                               "mps.gpu.tessera.dev runs mode mps, which tier department does not "
@@ -130,10 +133,11 @@ TEST(ClaimAsk, OneModeAClaim) {
   const Status st =
       Check(Spec({shared, mps}, {Config(GpuConfigOf({{"mpsUser", 1000}}))}), TrustTier::kTeam);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(st.message().find("spec.devices.requests[1].exactly.deviceClassName: "
-                              "mps.gpu.tessera.dev runs mode mps, but "
-                              "ResourceClaim ml/c: spec.devices.requests[0].exactly asks mode shared"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("spec.devices.requests[1].exactly.deviceClassName: "
+                        "mps.gpu.tessera.dev runs mode mps, but "
+                        "ResourceClaim ml/c: spec.devices.requests[0].exactly asks mode shared"),
+      std::string::npos)
       << st.message();
 }
 
@@ -167,7 +171,8 @@ TEST(ClaimAsk, TheDriversConfigIsCheckedFieldByField) {
       {GpuConfigOf({{"colour", "red"}}), StatusCode::kInvalidArgument,
        "unknown field (GpuConfig has priority, compute, windowMs, mpsUser)"},
       {{{"apiVersion", "gpu.tessera.dev/v2"}, {"kind", "GpuConfig"}},
-       StatusCode::kInvalidArgument, "apiVersion/kind must be gpu.tessera.dev/v1alpha1 GpuConfig"},
+       StatusCode::kInvalidArgument,
+       "apiVersion/kind must be gpu.tessera.dev/v1alpha1 GpuConfig"},
       {json("text"), StatusCode::kInvalidArgument, "not an object"},
   };
   for (const Case& c : cases) {
@@ -177,10 +182,10 @@ TEST(ClaimAsk, TheDriversConfigIsCheckedFieldByField) {
     EXPECT_NE(st.message().find("ResourceClaim ml/c: spec.devices.config[0]"), std::string::npos)
         << st.message();
   }
-  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev")},
-                       {Config(GpuConfigOf({{"priority", "best-effort"},
-                                            {"compute", "work-conserving"},
-                                            {"windowMs", 100}}))})));
+  EXPECT_OK(Check(Spec(
+      {Request("shared.gpu.tessera.dev")},
+      {Config(GpuConfigOf(
+          {{"priority", "best-effort"}, {"compute", "work-conserving"}, {"windowMs", 100}}))})));
 }
 
 TEST(ClaimAsk, AClaimWithoutDevicesIsNotAnError) {

@@ -120,6 +120,18 @@ double FenceTracker::KindEstimateNs(std::uint64_t key) const {
   return slot.used ? slot.kind.estimate_ns : 0;
 }
 
+std::uint64_t FenceTracker::OffsetOf(const Kind& k) const {
+  if (k.controls < kMinKindControls) return probe_offset_ns_;
+  const double ns = k.control_ns - static_cast<double>(control_kernel_ns_);
+  return ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
+}
+
+std::uint64_t FenceTracker::KindOffsetNs(std::uint64_t key) const {
+  if (kinds_.empty()) return probe_offset_ns_;
+  const KindSlot& slot = kinds_[SlotOf(key)];
+  return slot.used ? OffsetOf(slot.kind) : probe_offset_ns_;
+}
+
 FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   if (kinds_.empty()) kinds_.resize(kKindSlots);
   std::size_t i = SlotOf(key);
@@ -210,10 +222,11 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
     if (s.open_begin >= 0) Close(s, now_ns);
     s.open_begin_ns = now_ns;
     if (!StartAtNewEvent(s, true)) return false;
-    // A control is taken only where a probe would be held, and chosen at random among those: so
-    // it meets what probes meet, and the tenant cannot tell which a launch will be.
-    if (s.holding && options_.control_period > 0 && NextRandom() % options_.control_period == 0 &&
-        TakeControl(s, now_ns)) {
+    // A control is taken only where a probe of the kind would be held (after its first probes),
+    // and chosen at random among those: so it meets what the kind's probes meet, and the tenant
+    // cannot tell which a launch will be.
+    if (s.holding && options_.control_period > 0 && kind.probes > kFirstProbes &&
+        NextRandom() % options_.control_period == 0 && TakeControl(s, now_ns)) {
       s.next_is_probe = false;
     }
     return true;
@@ -294,6 +307,7 @@ bool FenceTracker::TakeControl(Stream& s, std::uint64_t now_ns) {
   control.end = end;
   control.held = true;
   control.control = true;
+  control.probe_key = s.next_key;  // the kind whose launch it stands in for
   control.fenced_at_ns = now_ns;
   control.last_launch_ns = now_ns;
   s.fenced.push_back(std::move(control));
@@ -304,18 +318,19 @@ bool FenceTracker::TakeControl(Stream& s, std::uint64_t now_ns) {
   return true;
 }
 
-void FenceTracker::AddControlTiming(std::uint64_t span_ns) {
+void FenceTracker::AddControlTiming(Kind& k, std::uint64_t span_ns) {
   if (span_ns > kMaxControlNs) {
     ++stats_.controls_left_out;
     return;
   }
-  control_timings_[control_samples_++ % control_timings_.size()] = span_ns;
+  // A running mean over about as long as the kind's probes' (a control comes once in
+  // control_period held probes: its weight is that many times a probe's 1/8).
+  const double weight = std::min(1.0, 0.125 * std::max<std::uint32_t>(options_.control_period, 1));
+  const double ns = static_cast<double>(span_ns);
+  k.control_ns = k.controls > 0 ? (1 - weight) * k.control_ns + weight * ns : ns;
+  ++k.controls;
   ++stats_.controls;
-  const std::size_t n = std::min<std::size_t>(control_samples_, control_timings_.size());
-  std::uint64_t sum = 0;
-  for (std::size_t i = 0; i < n; ++i) sum += control_timings_[i];
-  const std::uint64_t mean = sum / n;
-  control_offset_ns_ = mean > control_kernel_ns_ ? mean - control_kernel_ns_ : 0;
+  if (k.raw_ns > 0) k.estimate_ns = std::max(1.0, k.raw_ns - static_cast<double>(OffsetOf(k)));
 }
 
 bool FenceTracker::ReleaseHold(Stream& s) {
@@ -526,7 +541,7 @@ double FenceTracker::FencedPendingNs(const Stream& s) const {
 }
 
 std::uint64_t FenceTracker::ProbeNs(const Segment& seg, std::uint64_t span_ns) const {
-  const std::uint64_t taken = seg.probe_gap_ns + probe_offset_ns();
+  const std::uint64_t taken = seg.probe_gap_ns + KindOffsetNs(seg.probe_key);
   return std::max<std::uint64_t>(span_ns > taken ? span_ns - taken : 0, 1);
 }
 
@@ -644,8 +659,9 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
     if (seg.control) {
       if (item.state != EventApi::State::kDone || !item.timed) {
         ++errors_;
+        if (s.per_launch_ns <= 0) s.per_launch_ns = static_cast<double>(options_.quantum_ns);
       } else if (seg.held) {
-        AddControlTiming(item.span_ns);
+        AddControlTiming(KindFor(seg.probe_key), item.span_ns);
       } else {
         ++stats_.controls_left_out;
       }
@@ -653,13 +669,17 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
         const double ns = static_cast<double>(ProbeNs(seg, span));
+        const double raw = static_cast<double>(
+            std::max<std::uint64_t>(span > seg.probe_gap_ns ? span - seg.probe_gap_ns : 0, 1));
         Kind& k = KindFor(seg.probe_key);
         if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
-          k.estimate_ns = 0;
+          k.raw_ns = 0;
           k.exact = true;
         }
-        if (seg.exact || !k.exact)
-          k.estimate_ns = k.estimate_ns > 0 ? 0.875 * k.estimate_ns + 0.125 * ns : ns;
+        if (seg.exact || !k.exact) {
+          k.raw_ns = k.raw_ns > 0 ? 0.875 * k.raw_ns + 0.125 * raw : raw;
+          k.estimate_ns = std::max(1.0, k.raw_ns - static_cast<double>(OffsetOf(k)));
+        }
         s.per_launch_ns = s.per_launch_ns > 0 ? 0.75 * s.per_launch_ns + 0.25 * ns : ns;
         if (seg.exact) {  // buckets below 0.5, 1, 2, ... 8,192 us, then the rest
           std::size_t bucket = 0;

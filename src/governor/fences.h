@@ -27,15 +27,18 @@
 //     are overcharged (ADR 0017, "Probes"; no selection by standing is safe: see there).
 //     Every probe also loses the probe offset: what a bracket holds beyond its kernel even
 //     behind the gate. Where the driver lets us launch an empty kernel of our own, one held probe
-//     in `control_period` is a *control* instead: the same bracket at the same kind of moment
-//     with that kernel in place of the tenant's, so that the offset is measured in the
-//     conditions the probes meet (on the H200 another context on the GPU adds ~0.5 us to every
-//     launch's bracket, kernel or not: a fixed offset charged two launch-bound processes
-//     1.3-1.7x their kernels). The offset is then the controls' mean less the empty kernel's
-//     own time (SetControlKernelNs); until the first control, SetProbeOffsetNs's. Probes and
-//     controls are chosen alike and averaged alike, so whatever stretches both (the tenant's
-//     other streams, other contexts) cancels out of their difference. Exact probes replace
-//     inexact estimates;
+//     in `control_period` (after a kind's first kFirstProbes) is a *control* instead: the same
+//     bracket at a moment the same kind was launched, with that kernel in place of the tenant's,
+//     so that the offset is measured in the conditions that kind's probes meet (on the H200
+//     another context on the GPU adds ~0.5 us to every launch's bracket, kernel or not: a fixed
+//     offset charged two launch-bound processes 1.3-1.7x their kernels). Each kind's offset is
+//     the running mean of its own controls less the empty kernel's own time
+//     (SetControlKernelNs), once it has kMinKindControls; until then SetProbeOffsetNs's. A kind's
+//     probes and controls are drawn from the same launches and averaged alike, so whatever
+//     stretches both (the tenant's other streams, other contexts) cancels out of their
+//     difference; pooled across kinds it would not (a tenant could time one kind's launches
+//     beside its own SM-filling kernels to stretch the shared offset, and another kind's on a
+//     quiet GPU). Exact probes replace inexact estimates;
 //   - a segment is dense when the GPU reached its start only after its last launch had been
 //     submitted (the host was ahead: no gap between its kernels) and its fence followed that
 //     launch at once (no idle time after them); a dense segment is charged its span, any other
@@ -146,6 +149,8 @@ std::uint64_t EmptyBracketNs(std::span<const std::uint64_t> timings, std::uint64
 // stall): leaving one out can only raise what probes are charged, never lower it. On the H200 a
 // control took 2.7 us alone and 3.2-3.5 us beside other launch-bound contexts.
 inline constexpr std::uint64_t kMaxControlNs = 50'000;
+// A kind's offset comes from its controls once it has this many (one could be an outlier).
+inline constexpr std::uint32_t kMinKindControls = 2;
 
 // Lays a segment's charge on the host clock within [begin_ns, end_ns) where its launches were
 // submitted: each launch's part of the charge (in proportion to its estimate; unknown ones at
@@ -274,16 +279,14 @@ class FenceTracker {
   // processing and the launch's setup on the GPU. On the H200 a gated bracket exceeds the
   // kernel's CUPTI record by 2.3 us for kernels from 1 us to 120 us (docs/benchmarks.md), several
   // times a small kernel. Set by the caller from its measurements (0: nothing taken off).
-  // Until the first control is timed; then the controls' mean less SetControlKernelNs.
+  // For kinds with fewer than kMinKindControls controls timed.
   void SetProbeOffsetNs(std::uint64_t ns) { probe_offset_ns_ = ns; }
+  std::uint64_t probe_offset_ns() const { return probe_offset_ns_; }
   // The GPU time of the control's empty kernel as a kernel trace reports it (a per-model
   // constant, like the launch's setup: events cannot see a kernel's start).
   void SetControlKernelNs(std::uint64_t ns) { control_kernel_ns_ = ns; }
-  // What is taken off each probe now.
-  std::uint64_t probe_offset_ns() const {
-    return control_samples_ > 0 ? control_offset_ns_ : probe_offset_ns_;
-  }
-  bool offset_from_controls() const { return control_samples_ > 0; }
+  // What is taken off a probe of one kind now (its controls', or SetProbeOffsetNs's).
+  std::uint64_t KindOffsetNs(std::uint64_t key) const;
   EventApi* api() const { return api_; }
   // What the charges came from, for TESSERA_HOOK_STATS (where a workload's busy time goes).
   struct Stats {
@@ -385,7 +388,10 @@ class FenceTracker {
     bool ordered = true;
   };
   struct Kind {
-    double estimate_ns = 0;    // 0: not measured yet
+    double estimate_ns = 0;  // 0: not measured yet (raw_ns less the kind's offset)
+    double raw_ns = 0;       // its probes' running mean, before the offset
+    double control_ns = 0;   // its controls' running mean
+    std::uint32_t controls = 0;
     std::uint32_t probes = 0;  // probes taken (completed or pending)
     bool exact = false;        // the estimate comes from exact probes
   };
@@ -414,7 +420,8 @@ class FenceTracker {
   // behind its start, the gate released, and the launch to come begun at that fence as a plain
   // segment. false: no control could be launched (it stays a probe).
   bool TakeControl(Stream& s, std::uint64_t now_ns);
-  void AddControlTiming(std::uint64_t span_ns);
+  void AddControlTiming(Kind& kind, std::uint64_t span_ns);
+  std::uint64_t OffsetOf(const Kind& kind) const;
   // Whether few enough launches are in flight on the device for a probe to be held (asks the
   // newest fences when the polled count says otherwise; a probe's, so rare). `asked`: the fences
   // were asked.
@@ -448,11 +455,7 @@ class FenceTracker {
   std::uint64_t rng_;
   int epoch_ = -1;
   std::uint64_t probe_offset_ns_ = 0;
-  // The latest controls' timings (a ring), how many were taken, and the offset they give.
-  std::array<std::uint64_t, 16> control_timings_{};
-  std::uint64_t control_samples_ = 0;
   std::uint64_t control_kernel_ns_ = 0;
-  std::uint64_t control_offset_ns_ = 0;
   struct Epoch {
     std::uint64_t host_ns = 0;         // the host time the epoch event ran at
     std::uint64_t uncertainty_ns = 0;  // how far that may be off (half the window, a margin)

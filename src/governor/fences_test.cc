@@ -311,6 +311,7 @@ class LatencyGpu final : public TimestampEvents {
       : call_(call), pickup_(pickup), gate_(gate), event_ns_(event_ns), setup_ns_(setup_ns) {}
   void Launch(std::uint64_t ns) {
     now += call_;
+    ns += extra_ns;
     if (held_) {
       queue_.push_back({setup_ns_ + ns, nullptr});
       return;
@@ -347,6 +348,7 @@ class LatencyGpu final : public TimestampEvents {
   }
   bool controls = false;
   std::uint64_t control_ns = 0;
+  std::uint64_t extra_ns = 0;  // added to every launch now (waiting for SMs, another context)
   int control_launches = 0;
   int holds = 0;
   std::uint64_t max_backlog_at_hold = 0;  // the GPU's work queued ahead of a Hold, at most
@@ -608,15 +610,14 @@ TEST(FenceTracker, ControlsTakeOffWhatEveryLaunchMeetsBesideItsKernel) {
     if (controls) {
       EXPECT_GT(t.stats().controls, 5u);
       EXPECT_EQ(t.stats().controls, static_cast<std::uint64_t>(gpu.control_launches));
-      EXPECT_TRUE(t.offset_from_controls());
-      EXPECT_EQ(t.probe_offset_ns(), 2'900u);  // 1.25 + 1.65 + 0.3 - 0.3
+      EXPECT_EQ(t.KindOffsetNs(1), 2'900u);  // 1.25 + 1.65 + 0.3 - 0.3
       EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
       EXPECT_NEAR(static_cast<double>(busy), truth, 0.05 * truth);
       // A control charges nothing and takes a probe's place: fewer probes than without.
       EXPECT_GT(t.stats().probes_exact, 0u);
     } else {
       EXPECT_EQ(t.stats().controls, 0u);
-      EXPECT_FALSE(t.offset_from_controls());
+      EXPECT_EQ(t.KindOffsetNs(1), 2'300u);
       EXPECT_NEAR(t.KindEstimateNs(1), 1'600.0, 1.0);
       EXPECT_GT(static_cast<double>(busy), 1.5 * truth);
     }
@@ -641,7 +642,37 @@ TEST(FenceTracker, AControlWhoseGateWasOpenedTimesNothing) {
   EXPECT_GT(gpu.control_launches, 0);
   EXPECT_EQ(t.stats().controls, 0u);
   EXPECT_EQ(t.stats().controls_left_out, static_cast<std::uint64_t>(gpu.control_launches));
-  EXPECT_EQ(t.probe_offset_ns(), 2'300u);
+  EXPECT_EQ(t.KindOffsetNs(1), 2'300u);
+}
+
+// Each kind's offset comes from the controls taken in place of its own probes. A tenant that
+// launches one kind (a decoy) while its own SM-filling kernels make every launch wait 40 us, and
+// another on a quiet GPU, stretches only the decoy's controls: pooled into one offset they would
+// take ~20 us off every probe and charge the quiet kind nothing. Per kind, both are charged their
+// kernels.
+TEST(FenceTracker, AKindsOffsetComesFromItsOwnControls) {
+  LatencyGpu gpu(4'000, 1'000, /*gate=*/true, /*event_ns=*/1'250, /*setup_ns=*/1'050);
+  gpu.controls = true;
+  gpu.control_ns = 300;
+  FenceTracker t(&gpu, FenceOptions{200'000, 64, 8, 13, /*min_probe_gap_ns=*/100'000});
+  t.SetProbeOffsetNs(2'300);
+  t.SetControlKernelNs(300);
+  for (int i = 0; i < 40'000; ++i) {
+    gpu.extra_ns = 40'000;  // the decoy waits for SMs (and so does a control in its place)
+    LaunchOn(t, gpu, 1'000, 2);
+    gpu.extra_ns = 0;
+    gpu.now += 50'000;
+    LaunchOn(t, gpu, 1'000, 1);
+    gpu.now += 50'000;
+    if (i % 64 == 63) t.FenceAll(gpu.now);
+    t.Poll();
+  }
+  Drain(t, gpu);
+  EXPECT_GT(t.stats().controls, 100u);
+  EXPECT_EQ(t.KindOffsetNs(1), 2'300u);
+  EXPECT_NEAR(static_cast<double>(t.KindOffsetNs(2)), 42'300.0, 1.0);
+  EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
+  EXPECT_NEAR(t.KindEstimateNs(2), 1'000.0, 1.0);
 }
 
 // Probes are rare in time as well as in launches: a loop of 100,000 launches over 0.6 s makes

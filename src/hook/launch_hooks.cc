@@ -20,7 +20,9 @@
 #include <pthread.h>
 #include <string>
 #include <string_view>
+#include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 #include <vector>
 
 #include "tessera/log.h"
@@ -150,7 +152,7 @@ class CudaEvents final : public governor::EventApi {
   bool Hold(void* stream) override {
     const RelaxedCapture relaxed;
     if (!gate_tried_) PrepareGate();
-    if (wait_ == nullptr || GateResting()) return false;
+    if (wait_ == nullptr || GateResting() || loading_.load(std::memory_order_relaxed)) return false;
     const std::uint32_t next = gate_seq_.load(std::memory_order_relaxed) + 1;
     if (wait_(static_cast<CUstream>(stream), gate_device_, next, CU_STREAM_WAIT_VALUE_GEQ) !=
         CUDA_SUCCESS) {
@@ -169,7 +171,12 @@ class CudaEvents final : public governor::EventApi {
     __atomic_store_n(gate_host_, gate_seq_.load(std::memory_order_relaxed), __ATOMIC_RELEASE);
     return intact;
   }
-  bool CanHold() override { return !gate_tried_ || (wait_ != nullptr && !GateResting()); }
+  bool CanHold() override {
+    return !loading_.load(std::memory_order_relaxed) &&
+           (!gate_tried_ || (wait_ != nullptr && !GateResting()));
+  }
+  // While the watcher loads the control kernel (KeepControl), no stream is held.
+  void SetLoading(bool loading) { loading_.store(loading, std::memory_order_relaxed); }
   // The empty kernel of the calling thread's current context, once the watcher has loaded and
   // run it there (AddControl; a first launch may load its module, which must never happen on a
   // held stream). Called under the governor's mutex, as AddControl is.
@@ -303,13 +310,24 @@ class CudaEvents final : public governor::EventApi {
   std::atomic<std::uint64_t> rest_until_ns_{0};  // no Hold before this (after a trip)
   std::array<std::pair<CUcontext, CUfunction>, shm::kMaxDevices> control_{};
   std::size_t controls_ = 0;
+  std::atomic<bool> loading_{false};
 };
+
+std::uint64_t RandomSeed() {
+  std::uint64_t seed = 0;
+  if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) != static_cast<ssize_t>(sizeof(seed)))
+    seed = NowNs() ^ (static_cast<std::uint64_t>(getpid()) << 32);
+  return seed | 1;
+}
 
 struct DeviceGovernor {
   // Every thread's per-thread stream has one key: its segments complete out of order.
+  // The probes' and controls' random choices are seeded per process: a program that knew the
+  // sequence could tell which of its launches will be probed, and which held probe a control.
   explicit DeviceGovernor(governor::EventApi* api)
       : tracker(api,
-                governor::FenceOptions{.shared_key = static_cast<void*>(CU_STREAM_PER_THREAD)}) {}
+                governor::FenceOptions{.seed = RandomSeed(),
+                                       .shared_key = static_cast<void*>(CU_STREAM_PER_THREAD)}) {}
   governor::FenceTracker tracker;
   CUcontext context = nullptr;      // the watcher makes it current to query this device's events
   CUstream epoch_stream = nullptr;  // the watcher's own, for the epoch event
@@ -395,18 +413,25 @@ void* StreamKey(CUstream stream, bool per_thread) {
                                          : static_cast<void*>(stream);
 }
 
+// A nanosecond knob of the preload library, from the container's environment: the tenant's, so
+// it may only move the charge up (ADR 0017): values outside [least, most] are refused with the
+// accepted form and `fallback` is used.
+std::uint64_t BoundedEnvNs(std::string_view name, std::uint64_t fallback, std::uint64_t least,
+                           std::uint64_t most) {
+  const char* value = std::getenv(std::string(name).c_str());
+  if (value == nullptr || *value == '\0') return fallback;
+  if (const StatusOr<std::uint64_t> ns = ParseUnsigned(value, most); ns.ok() && *ns >= least)
+    return *ns;
+  TESSERA_LOG(kWarn, kHook, "%s=%s: expected whole nanoseconds from %llu to %llu; using %llu",
+              std::string(name).c_str(), value, static_cast<unsigned long long>(least),
+              static_cast<unsigned long long>(most), static_cast<unsigned long long>(fallback));
+  return fallback;
+}
+
+// TESSERA_PROBE_SETUP_NS: a larger setup would charge less, so at most the H200's.
 std::uint64_t ProbeSetupNs() {
-  static const std::uint64_t setup = [] {
-    const std::string name(names::kEnvProbeSetupNs);
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr || *value == '\0') return kDefaultProbeSetupNs;
-    if (const StatusOr<std::uint64_t> ns = ParseUnsigned(value, kMaxProbeSetupNs); ns.ok())
-      return *ns;
-    TESSERA_LOG(kWarn, kHook, "%s=%s: expected whole nanoseconds from 0 to %llu; using %llu",
-                name.c_str(), value, static_cast<unsigned long long>(kMaxProbeSetupNs),
-                static_cast<unsigned long long>(kDefaultProbeSetupNs));
-    return kDefaultProbeSetupNs;
-  }();
+  static const std::uint64_t setup =
+      BoundedEnvNs(names::kEnvProbeSetupNs, kDefaultProbeSetupNs, 0, kDefaultProbeSetupNs);
   return setup;
 }
 
@@ -437,20 +462,14 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
                              ProbeSetupNs());
 }
 
-// TESSERA_PROBE_CONTROL_NS: the control kernel's own GPU time; `off`: no controls.
+// TESSERA_PROBE_CONTROL_NS: the control kernel's own GPU time (a smaller one would charge less,
+// so at least the H200's); `off`: no controls.
 std::optional<std::uint64_t> ControlKernelNs() {
   static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
-    const std::string name(names::kEnvProbeControlNs);
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr || *value == '\0') return kDefaultControlKernelNs;
-    if (std::string_view(value) == "off") return std::nullopt;
-    if (const StatusOr<std::uint64_t> parsed = ParseUnsigned(value, kMaxProbeSetupNs); parsed.ok())
-      return *parsed;
-    TESSERA_LOG(kWarn, kHook,
-                "%s=%s: expected whole nanoseconds from 0 to %llu, or off; using %llu",
-                name.c_str(), value, static_cast<unsigned long long>(kMaxProbeSetupNs),
-                static_cast<unsigned long long>(kDefaultControlKernelNs));
-    return kDefaultControlKernelNs;
+    const char* value = std::getenv(std::string(names::kEnvProbeControlNs).c_str());
+    if (value != nullptr && std::string_view(value) == "off") return std::nullopt;
+    return BoundedEnvNs(names::kEnvProbeControlNs, kDefaultControlKernelNs, kDefaultControlKernelNs,
+                        kMaxProbeSetupNs);
   }();
   return ns;
 }
@@ -470,15 +489,20 @@ void KeepControl(Governor& g, DeviceGovernor& d, std::unique_lock<std::mutex>& l
   const auto launch = Real<CudaHook::cuLaunchKernel>();
   const auto sync = Real<CudaHook::cuStreamSynchronize>();
   if (load == nullptr || get == nullptr || launch == nullptr || sync == nullptr) return;
+  g.events.SetLoading(true);  // no Hold meanwhile: the load may wait for the context's streams
   lock.unlock();
   CUmodule module = nullptr;
   CUfunction function = nullptr;
+  const bool loaded = load(&module, kControlPtx) == CUDA_SUCCESS;
   const bool ready =
-      load(&module, kControlPtx) == CUDA_SUCCESS &&
-      get(&function, module, "tessera_control") == CUDA_SUCCESS &&
+      loaded && get(&function, module, "tessera_control") == CUDA_SUCCESS &&
       launch(function, 1, 1, 1, 32, 1, 1, 0, d.epoch_stream, nullptr, nullptr) == CUDA_SUCCESS &&
       sync(d.epoch_stream) == CUDA_SUCCESS;
+  if (loaded && !ready) {
+    if (const auto unload = Real<CudaHook::cuModuleUnload>()) unload(module);
+  }
   lock.lock();
+  g.events.SetLoading(false);
   if (!ready) {
     TESSERA_LOG(kInfo, kHook,
                 "the probes' control kernel could not be loaded; their offset "
@@ -893,11 +917,11 @@ void PrintGovernorStats() {
       buckets += item;
     }
     TESSERA_LOG(kWarn, kHook,
-                "stats: probes: offset %llu ns taken off each (%s; %llu controls timed, %llu "
-                "left out); gate %s; exact timings (us) %s",
+                "stats: probes: offset %llu ns taken off each (empty bracket + setup) until "
+                "its kind has %u controls; %llu controls timed, %llu left out; gate %s; exact "
+                "timings (us) %s",
                 static_cast<unsigned long long>(d->tracker.probe_offset_ns()),
-                d->tracker.offset_from_controls() ? "from the controls" : "empty bracket + setup",
-                static_cast<unsigned long long>(f.controls),
+                governor::kMinKindControls, static_cast<unsigned long long>(f.controls),
                 static_cast<unsigned long long>(f.controls_left_out), g.events.gate_state(),
                 buckets.c_str());
     if (f.long_count == 0) continue;

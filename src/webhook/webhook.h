@@ -38,7 +38,8 @@ namespace tessera::webhook {
 #define TESSERA_ADMISSION_RULES(X)                                                               \
   X(kReview, "review", "the body is not an AdmissionReview")                                     \
   X(kForgedDecision, "forged-decision", "a decision written by someone else than the scheduler") \
-  X(kAsk, "ask", "a pod's or claim's GPU ask: quantities, ranges, conflicts, tier modes, MPS user") \
+  X(kAsk, "ask",                                                                                 \
+    "a pod's or claim's GPU ask: quantities, ranges, conflicts, tier modes, MPS user")           \
   X(kNodeName, "node-name", "a GPU pod with spec.nodeName")                                      \
   X(kTooLarge, "too-large", "more memory than any GPU in the cluster has")                       \
   X(kPriorityClass, "priority-class", "priorityClassName does not match the tessera priority")   \

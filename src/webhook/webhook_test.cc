@@ -192,9 +192,8 @@ json ClaimReview(const std::string& resource, const std::string& ns, const json&
                  {"metadata", {{"name", "c"}, {"namespace", ns}}},
                  {"spec", is_template ? json{{"spec", claim_spec}} : claim_spec}};
   json review = Review("CREATE", object);
-  review["request"]["kind"] = {{"group", "resource.k8s.io"},
-                               {"version", "v1"},
-                               {"kind", object["kind"]}};
+  review["request"]["kind"] = {
+      {"group", "resource.k8s.io"}, {"version", "v1"}, {"kind", object["kind"]}};
   review["request"]["resource"] = {
       {"group", "resource.k8s.io"}, {"version", "v1"}, {"resource", resource}};
   review["request"]["namespace"] = ns;
@@ -219,24 +218,26 @@ TEST_F(WebhookTest, ClaimsAndTemplatesAreCheckedAtCreation) {
     const std::string spec = resource == "resourceclaims" ? ": spec." : ": spec.spec.";
     const std::string kind =
         resource == "resourceclaims" ? "ResourceClaim ml/c" : "ResourceClaimTemplate ml/c";
-    EXPECT_TRUE(Validated(ClaimReview(resource, "ml",
-                                      ClaimSpec("shared.gpu.tessera.dev",
-                                                {{"memory", "12Gi"}, {"cores", "30"}})))["allowed"]
+    EXPECT_TRUE(Validated(ClaimReview(
+        resource, "ml",
+        ClaimSpec("shared.gpu.tessera.dev", {{"memory", "12Gi"}, {"cores", "30"}})))["allowed"]
                     .get<bool>());
-    std::string m = Denial(ClaimReview(resource, "ml", ClaimSpec("shared.gpu.tessera.dev",
-                                                                 {{"memory", "0"}})));
-    EXPECT_EQ(m.rfind(kind + spec + "devices.requests[0].exactly.capacity.requests.memory: 0 asks "
-                                     "no memory; accepted: a quantity from 256Mi",
+    std::string m =
+        Denial(ClaimReview(resource, "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "0"}})));
+    EXPECT_EQ(m.rfind(kind + spec +
+                          "devices.requests[0].exactly.capacity.requests.memory: 0 asks "
+                          "no memory; accepted: a quantity from 256Mi",
                       0),
               0u)
         << m;
-    m = Denial(ClaimReview(resource, "ml",
-                           ClaimSpec("shared.gpu.tessera.dev", {{"memory", "200Gi"}})));
+    m = Denial(
+        ClaimReview(resource, "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "200Gi"}})));
     EXPECT_NE(m.find("is more than any GPU in the cluster has (largest: 141.00 GiB)"),
               std::string::npos)
         << m;
     // The namespace's tier, from the policy: regulated gets no shared class.
-    json review = ClaimReview(resource, "vault", ClaimSpec("shared.gpu.tessera.dev", json::object()));
+    json review =
+        ClaimReview(resource, "vault", ClaimSpec("shared.gpu.tessera.dev", json::object()));
     EXPECT_EQ(Validated(review)["status"]["code"], 403) << m;
   }
   EXPECT_EQ(admission_.denials(DenialRule::kTooLarge), 2u);
@@ -245,8 +246,8 @@ TEST_F(WebhookTest, ClaimsAndTemplatesAreCheckedAtCreation) {
   EXPECT_TRUE(Validated(ClaimReview("resourceclaims", "vault",
                                     ClaimSpec("gpu.nvidia.com", {{"memory", "0"}})))["allowed"]
                   .get<bool>());
-  json update = ClaimReview("resourceclaims", "ml", ClaimSpec("shared.gpu.tessera.dev",
-                                                              {{"memory", "0"}}));
+  json update =
+      ClaimReview("resourceclaims", "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "0"}}));
   update["request"]["operation"] = "UPDATE";
   EXPECT_TRUE(Validated(update)["allowed"].get<bool>());
 }
