@@ -16,9 +16,6 @@
 // process and variant: the bracket's span and, where timed, the kernel's own span and the
 // bracket less the kernel (all in us: mean, p10, p50, p90).
 // Build: nvcc -O2 -std=c++17 -arch=sm_90 bracket_control.cu -lcuda
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -28,6 +25,8 @@
 #include <deque>
 #include <random>
 #include <string>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <vector>
 
 #include <cuda.h>
@@ -76,13 +75,13 @@ void Spin(double us) {
   }
 }
 
-#define CHECK(call)                                                             \
-  do {                                                                          \
-    auto e_ = (call);                                                           \
-    if (e_ != 0) {                                                              \
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    auto e_ = (call);                                                              \
+    if (e_ != 0) {                                                                 \
       std::fprintf(stderr, "%s failed: %d (line %d)\n", #call, int(e_), __LINE__); \
-      std::exit(2);                                                             \
-    }                                                                           \
+      std::exit(2);                                                                \
+    }                                                                              \
   } while (0)
 
 struct Pending {
@@ -165,8 +164,10 @@ int Child(int index, int procs, double seconds, double host_us, double every_us)
   auto drain = [&](bool wait) {
     while (!pending.empty()) {
       Pending& p = pending.front();
-      if (wait) CHECK(cudaEventSynchronize(p.end));
-      else if (cudaEventQuery(p.end) != cudaSuccess) break;
+      if (wait)
+        CHECK(cudaEventSynchronize(p.end));
+      else if (cudaEventQuery(p.end) != cudaSuccess)
+        break;
       float ms = 0;
       CHECK(cudaEventElapsedTime(&ms, p.start, p.end));
       spans[p.variant].push_back(ms * 1000.0);
@@ -221,11 +222,11 @@ int Child(int index, int procs, double seconds, double host_us, double every_us)
     beyond[timed_variant[i]].push_back(timed[i].second - kernel_us);
   }
   for (int v = 0; v < kVariantCount; ++v) {
-    std::printf("{\"procs\":%d,\"proc\":%d,\"host_us\":%.1f,\"launches_per_s\":%.0f,"
-                "\"variant\":\"%s\",\"bracket_us\":%s,\"kernel_us\":%s,\"beyond_us\":%s}\n",
-                procs, index, host_us, launches / wall_s, kVariants[v],
-                Json(Summarize(spans[v])).c_str(), Json(Summarize(kernel_spans[v])).c_str(),
-                Json(Summarize(beyond[v])).c_str());
+    std::printf(
+        "{\"procs\":%d,\"proc\":%d,\"host_us\":%.1f,\"launches_per_s\":%.0f,"
+        "\"variant\":\"%s\",\"bracket_us\":%s,\"kernel_us\":%s,\"beyond_us\":%s}\n",
+        procs, index, host_us, launches / wall_s, kVariants[v], Json(Summarize(spans[v])).c_str(),
+        Json(Summarize(kernel_spans[v])).c_str(), Json(Summarize(beyond[v])).c_str());
   }
   std::fflush(stdout);
   return 0;
@@ -239,10 +240,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const double value = std::atof(argv[i + 1]);
-    if (flag == "--procs") procs = static_cast<int>(value);
-    else if (flag == "--seconds") seconds = value;
-    else if (flag == "--host-us") host_us = value;
-    else if (flag == "--every-us") every_us = value;
+    if (flag == "--procs")
+      procs = static_cast<int>(value);
+    else if (flag == "--seconds")
+      seconds = value;
+    else if (flag == "--host-us")
+      host_us = value;
+    else if (flag == "--every-us")
+      every_us = value;
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
