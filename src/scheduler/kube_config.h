@@ -68,11 +68,17 @@ inline std::pair<nlohmann::json, nlohmann::json> WebhookConfigurations(int port,
                                     {"apiGroups", {""}},
                                     {"apiVersions", {"v1"}},
                                     {"resources", {"pods/binding"}}}};
-  nlohmann::json validating = {
-      {"apiVersion", "admissionregistration.k8s.io/v1"},
-      {"kind", "ValidatingWebhookConfiguration"},
-      {"metadata", {{"name", "tessera"}}},
-      {"webhooks", {hook("pods.validate.tessera.dev", "/validate", validate_rules)}}};
+  // The DRA path's claims and claim templates, as the chart registers them there.
+  nlohmann::json claim_rules = {{{"operations", {"CREATE"}},
+                                 {"apiGroups", {"resource.k8s.io"}},
+                                 {"apiVersions", {"v1"}},
+                                 {"resources", {"resourceclaims", "resourceclaimtemplates"}}}};
+  nlohmann::json validating = {{"apiVersion", "admissionregistration.k8s.io/v1"},
+                               {"kind", "ValidatingWebhookConfiguration"},
+                               {"metadata", {{"name", "tessera"}}},
+                               {"webhooks",
+                                {hook("pods.validate.tessera.dev", "/validate", validate_rules),
+                                 hook("claims.validate.tessera.dev", "/validate", claim_rules)}}};
   mutating["webhooks"][0]["reinvocationPolicy"] = "IfNeeded";
   return {mutating, validating};
 }

@@ -713,6 +713,67 @@ TEST_F(SchedulerE2E, BadInputIsRejectedWithItsMessage) {
   EXPECT_TRUE(Pods("bad").empty());  // nothing half-created
 }
 
+// The DRA path: claims and claim templates asking tessera's DeviceClasses are checked when the
+// real API server creates them (kube-scheduler's allocator would round or leave them Pending
+// without a word), each refusal naming the field and the accepted form; a good claim is created.
+TEST_F(SchedulerE2E, DraClaimsAreRefusedAtAdmissionWithTheField) {
+  auto nodes = Nodes("claims-", 1, 1, "16Gi");  // the largest GPU tessera-scheduler knows of
+  ASSERT_NE(nodes, nullptr);
+  Namespace("claims");
+  auto claim_spec = [](const json& capacity, const json& parameters) {
+    json spec = {{"devices",
+                  {{"requests",
+                    {{{"name", "gpu"},
+                      {"exactly",
+                       {{"deviceClassName", "shared.gpu.tessera.dev"},
+                        {"capacity", {{"requests", capacity}}}}}}}}}}};
+    if (!parameters.is_null()) {
+      spec["devices"]["config"] = {
+          {{"opaque", {{"driver", "gpu.tessera.dev"}, {"parameters", parameters}}}}};
+    }
+    return spec;
+  };
+  auto create = [&](const std::string& kind, const std::string& name, const json& spec) {
+    const bool is_template = kind == "ResourceClaimTemplate";
+    return env->api->Create(std::string("/apis/resource.k8s.io/v1/namespaces/claims/") +
+                                (is_template ? "resourceclaimtemplates" : "resourceclaims"),
+                            json{{"apiVersion", "resource.k8s.io/v1"},
+                                 {"kind", kind},
+                                 {"metadata", {{"name", name}}},
+                                 {"spec", is_template ? json{{"spec", spec}} : spec}});
+  };
+  const json lc = {{"apiVersion", "gpu.tessera.dev/v1alpha1"},
+                   {"kind", "GpuConfig"},
+                   {"priority", "latency-critical"}};
+  struct Case {
+    json capacity, parameters;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{{"memory", "0"}}, nullptr, "capacity.requests.memory: 0 asks no memory; accepted"},
+      {{{"memory", "20Gi"}}, nullptr, "more than any GPU in the cluster has (largest: 16.00 GiB)"},
+      {{{"cores", "101"}}, nullptr, "capacity.requests.cores: 101 is not a share"},
+      {{{"gpu-memory", "4Gi"}}, nullptr, "unknown capacity; devices of gpu.tessera.dev offer"},
+      {{{"memory", "4Gi"}}, lc, "latency-critical is set by a DeviceClass's config"},
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    for (const char* kind : {"ResourceClaim", "ResourceClaimTemplate"}) {
+      auto created = create(kind, "bad-" + std::to_string(i), claim_spec(c.capacity, c.parameters));
+      ASSERT_FALSE(created.ok()) << kind << " " << c.message;
+      EXPECT_NE(created.status().message().find(std::string(kind) + " claims/bad-"),
+                std::string::npos)
+          << created.status().message();
+      EXPECT_NE(created.status().message().find(c.message), std::string::npos)
+          << created.status().message();
+    }
+    ++i;
+  }
+  ASSERT_OK(
+      create("ResourceClaim", "good", claim_spec({{"memory", "4Gi"}, {"cores", "30"}}, nullptr)));
+  ASSERT_OK(create("ResourceClaimTemplate", "good", claim_spec({{"memory", "4Gi"}}, nullptr)));
+}
+
 // A latency-critical pod goes beside a long batch pod on the shared GPU: the batch pod asked for
 // memory only (best effort: it reserves no compute), so the compute share the latency-critical
 // pod asks for is free, and it does not wait for the batch's lifetime.
