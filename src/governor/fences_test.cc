@@ -557,6 +557,19 @@ TEST(FenceTracker, TheEmptyBracketIsTheLeastOfItsTimingsThatDidNotWait) {
             kMaxEmptyBracketNs);
 }
 
+// `launches` launches of 1 us kernels (kind 1), 4 us of host time apart, a synchronize every 256:
+// the busy time measured.
+std::uint64_t LoopOfMicrosecondKernels(FenceTracker& t, LatencyGpu& gpu, int launches) {
+  std::uint64_t busy = 0;
+  for (int i = 0; i < launches; ++i) {
+    LaunchOn(t, gpu, 1'000, 1);
+    gpu.now += 4'000;
+    if (i % 256 == 255) t.FenceAll(gpu.now);
+    busy += t.Poll();
+  }
+  return busy + Drain(t, gpu);
+}
+
 // A gated probe's span also holds its events' own cost and its launch's setup on the GPU (on the
 // H200 2.3 us beyond a kernel's CUPTI record, whatever the kernel): the offset set from them is
 // taken off every probe, so that a loop of 1 us kernels is charged 1 us a kernel, not 3.3.
@@ -565,14 +578,7 @@ TEST(FenceTracker, TheProbeOffsetIsTakenOffEveryProbe) {
     LatencyGpu gpu(4'000, 1'000, /*gate=*/true, /*event_ns=*/1'250, /*setup_ns=*/1'050);
     FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 9, /*min_probe_gap_ns=*/4'000'000});
     t.SetProbeOffsetNs(offset);
-    std::uint64_t busy = 0;
-    for (int i = 0; i < 20'000; ++i) {
-      LaunchOn(t, gpu, 1'000, 1);
-      gpu.now += 4'000;
-      if (i % 256 == 255) t.FenceAll(gpu.now);
-      busy += t.Poll();
-    }
-    busy += Drain(t, gpu);
+    const std::uint64_t busy = LoopOfMicrosecondKernels(t, gpu, 20'000);
     const double truth = 20'000 * 1'000.0;
     if (offset != 0) {
       EXPECT_NEAR(t.KindEstimateNs(1), 1'000.0, 1.0);
@@ -598,14 +604,7 @@ TEST(FenceTracker, ControlsTakeOffWhatEveryLaunchMeetsBesideItsKernel) {
     FenceTracker t(&gpu, FenceOptions{200'000, 64, 32, 9, /*min_probe_gap_ns=*/2'000'000});
     t.SetProbeOffsetNs(2'300);  // what one context alone would need taken off
     t.SetControlKernelNs(300);
-    std::uint64_t busy = 0;
-    for (int i = 0; i < 40'000; ++i) {
-      LaunchOn(t, gpu, 1'000, 1);
-      gpu.now += 4'000;
-      if (i % 256 == 255) t.FenceAll(gpu.now);
-      busy += t.Poll();
-    }
-    busy += Drain(t, gpu);
+    const std::uint64_t busy = LoopOfMicrosecondKernels(t, gpu, 40'000);
     const double truth = 40'000 * 1'000.0;
     if (controls) {
       EXPECT_GT(t.stats().controls, 5u);
