@@ -87,7 +87,7 @@ inline constexpr std::string_view kDomain = "tessera.dev";
   X(kEnvProbeSetupNs, "TESSERA_PROBE_SETUP_NS",                                                    \
     "ns a probe counts for its launch's setup on the GPU beyond its events (default 1050: H200)")  \
   X(kEnvProbeControlNs, "TESSERA_PROBE_CONTROL_NS",                                                \
-    "ns the governor's control kernel takes on the GPU (default 576: H200); off: no controls")     \
+    "ns the governor's control kernel takes on the GPU (default 576: H200; at least that)")        \
   X(kEnvHookLibrary, "TESSERA_HOOK_LIBRARY",                                                       \
     "tessera run: path of libtessera-cuda.so (default: beside the tessera binary)")                \
   X(kEnvPolicyFile, "TESSERA_POLICY_FILE", "the administrator's policy file for CLIs and daemons") \

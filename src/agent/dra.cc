@@ -95,13 +95,6 @@ bool Covers(const Json& have, const Json& want) {
   return have == want;
 }
 
-// The largest memory ask the request policy allows: the API server requires max - min to be a
-// whole number of steps, and a GPU's memory seldom is (an H200's 143771Mi is not).
-std::uint64_t MemoryRangeMax(std::uint64_t memory) {
-  if (memory < kMemoryStepBytes) return kMemoryStepBytes;
-  return kMemoryStepBytes + (memory - kMemoryStepBytes) / kMemoryStepBytes * kMemoryStepBytes;
-}
-
 }  // namespace
 
 std::string DeviceName(int index) { return "gpu-" + std::to_string(index); }
@@ -127,7 +120,7 @@ Json ResourceSliceFor(const InventoryContent& content, std::int64_t generation) 
          {{std::string(names::kDraCapacityMemory),
            Capacity(FormatQuantity(g.facts.memory_bytes), FormatQuantity(kMemoryDefaultBytes),
                     {{"min", FormatQuantity(kMemoryStepBytes)},
-                     {"max", FormatQuantity(MemoryRangeMax(g.facts.memory_bytes))},
+                     {"max", FormatQuantity(contract::ClaimMemoryMax(g.facts.memory_bytes))},
                      {"step", FormatQuantity(kMemoryStepBytes)}})},
           {std::string(names::kDraCapacityCores),
            Capacity("100", "0", {{"min", "0"}, {"max", "100"}, {"step", "1"}})}}},

@@ -38,8 +38,8 @@ std::string SliceName(std::string_view node);
 
 // Request policy of the `memory` capacity: a claim's ask is rounded up to a step of 256 MiB
 // (the smallest a CUDA context fits in), 1 GiB when it asks none.
-inline constexpr std::uint64_t kMemoryStepBytes = std::uint64_t{256} << 20;
-inline constexpr std::uint64_t kMemoryDefaultBytes = std::uint64_t{1} << 30;
+inline constexpr std::uint64_t kMemoryStepBytes = contract::kClaimMemoryStepBytes;
+inline constexpr std::uint64_t kMemoryDefaultBytes = contract::kClaimMemoryDefaultBytes;
 
 // The ResourceSlice (resource.k8s.io/v1) of this node: one device per managed GPU (attributes
 // uuid, productName, index, numaNode; capacities memory and cores with their request policies;

@@ -1,7 +1,10 @@
 #include "contract/claim_ask.h"
 
+#include <algorithm>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "tessera/limits.h"
 #include "tessera/names.h"
@@ -72,6 +75,12 @@ Status ApplyGpuConfig(const json& parameters, std::string_view where, bool from_
   return Status::Ok();
 }
 
+std::uint64_t ClaimMemoryMax(std::uint64_t gpu_memory) {
+  if (gpu_memory < kClaimMemoryStepBytes) return kClaimMemoryStepBytes;
+  return kClaimMemoryStepBytes +
+         (gpu_memory - kClaimMemoryStepBytes) / kClaimMemoryStepBytes * kClaimMemoryStepBytes;
+}
+
 bool IsTesseraDeviceClass(std::string_view device_class) {
   return device_class == names::kDraClassShared || device_class == names::kDraClassMps;
 }
@@ -94,7 +103,7 @@ std::string ClassesFor(const policy::TierRule& rule) {
                      : out;
 }
 
-// One quantity of capacity.requests; `what` and `accepted` for the message.
+// One quantity of capacity.requests.
 StatusOr<std::uint64_t> CapacityValue(const json& value, const std::string& field,
                                       const std::string& accepted) {
   if (!value.is_string()) return InvalidArgumentError(field + ": not a quantity; " + accepted);
@@ -107,14 +116,17 @@ StatusOr<std::uint64_t> CapacityValue(const json& value, const std::string& fiel
   return *q;
 }
 
-struct ClaimScan {
-  std::optional<SharingMode> mode;
-  std::string mode_field;  // where the mode was first named
+// A request (or a firstAvailable subrequest) of one of tessera's classes.
+struct TesseraRequest {
+  std::string name;   // "req" or "req/sub", as allocation results and configs name it
+  std::string field;  // where it is, for messages
+  SharingMode mode = SharingMode::kShared;
 };
 
-Status CheckDeviceRequest(const json& request, const std::string& field,
+// Checks one (sub)request; `out` gets it when it names one of tessera's classes.
+Status CheckDeviceRequest(const json& request, const std::string& name, const std::string& field,
                           const policy::Policy& policy, TrustTier tier, std::uint64_t largest,
-                          ClaimScan& scan) {
+                          std::optional<TesseraRequest>& out) {
   const std::string device_class = StringAt(request, "deviceClassName");
   if (!IsTesseraDeviceClass(device_class)) return Status::Ok();
   const SharingMode mode = SharingModeOfClass(device_class);
@@ -125,24 +137,35 @@ Status CheckDeviceRequest(const json& request, const std::string& field,
                                  std::string(Name(tier)) +
                                  " does not allow; accepted: " + ClassesFor(rule));
   }
-  if (scan.mode.has_value() && *scan.mode != mode) {
-    return InvalidArgumentError(field + ".deviceClassName: " + device_class + " runs mode " +
-                                std::string(Name(mode)) + ", but " + scan.mode_field +
-                                " asks mode " + std::string(Name(*scan.mode)) +
-                                "; a claim's GPUs run one mode (use one class, or two claims)");
+  if (const json* admin = Find(request, "adminAccess");
+      admin != nullptr && admin->is_boolean() && admin->get<bool>()) {
+    return InvalidArgumentError(field + ".adminAccess: " + device_class +
+                                " hands out part of a GPU, and admin access ignores capacity; "
+                                "use a DeviceClass of the cluster's own for monitoring");
   }
-  if (!scan.mode.has_value()) {
-    scan.mode = mode;
-    scan.mode_field = field;
+  const json* tolerations = Find(request, "tolerations");
+  for (std::size_t i = 0;
+       tolerations != nullptr && tolerations->is_array() && i < tolerations->size(); ++i) {
+    const json& t = (*tolerations)[i];
+    const std::string key = StringAt(t, "key");
+    if (key == names::kDraTaintUnhealthy || (key.empty() && StringAt(t, "operator") == "Exists")) {
+      return InvalidArgumentError(field + ".tolerations[" + std::to_string(i) + "]: tolerates " +
+                                  std::string(names::kDraTaintUnhealthy) +
+                                  ", but the node does not prepare a claim on an unhealthy GPU; "
+                                  "remove the toleration");
+    }
   }
+  out = TesseraRequest{name, field, mode};
   const json* capacity = Find(request, "capacity");
   const json* asks = capacity != nullptr ? Find(*capacity, "requests") : nullptr;
   if (asks == nullptr || !asks->is_object()) return Status::Ok();
+  const std::uint64_t most = largest != 0 ? ClaimMemoryMax(largest) : 0;
   const std::string memory_form =
-      "accepted: a quantity from 256Mi (rounded up to 256Mi steps)" +
-      (largest != 0 ? " to " + FormatQuantity(largest) + " (the largest GPU in the cluster)"
-                    : std::string()) +
-      ", or no memory for the default 1Gi";
+      "accepted: a quantity from " + FormatQuantity(kClaimMemoryStepBytes) + " (rounded up to " +
+      FormatQuantity(kClaimMemoryStepBytes) + " steps)" +
+      (most != 0 ? " to " + FormatQuantity(most) + " (what the largest GPU in the cluster gives)"
+                 : std::string()) +
+      ", or no memory for the default " + FormatQuantity(kClaimMemoryDefaultBytes);
   const std::uint32_t least_cores = mode == SharingMode::kMps ? kMpsMinSmPercent : 1;
   const std::string cores_form =
       "accepted: a whole percent of the GPU's time from " + std::to_string(least_cores) +
@@ -151,18 +174,21 @@ Status CheckDeviceRequest(const json& request, const std::string& field,
                                        std::to_string(kMpsMinSmPercent) + " %)"
                                  : std::string()) +
       ", or no cores for no compute share";
-  for (const auto& [name, value] : asks->items()) {
-    const std::string at = field + ".capacity.requests." + name;
-    if (name == names::kDraCapacityMemory) {
+  for (const auto& [capacity_name, value] : asks->items()) {
+    const std::string at = field + ".capacity.requests." + capacity_name;
+    if (capacity_name == names::kDraCapacityMemory) {
       auto bytes = CapacityValue(value, at, memory_form);
       if (!bytes.ok()) return bytes.status();
       if (*bytes == 0) return InvalidArgumentError(at + ": 0 asks no memory; " + memory_form);
-      if (largest != 0 && *bytes > largest) {
-        return OutOfRangeError(at + ": " + FormatBytesHuman(*bytes) +
-                               " is more than any GPU in the cluster has (largest: " +
-                               FormatBytesHuman(largest) + ")");
+      const std::uint64_t steps = (*bytes + kClaimMemoryStepBytes - 1) / kClaimMemoryStepBytes;
+      if (most != 0 && (steps > most / kClaimMemoryStepBytes)) {
+        return OutOfRangeError(
+            at + ": " + FormatBytesHuman(*bytes) +
+            " is more than any GPU in the cluster has (largest: " + FormatBytesHuman(largest) +
+            ", of which a claim gets at most " + FormatQuantity(most) + " in " +
+            FormatQuantity(kClaimMemoryStepBytes) + " steps)");
       }
-    } else if (name == names::kDraCapacityCores) {
+    } else if (capacity_name == names::kDraCapacityCores) {
       auto cores = CapacityValue(value, at, cores_form);
       if (!cores.ok()) return cores.status();
       if (*cores < least_cores || *cores > 100) {
@@ -179,6 +205,19 @@ Status CheckDeviceRequest(const json& request, const std::string& field,
   return Status::Ok();
 }
 
+// Whether a config's `requests` (none: every request) names `request` ("req" names each of its
+// subrequests, "req/sub" that one only), as the node applies configs.
+bool ConfigApplies(const json& config, const std::string& request) {
+  const json* names = Find(config, "requests");
+  if (names == nullptr || !names->is_array() || names->empty()) return true;
+  const std::string base = request.substr(0, request.find('/'));
+  for (const json& n : *names) {
+    if (n.is_string() && (n.get<std::string>() == request || n.get<std::string>() == base))
+      return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Policy& policy,
@@ -186,23 +225,48 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
   const std::string at(where);
   const json* devices = Find(spec, "devices");
   const json* requests = devices != nullptr ? Find(*devices, "requests") : nullptr;
-  ClaimScan scan;
+  std::vector<TesseraRequest> ours;
+  std::optional<TesseraRequest> first_mode;  // the first request whose mode is certain
   for (std::size_t i = 0; requests != nullptr && requests->is_array() && i < requests->size();
        ++i) {
     const json& r = (*requests)[i];
+    const std::string name = StringAt(r, "name");
     const std::string field = at + ".devices.requests[" + std::to_string(i) + "]";
+    std::vector<TesseraRequest> alternatives;
     if (const json* exactly = Find(r, "exactly")) {
-      TESSERA_RETURN_IF_ERROR(
-          CheckDeviceRequest(*exactly, field + ".exactly", policy, tier, largest_gpu_memory, scan));
+      std::optional<TesseraRequest> got;
+      TESSERA_RETURN_IF_ERROR(CheckDeviceRequest(*exactly, name, field + ".exactly", policy, tier,
+                                                 largest_gpu_memory, got));
+      if (got) alternatives.push_back(*got);
     }
     const json* first = Find(r, "firstAvailable");
     for (std::size_t j = 0; first != nullptr && first->is_array() && j < first->size(); ++j) {
+      std::optional<TesseraRequest> got;
       TESSERA_RETURN_IF_ERROR(
-          CheckDeviceRequest((*first)[j], field + ".firstAvailable[" + std::to_string(j) + "]",
-                             policy, tier, largest_gpu_memory, scan));
+          CheckDeviceRequest((*first)[j], name + "/" + StringAt((*first)[j], "name"),
+                             field + ".firstAvailable[" + std::to_string(j) + "]", policy, tier,
+                             largest_gpu_memory, got));
+      if (got) alternatives.push_back(*got);
     }
+    // One mode a claim: a request all of whose alternatives run one mode must run the claim's
+    // (one alternative of a request is allocated; the node judges the one that was).
+    const bool one_mode =
+        !alternatives.empty() &&
+        std::all_of(alternatives.begin(), alternatives.end(),
+                    [&](const TesseraRequest& a) { return a.mode == alternatives.front().mode; });
+    if (one_mode && first_mode && first_mode->mode != alternatives.front().mode) {
+      return InvalidArgumentError(
+          alternatives.front().field + ".deviceClassName: " +
+          std::string(alternatives.front().mode == SharingMode::kMps ? names::kDraClassMps
+                                                                     : names::kDraClassShared) +
+          " runs mode " + std::string(Name(alternatives.front().mode)) + ", but " +
+          first_mode->field + " asks mode " + std::string(Name(first_mode->mode)) +
+          "; a claim's GPUs run one mode (use one class, or two claims)");
+    }
+    if (one_mode && !first_mode) first_mode = alternatives.front();
+    ours.insert(ours.end(), alternatives.begin(), alternatives.end());
   }
-  bool mps_user = false;
+  std::vector<const json*> mps_user_configs;  // the driver's configs that set mpsUser
   const json* configs = devices != nullptr ? Find(*devices, "config") : nullptr;
   for (std::size_t i = 0; configs != nullptr && configs->is_array() && i < configs->size(); ++i) {
     const json* opaque = Find((*configs)[i], "opaque");
@@ -212,13 +276,18 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
     TESSERA_RETURN_IF_ERROR(ApplyGpuConfig(
         parameters != nullptr ? *parameters : json(),
         at + ".devices.config[" + std::to_string(i) + "].opaque.parameters", false, config));
-    mps_user = mps_user || !config.mps_user.empty();
+    if (!config.mps_user.empty()) mps_user_configs.push_back(&(*configs)[i]);
   }
-  if (scan.mode == SharingMode::kMps && !mps_user) {
-    return InvalidArgumentError(scan.mode_field +
-                                ".deviceClassName: " + std::string(names::kDraClassMps) +
+  for (const TesseraRequest& r : ours) {
+    if (r.mode != SharingMode::kMps) continue;
+    if (std::any_of(mps_user_configs.begin(), mps_user_configs.end(),
+                    [&](const json* c) { return ConfigApplies(*c, r.name); })) {
+      continue;
+    }
+    return InvalidArgumentError(r.field + ".deviceClassName: " + std::string(names::kDraClassMps) +
                                 ": add a config of driver " + std::string(names::kDraDriver) +
-                                " whose " + std::string(names::kDraConfigKind) +
+                                " for request " + r.name + " whose " +
+                                std::string(names::kDraConfigKind) +
                                 " sets mpsUser (the numeric user ID the GPU processes run as)");
   }
   return Status::Ok();

@@ -32,6 +32,14 @@ struct GpuConfig {
 Status ApplyGpuConfig(const nlohmann::json& parameters, std::string_view where, bool from_class,
                       GpuConfig& config);
 
+// The request policy of a device's `memory` capacity (the node's ResourceSlice): an ask is rounded
+// up to a step of 256 MiB (the smallest a CUDA context fits in), 1 GiB when it asks none, and a
+// device of `gpu_memory` bytes takes at most ClaimMemoryMax of it (the API server requires the
+// range's max - min to be whole steps, and a GPU's memory seldom is: an H200's 143771Mi is not).
+inline constexpr std::uint64_t kClaimMemoryStepBytes = std::uint64_t{256} << 20;
+inline constexpr std::uint64_t kClaimMemoryDefaultBytes = std::uint64_t{1} << 30;
+std::uint64_t ClaimMemoryMax(std::uint64_t gpu_memory);
+
 // Whether a DeviceClass is one of tessera's (shared.gpu.tessera.dev, mps.gpu.tessera.dev).
 bool IsTesseraDeviceClass(std::string_view device_class);
 // The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
@@ -39,10 +47,12 @@ bool IsTesseraDeviceClass(std::string_view device_class);
 SharingMode SharingModeOfClass(std::string_view device_class);
 
 // Checks a claim's spec (a ResourceClaim's `spec`, a ResourceClaimTemplate's `spec.spec`) for
-// what it asks of tessera's classes and driver: the capacities (memory a quantity above 0 and at
-// most `largest_gpu_memory` when that is known, cores a whole percent 1-100, at least the MPS
-// floor under mps), one mode a claim and one the namespace's `tier` allows, each GpuConfig of the
-// driver, and mpsUser set where a request is mps. Requests of other classes and configs of other
+// what it asks of tessera's classes and driver: the capacities (memory a quantity above 0 that,
+// rounded to the policy's steps, a GPU of `largest_gpu_memory` can give when that is known; cores
+// a whole percent 1-100, at least the MPS floor under mps), a mode the namespace's `tier` allows
+// and one mode a claim (alternatives of one request may differ: one is allocated), no adminAccess
+// and no toleration of the unhealthy taint, each GpuConfig of the driver, and mpsUser set by a
+// config that applies to each mps request. Requests of other classes and configs of other
 // drivers are not looked at. Errors name the field under `where` and the accepted form:
 // kPermissionDenied for what the tier forbids, kOutOfRange for memory larger than any GPU,
 // kInvalidArgument for the rest.

@@ -68,7 +68,7 @@ TEST(ClaimAsk, ZeroNegativeAndMalformedCapacitiesNameTheFieldAndTheForm) {
        "spec.devices.requests[0].exactly.capacity.requests.memory",
        "0 asks no memory"},
       {{{"memory", "-1Gi"}}, "capacity.requests.memory", "from 256Mi"},
-      {{{"memory", "lots"}}, "capacity.requests.memory", "to 80Gi (the largest GPU"},
+      {{{"memory", "lots"}}, "capacity.requests.memory", "to 80Gi (what the largest GPU"},
       {{{"memory", 12}}, "capacity.requests.memory", "not a quantity"},
       {{{"cores", "0"}}, "capacity.requests.cores", "from 1 to 100"},
       {{{"cores", "150"}}, "capacity.requests.cores", "150 is not a share"},
@@ -89,9 +89,48 @@ TEST(ClaimAsk, MoreMemoryThanAnyGpuIsOutOfRange) {
   const Status st = Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "100Gi"}})}));
   EXPECT_EQ(st.code(), StatusCode::kOutOfRange);
   EXPECT_NE(st.message().find("100.00 GiB is more than any GPU in the cluster has (largest: "
-                              "80.00 GiB)"),
+                              "80.00 GiB"),
             std::string::npos)
       << st.message();
+  // An H200's 143771Mi is not whole 256Mi steps: its slice offers at most 143616Mi, and an ask is
+  // rounded up to a step, so asking the whole GPU would stay Pending.
+  const std::uint64_t h200 = std::uint64_t{143771} << 20;
+  EXPECT_EQ(ClaimMemoryMax(h200), std::uint64_t{143616} << 20);
+  EXPECT_OK(Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "143616Mi"}})}),
+                  TrustTier::kTeam, h200));
+  for (const char* ask : {"143617Mi", "143771Mi"}) {
+    const Status s =
+        Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", ask}})}), TrustTier::kTeam, h200);
+    EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << ask;
+    EXPECT_NE(s.message().find("a claim gets at most 143616Mi in 256Mi steps"), std::string::npos)
+        << s.message();
+  }
+}
+
+// What the allocator would give but the node would refuse: admin access (capacity ignored) and a
+// toleration of the unhealthy taint.
+TEST(ClaimAsk, AdminAccessAndToleratingAnUnhealthyGpuAreRefused) {
+  json r = Request("shared.gpu.tessera.dev");
+  r["exactly"]["adminAccess"] = true;
+  Status st = Check(Spec({r}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("requests[0].exactly.adminAccess: "), std::string::npos)
+      << st.message();
+  for (const json& toleration : {json{{"key", "gpu.tessera.dev/unhealthy"}, {"operator", "Exists"}},
+                                 json{{"operator", "Exists"}}}) {
+    r = Request("shared.gpu.tessera.dev");
+    r["exactly"]["tolerations"] = {json{{"key", "other"}, {"operator", "Exists"}}, toleration};
+    st = Check(Spec({r}));
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << toleration.dump();
+    EXPECT_NE(st.message().find("requests[0].exactly.tolerations[1]: tolerates "
+                                "gpu.tessera.dev/unhealthy"),
+              std::string::npos)
+        << st.message();
+  }
+  r = Request("shared.gpu.tessera.dev");
+  r["exactly"]["adminAccess"] = false;
+  r["exactly"]["tolerations"] = {json{{"key", "other"}, {"operator", "Exists"}}};
+  EXPECT_OK(Check(Spec({r})));
 }
 
 TEST(ClaimAsk, FirstAvailableSubrequestsAreCheckedEach) {
@@ -139,6 +178,52 @@ TEST(ClaimAsk, OneModeAClaim) {
                         "ResourceClaim ml/c: spec.devices.requests[0].exactly asks mode shared"),
       std::string::npos)
       << st.message();
+}
+
+// Alternatives of one request may differ in mode (one of them is allocated); requests may not.
+TEST(ClaimAsk, AlternativesMayDifferInModeRequestsMayNot) {
+  json r = {{"name", "gpu"},
+            {"firstAvailable",
+             {{{"name", "shared"}, {"deviceClassName", "shared.gpu.tessera.dev"}},
+              {{"name", "mps"},
+               {"deviceClassName", "mps.gpu.tessera.dev"},
+               {"capacity", {{"requests", {{"cores", "20"}}}}}}}}};
+  EXPECT_OK(Check(Spec({r}, {Config(GpuConfigOf({{"mpsUser", 1000}}))})));
+  json mps = Request("mps.gpu.tessera.dev", {{"cores", "20"}});
+  mps["name"] = "second";
+  json shared = Request("shared.gpu.tessera.dev");
+  shared["name"] = "third";
+  // The mixed request says nothing of the claim's mode; the two others disagree.
+  const Status st = Check(Spec({r, mps, shared}, {Config(GpuConfigOf({{"mpsUser", 1000}}))}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("requests[2].exactly.deviceClassName: shared.gpu.tessera.dev runs "
+                              "mode shared, but ResourceClaim ml/c: spec.devices.requests[1]"),
+            std::string::npos)
+      << st.message();
+}
+
+// The node applies a config only to the requests it names: mpsUser must reach each mps request.
+TEST(ClaimAsk, TheMpsUserMustBeSetForEachMpsRequest) {
+  json mps = Request("mps.gpu.tessera.dev", {{"cores", "20"}});
+  json scoped = Config(GpuConfigOf({{"mpsUser", 1000}}));
+  scoped["requests"] = {"other"};
+  Status st = Check(Spec({mps}, {scoped}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("for request gpu whose GpuConfig sets mpsUser"), std::string::npos)
+      << st.message();
+  scoped["requests"] = {"gpu"};
+  EXPECT_OK(Check(Spec({mps}, {scoped})));
+  // "gpu" names each of its subrequests; "gpu/mps" that one only.
+  json alt = {{"name", "gpu"},
+              {"firstAvailable",
+               {{{"name", "mps"},
+                 {"deviceClassName", "mps.gpu.tessera.dev"},
+                 {"capacity", {{"requests", {{"cores", "20"}}}}}}}}};
+  EXPECT_OK(Check(Spec({alt}, {scoped})));
+  scoped["requests"] = {"gpu/mps"};
+  EXPECT_OK(Check(Spec({alt}, {scoped})));
+  scoped["requests"] = {"gpu/other"};
+  EXPECT_FALSE(Check(Spec({alt}, {scoped})).ok());
 }
 
 TEST(ClaimAsk, MpsNeedsItsFloorAndAUser) {

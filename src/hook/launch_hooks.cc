@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <mutex>
-#include <optional>
 #include <pthread.h>
 #include <string>
 #include <string_view>
@@ -463,14 +462,11 @@ void KeepProbeOffset(DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
 }
 
 // TESSERA_PROBE_CONTROL_NS: the control kernel's own GPU time (a smaller one would charge less,
-// so at least the H200's); `off`: no controls.
-std::optional<std::uint64_t> ControlKernelNs() {
-  static const std::optional<std::uint64_t> ns = []() -> std::optional<std::uint64_t> {
-    const char* value = std::getenv(std::string(names::kEnvProbeControlNs).c_str());
-    if (value != nullptr && std::string_view(value) == "off") return std::nullopt;
-    return BoundedEnvNs(names::kEnvProbeControlNs, kDefaultControlKernelNs, kDefaultControlKernelNs,
-                        kMaxProbeSetupNs);
-  }();
+// so at least the H200's). No value turns the controls off: the environment is the tenant's, and
+// the empty bracket's offset can be the smaller one.
+std::uint64_t ControlKernelNs() {
+  static const std::uint64_t ns = BoundedEnvNs(names::kEnvProbeControlNs, kDefaultControlKernelNs,
+                                               kDefaultControlKernelNs, kMaxProbeSetupNs);
   return ns;
 }
 
@@ -482,8 +478,6 @@ std::optional<std::uint64_t> ControlKernelNs() {
 void KeepControl(Governor& g, DeviceGovernor& d, std::unique_lock<std::mutex>& lock) {
   if (d.control_tried || d.epoch_stream == nullptr || d.context == nullptr) return;
   d.control_tried = true;
-  const std::optional<std::uint64_t> kernel_ns = ControlKernelNs();
-  if (!kernel_ns) return;
   const auto load = Real<CudaHook::cuModuleLoadData>();
   const auto get = Real<CudaHook::cuModuleGetFunction>();
   const auto launch = Real<CudaHook::cuLaunchKernel>();
@@ -510,7 +504,7 @@ void KeepControl(Governor& g, DeviceGovernor& d, std::unique_lock<std::mutex>& l
                 std::string(names::kEnvProbeSetupNs).c_str());
     return;
   }
-  d.tracker.SetControlKernelNs(*kernel_ns);
+  d.tracker.SetControlKernelNs(ControlKernelNs());
   g.events.AddControl(d.context, function);
 }
 

@@ -325,15 +325,18 @@ Status SchedulerProcess::BuildAdmission() {
       std::lock_guard<std::mutex> lock(s.denied_mu);
       std::erase_if(s.denied_recently,
                     [&](const auto& e) { return now - e.second > std::chrono::minutes(1); });
-      const std::string key =
-          d.namespace_name + "/" + d.name + "/" + std::to_string(static_cast<int>(d.rule));
+      const std::string key = d.kind + "/" + d.namespace_name + "/" + d.name + "/" +
+                              std::to_string(static_cast<int>(d.rule));
       if (!s.denied_recently.emplace(key, now).second) return;
     }
-    s.events->Warn(
-        {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", d.namespace_name}, {"name", d.name}},
-        names::kEventAdmissionDenied,
-        "rule " + std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) + ": " +
-            d.message);
+    s.events->Warn({{"apiVersion", d.api_version},
+                    {"kind", d.kind},
+                    {"namespace", d.namespace_name},
+                    {"name", d.name}},
+                   names::kEventAdmissionDenied,
+                   "rule " +
+                       std::string(webhook::kDenialRuleNames[static_cast<std::size_t>(d.rule)]) +
+                       ": " + d.message);
   };
   s.admission =
       std::make_unique<webhook::Admission>(&s.policy, webhook_options, view, s.quotas.get());

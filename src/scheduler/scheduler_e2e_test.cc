@@ -751,7 +751,7 @@ TEST_F(SchedulerE2E, DraClaimsAreRefusedAtAdmissionWithTheField) {
   };
   const Case cases[] = {
       {{{"memory", "0"}}, nullptr, "capacity.requests.memory: 0 asks no memory; accepted"},
-      {{{"memory", "20Gi"}}, nullptr, "more than any GPU in the cluster has (largest: 16.00 GiB)"},
+      {{{"memory", "20Gi"}}, nullptr, "more than any GPU in the cluster has (largest: 16.00 GiB"},
       {{{"cores", "101"}}, nullptr, "capacity.requests.cores: 101 is not a share"},
       {{{"gpu-memory", "4Gi"}}, nullptr, "unknown capacity; devices of gpu.tessera.dev offer"},
       {{{"memory", "4Gi"}}, lc, "latency-critical is set by a DeviceClass's config"},

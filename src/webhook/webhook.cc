@@ -145,7 +145,14 @@ json Admission::MutationsFor(const json& pod) const {
 json Admission::Deny(DenialRule rule, const AdmissionRequest& r, int code,
                      const std::string& message) {
   ++denials_[static_cast<std::size_t>(rule)];
-  if (options_.on_denial) options_.on_denial({rule, r.namespace_name, r.name, message, r.dry_run});
+  if (options_.on_denial) {
+    Denial d{rule, r.namespace_name, r.name, message, r.dry_run};
+    if (r.resource == "resourceclaims" || r.resource == "resourceclaimtemplates") {
+      d.api_version = "resource.k8s.io/v1";
+      d.kind = r.resource == "resourceclaims" ? "ResourceClaim" : "ResourceClaimTemplate";
+    }
+    options_.on_denial(d);
+  }
   return DenyResponse(r.uid, code, message);
 }
 

@@ -59,12 +59,14 @@ inline constexpr std::string_view kDenialRuleNames[] = {
 };
 inline constexpr std::size_t kDenialRules = std::size(kDenialRuleNames);
 
-// A refused pod, for the Event the scheduler posts about it.
+// A refused object (a pod, or on the DRA path a claim or claim template), for the Event the
+// scheduler posts about it.
 struct Denial {
   DenialRule rule;
   std::string namespace_name, name;  // may be empty (generateName, or no review at all)
   std::string message;
   bool dry_run = false;
+  std::string api_version = "v1", kind = "Pod";  // the Event's involvedObject
 };
 
 struct WebhookOptions {

@@ -232,7 +232,7 @@ TEST_F(WebhookTest, ClaimsAndTemplatesAreCheckedAtCreation) {
         << m;
     m = Denial(
         ClaimReview(resource, "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "200Gi"}})));
-    EXPECT_NE(m.find("is more than any GPU in the cluster has (largest: 141.00 GiB)"),
+    EXPECT_NE(m.find("is more than any GPU in the cluster has (largest: 141.00 GiB"),
               std::string::npos)
         << m;
     // The namespace's tier, from the policy: regulated gets no shared class.
@@ -246,6 +246,17 @@ TEST_F(WebhookTest, ClaimsAndTemplatesAreCheckedAtCreation) {
   EXPECT_TRUE(Validated(ClaimReview("resourceclaims", "vault",
                                     ClaimSpec("gpu.nvidia.com", {{"memory", "0"}})))["allowed"]
                   .get<bool>());
+  // The scheduler's Event goes to the claim (or template), not to a pod of the same name.
+  std::vector<webhook::Denial> seen;
+  WebhookOptions options = Options();
+  options.on_denial = [&seen](const webhook::Denial& d) { seen.push_back(d); };
+  Admission admission(&policy_, options, View(), nullptr);
+  admission.Validate(ClaimReview("resourceclaimtemplates", "ml",
+                                 ClaimSpec("shared.gpu.tessera.dev", {{"memory", "0"}})));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].kind, "ResourceClaimTemplate");
+  EXPECT_EQ(seen[0].api_version, "resource.k8s.io/v1");
+  EXPECT_EQ(seen[0].name, "c");
   json update =
       ClaimReview("resourceclaims", "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "0"}}));
   update["request"]["operation"] = "UPDATE";
