@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -37,6 +38,17 @@ inline std::string SchedulerConfig(int port) {
          "  managedResources:\n" +
          managed;
 }
+
+// Only claims and claim templates naming one of tessera's DeviceClasses are sent to the claims'
+// webhook (the webhook looks at nothing else: contract::IsTesseraDeviceClass), so claims of other
+// drivers never wait for tessera-scheduler. The chart carries the same expression.
+inline constexpr std::string_view kClaimMatchCondition =
+    "[request.resource.resource == 'resourceclaimtemplates' ? object.spec.spec : "
+    "object.spec].exists(c, has(c.devices) && has(c.devices.requests) && "
+    "c.devices.requests.exists(r, (has(r.exactly) && r.exactly.deviceClassName in "
+    "['shared.gpu.tessera.dev', 'mps.gpu.tessera.dev']) || (has(r.firstAvailable) && "
+    "r.firstAvailable.exists(s, s.deviceClassName in ['shared.gpu.tessera.dev', "
+    "'mps.gpu.tessera.dev']))))";
 
 // The webhook configurations that point the API server at tessera's webhooks.
 inline std::pair<nlohmann::json, nlohmann::json> WebhookConfigurations(int port,
@@ -79,6 +91,8 @@ inline std::pair<nlohmann::json, nlohmann::json> WebhookConfigurations(int port,
                                {"webhooks",
                                 {hook("pods.validate.tessera.dev", "/validate", validate_rules),
                                  hook("claims.validate.tessera.dev", "/validate", claim_rules)}}};
+  validating["webhooks"][1]["matchConditions"] = {
+      {{"name", "names-a-tessera-class"}, {"expression", std::string(kClaimMatchCondition)}}};
   mutating["webhooks"][0]["reinvocationPolicy"] = "IfNeeded";
   return {mutating, validating};
 }

@@ -772,6 +772,12 @@ TEST_F(SchedulerE2E, DraClaimsAreRefusedAtAdmissionWithTheField) {
   ASSERT_OK(
       create("ResourceClaim", "good", claim_spec({{"memory", "4Gi"}, {"cores", "30"}}, nullptr)));
   ASSERT_OK(create("ResourceClaimTemplate", "good", claim_spec({{"memory", "4Gi"}}, nullptr)));
+  // Claims of other classes are not sent to the webhook at all (its matchConditions), and the
+  // condition evaluates on both kinds (an error there would refuse them under failurePolicy Fail).
+  json other = claim_spec({{"memory", "0"}}, nullptr);
+  other["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.example.com";
+  ASSERT_OK(create("ResourceClaim", "other", other));
+  ASSERT_OK(create("ResourceClaimTemplate", "other", other));
 }
 
 // A latency-critical pod goes beside a long batch pod on the shared GPU: the batch pod asked for

@@ -422,6 +422,8 @@ TEST_F(HelmChartTest, DraPathServesTheDriverWithItsClassesAndRbac) {
     EXPECT_EQ(w["clientConfig"]["service"]["path"].as<std::string>(), "/validate");
     for (const auto& r : w["rules"][0]["resources"]) claim_resources.insert(r.as<std::string>());
     EXPECT_EQ(w["rules"][0]["apiGroups"][0].as<std::string>(), "resource.k8s.io");
+    EXPECT_EQ(w["matchConditions"][0]["expression"].as<std::string>(),
+              std::string(scheduler::kClaimMatchCondition));
   }
   EXPECT_EQ(claim_resources, (std::set<std::string>{"resourceclaims", "resourceclaimtemplates"}));
   const Manifests plain = Render();
