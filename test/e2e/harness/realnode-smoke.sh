@@ -251,8 +251,8 @@ dra_checks() {
   registered() { grep -q "kubelet registered the DRA plugin" <(kubectl logs -n tessera-system -l app.kubernetes.io/component=node --tail 500); }
   wait_for 60 "kubelet registering the DRA plugin" registered ||
     { tail -n 30 "$w/kubelet.log" >&2; exit 1; }
-  dra_pod() {  # NAME MEMORY CORES COMMAND: a ResourceClaim and a pod of the CUDA client using it
-    kubectl apply -f - >/dev/null <<YAML
+  dra_claim() {  # NAME MEMORY CORES [COUNT]: a ResourceClaim of COUNT GPUs (default 1)
+    cat <<YAML
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: $1, namespace: default}
@@ -262,7 +262,13 @@ spec:
     - name: gpu
       exactly:
         deviceClassName: shared.gpu.tessera.dev
+        count: ${4:-1}
         capacity: {requests: {memory: "$2", cores: "$3"}}
+YAML
+  }
+  dra_pod() {  # NAME MEMORY CORES COMMAND [COUNT]: a ResourceClaim and a pod of the CUDA client using it
+    kubectl apply -f - >/dev/null <<YAML
+$(dra_claim "$1" "$2" "$3" "${5:-1}")
 ---
 apiVersion: v1
 kind: Pod
@@ -287,7 +293,15 @@ YAML
   # Each stays running after its checks: kubelet unprepares a claim once its pod has ended.
   dra_pod infer 1Gi 20 "hook_client dlopen alloc plain 134217728; cat /etc/tessera/limits; echo checked; sleep 3600"
   dra_pod tune 2Gi 30 "hook_client dlopen alloc plain 134217728; cat /etc/tessera/limits; echo checked; sleep 3600"
-  dra_pod giant 64Gi 10 "echo never"
+  # A claim no GPU can hold is refused at admission (tessera-scheduler's claims webhook); one the
+  # node can never hold (3 GPUs of its 2) is admitted and left Pending by kube-scheduler.
+  local refused
+  if refused=$(dra_claim huge 64Gi 10 | kubectl apply -f - 2>&1); then
+    echo "realnode-smoke: a 64Gi claim was admitted on 16Gi GPUs" >&2; exit 1
+  fi
+  grep -q "claims.validate.tessera.dev.*ResourceClaim default/huge: spec.devices.requests\[0\].exactly.capacity.requests.memory: 64.00 GiB is more than any GPU in the cluster has" <<<"$refused" ||
+    { echo "realnode-smoke: the 64Gi claim was refused, but not by the claims webhook: $refused" >&2; exit 1; }
+  dra_pod giant 1Gi 10 "echo never" 3
   local pod log
   for pod in infer tune; do
     checked() { kubectl logs "$1" 2>/dev/null | grep -qx checked; }
@@ -306,7 +320,7 @@ YAML
   pending() {
     kubectl get pod giant -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | grep -q claim
   }
-  wait_for 60 "pod giant (64Gi: no GPU holds it) Pending with the reason" pending ||
+  wait_for 60 "pod giant (3 GPUs of the node's 2) Pending with the reason" pending ||
     { kubectl describe pod giant 2>&1 | tail -n 15 >&2; exit 1; }
   # The pod deleted: kubelet unprepares its claim and the slot's files go.
   local uid
@@ -315,7 +329,7 @@ YAML
   kubectl delete pod infer --wait=false >/dev/null
   gone() { [[ ! -e "$w/state/slots/claim-$uid" ]]; }
   wait_for 60 "claim infer unprepared (its slot removed)" gone || { tail -n 20 "$w/kubelet.log" >&2; exit 1; }
-  echo "realnode-smoke: DRA OK (ResourceSlice $(slice); claims of 1Gi/20 % and 2Gi/30 % allocated by kube-scheduler, prepared by the real kubelet through gpu.tessera.dev, each container refused at its own cap; a 64Gi claim Pending: $(kubectl get pod giant -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | cut -c1-100); an unprepared claim's slot removed)"
+  echo "realnode-smoke: DRA OK (ResourceSlice $(slice); claims of 1Gi/20 % and 2Gi/30 % allocated by kube-scheduler, prepared by the real kubelet through gpu.tessera.dev, each container refused at its own cap; a 64Gi claim refused at admission; a claim of 3 GPUs Pending: $(kubectl get pod giant -o jsonpath='{.status.conditions[?(@.type=="PodScheduled")].message}' | cut -c1-100); an unprepared claim's slot removed)"
 }
 if [[ "${REALNODE_CHART:-0}" == 1 ]]; then
   build=${TESSERA_BUILD_DIR:-$root/build/dev}
