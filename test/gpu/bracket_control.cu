@@ -32,6 +32,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "host_clock.h"  // beside this file
+
 __global__ void small_kernel(float* x, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = x[i] * 1.0001f + 1e-4f;
@@ -62,18 +64,6 @@ constexpr int kN = 4096, kThreads = 256, kBlocks = kN / kThreads;
 constexpr int kMaxBrackets = 200000;
 const char* const kVariants[] = {"probe", "empty", "null", "warm"};
 constexpr int kVariantCount = 4;
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-void Spin(double us) {
-  const double end = NowUs() + us;
-  while (NowUs() < end) {
-  }
-}
 
 #define CHECK(call)                                                                \
   do {                                                                             \
