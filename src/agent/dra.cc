@@ -294,16 +294,10 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
     const Json& c = (*configs)[i];
     const Json* opaque = Find(c, "opaque");
     if (opaque == nullptr || StringAt(*opaque, "driver") != names::kDraDriver) continue;
-    const Json* for_requests = Find(c, "requests");
-    bool applies = for_requests == nullptr || !for_requests->is_array() || for_requests->empty();
-    for (std::size_t j = 0; !applies && j < for_requests->size(); ++j) {
-      // "req" names every subrequest of req; "req/sub" that one only.
-      const Json& q = (*for_requests)[j];
-      const std::string named = q.is_string() ? q.get<std::string>() : "";
-      for (const std::string& r : full_requests)
-        applies |= !named.empty() && (r == named || r.substr(0, r.find('/')) == named);
+    if (std::none_of(full_requests.begin(), full_requests.end(),
+                     [&](const std::string& r) { return contract::ConfigAppliesTo(c, r); })) {
+      continue;
     }
-    if (!applies) continue;
     const Json* parameters = Find(*opaque, "parameters");
     const std::string source = StringAt(c, "source");
     TESSERA_RETURN_IF_ERROR(

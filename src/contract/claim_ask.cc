@@ -205,20 +205,18 @@ Status CheckDeviceRequest(const json& request, const std::string& name, const st
   return Status::Ok();
 }
 
-// Whether a config's `requests` (none: every request) names `request` ("req" names each of its
-// subrequests, "req/sub" that one only), as the node applies configs.
-bool ConfigApplies(const json& config, const std::string& request) {
+}  // namespace
+
+bool ConfigAppliesTo(const json& config, std::string_view request) {
   const json* names = Find(config, "requests");
   if (names == nullptr || !names->is_array() || names->empty()) return true;
-  const std::string base = request.substr(0, request.find('/'));
+  const std::string_view base = request.substr(0, request.find('/'));
   for (const json& n : *names) {
-    if (n.is_string() && (n.get<std::string>() == request || n.get<std::string>() == base))
-      return true;
+    if (!n.is_string() || n.get<std::string>().empty()) continue;
+    if (n.get<std::string>() == request || n.get<std::string>() == base) return true;
   }
   return false;
 }
-
-}  // namespace
 
 Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Policy& policy,
                       TrustTier tier, std::uint64_t largest_gpu_memory) {
@@ -281,7 +279,7 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
   for (const TesseraRequest& r : ours) {
     if (r.mode != SharingMode::kMps) continue;
     if (std::any_of(mps_user_configs.begin(), mps_user_configs.end(),
-                    [&](const json* c) { return ConfigApplies(*c, r.name); })) {
+                    [&](const json* c) { return ConfigAppliesTo(*c, r.name); })) {
       continue;
     }
     return InvalidArgumentError(r.field + ".deviceClassName: " + std::string(names::kDraClassMps) +

@@ -46,6 +46,11 @@ bool IsTesseraDeviceClass(std::string_view device_class);
 // driver's devices shares them.
 SharingMode SharingModeOfClass(std::string_view device_class);
 
+// Whether a devices.config[] entry applies to `request` ("req", or "req/sub" for a
+// firstAvailable alternative): no `requests` names every request, "req" each of its
+// subrequests, "req/sub" that one only. Admission and the node apply configs by this one rule.
+bool ConfigAppliesTo(const nlohmann::json& config, std::string_view request);
+
 // Checks a claim's spec (a ResourceClaim's `spec`, a ResourceClaimTemplate's `spec.spec`) for
 // what it asks of tessera's classes and driver: the capacities (memory a quantity above 0 that,
 // rounded to the policy's steps, a GPU of `largest_gpu_memory` can give when that is known; cores

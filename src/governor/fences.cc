@@ -668,10 +668,12 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
     } else if (item.state == EventApi::State::kDone && item.timed) {
       const std::uint64_t span = item.span_ns;
       if (seg.probe) {
-        const double ns = static_cast<double>(ProbeNs(seg, span));
+        // Its launch's time before and after the kind's offset (what ProbeNs gives), the kind
+        // looked up once.
         const double raw = static_cast<double>(
             std::max<std::uint64_t>(span > seg.probe_gap_ns ? span - seg.probe_gap_ns : 0, 1));
         Kind& k = KindFor(seg.probe_key);
+        const double ns = std::max(1.0, raw - static_cast<double>(OffsetOf(k)));
         if (seg.exact && !k.exact) {  // the first exact probe replaces the inexact ones
           k.raw_ns = 0;
           k.exact = true;

@@ -632,12 +632,7 @@ TEST(FenceTracker, AControlWhoseGateWasOpenedTimesNothing) {
   gpu.watchdog = true;
   FenceTracker t(&gpu, FenceOptions{200'000, 64, 4, 11, /*min_probe_gap_ns=*/100'000});
   t.SetProbeOffsetNs(2'300);
-  for (int i = 0; i < 5'000; ++i) {
-    LaunchOn(t, gpu, 1'000, 1);
-    gpu.now += 4'000;
-    t.Poll();
-  }
-  Drain(t, gpu);
+  LoopOfMicrosecondKernels(t, gpu, 5'000);
   EXPECT_GT(gpu.control_launches, 0);
   EXPECT_EQ(t.stats().controls, 0u);
   EXPECT_EQ(t.stats().controls_left_out, static_cast<std::uint64_t>(gpu.control_launches));
