@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <utility>
 
@@ -32,6 +33,21 @@ namespace {
 
 Status UsageError(const std::string& what) {
   return InvalidArgumentError(what + "\n" + std::string(UsageOf("run")));
+}
+
+// Whether the GPUs' compute arbiter has made a first decision for this container on each of its
+// `devices` (its beat is set), waiting up to half a second.
+bool AwaitFirstDecision(const shm::Region& region, std::size_t devices) {
+  for (int waited_ms = 0;; ++waited_ms) {
+    bool all = true;
+    for (std::size_t i = 0; i < devices; ++i) {
+      all &= region.compute[i].arbiter_beat_ns.load(std::memory_order_relaxed) != 0;
+    }
+    if (all) return true;
+    if (waited_ms == 500) return false;
+    const timespec nap{0, 1'000'000};
+    nanosleep(&nap, nullptr);
+  }
 }
 
 volatile sig_atomic_t g_child = 0;
@@ -282,6 +298,13 @@ StatusOr<int> RunUnderCap(const RunOptions& o, std::ostream& err) {
   }
   auto arbiter = governor::LocalArbiter::Register(arbiter_dir, limits_path, region_path, uuids);
   if (!arbiter.ok()) return arbiter.status();
+  // The command starts once the arbiter has decided for it on every GPU: until then its gates
+  // read free and its first launches would run ungoverned (another `tessera run` hosting the
+  // arbiter finds us at its next scan, within a tenth of a second). Bounded: a host that never
+  // comes leaves the launches as free as they are on a GPU without one.
+  if (!AwaitFirstDecision(*region->region(), gpus.size())) {
+    err << "tessera run: the GPU's compute arbiter has not decided yet; starting anyway\n";
+  }
 
   // The command's environment: ours, less what would steer the GPU, the preload or MPS elsewhere.
   const std::string limits_variable = std::string(names::kEnvLimitsFile) + "=";

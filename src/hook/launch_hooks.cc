@@ -43,6 +43,11 @@ constexpr std::uint64_t kGatePollNs = 50'000;
 constexpr std::uint64_t kWatchPollNs = 500'000;
 constexpr std::uint64_t kWatchPollWaitedNs = 100'000;  // while a launch waits for the depth
 constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no launch for this long
+// A launch writes the region's activity stamp only when the stamp is this old (the watcher writes
+// the latest launch's moment at every poll): the arbiter reads it at 250 us and 1 ms scales, and
+// the stamp's cache line is shared by every process of the container (two launch-bound processes
+// writing it at every launch lost a tenth of their rate to each other on the H200).
+constexpr std::uint64_t kActiveStampNs = 50'000;
 constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the depth wait
 // How often the watcher re-times its epoch against the host clock (the GPU's timer and the
 // host's drift apart by parts per million; cuEventElapsedTime is a float of milliseconds).
@@ -338,6 +343,12 @@ struct DeviceGovernor {
   std::uint64_t empty_brackets[8] = {};  // its latest timings (0: none yet)
   std::uint32_t empty_next = 0;
   bool control_tried = false;  // the probes' control kernel (KeepControl)
+  // What the launches tell the region, kept here and written by the watcher (PublishLaunches):
+  // the region's Compute counters are one cache line that every process of the container would
+  // otherwise write at every launch.
+  std::uint64_t launches_unpublished = 0;
+  std::uint64_t last_launch_ns = 0;
+  std::uint64_t active_stamped_ns = 0;  // the latest launch moment written to the region
 };
 
 // Per-process state. Leaked on purpose (hooks may run while the process exits); a fork child
@@ -532,6 +543,19 @@ void KeepEpoch(DeviceGovernor& d, std::uint64_t now, std::unique_lock<std::mutex
   KeepProbeOffset(d, lock);
 }
 
+// Writes what the launches since the last call told (their count, the latest one's moment) to the
+// region. Under the governor's mutex.
+void PublishLaunches(DeviceGovernor& d, shm::Compute& c) {
+  if (d.launches_unpublished != 0) {
+    c.launches.fetch_add(d.launches_unpublished, std::memory_order_relaxed);
+    d.launches_unpublished = 0;
+  }
+  if (d.last_launch_ns > d.active_stamped_ns) {
+    c.active_ns.store(d.last_launch_ns, std::memory_order_relaxed);
+    d.active_stamped_ns = d.last_launch_ns;
+  }
+}
+
 // Adds the watcher's findings to the region — the part of the measured spans that no other
 // stream or process of the container had covered — and counts the tracker's new failures. The
 // driver calls (event queries, elapsed times) run without the governor's mutex.
@@ -618,6 +642,7 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       KeepEpoch(*d, now, lock);
       KeepControl(*g, *d, lock);
       Publish(*d, region->compute[i], region->busy[i], now, lock);
+      PublishLaunches(*d, region->compute[i]);
     }
     g->completed.NotifyAll();
     if (!any) {
@@ -804,8 +829,12 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   }
   const std::uint64_t now_after_fences = g_stats_enabled ? NowNs() : 0;
   if (r == CUDA_SUCCESS) {  // a failing launch (a sticky fault) is no demand for the GPU
-    c.launches.fetch_add(1, std::memory_order_relaxed);
-    c.active_ns.store(now, std::memory_order_relaxed);
+    ++d.launches_unpublished;
+    d.last_launch_ns = now;
+    if (now >= d.active_stamped_ns + kActiveStampNs) {
+      c.active_ns.store(now, std::memory_order_relaxed);
+      d.active_stamped_ns = now;
+    }
   } else {  // e.g. too few SMs under an MPS limit: the node reports it (metric, Event)
     c.launch_failures.fetch_add(1, std::memory_order_relaxed);
   }
@@ -855,6 +884,20 @@ void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
 }
 
 }  // namespace
+
+void PublishGovernorCounters() {
+  shm::Region* region = g_compute_region;
+  if (region == nullptr) return;
+  Governor& g = *g_governor;
+  // At exit the watcher may hold the mutex for a poll (its driver calls run without it): a few
+  // short tries, never an unbounded wait.
+  std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
+  for (int i = 0; i < 50 && !lock.try_lock(); ++i) SleepNs(200'000);
+  if (!lock.owns_lock()) return;
+  for (std::uint32_t i = 0; i < shm::kMaxDevices; ++i) {
+    if (g.devices[i] != nullptr) PublishLaunches(*g.devices[i], region->compute[i]);
+  }
+}
 
 void PrintGovernorStats() {
   const GovernorStats& st = g_governor_stats;

@@ -38,6 +38,7 @@ std::uint64_t ProcessStartTime() {
 
 __attribute__((destructor)) void OnUnload() {
   State& s = S();
+  PublishGovernorCounters();
   if (g_stats_enabled) PrintStats(s);
   if (s.region != nullptr && s.slot != shm::kNoSlot) {
     shm::ReleaseSlot(*s.region, s.slot);

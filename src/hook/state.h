@@ -99,6 +99,9 @@ inline shm::Region* GovernedRegion() {
 void CountMachineryError(const char* what);
 // TESSERA_HOOK_STATS: the governed launch path's time per launch (launch_hooks.cc).
 void PrintGovernorStats();
+// launch_hooks.cc: writes the governed launches' counters kept in the process to the region (the
+// watcher does at every poll; this at exit, for the launches since its last).
+void PublishGovernorCounters();
 // launch_hooks.cc: the governor's per-process state starts afresh in a fork child; a stream
 // about to be destroyed has its open work fenced.
 void ResetGovernorAfterFork();

@@ -463,7 +463,8 @@ int Run(const Api& api, int argc, char** argv) {
     // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while (the fake driver
     // sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US), a synchronize
     // every 8. capture SECONDS KERNEL_US: first 64 of them into a stream capture (graph nodes),
-    // then the same on that stream, counting the driver's capture queries meanwhile.
+    // then the same on that stream, counting the driver's capture queries meanwhile. A third
+    // argument `exit`: the process exits with its last 64 kernels in flight.
     using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
     using Sync = CUresult (*)(void);
     void* driver = dlopen("libcuda.so.1", RTLD_NOW);
@@ -510,7 +511,15 @@ int Run(const Api& api, int argc, char** argv) {
       if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) != CUDA_SUCCESS) break;
       if (++kernels % 8 == 0 && sync() != CUDA_SUCCESS) ++sync_errors;
     }
-    if (sync() != CUDA_SUCCESS) ++sync_errors;
+    if (argc > 3 && std::strcmp(argv[3], "exit") == 0) {
+      // ... and then 64 more, exiting with them in flight (nothing waits for them).
+      for (int i = 0; i < 64; ++i) {
+        if (api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) == CUDA_SUCCESS)
+          ++kernels;
+      }
+    } else if (sync() != CUDA_SUCCESS) {
+      ++sync_errors;
+    }
     std::printf("kernels=%ld\nsync_errors=%ld\n", kernels, sync_errors);
     if (calls != nullptr)
       std::printf("capture_queries=%llu\n", calls("cuStreamIsCapturing") - asked);

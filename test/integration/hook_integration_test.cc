@@ -729,6 +729,22 @@ TEST_F(TesseraRunTest, AHardShareHoldsLaunchesAndMeasuresBusyTime) {
   EXPECT_GT(out.Num("kernels"), 0u);
 }
 
+// Every governed launch is counted in the region, although the launches keep their count in the
+// process and the watcher writes it (the region's counters are a cache line every process of the
+// container shares): the launches after the watcher's last poll (here 64 launched just before
+// the process exits, nothing waiting for them) are written at exit.
+TEST_F(TesseraRunTest, EveryGovernedLaunchIsCounted) {
+  testutil::TempDir arbiter;
+  const Output out =
+      Run({"--gpu-cores", "50", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "spin", "0.5", "100", "exit"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  const std::size_t at = out.text.rfind(" governed launch(es)");
+  ASSERT_NE(at, std::string::npos) << out.text;
+  const unsigned long long governed = std::stoull(out.text.substr(out.text.rfind(' ', at - 1)));
+  EXPECT_EQ(governed, out.Num("kernels")) << out.text;
+}
+
 // Launches into a stream being captured are graph nodes: they pass ungoverned, and nothing of the
 // governor's (a fence event, a probe's gate) goes into the capture — the fake driver fails the
 // capture's end if anything but a launch went in. Once every capture has ended, governed launches
