@@ -570,7 +570,11 @@ void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_
     lock.lock();
     d.tracker.EndPoll(d.batch, &d.measured);
   }
-  if (d.tracker.HasFenced()) c.active_ns.store(now, std::memory_order_relaxed);
+  if (d.tracker.HasFenced()) {
+    c.active_ns.store(now, std::memory_order_relaxed);
+    // PublishLaunches must not move the stamp back to the latest launch's moment.
+    d.active_stamped_ns = std::max(d.active_stamped_ns, now);
+  }
   if (d.tracker.errors() > d.errors_counted) {
     d.errors_counted = d.tracker.errors();
     CountMachineryError("a fence event could not be recorded or timed; that work went unmeasured");
