@@ -46,7 +46,8 @@ constexpr std::uint64_t kIdleFenceNs = 1'000'000;  // an open segment with no la
 // A launch writes the region's activity stamp only when the stamp is this old (the watcher writes
 // the latest launch's moment at every poll): the arbiter reads it at 250 us and 1 ms scales, and
 // the stamp's cache line is shared by every process of the container (two launch-bound processes
-// writing it at every launch lost a tenth of their rate to each other on the H200).
+// writing it at every launch bounced it between their cores; what that cost them on the H200 is
+// not settled: docs/benchmarks.md, session 22).
 constexpr std::uint64_t kActiveStampNs = 50'000;
 constexpr std::uint64_t kMaxDepthWaitNs = 20'000'000;  // at least; see the depth wait
 // How often the watcher re-times its epoch against the host clock (the GPU's timer and the

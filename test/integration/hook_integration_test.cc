@@ -704,6 +704,11 @@ unsigned long long MsAfter(const std::string& text, const std::string& label) {
   const std::size_t at = text.rfind(label);
   return at == std::string::npos ? ~0ULL : std::stoull(text.substr(at + label.size()));
 }
+// The closing line's count of governed launches (~0 if there is none).
+unsigned long long GovernedLaunches(const std::string& text) {
+  const std::size_t at = text.rfind(" governed launch(es)");
+  return at == std::string::npos ? ~0ULL : std::stoull(text.substr(text.rfind(' ', at - 1)));
+}
 
 TEST_F(TesseraRunTest, AloneWithoutAShareLaunchesRunUngoverned) {
   testutil::TempDir arbiter;
@@ -739,10 +744,7 @@ TEST_F(TesseraRunTest, EveryGovernedLaunchIsCounted) {
       Run({"--gpu-cores", "50", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
            TESSERA_HOOK_CLIENT, "dlopen", "spin", "0.5", "100", "exit"});
   EXPECT_EQ(out.exit_code, 0) << out.text;
-  const std::size_t at = out.text.rfind(" governed launch(es)");
-  ASSERT_NE(at, std::string::npos) << out.text;
-  const unsigned long long governed = std::stoull(out.text.substr(out.text.rfind(' ', at - 1)));
-  EXPECT_EQ(governed, out.Num("kernels")) << out.text;
+  EXPECT_EQ(GovernedLaunches(out.text), out.Num("kernels")) << out.text;
 }
 
 // Launches into a stream being captured are graph nodes: they pass ungoverned, and nothing of the
@@ -762,9 +764,8 @@ TEST_F(TesseraRunTest, LaunchesIntoACaptureAreGraphNodesAndCapturesAreCounted) {
   EXPECT_GT(out.Num("kernels"), 50u) << out.text;
   EXPECT_EQ(out.Num("capture_queries"), 0u) << out.text;
   EXPECT_GT(MsAfter(out.text, "GPU busy "), 0u) << out.text;  // the launches after it: governed
-  const std::size_t at = out.text.rfind(" governed launch(es)");
-  ASSERT_NE(at, std::string::npos) << out.text;
-  const unsigned long long governed = std::stoull(out.text.substr(out.text.rfind(' ', at - 1)));
+  const unsigned long long governed = GovernedLaunches(out.text);
+  ASSERT_NE(governed, ~0ULL) << out.text;
   EXPECT_GT(governed, 0u) << out.text;
   EXPECT_LE(governed, out.Num("kernels")) << out.text;  // the captured 64 are not among them
 }
