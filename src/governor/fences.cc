@@ -417,6 +417,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
                                s.open_probe_key, s.open_probe ? s.open_probe_gap_ns : 0, now_ns,
                                s.last_launch_ns, s.open_first_ns, std::move(s.open_submissions),
                                s.open_probe && s.holding, s.open_begin_ns});
+    s.fenced.back().seq = next_seq_++;
     SetTail(s, end);
     pushed = true;
   }
@@ -471,6 +472,34 @@ void FenceTracker::FenceAll(std::uint64_t now_ns, MayRecord may_record) {
       Drop(s);
     }
   }
+}
+
+void FenceTracker::MarkCompleted(Stream& s, std::uint64_t ticket) {
+  if (!s.ordered) return;
+  std::size_t done = 0;
+  double estimate_ns = 0;
+  std::uint64_t unknown = 0;
+  for (const Segment& seg : s.fenced) {
+    if (seg.seq >= ticket) break;
+    ++done;
+    estimate_ns += seg.estimate_ns;
+    unknown += seg.unknown;
+  }
+  if (done > s.done) {
+    s.done = done;
+    s.done_estimate_ns = estimate_ns;
+    s.done_unknown = unknown;
+  }
+}
+
+void FenceTracker::Completed(void* stream, std::uint64_t ticket) {
+  for (Stream& s : streams_) {
+    if (s.handle == stream) MarkCompleted(s, ticket);
+  }
+}
+
+void FenceTracker::CompletedAll(std::uint64_t ticket) {
+  for (Stream& s : streams_) MarkCompleted(s, ticket);
 }
 
 void FenceTracker::FenceIdle(std::uint64_t now_ns, std::uint64_t idle_ns, MayRecord may_record) {
@@ -758,6 +787,9 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
       spare_submissions_.push_back(std::move(seg.submissions));
     }
     s.fenced.pop_front();
+    if (s.done > 0) --s.done;
+    s.done_estimate_ns = s.done == 0 ? 0 : s.done_estimate_ns - seg.estimate_ns;
+    s.done_unknown = s.done == 0 ? 0 : s.done_unknown - seg.unknown;
     s.fenced_estimate_ns = s.fenced.empty() ? 0 : s.fenced_estimate_ns - seg.estimate_ns;
     s.fenced_unknown = s.fenced.empty() ? 0 : s.fenced_unknown - seg.unknown;
     s.fenced_launches = s.fenced.empty() ? 0 : s.fenced_launches - seg.launches;
@@ -791,9 +823,12 @@ void FenceTracker::Poll(Measured* out) {
 std::uint64_t FenceTracker::InFlightEstimateNs(std::uint64_t now_ns) const {
   double total = 0;
   for (const Stream& s : streams_) {
-    double stream_ns = s.open_estimate_ns + s.open_unknown * Estimate(s) + FencedPendingNs(s);
-    if (!s.fenced.empty() && now_ns > s.fenced.front().fenced_at_ns) {
-      stream_ns = std::max(stream_ns, static_cast<double>(now_ns - s.fenced.front().fenced_at_ns));
+    // What a returned wait showed complete is not in flight, however long its poll takes.
+    const double done_ns = s.done_estimate_ns + static_cast<double>(s.done_unknown) * Estimate(s);
+    double stream_ns = s.open_estimate_ns + s.open_unknown * Estimate(s) +
+                       std::max(0.0, FencedPendingNs(s) - done_ns);
+    if (s.done < s.fenced.size() && now_ns > s.fenced[s.done].fenced_at_ns) {
+      stream_ns = std::max(stream_ns, static_cast<double>(now_ns - s.fenced[s.done].fenced_at_ns));
     }
     total += stream_ns;
   }
@@ -817,6 +852,11 @@ bool FenceTracker::Learning() const {
 bool FenceTracker::HasFenced() const {
   return std::any_of(streams_.begin(), streams_.end(),
                      [](const Stream& s) { return !s.fenced.empty(); });
+}
+
+bool FenceTracker::HasPending() const {
+  return std::any_of(streams_.begin(), streams_.end(),
+                     [](const Stream& s) { return s.fenced.size() > s.done; });
 }
 
 bool FenceTracker::HasWork() const {

@@ -201,6 +201,16 @@ class FenceTracker {
   static bool AlwaysRecord(void*) { return true; }
   void Fence(void* stream, std::uint64_t now_ns, MayRecord may_record = AlwaysRecord);
   void FenceAll(std::uint64_t now_ns, MayRecord may_record = AlwaysRecord);
+  // A wait that has returned (a synchronize of one stream, or of the context): what was fenced
+  // on `stream` (on every stream) before Ticket() was read has completed, though it is timed
+  // and charged only when a poll reaches it. The launch path's depth (OverDepth) stops counting
+  // it at once: the poll is up to a watcher interval away, and a program that synchronizes and
+  // launches again would otherwise wait for that poll (on the H200 four streams of 20 us
+  // kernels ran at 0.87-0.97 of native at a share that did not bind). A key several of the GPU's
+  // streams share (FenceOptions::shared_key) is never marked: its wait covers one of them.
+  std::uint64_t Ticket() const { return next_seq_; }
+  void Completed(void* stream, std::uint64_t ticket);
+  void CompletedAll(std::uint64_t ticket);
   // Fences the open segments whose latest launch is older than `idle_ns` (work launched and then
   // left without a synchronize), on the streams `may_record` allows. Such a late fence may sit
   // after idle time; its segment, like any, counts no more than its launches' estimates.
@@ -264,8 +274,8 @@ class FenceTracker {
     return depth_ns <= shm::kDepthOneLaunchUs * 1000ULL;
   }
   bool OverDepth(std::uint64_t depth_ns, std::uint64_t now_ns) const {
-    if (OneLaunch(depth_ns)) return HasFenced();
-    return HasFenced() && (Learning() || InFlightEstimateNs(now_ns) >= depth_ns);
+    if (OneLaunch(depth_ns)) return HasPending();
+    return HasPending() && (Learning() || InFlightEstimateNs(now_ns) >= depth_ns);
   }
   // The longest a fenced segment now pending is expected to take (its launches at its stream's
   // estimate; 0 while no estimate is known): how long a wait for it is still normal.
@@ -273,7 +283,8 @@ class FenceTracker {
   // Whether a stream still waits for its first completion and already has a fenced segment.
   bool Learning() const;
   bool HasFenced() const;
-  bool HasWork() const;  // fenced or open segments
+  bool HasPending() const;  // fenced segments not known to have completed (Completed)
+  bool HasWork() const;     // fenced or open segments
   std::uint64_t errors() const { return errors_; }
   // What a probe's span holds beyond its kernel, taken off each probe: the two events' own
   // processing and the launch's setup on the GPU. On the H200 a gated bracket exceeds the
@@ -351,6 +362,7 @@ class FenceTracker {
     bool held = false;              // a probe that was held at the gate
     std::uint64_t begun_at_ns = 0;  // a probe: host clock, when BeforeLaunch took it
     bool control = false;           // our empty kernel alone: times the offset, charges nothing
+    std::uint64_t seq = 0;          // the tracker's count of fenced segments when it was fenced
   };
   struct Stream {
     void* handle = nullptr;
@@ -383,6 +395,11 @@ class FenceTracker {
     double fenced_estimate_ns = 0;
     std::uint64_t fenced_unknown = 0;
     std::uint64_t fenced_launches = 0;  // ... and their launches (a Hold needs few of them)
+    // Its oldest fenced segments known to have completed (a wait returned; Completed), not yet
+    // polled: how many, and their estimates and unknown launches, summed.
+    std::size_t done = 0;
+    double done_estimate_ns = 0;
+    std::uint64_t done_unknown = 0;
     // Its segments complete in order (one stream). Not so for a key several of the GPU's streams
     // share (the per-thread default stream of every thread: FenceOptions::shared_key).
     bool ordered = true;
@@ -408,6 +425,7 @@ class FenceTracker {
   void Close(Stream& s, std::uint64_t now_ns);
   void Drop(Stream& s);
   bool ReleaseHold(Stream& s);  // false: the gate had been opened before (Release)
+  void MarkCompleted(Stream& s, std::uint64_t ticket);  // Completed, one stream
   // Starts the open segment of an idle stream at a new event (behind a Hold for a probe).
   bool StartAtNewEvent(Stream& s, bool probe);
   double Estimate(const Stream& s) const;
@@ -462,6 +480,7 @@ class FenceTracker {
   };
   std::unordered_map<int, Epoch> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
+  std::uint64_t next_seq_ = 0;  // segments fenced so far (Segment::seq, Ticket)
   Stats stats_;
 };
 

@@ -143,6 +143,71 @@ TEST(FenceTracker, ASegmentEndsAtTheDepthWhenThatIsBelowTheQuantum) {
   EXPECT_EQ(Drain(t, gpu), 120'000u);
 }
 
+// A synchronize that returned says its work completed before the watcher's poll does: the next
+// launches' depth stops counting it (four streams that synchronize every half millisecond waited
+// for the poll at every batch on the H200), while the poll still charges it in full.
+TEST(FenceTracker, AWaitThatReturnedTakesItsWorkOutOfTheDepth) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no quantum, no random probes
+  LaunchOn(t, gpu, 100'000);  // learn the kind's 100 us (its first two launches are probes)
+  LaunchOn(t, gpu, 100'000);
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 200'000u);
+  for (int i = 0; i < 10; ++i) LaunchOn(t, gpu, 100'000);
+  t.Fence(kStream, gpu.now);
+  const std::uint64_t ticket = t.Ticket();
+  gpu.now += 2'000'000;  // the synchronize waited for the 1 ms of work
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 1'000'000u);
+  EXPECT_TRUE(t.OverDepth(500'000, gpu.now));
+  t.Completed(kStream, ticket);
+  EXPECT_EQ(t.InFlightEstimateNs(gpu.now), 0u);
+  EXPECT_FALSE(t.OverDepth(500'000, gpu.now));
+  EXPECT_FALSE(t.OverDepth(shm::kDepthOneLaunchUs * 1000ULL, gpu.now));  // one launch's depth
+  EXPECT_TRUE(t.HasFenced());                                            // not polled yet
+  // Work fenced after the ticket (another thread's, say) is still in flight.
+  for (int i = 0; i < 3; ++i) LaunchOn(t, gpu, 100'000);
+  t.Fence(kStream, gpu.now);
+  t.Completed(kStream, ticket);
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 300'000u);
+  EXPECT_LT(t.InFlightEstimateNs(gpu.now), 1'000'000u);
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 1'300'000u);  // charged in full all the same
+  EXPECT_FALSE(t.HasFenced());
+  EXPECT_EQ(t.InFlightEstimateNs(gpu.now), 0u);
+}
+
+// One stream's wait says nothing of another's; a context's wait covers every stream but a key
+// several of the GPU's streams share (a wait from one thread covers its own per-thread stream).
+TEST(FenceTracker, AStreamsWaitLeavesTheOtherStreamsInFlight) {
+  void* const other = reinterpret_cast<void*>(0x20);
+  void* const shared = reinterpret_cast<void*>(0x30);
+  OneStreamGpu gpu;
+  FenceOptions options{1'000'000'000, 1000, 0, 1};
+  options.shared_key = shared;
+  FenceTracker t(&gpu, options);
+  LaunchOn(t, gpu, 100'000);  // the kind's estimate
+  LaunchOn(t, gpu, 100'000);
+  gpu.now += 1'000'000;
+  t.Poll();
+  for (void* stream : {kStream, other, shared}) {
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(t.BeforeLaunch(stream, gpu.now, 0));
+      gpu.Launch(100'000);
+      t.AfterLaunch(stream, gpu.now);
+    }
+  }
+  t.FenceAll(gpu.now);
+  const std::uint64_t ticket = t.Ticket();
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 1'200'000u);
+  t.Completed(kStream, ticket);
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 800'000u);
+  EXPECT_LT(t.InFlightEstimateNs(gpu.now), 1'200'000u);
+  t.CompletedAll(ticket);
+  EXPECT_GE(t.InFlightEstimateNs(gpu.now), 400'000u);  // the shared key's
+  EXPECT_LT(t.InFlightEstimateNs(gpu.now), 800'000u);
+  EXPECT_TRUE(t.HasPending());
+}
+
 // A launch-bound segment's charge lies where its launches were submitted: 4 us kernels submitted
 // every 10 us are laid at 0-4, 10-14 and 20-24 us of the window, not packed at its end.
 TEST(LayCharge, PutsEachLaunchWhereItWasSubmitted) {

@@ -332,6 +332,9 @@ TEST_F(TrampolineTest, GetProcAddressAnswersTheVersionedTrampoline) {
   EXPECT_EQ(ProcAddress("cuCtxCreate", 12080), Addr(&::cuCtxCreate_v4));
   EXPECT_EQ(ProcAddress("cuEventElapsedTime", 12000), Addr(&::cuEventElapsedTime));
   EXPECT_EQ(ProcAddress("cuEventElapsedTime", 12080), Addr(&::cuEventElapsedTime_v2));
+  // CUDA 13's runtime synchronizes a device through the context's _v2 (a fence before it).
+  EXPECT_EQ(ProcAddress("cuCtxSynchronize", 12090), Addr(&::cuCtxSynchronize));
+  EXPECT_EQ(ProcAddress("cuCtxSynchronize", 13000), Addr(&::cuCtxSynchronize_v2));
   // The runtime's bootstrap: cuGetProcAddress asked for itself.
   EXPECT_EQ(ProcAddress("cuGetProcAddress", 11080), Addr(&::cuGetProcAddress));
   EXPECT_EQ(ProcAddress("cuGetProcAddress", 12000), Addr(&::cuGetProcAddress_v2));

@@ -863,15 +863,39 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
 // measured to its end and nothing after it counts.
 // A context-wide wait (cuCtxSynchronize, cuEventSynchronize) fences the current device's
 // streams only: an event of another device's context cannot be recorded from this one.
-void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
+// What the wait covers, once it has returned: its stream's work (cuStreamSynchronize), every
+// stream's of the current device (cuCtxSynchronize, cuCtxSynchronize_v2 of the current context),
+// or nothing known (cuEventSynchronize).
+// kNone: nothing is fenced either (a context other than the current one).
+enum class Waited { kStream, kContext, kUnknown, kNone };
+
+bool IsCurrentContext(CUcontext ctx) {
+  CUcontext current = nullptr;
+  const auto get = Real<CudaHook::cuCtxGetCurrent>();
+  return get != nullptr && get(&current) == CUDA_SUCCESS && current == ctx;
+}
+
+// Each device's FenceTracker::Ticket when the wait began (0 where none was taken).
+struct WaitTickets {
+  bool taken = false;
+  int device = -1;  // a context-wide wait's device
+  std::uint64_t ticket[shm::kMaxDevices] = {};
+};
+
+WaitTickets FenceBeforeWait(CUstream stream, bool per_thread, Waited waited) {
+  WaitTickets tickets;
   Governor& g = *g_governor;
-  if (!g.watcher_started.load()) return;  // nothing was ever governed in this process
+  if (waited == Waited::kNone) return tickets;
+  if (!g.watcher_started.load()) return tickets;  // nothing was ever governed in this process
   const RelaxedCapture relaxed;
+  const bool all = waited != Waited::kStream;
   int current = -1;
   if (all) {
     CUdevice dev = 0;
     DeviceQuota quota;
-    if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) return;
+    if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) {
+      return tickets;
+    }
     current = quota.region_device;
   }
   std::lock_guard<std::mutex> lock(g.mu);
@@ -884,8 +908,29 @@ void FenceBeforeWait(CUstream stream, bool per_thread, bool all) {
     } else {
       d->tracker.Fence(StreamKey(stream, per_thread), now, MayRecordFromCaller);
     }
+    tickets.ticket[i] = d->tracker.Ticket();
   }
+  tickets.taken = waited != Waited::kUnknown;
+  tickets.device = current;
   g.work.NotifyOne();
+  return tickets;
+}
+
+// After a wait returned success: what it covered has completed (FenceTracker::Completed), so
+// the next launches' depth no longer counts it while the watcher's poll is still to come.
+void CompletedAfterWait(const WaitTickets& tickets, CUstream stream, bool per_thread) {
+  if (!tickets.taken) return;
+  Governor& g = *g_governor;
+  std::lock_guard<std::mutex> lock(g.mu);
+  for (int i = 0; i < static_cast<int>(shm::kMaxDevices); ++i) {
+    DeviceGovernor* d = g.devices[i];
+    if (d == nullptr || (tickets.device >= 0 && i != tickets.device)) continue;
+    if (tickets.device >= 0) {
+      d->tracker.CompletedAll(tickets.ticket[i]);
+    } else {
+      d->tracker.Completed(StreamKey(stream, per_thread), tickets.ticket[i]);
+    }
+  }
 }
 
 }  // namespace
@@ -1004,7 +1049,7 @@ void CaptureEntryPointHandedOut(const char* symbol, bool intercepted) {
   }
 }
 
-void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, false); }
+void GovernorStreamDestroyed(CUstream stream) { FenceBeforeWait(stream, false, Waited::kStream); }
 
 std::uint64_t KernelKey(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         unsigned by, unsigned bz) {
@@ -1122,19 +1167,29 @@ TESSERA_CAPTURE(cuStreamEndCapture_ptsz,
 #undef TESSERA_BEGIN_CAPTURE
 #undef TESSERA_CAPTURE
 
-#define TESSERA_FENCED_WAIT(hook, stream, per_thread, all, params, args) \
-  template <>                                                            \
-  CUresult Intercept<CudaHook::hook> params {                            \
-    EnsureInitialized();                                                 \
-    const auto real = Real<CudaHook::hook>();                            \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                    \
-    FenceBeforeWait(stream, per_thread, all);                            \
-    return real args;                                                    \
+#define TESSERA_FENCED_WAIT(hook, stream, per_thread, waited, params, args)  \
+  template <>                                                                \
+  CUresult Intercept<CudaHook::hook> params {                                \
+    EnsureInitialized();                                                     \
+    const auto real = Real<CudaHook::hook>();                                \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                        \
+    const WaitTickets tickets = FenceBeforeWait(stream, per_thread, waited); \
+    const CUresult r = real args;                                            \
+    if (r == CUDA_SUCCESS) CompletedAfterWait(tickets, stream, per_thread);  \
+    return r;                                                                \
   }
-TESSERA_FENCED_WAIT(cuStreamSynchronize, stream, false, false, (CUstream stream), (stream))
-TESSERA_FENCED_WAIT(cuStreamSynchronize_ptsz, stream, true, false, (CUstream stream), (stream))
-TESSERA_FENCED_WAIT(cuCtxSynchronize, nullptr, false, true, (void), ())
-TESSERA_FENCED_WAIT(cuEventSynchronize, nullptr, false, true, (CUevent event), (event))
+TESSERA_FENCED_WAIT(cuStreamSynchronize, stream, false, Waited::kStream, (CUstream stream),
+                    (stream))
+TESSERA_FENCED_WAIT(cuStreamSynchronize_ptsz, stream, true, Waited::kStream, (CUstream stream),
+                    (stream))
+TESSERA_FENCED_WAIT(cuCtxSynchronize, nullptr, false, Waited::kContext, (void), ())
+// CUDA 13's (the runtime's cudaDeviceSynchronize asks for it): a context of its own, or the
+// current one for none. Another than the current one is waited for unfenced and unmarked (the
+// fences are the current device's).
+TESSERA_FENCED_WAIT(cuCtxSynchronize_v2, nullptr, false,
+                    ctx == nullptr || IsCurrentContext(ctx) ? Waited::kContext : Waited::kNone,
+                    (CUcontext ctx), (ctx))
+TESSERA_FENCED_WAIT(cuEventSynchronize, nullptr, false, Waited::kUnknown, (CUevent event), (event))
 #undef TESSERA_FENCED_WAIT
 
 }  // namespace tessera::hook

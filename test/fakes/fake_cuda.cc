@@ -704,6 +704,10 @@ CUresult Behave<CudaHook::cuCtxSynchronize>() {
   return g_sticky.load();
 }
 template <>
+CUresult Behave<CudaHook::cuCtxSynchronize_v2>(CUcontext) {
+  return Behave<CudaHook::cuCtxSynchronize>();
+}
+template <>
 CUresult Behave<CudaHook::cuStreamSynchronize>(CUstream) {
   if (!WaitForGates()) return CUDA_ERROR_LAUNCH_TIMEOUT;
   WaitForTimelines();

@@ -12,12 +12,13 @@ Loops: `cpp` (test/gpu/launch_loop.cu: runtime launches of a tiny kernel, no hos
 Each round runs the three in a rotated order (a drift over the call cancels); a ratio is taken
 within a round, and its median over the rounds gets a bootstrap 95 % interval.
 
-PAIRED=CPUS_A/CPUS_B (e.g. 4-7/8-11): instead, each round runs native and governed at the same
-time, one on each CPU set, swapping the sets every other round: what moves a process's rate on a
-shared host (its clock, its neighbours) then moves both alike. Both loops are launch-bound (the
-GPU idles most of the time), so they rarely wait for each other's kernels. With BASELINE=TESSERA0
-(another build's tessera) the pair is that build governed against this one governed: a change's
-cost on the launch path beside its baseline's, in the same rounds ("governed/baseline").
+PAIRED=CPUS_A/CPUS_B (e.g. 4-7/8-11): instead, each round runs native and governed (or free, with
+PAIRED_WAY=free) at the same time, one on each CPU set, swapping the sets every other round: what
+moves a process's rate on a shared host (its clock, its neighbours) then moves both alike. Both
+loops are launch-bound (the GPU idles most of the time), so they rarely wait for each other's
+kernels. With BASELINE=TESSERA0 (another build's tessera) the pair is that build governed against
+this one governed: a change's cost on the launch path beside its baseline's, in the same rounds
+("governed/baseline").
 """
 import json
 import os
@@ -79,17 +80,17 @@ def run_one(tessera, loop, binary, which, seconds):
     return rate_of(loop, which, p.returncode, p.stdout, p.stderr)
 
 
-def run_paired(tessera, loop, binary, seconds, cpus, base="native"):
-    """`base` (native, or the BASELINE build governed) on cpus[0] and governed on cpus[1] at
-    once; returns (base, governed)."""
+def run_paired(tessera, loop, binary, seconds, cpus, base="native", way="governed"):
+    """`base` (native, or the BASELINE build governed) on cpus[0] and `way` (governed, or free)
+    on cpus[1] at once; returns (base, way)."""
     procs = {which: subprocess.Popen(command(tessera, loop, binary, which, seconds, cpu),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for which, cpu in ((base, cpus[0]), ("governed", cpus[1]))}
+             for which, cpu in ((base, cpus[0]), (way, cpus[1]))}
     got = {}
     for which, p in procs.items():
         out, err = p.communicate(timeout=seconds + 120)
         got[which] = rate_of(loop, which, p.returncode, out, err)
-    return got[base], got["governed"]
+    return got[base], got[way]
 
 
 def summarize(loop, table, pairs, rng):
@@ -110,16 +111,18 @@ def summarize(loop, table, pairs, rng):
 def paired_rounds(tessera, binary, out, results, rounds, seconds, sets, rng):
     results["paired"] = "/".join(sets)
     base = "baseline" if os.environ.get("BASELINE") else "native"
+    way = os.environ.get("PAIRED_WAY", "governed")
     results["baseline"] = os.environ.get("BASELINE")
+    results["way"] = way
     for loop in os.environ.get("LOOPS", "cpp torch").split():
         table = []
         for r in range(rounds):
             cpus = sets if r % 2 == 0 else sets[::-1]
-            other, governed = run_paired(tessera, loop, binary, seconds, cpus, base)
-            table.append({base: other, "governed": governed, "cpus": cpus})
+            other, mine = run_paired(tessera, loop, binary, seconds, cpus, base, way)
+            table.append({base: other, way: mine, "cpus": cpus})
             print(f"{loop} paired round {r} ({base} on {cpus[0]}): {base} {other}/s "
-                  f"governed {governed}/s", flush=True)
-        results["loops"][loop] = summarize(loop, table, [("governed", base)], rng)
+                  f"{way} {mine}/s", flush=True)
+        results["loops"][loop] = summarize(loop, table, [(way, base)], rng)
         with open(out, "w") as f:
             json.dump(results, f, indent=1)
 

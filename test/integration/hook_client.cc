@@ -459,19 +459,39 @@ int Run(const Api& api, int argc, char** argv) {
     std::printf("array_after_destroy=%d\n", create(&again, &desc));
     return 0;
   }
-  if (scenario == "spin" || scenario == "capture") {
+  if (scenario == "spin" || scenario == "spin13" || scenario == "capture") {
     // spin SECONDS KERNEL_US: launch fake "tessera_spin" kernels for a while (the fake driver
     // sleeps 1/20 of the kernel's nanosecond parameter: a kernel of KERNEL_US), a synchronize
-    // every 8. capture SECONDS KERNEL_US: first 64 of them into a stream capture (graph nodes),
-    // then the same on that stream, counting the driver's capture queries meanwhile. A third
-    // argument `exit`: the process exits with its last 64 kernels in flight.
+    // every 8. spin13: the same, synchronizing as CUDA 13's runtime does (cuCtxSynchronize asked
+    // of cuGetProcAddress at 13000: the context's _v2, given none). capture SECONDS KERNEL_US:
+    // first 64 of them into a stream capture (graph nodes), then the same on that stream,
+    // counting the driver's capture queries meanwhile. A third argument `exit`: the process
+    // exits with its last 64 kernels in flight.
     using GetFunction = CUresult (*)(CUfunction*, CUmodule, const char*);
-    using Sync = CUresult (*)(void);
     void* driver = dlopen("libcuda.so.1", RTLD_NOW);
     const auto get_function = reinterpret_cast<GetFunction>(dlsym(driver, "cuModuleGetFunction"));
-    const auto sync = reinterpret_cast<Sync>(dlsym(driver, "cuCtxSynchronize"));
+    static CUresult (*sync_v1)(void) = nullptr;
+    static CUresult (*sync_v2)(CUcontext) = nullptr;
+    static long syncs = 0;
+    if (scenario == "spin13") {
+      const auto lookup =
+          reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(driver, "cuGetProcAddress_v2"));
+      void* pfn = nullptr;
+      if (lookup != nullptr && lookup("cuCtxSynchronize", &pfn, 13000, CU_GET_PROC_ADDRESS_DEFAULT,
+                                      nullptr) == CUDA_SUCCESS) {
+        sync_v2 = reinterpret_cast<CUresult (*)(CUcontext)>(pfn);
+      }
+    } else {
+      sync_v1 = reinterpret_cast<CUresult (*)(void)>(dlsym(driver, "cuCtxSynchronize"));
+    }
+    const auto sync = +[]() -> CUresult {
+      ++syncs;
+      return sync_v2 != nullptr   ? sync_v2(nullptr)
+             : sync_v1 != nullptr ? sync_v1()
+                                  : CUDA_ERROR_NOT_FOUND;
+    };
     CUfunction spin = nullptr;
-    if (get_function == nullptr || sync == nullptr ||
+    if (get_function == nullptr || (sync_v1 == nullptr && sync_v2 == nullptr) ||
         get_function(&spin, nullptr, "tessera_spin") != CUDA_SUCCESS) {
       std::printf("error=no tessera_spin\n");
       return 1;
@@ -520,7 +540,7 @@ int Run(const Api& api, int argc, char** argv) {
     } else if (sync() != CUDA_SUCCESS) {
       ++sync_errors;
     }
-    std::printf("kernels=%ld\nsync_errors=%ld\n", kernels, sync_errors);
+    std::printf("kernels=%ld\nsyncs=%ld\nsync_errors=%ld\n", kernels, syncs, sync_errors);
     if (calls != nullptr)
       std::printf("capture_queries=%llu\n", calls("cuStreamIsCapturing") - asked);
     return 0;

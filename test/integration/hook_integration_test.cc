@@ -747,6 +747,26 @@ TEST_F(TesseraRunTest, EveryGovernedLaunchIsCounted) {
   EXPECT_EQ(GovernedLaunches(out.text), out.Num("kernels")) << out.text;
 }
 
+// CUDA 13's runtime synchronizes a device through cuCtxSynchronize_v2 (asked of cuGetProcAddress
+// at 13000): the library answers its own entry point, which fences the governed work before the
+// wait as cuCtxSynchronize's does (on the H200 none of cudaDeviceSynchronize's calls reached the
+// library before it had one).
+TEST_F(TesseraRunTest, Cuda13DeviceSynchronizeReachesTheLibrary) {
+  testutil::TempDir arbiter;
+  const Output out =
+      Run({"--gpu-cores", "50", "--context-bytes", "0", "--arbiter-dir", arbiter.path(), "--",
+           TESSERA_HOOK_CLIENT, "dlopen", "spin13", "0.5", "100"},
+          {"TESSERA_HOOK_STATS=1"});
+  EXPECT_EQ(out.exit_code, 0) << out.text;
+  EXPECT_EQ(out.Num("sync_errors"), 0u) << out.text;
+  EXPECT_GT(out.Num("kernels"), 8u) << out.text;
+  EXPECT_EQ(GovernedLaunches(out.text), out.Num("kernels")) << out.text;
+  const std::string counted = "stats: cuCtxSynchronize_v2 ";
+  const std::size_t at = out.text.find(counted);
+  ASSERT_NE(at, std::string::npos) << out.text;
+  EXPECT_EQ(std::stoull(out.text.substr(at + counted.size())), out.Num("syncs")) << out.text;
+}
+
 // Launches into a stream being captured are graph nodes: they pass ungoverned, and nothing of the
 // governor's (a fence event, a probe's gate) goes into the capture — the fake driver fails the
 // capture's end if anything but a launch went in. Once every capture has ended, governed launches
