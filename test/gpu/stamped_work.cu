@@ -44,7 +44,6 @@
 #include <cuda_runtime.h>
 #ifdef STAMPED_CUPTI
 #include <cupti.h>
-
 #include <mutex>
 #endif
 
@@ -228,8 +227,9 @@ Window Busy(const Intervals& all, double warmup) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: stamped_work launchbound|graphs|streams [--seconds S] "
-                         "[--warmup W] [--host-us H] [--kernel-us K] [--stamps FILE]\n");
+    std::fprintf(stderr,
+                 "usage: stamped_work launchbound|graphs|streams [--seconds S] "
+                 "[--warmup W] [--host-us H] [--kernel-us K] [--stamps FILE]\n");
     return 2;
   }
   const std::string shape = argv[1];
@@ -339,10 +339,9 @@ int main(int argc, char** argv) {
   }
   const unsigned kept_slots = std::min(made, kSlots);
   std::vector<unsigned long long> raw(2ull * kept_slots);
-  if (kept_slots > 0 &&
-      !Check(cudaMemcpy(raw.data(), dev.stamps, raw.size() * sizeof(raw[0]),
-                        cudaMemcpyDeviceToHost),
-             "cudaMemcpy")) {
+  if (kept_slots > 0 && !Check(cudaMemcpy(raw.data(), dev.stamps, raw.size() * sizeof(raw[0]),
+                                          cudaMemcpyDeviceToHost),
+                               "cudaMemcpy")) {
     return 1;
   }
   Intervals stamps;
@@ -363,11 +362,12 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  std::printf("{\"shape\": \"%s\", \"source\": \"%s\", \"units_per_s\": %.1f, \"b\": %.4f, "
-              "\"busy_ms\": %.2f, \"window_ms\": %.2f, \"intervals\": %zu, \"lost\": %u, "
-              "\"odd\": %llu, \"b_stamps\": %.4f}\n",
-              shape.c_str(), cupti ? "cupti" : "stamps", progress.Rate(), shown.B(),
-              static_cast<double>(shown.busy_ns) / 1e6, shown.window_ns / 1e6, shown.kept.size(),
-              made - kept_slots, odd, by_stamps.B());
+  std::printf(
+      "{\"shape\": \"%s\", \"source\": \"%s\", \"units_per_s\": %.1f, \"b\": %.4f, "
+      "\"busy_ms\": %.2f, \"window_ms\": %.2f, \"intervals\": %zu, \"lost\": %u, "
+      "\"odd\": %llu, \"b_stamps\": %.4f}\n",
+      shape.c_str(), cupti ? "cupti" : "stamps", progress.Rate(), shown.B(),
+      static_cast<double>(shown.busy_ns) / 1e6, shown.window_ns / 1e6, shown.kept.size(),
+      made - kept_slots, odd, by_stamps.B());
   return 0;
 }
