@@ -249,6 +249,31 @@ INSTANTIATE_TEST_SUITE_P(
       return "Share" + std::to_string(std::get<0>(p.param)) + "_" + Name(std::get<1>(p.param));
     });
 
+// ---- 1c. The knee: a share a little above b leaves the job alone. On the H200 a launch-bound
+// loop (b 0.46) under 50 % delivered 0.74-0.99 of solo (benchmarks.md, session 23).
+
+class KneeTest : public ::testing::TestWithParam<BusyShape> {};
+
+TEST_P(KneeTest, AShareJustAboveBusyDoesNotSlowTheJob) {
+  const BusyShape shape = GetParam();
+  const Rate probe = Measure(shape, Hard(100), /*governed=*/false);
+  const auto share = static_cast<std::uint32_t>(std::ceil(probe.busy * 110.0));
+  const Rate solo = Measure(shape, Hard(share), /*governed=*/false);
+  const Rate capped = Measure(shape, Hard(share), /*governed=*/true);
+  const double delivered = capped.work_per_s / solo.work_per_s;
+  std::printf("[sim] knee %s b=%.3f share %u%%: delivered %.1f %% of solo\n", Name(shape).c_str(),
+              solo.busy, share, 100 * delivered);
+  EXPECT_GE(100 * delivered, 95.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Knee, KneeTest,
+                         ::testing::Values(BusyShape::kLaunchBound, BusyShape::kLaunchBoundGraphs,
+                                           BusyShape::kLaunchBoundStreams,
+                                           BusyShape::kTwoLaunchBoundProcesses),
+                         [](const ::testing::TestParamInfo<BusyShape>& p) {
+                           return Name(p.param);
+                         });
+
 // ---- 2. Two hard shares side by side
 
 class HardPairTest : public ::testing::TestWithParam<std::uint32_t> {};

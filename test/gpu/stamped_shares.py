@@ -20,6 +20,7 @@ Prints a table; OUT.json holds every run.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,11 @@ def run(tessera, shape, binary, seconds, share, tmp, trace=False):
               f"{p.stderr.strip()[-300:]}", flush=True)
         return None
     got = {"rate": sum(l["units_per_s"] for l in lines), "runs": lines}
+    # tessera run's closing line: whether the share bound (throttled) and what it charged.
+    for key, pattern in (("busy_ms", r"GPU busy (\d+) ms"), ("throttled_ms", r"throttled (\d+) ms")):
+        found = re.search(pattern, p.stderr)
+        if found:
+            got[key] = int(found.group(1))
     if share is None:
         if procs == 1:
             got["b"] = lines[0]["b"]
@@ -137,7 +143,8 @@ def one_round(tessera, shape, binary, seconds, shares, r, tmp):
         rows.append(row)
         print(f"{shape} round {r} share {share}: b {b:.3f} native {rate:.1f}/s governed "
               f"{got['rate']:.1f}/s ratio {ratio:.3f} expected {expected:.3f} "
-              f"({100 * (ratio - expected):+.1f} pp){by_cupti}", flush=True)
+              f"({100 * (ratio - expected):+.1f} pp){by_cupti}; throttled "
+              f"{got.get('throttled_ms', '?')} ms of {seconds:.0f} s", flush=True)
     return rows
 
 
