@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
          "--scheduler-name", o.scheduler_name,
          "kube-scheduler profile that calls this extender (pods of kai-scheduler move to it)")
       ->capture_default_str();
+  app.add_flag("--count-claims", o.count_claims,
+               "watch ResourceClaims: namespace quotas count claims of tessera's DeviceClasses "
+               "(the DRA path; needs list and watch on resourceclaims)");
   app.add_flag("--leader-elect", o.leader_elect,
                "elect one leader among replicas on a Lease; the others answer 503");
   app.add_option("--lease-namespace", o.lease_namespace, "namespace of the Lease")

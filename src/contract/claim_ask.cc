@@ -155,6 +155,12 @@ Status CheckDeviceRequest(const json& request, const std::string& name, const st
                                   "remove the toleration");
     }
   }
+  if (StringAt(request, "allocationMode") == "All") {
+    return InvalidArgumentError(field +
+                                ".allocationMode: All asks a share of every GPU the class "
+                                "matches, which no quota or placement can bound; accepted: "
+                                "ExactCount (the default) with a count of GPUs");
+  }
   out = TesseraRequest{name, field, mode};
   const json* capacity = Find(request, "capacity");
   const json* asks = capacity != nullptr ? Find(*capacity, "requests") : nullptr;
@@ -289,6 +295,58 @@ Status CheckClaimSpec(const json& spec, std::string_view where, const policy::Po
                                 " sets mpsUser (the numeric user ID the GPU processes run as)");
   }
   return Status::Ok();
+}
+
+namespace {
+
+// One (sub)request's part of ClaimUsage: nothing unless it names one of tessera's classes.
+ClaimUsage RequestUsage(const json& request) {
+  ClaimUsage u;
+  if (!IsTesseraDeviceClass(StringAt(request, "deviceClassName"))) return u;
+  std::uint64_t count = 1;
+  if (const json* c = Find(request, "count");
+      c != nullptr && c->is_number_integer() && c->get<std::int64_t>() > 0) {
+    count = static_cast<std::uint64_t>(c->get<std::int64_t>());
+  }
+  std::uint64_t memory = kClaimMemoryDefaultBytes, cores = 0;
+  const json* capacity = Find(request, "capacity");
+  const json* asks = capacity != nullptr ? Find(*capacity, "requests") : nullptr;
+  const auto quantity = [asks](std::string_view name) -> std::optional<std::uint64_t> {
+    const json* v = asks != nullptr ? Find(*asks, name) : nullptr;
+    if (v == nullptr || !v->is_string()) return std::nullopt;
+    auto q = ParseQuantity(v->get<std::string>());
+    return q.ok() ? std::optional<std::uint64_t>(*q) : std::nullopt;
+  };
+  if (auto m = quantity(names::kDraCapacityMemory); m && *m > 0) {
+    memory = (*m + kClaimMemoryStepBytes - 1) / kClaimMemoryStepBytes * kClaimMemoryStepBytes;
+  }
+  if (auto c = quantity(names::kDraCapacityCores); c && *c <= 100) cores = *c;
+  u.memory_bytes = memory * count;
+  u.cores_percent = cores * count;
+  return u;
+}
+
+}  // namespace
+
+ClaimUsage ClaimUsageOf(const json& spec) {
+  ClaimUsage total;
+  const json* devices = Find(spec, "devices");
+  const json* requests = devices != nullptr ? Find(*devices, "requests") : nullptr;
+  for (std::size_t i = 0; requests != nullptr && requests->is_array() && i < requests->size();
+       ++i) {
+    const json& r = (*requests)[i];
+    ClaimUsage most;
+    if (const json* exactly = Find(r, "exactly")) most = RequestUsage(*exactly);
+    const json* first = Find(r, "firstAvailable");
+    for (std::size_t j = 0; first != nullptr && first->is_array() && j < first->size(); ++j) {
+      const ClaimUsage alt = RequestUsage((*first)[j]);
+      most.memory_bytes = std::max(most.memory_bytes, alt.memory_bytes);
+      most.cores_percent = std::max(most.cores_percent, alt.cores_percent);
+    }
+    total.memory_bytes += most.memory_bytes;
+    total.cores_percent += most.cores_percent;
+  }
+  return total;
 }
 
 }  // namespace tessera::contract

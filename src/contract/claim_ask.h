@@ -65,4 +65,15 @@ Status CheckClaimSpec(const nlohmann::json& spec, std::string_view where,
                       const policy::Policy& policy, TrustTier tier,
                       std::uint64_t largest_gpu_memory);
 
+// What a claim's spec takes of tessera's GPUs, for its namespace's quota (webhook/quota.h): per
+// request of tessera's classes, its memory (rounded up to the request policy's 256 MiB steps;
+// 1 GiB when it asks none) and cores, times the request's count; of a request's firstAvailable
+// alternatives, the most of each (one of them is allocated). Values CheckClaimSpec would refuse
+// count nothing (a claim admitted before the webhook existed still counts what it asks well).
+struct ClaimUsage {
+  std::uint64_t memory_bytes = 0;
+  std::uint64_t cores_percent = 0;
+};
+ClaimUsage ClaimUsageOf(const nlohmann::json& spec);
+
 }  // namespace tessera::contract

@@ -52,6 +52,39 @@ TEST(ClaimAsk, MemoryAndCoresOfASharedGpuAreAccepted) {
       Check(Spec({Request("shared.gpu.tessera.dev", {{"memory", "200Gi"}})}), TrustTier::kTeam, 0));
 }
 
+// What a claim counts against its namespace's quota: memory rounded up to the request policy's
+// 256 MiB steps (1 GiB when it asks none) and cores, times the count; of a request's
+// alternatives, the most; nothing for other classes.
+TEST(ClaimAsk, UsageIsTheRoundedAskTimesItsCountAndTheLargestAlternative) {
+  json two = Request("shared.gpu.tessera.dev", {{"memory", "1000Mi"}, {"cores", "30"}});
+  two["exactly"]["count"] = 2;
+  json alternatives = {{"name", "alt"},
+                       {"firstAvailable",
+                        {{{"name", "small"},
+                          {"deviceClassName", "shared.gpu.tessera.dev"},
+                          {"capacity", {{"requests", {{"memory", "2Gi"}, {"cores", "50"}}}}}},
+                         {{"name", "big"},
+                          {"deviceClassName", "shared.gpu.tessera.dev"},
+                          {"capacity", {{"requests", {{"memory", "8Gi"}}}}}}}}};
+  const ClaimUsage u = ClaimUsageOf(Spec({two, Request("shared.gpu.tessera.dev"), alternatives,
+                                          Request("gpu.nvidia.com", {{"memory", "40Gi"}})}));
+  EXPECT_EQ(u.memory_bytes, (2 * (std::uint64_t{1024} << 20)) + (std::uint64_t{1} << 30) +
+                                (std::uint64_t{8} << 30));
+  EXPECT_EQ(u.cores_percent, 2 * 30u + 50u);
+  EXPECT_EQ(ClaimUsageOf(json::object()).memory_bytes, 0u);
+}
+
+TEST(ClaimAsk, AllocationModeAllIsRefused) {
+  json all = Request("shared.gpu.tessera.dev", {{"memory", "1Gi"}});
+  all["exactly"]["allocationMode"] = "All";
+  const Status st = Check(Spec({all}));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("spec.devices.requests[0].exactly.allocationMode: All asks a share "
+                              "of every GPU"),
+            std::string::npos)
+      << st.message();
+}
+
 TEST(ClaimAsk, OtherClassesAndDriversAreNotLookedAt) {
   json other = Request("gpu.nvidia.com", {{"memory", "0"}, {"sm", "x"}});
   json foreign = {{"opaque", {{"driver", "gpu.nvidia.com"}, {"parameters", {{"any", 1}}}}}};

@@ -33,6 +33,12 @@ inline std::int64_t IntAt(const nlohmann::json& object, std::string_view key,
   return v != nullptr && v->is_number_integer() ? v->get<std::int64_t>() : absent;
 }
 
+// metadata[key] as a string (name, namespace, uid), "" if absent or not a string.
+inline std::string MetadataAt(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* metadata = Find(object, "metadata");
+  return metadata != nullptr ? StringAt(*metadata, key) : std::string();
+}
+
 // metadata.annotations[key] if it is a string.
 inline std::optional<std::string> AnnotationOf(const nlohmann::json& object, std::string_view key) {
   const nlohmann::json* meta = Find(object, "metadata");

@@ -82,8 +82,12 @@ std::string LeasePath(std::string_view ns, std::string_view name) {
 
 std::string ResourceSlicesPath() { return "/apis/resource.k8s.io/v1/resourceslices"; }
 std::string ResourceSlicePath(std::string_view name) { return Named(ResourceSlicesPath(), name); }
+std::string ResourceClaimsPath(std::string_view ns) {
+  return ns.empty() ? "/apis/resource.k8s.io/v1/resourceclaims"
+                    : "/apis/resource.k8s.io/v1/namespaces/" + PathEscape(ns) + "/resourceclaims";
+}
 std::string ResourceClaimPath(std::string_view ns, std::string_view name) {
-  return Named("/apis/resource.k8s.io/v1/namespaces/" + PathEscape(ns) + "/resourceclaims", name);
+  return Named(ResourceClaimsPath(ns), name);
 }
 
 }  // namespace tessera::k8s

@@ -33,6 +33,8 @@ std::string LeasePath(std::string_view ns, std::string_view name);
 // resource.k8s.io/v1 (Dynamic Resource Allocation).
 std::string ResourceSlicesPath();  // /apis/resource.k8s.io/v1/resourceslices
 std::string ResourceSlicePath(std::string_view name);
+// /apis/resource.k8s.io/v1[/namespaces/{ns}]/resourceclaims
+std::string ResourceClaimsPath(std::string_view ns);
 std::string ResourceClaimPath(std::string_view ns, std::string_view name);
 
 }  // namespace tessera::k8s

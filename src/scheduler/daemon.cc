@@ -108,6 +108,25 @@ class PodHandler final : public k8s::ReflectorHandler {
   webhook::QuotaBook* quotas_;
 };
 
+// ResourceClaims into the quotas (--count-claims).
+class ClaimHandler final : public k8s::ReflectorHandler {
+ public:
+  explicit ClaimHandler(webhook::QuotaBook* quotas) : quotas_(quotas) {}
+  void OnSync(std::vector<json> items, const std::string&) override {
+    quotas_->ReplaceClaims(items);
+  }
+  void OnEvent(k8s::WatchEventType type, const json& claim) override {
+    if (type == k8s::WatchEventType::kDeleted) {
+      quotas_->ForgetClaim(claim);
+    } else {
+      quotas_->ObserveClaim(claim);
+    }
+  }
+
+ private:
+  webhook::QuotaBook* quotas_;
+};
+
 // PriorityClass values for the mutating webhook: read from the API, cached for a minute.
 class PriorityClasses {
  public:
@@ -184,6 +203,9 @@ struct SchedulerProcess::State {
   std::unique_ptr<k8s::Reflector> pods;
   std::jthread node_thread;
   std::jthread pod_thread;
+  std::unique_ptr<ClaimHandler> claim_handler;  // --count-claims
+  std::unique_ptr<k8s::Reflector> claims;
+  std::jthread claim_thread;
   std::jthread sweeper;
   // StartElection
   std::unique_ptr<k8s::LeaderElector> elector;
@@ -374,10 +396,17 @@ void SchedulerProcess::StartWatches() {
       std::make_unique<k8s::Reflector>(*s.client, k8s::PodsPath(""), *s.pod_handler, pod_options);
   s.node_thread = std::jthread([&s](std::stop_token stop) { s.nodes->Run(stop); });
   s.pod_thread = std::jthread([&s](std::stop_token stop) { s.pods->Run(stop); });
+  if (options_.count_claims) {
+    s.claim_handler = std::make_unique<ClaimHandler>(s.quotas.get());
+    s.claims =
+        std::make_unique<k8s::Reflector>(*s.client, k8s::ResourceClaimsPath(""), *s.claim_handler);
+    s.claim_thread = std::jthread([&s](std::stop_token stop) { s.claims->Run(stop); });
+  }
   s.sweeper = std::jthread([&s, ready_file = options_.ready_file](std::stop_token stop) {
     bool announced = false;
     while (!stop.stop_requested()) {
-      if (!announced && s.nodes->HasSynced() && s.pods->HasSynced()) {
+      if (!announced && s.nodes->HasSynced() && s.pods->HasSynced() &&
+          (!s.claims || s.claims->HasSynced())) {
         s.extender->SetSynced(true);
         announced = true;
         TESSERA_LOG(kInfo, kScheduler, "synced: %zu GPU nodes, %zu pods holding GPUs",
@@ -483,6 +512,7 @@ void SchedulerProcess::WaitForSignalAndStop() {
   s.sweeper.request_stop();
   s.node_thread.request_stop();
   s.pod_thread.request_stop();
+  s.claim_thread.request_stop();
 }
 
 int RunScheduler(const SchedulerOptions& options) {

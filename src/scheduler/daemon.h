@@ -36,6 +36,9 @@ struct SchedulerOptions {
   std::vector<std::string> scheduler_users = {
       "system:serviceaccount:tessera-system:tessera-scheduler"};
   std::string scheduler_name = "default-scheduler";  // the kube-scheduler profile calling us
+  // Watch ResourceClaims so that namespace quotas count what claims of tessera's DeviceClasses
+  // take (the DRA path; the chart sets it with node.allocationPath dra).
+  bool count_claims = false;
 
   // High availability: replicas elect a leader on a coordination.k8s.io Lease; only the leader
   // answers the extender verbs (others: 503), every replica serves the webhooks.

@@ -83,6 +83,7 @@ e2e::SchedulerProcessOptions SchedulerOptions() {
   o.tls_key_file = env->folder->path() + "/webhook.key";
   o.webhook_port = env->webhook_port;
   o.policy_file = env->folder->path() + "/policy.yaml";
+  o.extra_args = {"--count-claims"};  // the DRA path's quotas (the harness serves resource.k8s.io)
   return o;
 }
 
@@ -104,6 +105,8 @@ tierAssignment:
     vault: regulated
 quotas:
   quota:
+    gpuMemory: 8Gi
+  claimquota:
     gpuMemory: 8Gi
 )";
 
@@ -778,6 +781,50 @@ TEST_F(SchedulerE2E, DraClaimsAreRefusedAtAdmissionWithTheField) {
   other["devices"]["requests"][0]["exactly"]["deviceClassName"] = "gpu.example.com";
   ASSERT_OK(create("ResourceClaim", "other", other));
   ASSERT_OK(create("ResourceClaimTemplate", "other", other));
+}
+
+// On the DRA path a namespace's quota counts its claims of tessera's classes (tessera-scheduler
+// watches them, --count-claims): a claim over the quota is refused with the numbers, a deleted
+// claim frees its part, and pods' fractional asks and claims add up.
+TEST_F(SchedulerE2E, DraClaimsCountAgainstTheNamespacesQuota) {
+  auto nodes = Nodes("claimquota-", 1, 1, "16Gi");
+  ASSERT_NE(nodes, nullptr);
+  Namespace("claimquota");
+  auto claim = [](const std::string& name, const std::string& memory) {
+    return json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata", {{"name", name}}},
+                {"spec",
+                 {{"devices",
+                   {{"requests",
+                     {{{"name", "gpu"},
+                       {"exactly",
+                        {{"deviceClassName", "shared.gpu.tessera.dev"},
+                         {"capacity", {{"requests", {{"memory", memory}}}}}}}}}}}}}}};
+  };
+  const std::string claims = "/apis/resource.k8s.io/v1/namespaces/claimquota/resourceclaims";
+  ASSERT_OK(api().Create(claims, claim("first", "6Gi")));
+  auto second = api().Create(claims, claim("second", "4Gi"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find(
+                "ResourceClaim claimquota/second: namespace claimquota: quota "
+                "quotas.claimquota.gpuMemory 8Gi exceeded: in use 6.00 GiB + asked 4.00 GiB"),
+            std::string::npos)
+      << second.status().message();
+  // A template takes nothing until a pod's claim is made from it.
+  json tmpl = claim("template", "4Gi");
+  tmpl["kind"] = "ResourceClaimTemplate";
+  tmpl["spec"] = json{{"spec", tmpl["spec"]}};
+  ASSERT_OK(
+      api().Create("/apis/resource.k8s.io/v1/namespaces/claimquota/resourceclaimtemplates", tmpl));
+  // The deleted claim frees its memory once the watch has seen it go.
+  ASSERT_OK(api().Delete(k8s::ResourceClaimPath("claimquota", "first"), {}));
+  EXPECT_TRUE(WaitFor([&] { return api().Create(claims, claim("second", "4Gi")).ok(); }, 10s));
+  // A pod's fractional ask and the claim add up: 4Gi claimed + 6Gi asked > 8Gi.
+  auto pod = Create(Pod("claimquota", "pod", {{"tessera.dev/gpu-memory", "6Gi"}}));
+  ASSERT_FALSE(pod.ok());
+  EXPECT_NE(pod.status().message().find("in use 4.00 GiB + asked 6.00 GiB"), std::string::npos)
+      << pod.status().message();
 }
 
 // A latency-critical pod goes beside a long batch pod on the shared GPU: the batch pod asked for

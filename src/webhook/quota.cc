@@ -2,6 +2,8 @@
 
 #include "tessera/quantity.h"
 
+#include "k8s/object.h"
+
 namespace tessera::webhook {
 
 using nlohmann::json;
@@ -57,6 +59,43 @@ void QuotaBook::ReplacePods(const std::vector<json>& pods) {
   for (const json& p : pods) ObservePod(p);
 }
 
+namespace {
+std::string ClaimKey(const std::string& ns, const std::string& name) {
+  return "claim:" + ns + "/" + name;
+}
+}  // namespace
+
+void QuotaBook::ObserveClaim(const json& claim) {
+  const std::string ns = k8s::MetadataAt(claim, "namespace");
+  const std::string name = k8s::MetadataAt(claim, "name");
+  const std::string uid = k8s::MetadataAt(claim, "uid");
+  const json* spec = k8s::Find(claim, "spec");
+  const contract::ClaimUsage u =
+      spec != nullptr ? contract::ClaimUsageOf(*spec) : contract::ClaimUsage{};
+  std::lock_guard lock(mu_);
+  pending_.erase(ClaimKey(ns, name));
+  if (uid.empty()) return;
+  if (u.memory_bytes == 0 && u.cores_percent == 0) {
+    claims_.erase(uid);
+    return;
+  }
+  claims_[uid] = {ns, Usage{u.memory_bytes, u.cores_percent, 0}};
+}
+
+void QuotaBook::ForgetClaim(const json& claim) {
+  std::lock_guard lock(mu_);
+  claims_.erase(k8s::MetadataAt(claim, "uid"));
+  pending_.erase(ClaimKey(k8s::MetadataAt(claim, "namespace"), k8s::MetadataAt(claim, "name")));
+}
+
+void QuotaBook::ReplaceClaims(const std::vector<json>& claims) {
+  {
+    std::lock_guard lock(mu_);
+    claims_.clear();
+  }
+  for (const json& c : claims) ObserveClaim(c);
+}
+
 Usage QuotaBook::UsedLocked(const std::string& ns, std::uint64_t largest) {
   Usage total;
   auto add = [&total](const Usage& u) {
@@ -67,13 +106,18 @@ Usage QuotaBook::UsedLocked(const std::string& ns, std::uint64_t largest) {
   for (const auto& [uid, c] : pods_) {
     if (c.ns == ns) add(UsageOf(c.ask, largest));
   }
+  for (const auto& [uid, c] : claims_) {
+    if (c.first == ns) add(c.second);
+  }
   const auto now = clock_.Now();
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.expires <= now) {
       it = pending_.erase(it);
       continue;
     }
-    if (it->second.ask.namespace_name == ns) add(UsageOf(it->second.ask, largest));
+    if (it->second.ns == ns) {
+      add(it->second.claim ? *it->second.claim : UsageOf(it->second.ask, largest));
+    }
     ++it;
   }
   return total;
@@ -84,36 +128,51 @@ Usage QuotaBook::Used(const std::string& ns, std::uint64_t largest) {
   return UsedLocked(ns, largest);
 }
 
+Status QuotaBook::Check(const std::string& ns, const Usage& asked, std::uint64_t largest) {
+  const policy::Quota* quota = policy_->QuotaOf(ns);
+  if (quota == nullptr) return Status::Ok();
+  const Usage used = UsedLocked(ns, largest);
+  const std::string where = "namespace " + ns + ": quota ";
+  if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
+    return ResourceExhaustedError(where + "quotas." + ns + ".gpus " + std::to_string(*quota->gpus) +
+                                  " exceeded: in use " + std::to_string(used.gpus) + " + asked " +
+                                  std::to_string(asked.gpus) + " whole GPUs");
+  }
+  if (quota->gpu_memory_bytes &&
+      used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
+    return ResourceExhaustedError(where + "quotas." + ns + ".gpuMemory " +
+                                  FormatQuantity(*quota->gpu_memory_bytes) + " exceeded: in use " +
+                                  FormatBytesHuman(used.memory_bytes) + " + asked " +
+                                  FormatBytesHuman(asked.memory_bytes) + " = " +
+                                  FormatBytesHuman(used.memory_bytes + asked.memory_bytes));
+  }
+  if (quota->gpu_cores_percent &&
+      used.cores_percent + asked.cores_percent > *quota->gpu_cores_percent) {
+    return ResourceExhaustedError(where + "quotas." + ns + ".gpuCores " +
+                                  std::to_string(*quota->gpu_cores_percent) +
+                                  "% exceeded: in use " + std::to_string(used.cores_percent) +
+                                  "% + asked " + std::to_string(asked.cores_percent) + "%");
+  }
+  return Status::Ok();
+}
+
 Status QuotaBook::Admit(const std::string& ns, const std::string& name, const contract::PodAsk& ask,
                         std::uint64_t largest, bool record) {
-  const policy::Quota* quota = policy_->QuotaOf(ns);
   std::lock_guard lock(mu_);
-  if (quota != nullptr) {
-    const Usage used = UsedLocked(ns, largest);
-    const Usage asked = UsageOf(ask, largest);
-    const std::string where = "namespace " + ns + ": quota ";
-    if (quota->gpus && used.gpus + asked.gpus > *quota->gpus) {
-      return ResourceExhaustedError(
-          where + "quotas." + ns + ".gpus " + std::to_string(*quota->gpus) + " exceeded: in use " +
-          std::to_string(used.gpus) + " + asked " + std::to_string(asked.gpus) + " whole GPUs");
-    }
-    if (quota->gpu_memory_bytes &&
-        used.memory_bytes + asked.memory_bytes > *quota->gpu_memory_bytes) {
-      return ResourceExhaustedError(where + "quotas." + ns + ".gpuMemory " +
-                                    FormatQuantity(*quota->gpu_memory_bytes) +
-                                    " exceeded: in use " + FormatBytesHuman(used.memory_bytes) +
-                                    " + asked " + FormatBytesHuman(asked.memory_bytes) + " = " +
-                                    FormatBytesHuman(used.memory_bytes + asked.memory_bytes));
-    }
-    if (quota->gpu_cores_percent &&
-        used.cores_percent + asked.cores_percent > *quota->gpu_cores_percent) {
-      return ResourceExhaustedError(where + "quotas." + ns + ".gpuCores " +
-                                    std::to_string(*quota->gpu_cores_percent) +
-                                    "% exceeded: in use " + std::to_string(used.cores_percent) +
-                                    "% + asked " + std::to_string(asked.cores_percent) + "%");
-    }
+  TESSERA_RETURN_IF_ERROR(Check(ns, UsageOf(ask, largest), largest));
+  if (record && !name.empty()) {
+    pending_[ns + "/" + name] = Pending{ns, ask, std::nullopt, clock_.Now() + ttl_};
   }
-  if (record && !name.empty()) pending_[ns + "/" + name] = Pending{ask, clock_.Now() + ttl_};
+  return Status::Ok();
+}
+
+Status QuotaBook::AdmitClaim(const std::string& ns, const std::string& name, const Usage& asked,
+                             std::uint64_t largest, bool record) {
+  std::lock_guard lock(mu_);
+  TESSERA_RETURN_IF_ERROR(Check(ns, asked, largest));
+  if (record && !name.empty()) {
+    pending_[ClaimKey(ns, name)] = Pending{ns, {}, asked, clock_.Now() + ttl_};
+  }
   return Status::Ok();
 }
 

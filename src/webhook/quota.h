@@ -1,14 +1,17 @@
 // Per-namespace GPU quotas (policy `quotas.<namespace>`: gpuMemory, gpuCores, gpus), which a
 // ResourceQuota cannot count: a fractional ask's memory may be a share of a GPU not chosen yet.
 //
-// Usage is what the namespace's live pods ask (fed by the pod watch) plus admissions granted in
-// the last `admission_ttl` whose pods the watch has not shown yet, so two pods admitted at once
-// cannot both slip under the limit. Counting rules:
+// Usage is what the namespace's live pods and ResourceClaims of tessera's DeviceClasses ask (fed
+// by the pod and claim watches) plus admissions granted in the last `admission_ttl` whose objects
+// the watches have not shown yet, so two pods (or claims) admitted at once cannot both slip under
+// the limit. A claim counts from its creation to its deletion, allocated or not (a claim made from
+// a pod's template is deleted with the pod). Counting rules:
 //   gpuMemory: explicit bytes x GPUs; a share of a GPU (cores-only, gpu-fraction) counts as that
 //              share of the largest GPU in the cluster (an upper bound);
 //   gpuCores:  compute shares in percent (100 = one GPU);
 //   gpus:      whole GPUs; a whole GPU also counts as 100 % compute and the largest GPU's
 //              memory, so a namespace limited in memory or compute cannot escape by asking whole.
+//   claims:    contract::ClaimUsageOf (memory rounded up to the request policy, times count).
 #pragma once
 
 #include <chrono>
@@ -17,7 +20,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,6 +30,7 @@
 #include "tessera/clock.h"
 #include "tessera/status.h"
 
+#include "contract/claim_ask.h"
 #include "contract/pod_ask.h"
 #include "policy/policy.h"
 
@@ -48,6 +54,9 @@ class QuotaBook {
   void ObservePod(const nlohmann::json& pod);
   void ForgetPod(const nlohmann::json& pod);
   void ReplacePods(const std::vector<nlohmann::json>& pods);
+  void ObserveClaim(const nlohmann::json& claim);
+  void ForgetClaim(const nlohmann::json& claim);
+  void ReplaceClaims(const std::vector<nlohmann::json>& claims);
 
   Usage Used(const std::string& ns, std::uint64_t largest_gpu_memory);
   // Checks `ask` against the namespace's quota; if it fits (or there is no quota) and `record`,
@@ -55,6 +64,9 @@ class QuotaBook {
   // and the ask.
   Status Admit(const std::string& ns, const std::string& name, const contract::PodAsk& ask,
                std::uint64_t largest_gpu_memory, bool record);
+  // The same for a ResourceClaim's usage (remembered as the claim ns/name).
+  Status AdmitClaim(const std::string& ns, const std::string& name, const Usage& asked,
+                    std::uint64_t largest_gpu_memory, bool record);
 
  private:
   struct Counted {
@@ -63,17 +75,21 @@ class QuotaBook {
     contract::PodAsk ask;
   };
   struct Pending {
-    contract::PodAsk ask;
+    std::string ns;
+    contract::PodAsk ask;  // a pod's (Usage computed when counted: the largest GPU may change)
+    std::optional<Usage> claim;  // ... or a claim's
     std::chrono::steady_clock::time_point expires;
   };
   Usage UsedLocked(const std::string& ns, std::uint64_t largest);
+  Status Check(const std::string& ns, const Usage& asked, std::uint64_t largest);
 
   const policy::Policy* policy_;
   Clock& clock_;
   const std::chrono::milliseconds ttl_;
   std::mutex mu_;
   std::map<std::string, Counted> pods_;     // by UID
-  std::map<std::string, Pending> pending_;  // by namespace/name
+  std::map<std::string, Pending> pending_;  // by namespace/name ("claim:" namespace/name)
+  std::map<std::string, std::pair<std::string, Usage>> claims_;  // by UID: namespace, usage
 };
 
 }  // namespace tessera::webhook

@@ -198,7 +198,20 @@ json Admission::ValidateClaim(const AdmissionRequest& r) {
   }
   const std::uint64_t largest = view_.largest_gpu_memory ? view_.largest_gpu_memory() : 0;
   const Status st = contract::CheckClaimSpec(*spec, where, *policy_, *tier, largest);
-  if (st.ok()) return AllowResponse(r.uid);
+  if (st.ok()) {
+    // A claim takes its GPUs from its creation (a template takes nothing until a pod's claim is
+    // made from it, which comes here as a claim).
+    if (quotas_ != nullptr && !is_template) {
+      const contract::ClaimUsage u = contract::ClaimUsageOf(*spec);
+      const Status quota = quotas_->AdmitClaim(
+          r.namespace_name, r.name, Usage{u.memory_bytes, u.cores_percent, 0}, largest, !r.dry_run);
+      if (!quota.ok()) {
+        return Deny(DenialRule::kQuota, r, kForbidden,
+                    "ResourceClaim " + PodName(r) + ": " + quota.message());
+      }
+    }
+    return AllowResponse(r.uid);
+  }
   if (st.code() == StatusCode::kOutOfRange)
     return Deny(DenialRule::kTooLarge, r, kBadRequest, st.message());
   return Deny(DenialRule::kAsk, r,

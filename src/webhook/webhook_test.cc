@@ -336,6 +336,54 @@ TEST_F(WebhookTest, QuotasCountLivePodsAndFreshAdmissions) {
   EXPECT_NE(Denial(rw).find("quotas.ml.gpus 2 exceeded"), std::string::npos);
 }
 
+// On the DRA path a claim takes its GPUs from its creation: claims count against the namespace's
+// quota as pods do (admitted and not yet watched, or watched until deleted); a template takes
+// nothing until a pod's claim is made from it (which comes to the webhook as a claim).
+TEST_F(WebhookTest, QuotasCountClaimsOfTesseraClasses) {
+  json first = ClaimReview("resourceclaims", "ml",
+                           ClaimSpec("shared.gpu.tessera.dev", {{"memory", "10Gi"}}));
+  EXPECT_TRUE(Validated(first)["allowed"].get<bool>());
+  json second =
+      ClaimReview("resourceclaims", "ml", ClaimSpec("shared.gpu.tessera.dev", {{"memory", "8Gi"}}));
+  second["request"]["name"] = "c2";
+  second["request"]["object"]["metadata"]["name"] = "c2";
+  const std::string why = Denial(second);
+  EXPECT_EQ(why.rfind("ResourceClaim ml/c2: namespace ml: quota quotas.ml.gpuMemory 16Gi "
+                      "exceeded: in use 10.00 GiB + asked 8.00 GiB",
+                      0),
+            0u)
+      << why;
+  EXPECT_EQ(admission_.denials(DenialRule::kQuota), 1u);
+  // A template of the same ask is admitted: it takes nothing itself.
+  EXPECT_TRUE(
+      Validated(ClaimReview("resourceclaimtemplates", "ml",
+                            ClaimSpec("shared.gpu.tessera.dev", {{"memory", "8Gi"}})))["allowed"]
+          .get<bool>());
+  // The watch shows the first claim, then its deletion: room again.
+  json claim = first["request"]["object"];
+  claim["metadata"]["uid"] = "claim-1";
+  quotas_.ObserveClaim(claim);
+  EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 10 * kGiB);
+  quotas_.ForgetClaim(claim);
+  EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 0u);
+  EXPECT_TRUE(Validated(second)["allowed"].get<bool>());
+  // Claims and pods add up; another driver's claim counts nothing.
+  json other = second["request"]["object"];
+  other["metadata"]["uid"] = "claim-2";
+  quotas_.ObserveClaim(other);
+  json nvidia = ClaimReview("resourceclaims", "ml",
+                            ClaimSpec("gpu.nvidia.com", {{"memory", "80Gi"}}))["request"]["object"];
+  nvidia["metadata"]["uid"] = "claim-3";
+  quotas_.ObserveClaim(nvidia);
+  EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 8 * kGiB);
+  json pod = Pod({{"tessera.dev/gpu-memory", "10Gi"}});
+  EXPECT_NE(Denial(Review("CREATE", pod)).find("in use 8.00 GiB + asked 10.00 GiB"),
+            std::string::npos);
+  // ReplaceClaims (a relist) keeps only what it lists.
+  quotas_.ReplaceClaims({});
+  EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 0u);
+}
+
 TEST_F(WebhookTest, AdmissionsExpireIfThePodNeverAppears) {
   json a = Pod({{"tessera.dev/gpu-memory", "10Gi"}});
   EXPECT_TRUE(Validated(Review("CREATE", a))["allowed"].get<bool>());

@@ -415,6 +415,13 @@ TEST_F(HelmChartTest, DraPathServesTheDriverWithItsClassesAndRbac) {
                                    "/pods/eviction: create", "/events: create",
                                    "resource.k8s.io/resourceslices: create,get,update",
                                    "resource.k8s.io/resourceclaims: get", "/namespaces: get"}));
+  // Namespace quotas count claims: tessera-scheduler watches them (webhook/quota.h).
+  const auto scheduler_args =
+      Args(Container(m.Get("Deployment", kPrefix + "-scheduler"), "tessera-scheduler"));
+  EXPECT_NE(std::find(scheduler_args.begin(), scheduler_args.end(), "--count-claims"),
+            scheduler_args.end());
+  EXPECT_TRUE(Rules(m.Get("ClusterRole", kPrefix + "-scheduler"))
+                  .contains("resource.k8s.io/resourceclaims: list,watch"));
   // Claims and claim templates are checked at admission (contract/claim_ask.h).
   std::set<std::string> claim_resources;
   for (const auto& w : m.Get("ValidatingWebhookConfiguration", kPrefix)["webhooks"]) {
@@ -428,6 +435,9 @@ TEST_F(HelmChartTest, DraPathServesTheDriverWithItsClassesAndRbac) {
   EXPECT_EQ(claim_resources, (std::set<std::string>{"resourceclaims", "resourceclaimtemplates"}));
   const Manifests plain = Render();
   EXPECT_TRUE(plain.OfKind("DeviceClass").empty());
+  const auto plain_args =
+      Args(Container(plain.Get("Deployment", kPrefix + "-scheduler"), "tessera-scheduler"));
+  EXPECT_EQ(std::find(plain_args.begin(), plain_args.end(), "--count-claims"), plain_args.end());
   EXPECT_EQ(plain.Get("ValidatingWebhookConfiguration", kPrefix)["webhooks"].size(), 1u);
   EXPECT_EQ(Flag(Args(Container(plain.Get("DaemonSet", kPrefix + "-node"), "tessera-node")),
                  "--allocation-path"),
