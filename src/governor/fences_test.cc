@@ -60,6 +60,14 @@ void LaunchOn(FenceTracker& t, Gpu& gpu, std::uint64_t ns, std::uint64_t key = 0
   t.AfterLaunch(kStream, gpu.now);
 }
 
+// Learns the kind's estimate of `ns` (its first two launches are probes), polled.
+void LearnKind(FenceTracker& t, OneStreamGpu& gpu, std::uint64_t ns) {
+  LaunchOn(t, gpu, ns);
+  LaunchOn(t, gpu, ns);
+  gpu.now += 1'000'000;
+  EXPECT_EQ(t.Poll(), 2 * ns);
+}
+
 // Fences what is open, lets the GPU finish and takes the rest of the measured time.
 template <typename Gpu>
 std::uint64_t Drain(FenceTracker& t, Gpu& gpu) {
@@ -128,10 +136,7 @@ TEST(FenceTracker, IdleOpenWorkIsFencedOnlyWhereAllowed) {
 TEST(FenceTracker, ASegmentEndsAtTheDepthWhenThatIsBelowTheQuantum) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no quantum, no random probes
-  LaunchOn(t, gpu, 30'000);  // learn the kind's 30 us (its first two launches are probes)
-  LaunchOn(t, gpu, 30'000);
-  gpu.now += 1'000'000;
-  EXPECT_EQ(t.Poll(), 60'000u);
+  LearnKind(t, gpu, 30'000);
   constexpr std::uint64_t kDepthNs = 100'000;
   for (int i = 0; i < 4; ++i) {
     EXPECT_FALSE(t.HasFenced()) << "fenced after " << i << " launches of 30 us";
@@ -149,10 +154,7 @@ TEST(FenceTracker, ASegmentEndsAtTheDepthWhenThatIsBelowTheQuantum) {
 TEST(FenceTracker, AWaitThatReturnedTakesItsWorkOutOfTheDepth) {
   OneStreamGpu gpu;
   FenceTracker t(&gpu, FenceOptions{1'000'000'000, 1000, 0, 1});  // no quantum, no random probes
-  LaunchOn(t, gpu, 100'000);  // learn the kind's 100 us (its first two launches are probes)
-  LaunchOn(t, gpu, 100'000);
-  gpu.now += 1'000'000;
-  EXPECT_EQ(t.Poll(), 200'000u);
+  LearnKind(t, gpu, 100'000);
   for (int i = 0; i < 10; ++i) LaunchOn(t, gpu, 100'000);
   t.Fence(kStream, gpu.now);
   const std::uint64_t ticket = t.Ticket();
@@ -185,10 +187,7 @@ TEST(FenceTracker, AStreamsWaitLeavesTheOtherStreamsInFlight) {
   FenceOptions options{1'000'000'000, 1000, 0, 1};
   options.shared_key = shared;
   FenceTracker t(&gpu, options);
-  LaunchOn(t, gpu, 100'000);  // the kind's estimate
-  LaunchOn(t, gpu, 100'000);
-  gpu.now += 1'000'000;
-  t.Poll();
+  LearnKind(t, gpu, 100'000);
   for (void* stream : {kStream, other, shared}) {
     for (int i = 0; i < 4; ++i) {
       ASSERT_TRUE(t.BeforeLaunch(stream, gpu.now, 0));
