@@ -161,6 +161,13 @@ Status CheckDeviceRequest(const json& request, const std::string& name, const st
                                 "matches, which no quota or placement can bound; accepted: "
                                 "ExactCount (the default) with a count of GPUs");
   }
+  if (const json* count = Find(request, "count");
+      count != nullptr && (!count->is_number_integer() || count->get<std::int64_t>() < 1 ||
+                           count->get<std::int64_t>() > kMaxClaimCount)) {
+    return InvalidArgumentError(field + ".count: " + count->dump() + " is not a count of GPUs; " +
+                                "accepted: a whole number from 1 to " +
+                                std::to_string(kMaxClaimCount));
+  }
   out = TesseraRequest{name, field, mode};
   const json* capacity = Find(request, "capacity");
   const json* asks = capacity != nullptr ? Find(*capacity, "requests") : nullptr;
@@ -306,7 +313,8 @@ ClaimUsage RequestUsage(const json& request) {
   std::uint64_t count = 1;
   if (const json* c = Find(request, "count");
       c != nullptr && c->is_number_integer() && c->get<std::int64_t>() > 0) {
-    count = static_cast<std::uint64_t>(c->get<std::int64_t>());
+    count =
+        static_cast<std::uint64_t>(std::min<std::int64_t>(c->get<std::int64_t>(), kMaxClaimCount));
   }
   std::uint64_t memory = kClaimMemoryDefaultBytes, cores = 0;
   const json* capacity = Find(request, "capacity");

@@ -40,6 +40,10 @@ inline constexpr std::uint64_t kClaimMemoryStepBytes = std::uint64_t{256} << 20;
 inline constexpr std::uint64_t kClaimMemoryDefaultBytes = std::uint64_t{1} << 30;
 std::uint64_t ClaimMemoryMax(std::uint64_t gpu_memory);
 
+// The most GPUs one request of a claim may count (the API server's limit on a claim's allocation
+// results).
+inline constexpr std::int64_t kMaxClaimCount = 32;
+
 // Whether a DeviceClass is one of tessera's (shared.gpu.tessera.dev, mps.gpu.tessera.dev).
 bool IsTesseraDeviceClass(std::string_view device_class);
 // The sharing mode a request's DeviceClass names; a class of the cluster's own that selects this
@@ -69,7 +73,7 @@ Status CheckClaimSpec(const nlohmann::json& spec, std::string_view where,
 // request of tessera's classes, its memory (rounded up to the request policy's 256 MiB steps;
 // 1 GiB when it asks none) and cores, times the request's count; of a request's firstAvailable
 // alternatives, the most of each (one of them is allocated). Values CheckClaimSpec would refuse
-// count nothing (a claim admitted before the webhook existed still counts what it asks well).
+// count as their defaults (memory 1 GiB, cores 0, count 1; a count over kMaxClaimCount as that).
 struct ClaimUsage {
   std::uint64_t memory_bytes = 0;
   std::uint64_t cores_percent = 0;

@@ -74,6 +74,18 @@ TEST(ClaimAsk, UsageIsTheRoundedAskTimesItsCountAndTheLargestAlternative) {
   EXPECT_EQ(ClaimUsageOf(json::object()).memory_bytes, 0u);
 }
 
+TEST(ClaimAsk, ACountOutsideOneToThirtyTwoIsRefused) {
+  for (const json& count : {json(0), json(33), json(-1), json("2")}) {
+    json r = Request("shared.gpu.tessera.dev", {{"memory", "1Gi"}});
+    r["exactly"]["count"] = count;
+    const Status st = Check(Spec({r}));
+    EXPECT_NE(st.message().find("spec.devices.requests[0].exactly.count: " + count.dump() +
+                                " is not a count of GPUs; accepted: a whole number from 1 to 32"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
 TEST(ClaimAsk, AllocationModeAllIsRefused) {
   json all = Request("shared.gpu.tessera.dev", {{"memory", "1Gi"}});
   all["exactly"]["allocationMode"] = "All";

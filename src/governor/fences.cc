@@ -245,7 +245,7 @@ bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_
 }
 
 bool FenceTracker::ExpectedBusy(const Stream& s, std::uint64_t now_ns) const {
-  if (s.fenced.empty()) return false;  // all polled: completed
+  if (s.fenced.size() <= s.done) return false;  // all polled, or known completed by a wait
   return static_cast<double>(s.fenced.back().fenced_at_ns) + FencedPendingNs(s) >
          static_cast<double>(now_ns);
 }
@@ -310,6 +310,7 @@ bool FenceTracker::TakeControl(Stream& s, std::uint64_t now_ns) {
   control.probe_key = s.next_key;  // the kind whose launch it stands in for
   control.fenced_at_ns = now_ns;
   control.last_launch_ns = now_ns;
+  control.seq = next_seq_++;
   s.fenced.push_back(std::move(control));
   SetTail(s, end);
   if (!ReleaseHold(s)) s.fenced.back().held = false;  // the watchdog opened it: may hold a stall
@@ -845,8 +846,9 @@ std::uint64_t FenceTracker::LongestPendingEstimateNs() const {
 }
 
 bool FenceTracker::Learning() const {
-  return std::any_of(streams_.begin(), streams_.end(),
-                     [](const Stream& s) { return s.per_launch_ns <= 0 && !s.fenced.empty(); });
+  return std::any_of(streams_.begin(), streams_.end(), [](const Stream& s) {
+    return s.per_launch_ns <= 0 && s.fenced.size() > s.done;
+  });
 }
 
 bool FenceTracker::HasFenced() const {

@@ -280,7 +280,8 @@ class FenceTracker {
   // The longest a fenced segment now pending is expected to take (its launches at its stream's
   // estimate; 0 while no estimate is known): how long a wait for it is still normal.
   std::uint64_t LongestPendingEstimateNs() const;
-  // Whether a stream still waits for its first completion and already has a fenced segment.
+  // Whether a stream still waits for its first completion and already has a fenced segment
+  // (not known completed).
   bool Learning() const;
   bool HasFenced() const;
   bool HasPending() const;  // fenced segments not known to have completed (Completed)

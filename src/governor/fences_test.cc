@@ -178,6 +178,22 @@ TEST(FenceTracker, AWaitThatReturnedTakesItsWorkOutOfTheDepth) {
   EXPECT_EQ(t.InFlightEstimateNs(gpu.now), 0u);
 }
 
+// A stream whose first segment a returned wait showed complete learns its estimate at the poll,
+// but its launches no longer wait for that poll meanwhile.
+TEST(FenceTracker, AStreamLearningItsEstimateStopsWaitingOnceAWaitReturned) {
+  OneStreamGpu gpu;
+  FenceTracker t(&gpu);
+  LaunchOn(t, gpu, 100'000);  // a probe: fenced at once, no estimate until it is polled
+  EXPECT_TRUE(t.Learning());
+  EXPECT_TRUE(t.OverDepth(2'000'000, gpu.now));
+  const std::uint64_t ticket = t.Ticket();
+  gpu.now += 1'000'000;
+  t.Completed(kStream, ticket);
+  EXPECT_FALSE(t.Learning());
+  EXPECT_FALSE(t.OverDepth(2'000'000, gpu.now));
+  EXPECT_EQ(t.Poll(), 100'000u);
+}
+
 // One stream's wait says nothing of another's; a context's wait covers every stream but a key
 // several of the GPU's streams share (a wait from one thread covers its own per-thread stream).
 TEST(FenceTracker, AStreamsWaitLeavesTheOtherStreamsInFlight) {

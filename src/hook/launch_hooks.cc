@@ -878,9 +878,16 @@ bool IsCurrentContext(CUcontext ctx) {
 // Each device's FenceTracker::Ticket when the wait began (0 where none was taken).
 struct WaitTickets {
   bool taken = false;
-  int device = -1;  // a context-wide wait's device
+  bool all = false;  // a context-wide wait: every stream of `device`
+  int device = -1;   // the current device's region index (-1: every device, a stream's own)
   std::uint64_t ticket[shm::kMaxDevices] = {};
 };
+
+// The default streams' handles name a stream of every context: a wait on one covers the current
+// context's only.
+bool IsDefaultStream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
 
 WaitTickets FenceBeforeWait(CUstream stream, bool per_thread, Waited waited) {
   WaitTickets tickets;
@@ -890,7 +897,7 @@ WaitTickets FenceBeforeWait(CUstream stream, bool per_thread, Waited waited) {
   const RelaxedCapture relaxed;
   const bool all = waited != Waited::kStream;
   int current = -1;
-  if (all) {
+  if (all || IsDefaultStream(stream)) {
     CUdevice dev = 0;
     DeviceQuota quota;
     if (QuotaForCurrentDevice(&quota, &dev) != CUDA_SUCCESS || quota.region_device < 0) {
@@ -902,7 +909,7 @@ WaitTickets FenceBeforeWait(CUstream stream, bool per_thread, Waited waited) {
   const std::uint64_t now = NowNs();
   for (int i = 0; i < static_cast<int>(shm::kMaxDevices); ++i) {
     DeviceGovernor* d = g.devices[i];
-    if (d == nullptr || (all && i != current)) continue;
+    if (d == nullptr || (current >= 0 && i != current)) continue;
     if (all) {
       d->tracker.FenceAll(now, MayRecordFromCaller);
     } else {
@@ -910,7 +917,13 @@ WaitTickets FenceBeforeWait(CUstream stream, bool per_thread, Waited waited) {
     }
     tickets.ticket[i] = d->tracker.Ticket();
   }
-  tickets.taken = waited != Waited::kUnknown;
+  // A context-wide wait covers the streams of the context it waits for; the tracker's streams
+  // are the context the governor met first on the device (DeviceGovernor::context), so the
+  // wait of another (cuCtxCreate's, a green context's) marks nothing.
+  tickets.taken = waited == Waited::kStream ||
+                  (waited == Waited::kContext && current >= 0 && g.devices[current] != nullptr &&
+                   IsCurrentContext(g.devices[current]->context));
+  tickets.all = all;
   tickets.device = current;
   g.work.NotifyOne();
   return tickets;
@@ -925,12 +938,13 @@ void CompletedAfterWait(const WaitTickets& tickets, CUstream stream, bool per_th
   for (int i = 0; i < static_cast<int>(shm::kMaxDevices); ++i) {
     DeviceGovernor* d = g.devices[i];
     if (d == nullptr || (tickets.device >= 0 && i != tickets.device)) continue;
-    if (tickets.device >= 0) {
+    if (tickets.all) {
       d->tracker.CompletedAll(tickets.ticket[i]);
     } else {
       d->tracker.Completed(StreamKey(stream, per_thread), tickets.ticket[i]);
     }
   }
+  g.completed.NotifyAll();  // launches waiting for the depth re-check now
 }
 
 }  // namespace

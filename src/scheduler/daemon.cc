@@ -332,6 +332,7 @@ Status SchedulerProcess::BuildAdmission() {
   webhook::WebhookOptions webhook_options;
   webhook_options.scheduler_users = options_.scheduler_users;
   webhook_options.scheduler_name = options_.scheduler_name;
+  webhook_options.count_claims = options_.count_claims;
   webhook::ClusterView view;
   view.largest_gpu_memory = [ledger = s.ledger.get()] { return ledger->LargestGpuMemory(); };
   view.priority_class_value = [classes = s.priority_classes.get()](const std::string& name) {

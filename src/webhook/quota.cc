@@ -65,21 +65,28 @@ std::string ClaimKey(const std::string& ns, const std::string& name) {
 }
 }  // namespace
 
-void QuotaBook::ObserveClaim(const json& claim) {
-  const std::string ns = k8s::MetadataAt(claim, "namespace");
-  const std::string name = k8s::MetadataAt(claim, "name");
-  const std::string uid = k8s::MetadataAt(claim, "uid");
+namespace {
+// A claim's namespace and usage, or nothing for a claim of no tessera class.
+std::optional<std::pair<std::string, Usage>> ClaimCounted(const json& claim) {
   const json* spec = k8s::Find(claim, "spec");
   const contract::ClaimUsage u =
       spec != nullptr ? contract::ClaimUsageOf(*spec) : contract::ClaimUsage{};
+  if (u.memory_bytes == 0 && u.cores_percent == 0) return std::nullopt;
+  return std::pair{k8s::MetadataAt(claim, "namespace"), Usage{u.memory_bytes, u.cores_percent, 0}};
+}
+}  // namespace
+
+void QuotaBook::ObserveClaim(const json& claim) {
+  const std::string uid = k8s::MetadataAt(claim, "uid");
+  auto counted = ClaimCounted(claim);
   std::lock_guard lock(mu_);
-  pending_.erase(ClaimKey(ns, name));
+  pending_.erase(ClaimKey(k8s::MetadataAt(claim, "namespace"), k8s::MetadataAt(claim, "name")));
   if (uid.empty()) return;
-  if (u.memory_bytes == 0 && u.cores_percent == 0) {
+  if (!counted) {
     claims_.erase(uid);
     return;
   }
-  claims_[uid] = {ns, Usage{u.memory_bytes, u.cores_percent, 0}};
+  claims_[uid] = *std::move(counted);
 }
 
 void QuotaBook::ForgetClaim(const json& claim) {
@@ -88,12 +95,19 @@ void QuotaBook::ForgetClaim(const json& claim) {
   pending_.erase(ClaimKey(k8s::MetadataAt(claim, "namespace"), k8s::MetadataAt(claim, "name")));
 }
 
+// A relist: the claims it lists replace the book's at once (an admission meanwhile never sees
+// the book half empty).
 void QuotaBook::ReplaceClaims(const std::vector<json>& claims) {
-  {
-    std::lock_guard lock(mu_);
-    claims_.clear();
+  std::map<std::string, std::pair<std::string, Usage>> listed;
+  for (const json& c : claims) {
+    const std::string uid = k8s::MetadataAt(c, "uid");
+    if (auto counted = ClaimCounted(c); counted && !uid.empty()) listed[uid] = *std::move(counted);
   }
-  for (const json& c : claims) ObserveClaim(c);
+  std::lock_guard lock(mu_);
+  claims_.swap(listed);
+  for (const json& c : claims) {
+    pending_.erase(ClaimKey(k8s::MetadataAt(c, "namespace"), k8s::MetadataAt(c, "name")));
+  }
 }
 
 Usage QuotaBook::UsedLocked(const std::string& ns, std::uint64_t largest) {

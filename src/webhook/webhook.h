@@ -79,6 +79,9 @@ struct WebhookOptions {
   std::vector<std::string> adopt_scheduler_names = {"kai-scheduler"};
   // Called for every denial (from the serving thread: must not block).
   std::function<void(const Denial&)> on_denial;
+  // Claims count against quotas (the quota book is fed by a watch of ResourceClaims): without
+  // the watch a claim would count only while its admission is remembered, so not at all.
+  bool count_claims = false;
 };
 
 // What the webhooks need to know of the cluster (from the scheduler's own watches).

@@ -73,6 +73,7 @@ class WebhookTest : public ::testing::Test {
   static WebhookOptions Options() {
     WebhookOptions o;
     o.scheduler_users = {"system:serviceaccount:tessera-system:tessera-scheduler"};
+    o.count_claims = true;
     return o;
   }
   ClusterView View() {
@@ -382,6 +383,13 @@ TEST_F(WebhookTest, QuotasCountClaimsOfTesseraClasses) {
   // ReplaceClaims (a relist) keeps only what it lists.
   quotas_.ReplaceClaims({});
   EXPECT_EQ(quotas_.Used("ml", 141 * kGiB).memory_bytes, 0u);
+  // Without the claims' watch (--count-claims) claims are not counted at all.
+  WebhookOptions uncounted = Options();
+  uncounted.count_claims = false;
+  QuotaBook book(&policy_, clock_);
+  Admission admission(&policy_, uncounted, View(), &book);
+  EXPECT_TRUE(admission.Validate(first)["response"]["allowed"].get<bool>());
+  EXPECT_EQ(book.Used("ml", 141 * kGiB).memory_bytes, 0u);
 }
 
 TEST_F(WebhookTest, AdmissionsExpireIfThePodNeverAppears) {

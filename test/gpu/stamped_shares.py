@@ -41,6 +41,8 @@ def union_ns(files):
     hi = min(int(a[:, 1].max()) for a in arrays)
     iv = np.concatenate(arrays)
     iv = iv[(iv[:, 0] >= lo) & (iv[:, 1] <= hi)]
+    if hi <= lo or len(iv) == 0:  # the processes' windows do not overlap
+        return 0.0, 0.0
     iv = iv[np.argsort(iv[:, 0], kind="stable")]
     starts = iv[:, 0].astype(np.int64)
     ends = np.maximum.accumulate(iv[:, 1].astype(np.int64))

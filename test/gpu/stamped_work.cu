@@ -76,7 +76,7 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
     unsigned long long start = 0, end = 0;
     std::memcpy(&start, reinterpret_cast<const char*>(record) + kRecordStart, sizeof(start));
     std::memcpy(&end, reinterpret_cast<const char*>(record) + kRecordEnd, sizeof(end));
-    if (end < start || end - start > 1000000000ull) {
+    if (start == 0 || end < start || end - start > 1000000000ull) {  // 0: no timestamp
       ++g_trace_odd;
       continue;
     }
