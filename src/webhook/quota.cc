@@ -31,17 +31,25 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
 QuotaBook::QuotaBook(const policy::Policy* policy, Clock& clock, std::chrono::milliseconds ttl)
     : policy_(policy), clock_(clock), ttl_(ttl) {}
 
-void QuotaBook::ObservePod(const json& pod) {
+std::optional<QuotaBook::Counted> QuotaBook::PodCounted(const json& pod,
+                                                        const contract::PodAsk& id) const {
+  if (id.uid.empty() || id.terminal) return std::nullopt;
   auto ask = contract::ParsePodAsk(pod, *policy_);
-  std::lock_guard lock(mu_);
+  if (!ask.ok() || !ask->wants_gpu()) return std::nullopt;
+  return Counted{id.namespace_name, id.key(), *std::move(ask)};
+}
+
+void QuotaBook::ObservePod(const json& pod) {
   const contract::PodAsk id = contract::PodIdentity(pod);
+  auto counted = PodCounted(pod, id);
+  std::lock_guard lock(mu_);
   pending_.erase(id.key());
   if (id.uid.empty()) return;
-  if (!ask.ok() || !ask->wants_gpu() || id.terminal) {
+  if (!counted) {
     pods_.erase(id.uid);
     return;
   }
-  pods_[id.uid] = Counted{id.namespace_name, id.key(), *std::move(ask)};
+  pods_[id.uid] = *std::move(counted);
 }
 
 void QuotaBook::ForgetPod(const json& pod) {
@@ -51,12 +59,19 @@ void QuotaBook::ForgetPod(const json& pod) {
   pending_.erase(id.key());
 }
 
+// A relist: the pods it lists replace the book's at once (an admission meanwhile never sees the
+// book half empty).
 void QuotaBook::ReplacePods(const std::vector<json>& pods) {
-  {
-    std::lock_guard lock(mu_);
-    pods_.clear();
+  std::map<std::string, Counted> listed;
+  std::vector<std::string> keys;
+  for (const json& p : pods) {
+    const contract::PodAsk id = contract::PodIdentity(p);
+    keys.push_back(id.key());
+    if (auto counted = PodCounted(p, id)) listed[id.uid] = *std::move(counted);
   }
-  for (const json& p : pods) ObservePod(p);
+  std::lock_guard lock(mu_);
+  pods_.swap(listed);
+  for (const std::string& key : keys) pending_.erase(key);
 }
 
 namespace {

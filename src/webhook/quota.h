@@ -80,6 +80,8 @@ class QuotaBook {
     std::optional<Usage> claim;  // ... or a claim's
     std::chrono::steady_clock::time_point expires;
   };
+  // What a pod counts (nothing for one without a UID, finished, or asking no GPU).
+  std::optional<Counted> PodCounted(const nlohmann::json& pod, const contract::PodAsk& id) const;
   Usage UsedLocked(const std::string& ns, std::uint64_t largest);
   Status Check(const std::string& ns, const Usage& asked, std::uint64_t largest);
 
