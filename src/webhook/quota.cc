@@ -28,6 +28,11 @@ Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest) {
   return u;
 }
 
+Usage UsageOfClaim(const json& spec) {
+  const contract::ClaimUsage u = contract::ClaimUsageOf(spec);
+  return Usage{u.memory_bytes, u.cores_percent, 0};  // whole GPUs: no exclusive class yet
+}
+
 QuotaBook::QuotaBook(const policy::Policy* policy, Clock& clock, std::chrono::milliseconds ttl)
     : policy_(policy), clock_(clock), ttl_(ttl) {}
 
@@ -78,16 +83,13 @@ namespace {
 std::string ClaimKey(const std::string& ns, const std::string& name) {
   return "claim:" + ns + "/" + name;
 }
-}  // namespace
 
-namespace {
 // A claim's namespace and usage, or nothing for a claim of no tessera class.
 std::optional<std::pair<std::string, Usage>> ClaimCounted(const json& claim) {
   const json* spec = k8s::Find(claim, "spec");
-  const contract::ClaimUsage u =
-      spec != nullptr ? contract::ClaimUsageOf(*spec) : contract::ClaimUsage{};
+  const Usage u = spec != nullptr ? UsageOfClaim(*spec) : Usage{};
   if (u.memory_bytes == 0 && u.cores_percent == 0) return std::nullopt;
-  return std::pair{k8s::MetadataAt(claim, "namespace"), Usage{u.memory_bytes, u.cores_percent, 0}};
+  return std::pair{k8s::MetadataAt(claim, "namespace"), u};
 }
 }  // namespace
 

@@ -44,6 +44,8 @@ struct Usage {
 
 // What one pod's ask counts, given the largest GPU's memory.
 Usage UsageOf(const contract::PodAsk& ask, std::uint64_t largest_gpu_memory);
+// What a claim's spec (a ResourceClaim's `spec`) counts: contract::ClaimUsageOf.
+Usage UsageOfClaim(const nlohmann::json& spec);
 
 class QuotaBook {
  public:

@@ -202,9 +202,8 @@ json Admission::ValidateClaim(const AdmissionRequest& r) {
     // A claim takes its GPUs from its creation (a template takes nothing until a pod's claim is
     // made from it, which comes here as a claim).
     if (quotas_ != nullptr && options_.count_claims && !is_template) {
-      const contract::ClaimUsage u = contract::ClaimUsageOf(*spec);
-      const Status quota = quotas_->AdmitClaim(
-          r.namespace_name, r.name, Usage{u.memory_bytes, u.cores_percent, 0}, largest, !r.dry_run);
+      const Status quota =
+          quotas_->AdmitClaim(r.namespace_name, r.name, UsageOfClaim(*spec), largest, !r.dry_run);
       if (!quota.ok()) {
         return Deny(DenialRule::kQuota, r, kForbidden,
                     "ResourceClaim " + PodName(r) + ": " + quota.message());
