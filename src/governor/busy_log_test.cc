@@ -1,9 +1,11 @@
 #include "governor/busy_log.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -106,6 +108,52 @@ TEST_F(BusyLogTest, AHolderThatDiedIsRecoveredFrom) {
   EXPECT_EQ(AddSpans(log_, {{0, 10}}, &contended), 10u);
   EXPECT_FALSE(contended);
   EXPECT_EQ(log_.count, 1u);
+}
+
+// AddSpans takes runs of spans newer than everything kept in one pass: what it adds, and the log
+// it leaves, are AddToUnion's one span at a time. Batches as a watcher publishes them (sorted by
+// begin: a launch-bound stream's many short spans, another stream's overlapping or touching
+// ones, a late one older than the log, an empty one), some far apart (the horizon), some long
+// enough to fill the log.
+TEST_F(BusyLogTest, ABatchAddsWhatOneSpanAtATimeWould) {
+  shm::BusyLog one_by_one;
+  std::memcpy(static_cast<void*>(&one_by_one), static_cast<const void*>(&log_), sizeof(log_));
+  std::mt19937_64 rng(17);
+  std::uint64_t now = 1'000'000;
+  for (int batch = 0; batch < 3000; ++batch) {
+    std::vector<Span> spans;
+    const int n = static_cast<int>(rng() % 150);
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t kind = rng() % 20;
+      if (kind < 14) {  // the next short span after a gap (0: touching)
+        now += rng() % 3'000;
+        spans.push_back({now, now + 1 + rng() % 4'000});
+        now = spans.back().end_ns;
+      } else if (kind < 17 && now > 10'000) {  // overlapping what came before
+        const std::uint64_t begin = now - rng() % 10'000;
+        spans.push_back({begin, begin + rng() % 20'000});
+      } else if (kind < 18) {  // late: older than the log may keep
+        const std::uint64_t begin = now > 50'000'000 ? now - 50'000'000 : 0;
+        spans.push_back({begin, begin + 1'000});
+      } else if (kind < 19) {
+        spans.push_back({now, now});  // empty
+      } else {
+        now += rng() % 2 == 0 ? 300'000'000u : 1'000'000u;  // past the horizon, or a pause
+      }
+    }
+    std::sort(spans.begin(), spans.end(),
+              [](const Span& a, const Span& b) { return a.begin_ns < b.begin_ns; });
+    std::uint64_t expected = 0;
+    for (const Span& sp : spans) expected += AddToUnion(one_by_one, sp);
+    bool contended = false;
+    ASSERT_EQ(AddSpans(log_, spans, &contended), expected) << "batch " << batch;
+    ASSERT_FALSE(contended);
+    ASSERT_EQ(log_.count, one_by_one.count) << "batch " << batch;
+    for (std::uint32_t i = 0; i < log_.count; ++i) {
+      ASSERT_EQ(log_.spans[i].begin_ns, one_by_one.spans[i].begin_ns) << batch << " " << i;
+      ASSERT_EQ(log_.spans[i].end_ns, one_by_one.spans[i].end_ns) << batch << " " << i;
+    }
+  }
 }
 
 }  // namespace

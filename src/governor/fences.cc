@@ -157,7 +157,12 @@ std::uint64_t FenceTracker::NextRandom() {
 
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   bool probe = k.probes < kFirstProbes;
-  if (!probe && options_.probe_period > 0) {
+  // TryContinue drew for this launch (it keeps a probe's draw only): the draw stands.
+  const bool drawn = draw_.taken && draw_.stream == s.handle && draw_.key == s.next_key;
+  draw_.taken = false;
+  if (drawn) {
+    probe = true;
+  } else if (!probe && options_.probe_period > 0) {
     probe = NextRandom() % options_.probe_period == 0 &&
             (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns);
   }
@@ -207,11 +212,13 @@ bool FenceTracker::FewLaunchesInFlight(bool* asked) {
 }
 
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
+  Disarm();
   Stream& s = StreamFor(stream);
   Kind& kind = KindFor(key);  // one lookup a launch
+  s.next_key = key;
   const bool probe = ShouldProbe(kind, s, now_ns);
   s.next_is_probe = probe;
-  s.next_key = key;
+  s.next_kind_drawn = kind.probes >= kFirstProbes;  // its next launch's probe is a draw
   s.next_estimate_ns = kind.estimate_ns;
   // A probe is fenced on both sides: what is open ends here, and the probe starts at an event of
   // its own, behind a Hold where it can. Whether its span is the launch's GPU time alone is
@@ -347,7 +354,72 @@ bool FenceTracker::ReleaseHold(Stream& s) {
   return intact;
 }
 
+bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns,
+                               std::uint64_t depth_ns) {
+  if (!fast_.armed || stream != fast_.stream || key != fast_.key || depth_ns != fast_.depth_ns ||
+      draw_.taken) {
+    return false;
+  }
+  // OverDepth, asked once (the first launch after arming, so that a launch that goes elsewhere
+  // pays nothing for it): HasPending and Learning cannot change while the lane is armed (a
+  // fence or a poll disarms it); InFlightEstimateNs grows by the launches since and, on each
+  // aging stream (fenced work not known completed), by at most the time since.
+  if (!fast_.bounded) {
+    fast_.bounded = true;
+    fast_.pending = HasPending();
+    if (fast_.pending) {
+      if (Learning()) {
+        Disarm();
+        return false;
+      }
+      fast_.in_flight_ns = static_cast<double>(InFlightEstimateNs(now_ns));
+      fast_.aging =
+          static_cast<double>(std::count_if(streams_.begin(), streams_.end(), [](const Stream& t) {
+            return t.done < t.fenced.size();
+          }));
+      fast_.bounded_ns = now_ns;
+    }
+  }
+  if (fast_.pending &&
+      fast_.in_flight_ns +
+              fast_.aging *
+                  static_cast<double>(now_ns > fast_.bounded_ns ? now_ns - fast_.bounded_ns : 0) >=
+          static_cast<double>(depth_ns)) {
+    return false;
+  }
+  // ShouldProbe of a kind past its first probes (Arm): the same draw.
+  Stream& s = streams_[fast_.stream_index];
+  if (options_.probe_period > 0 && NextRandom() % options_.probe_period == 0 &&
+      (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns)) {
+    draw_ = Draw{true, stream, key};
+    return false;
+  }
+  return true;  // s.next_* hold this launch's already: the previous launch was the same kind
+}
+
+void FenceTracker::ContinuedLaunch(std::uint64_t now_ns, std::uint64_t depth_ns) {
+  Stream& s = streams_[fast_.stream_index];
+  Append(s, now_ns, depth_ns);
+  fast_.in_flight_ns += s.next_estimate_ns;
+}
+
+void FenceTracker::Arm(Stream& s, std::uint64_t depth_ns) {
+  // Only a plain segment left open by a kind with an estimate, past its first probes (whose
+  // draw alone TryContinue repeats), under a depth of more than one launch.
+  if (s.open_begin < 0 || s.open_launches == 0 || s.open_probe || s.next_estimate_ns <= 0 ||
+      !s.next_kind_drawn || OneLaunch(depth_ns)) {
+    return;
+  }
+  fast_.armed = true;
+  fast_.bounded = false;
+  fast_.stream = s.handle;
+  fast_.key = s.next_key;
+  fast_.depth_ns = depth_ns;
+  fast_.stream_index = static_cast<std::size_t>(&s - streams_.data());
+}
+
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns) {
+  Disarm();
   Stream& s = StreamFor(stream);
   if (s.open_begin < 0) return;  // BeforeLaunch failed: unmeasured
   if (s.next_is_probe && s.open_launches == 0) {
@@ -361,6 +433,11 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
                          EventApi::State::kPending;
     s.open_probe_gap_ns = s.open_exact || now_ns < s.open_begin_ns ? 0 : now_ns - s.open_begin_ns;
   }
+  Append(s, now_ns, depth_ns);
+  Arm(s, depth_ns);
+}
+
+void FenceTracker::Append(Stream& s, std::uint64_t now_ns, std::uint64_t depth_ns) {
   if (!s.open_probe) {
     if (s.open_launches == 0) {
       s.open_first_ns = now_ns;
@@ -393,6 +470,7 @@ void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t
 
 void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   if (s.open_begin < 0) return;
+  Disarm();
   if (s.open_launches == 0) {  // a start with nothing after it
     Drop(s);
     return;
@@ -441,6 +519,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
 }
 
 void FenceTracker::Drop(Stream& s) {
+  Disarm();
   s.open_submissions.clear();
   ReleaseHold(s);
   Unref(s.open_begin);
@@ -486,7 +565,7 @@ void FenceTracker::MarkCompleted(Stream& s, std::uint64_t ticket) {
     estimate_ns += seg.estimate_ns;
     unknown += seg.unknown;
   }
-  if (done > s.done) {
+  if (done > s.done) {  // (the short path's bound on what is in flight only falls)
     s.done = done;
     s.done_estimate_ns = estimate_ns;
     s.done_unknown = unknown;
@@ -672,7 +751,8 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
   Stream* sp = nullptr;
   for (const PollBatch::Item& item : batch.items) {
     if (item.state == EventApi::State::kPending) continue;  // (and the rest of its stream waits)
-    if (sp == nullptr || sp->handle != item.stream) {       // a stream's items are consecutive
+    Disarm();  // what is in flight, and the estimates, change
+    if (sp == nullptr || sp->handle != item.stream) {  // a stream's items are consecutive
       sp = nullptr;
       for (Stream& s : streams_) {
         if (s.handle == item.stream) sp = &s;

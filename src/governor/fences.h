@@ -190,6 +190,16 @@ class FenceTracker {
   // `depth_ns`: the depth the launch went under; at one launch (OverDepth) its segment is fenced
   // at once, so that the next launch waits for exactly this one.
   void AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns = ~0ULL);
+  // The common launch at a fraction of that path's cost (on the H200 it cost a launch-bound loop
+  // of 3 us kernels ~12 % of its rate where the share did not bind): a launch of the kind the
+  // stream's previous launch was, continuing the plain segment that one left open, with nothing
+  // else done to the tracker since. It decides what BeforeLaunch and OverDepth would have, the
+  // probe's draw included, the depth by a bound on InFlightEstimateNs (where the bound reaches
+  // `depth_ns`, OverDepth is asked): true, the launch continues the open segment (the caller
+  // launches, then calls ContinuedLaunch, or Fence if the launch failed); false, the usual path
+  // (OverDepth, BeforeLaunch, AfterLaunch), which takes any draw made here.
+  bool TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns, std::uint64_t depth_ns);
+  void ContinuedLaunch(std::uint64_t now_ns, std::uint64_t depth_ns);
   // Whether the launch BeforeLaunch just prepared on `stream` is a probe: only a probe's
   // AfterLaunch needs the time after the launch was submitted (an inexact probe's gap); any
   // other may be given the time before it, which saves a clock reading a launch.
@@ -382,6 +392,7 @@ class FenceTracker {
     bool next_is_probe = false;  // BeforeLaunch's findings for AfterLaunch
     std::uint64_t next_key = 0;
     double next_estimate_ns = 0;
+    bool next_kind_drawn = false;  // that kind is past its first probes: its probes are drawn
     std::uint64_t last_launch_ns = 0;
     std::uint64_t open_first_ns = 0;           // host clock, the open segment's first launch
     std::vector<Submission> open_submissions;  // the open segment's launches (not a probe's)
@@ -417,6 +428,34 @@ class FenceTracker {
     void* handle = nullptr;
     int refs = 0;
   };
+  // What TryContinue needs, set by AfterLaunch where a plain segment stays open, and dropped by
+  // anything else that changes the tracker (Disarm).
+  struct FastLane {
+    bool armed = false;
+    bool bounded = false;  // the depth's bound was taken (TryContinue's first launch)
+    bool pending = false;  // fenced work in flight then: the bound counts
+    void* stream = nullptr;
+    std::uint64_t key = 0;
+    std::uint64_t depth_ns = 0;
+    std::size_t stream_index = 0;
+    std::uint64_t bounded_ns = 0;
+    // InFlightEstimateNs when bounded plus the launches since; each aging stream (fenced work
+    // not known completed) adds at most the time since to it.
+    double in_flight_ns = 0;
+    double aging = 0;
+  };
+  // A probe's draw TryContinue made for a launch that then took the usual path: ShouldProbe
+  // takes it instead of drawing again.
+  struct Draw {
+    bool taken = false;
+    void* stream = nullptr;
+    std::uint64_t key = 0;
+  };
+  void Disarm() { fast_.armed = false; }
+  void Arm(Stream& s, std::uint64_t depth_ns);
+  // AfterLaunch's part once the launch is known to belong to the open segment: it joins it, and
+  // the segment is fenced where it is long enough.
+  void Append(Stream& s, std::uint64_t now_ns, std::uint64_t depth_ns);
   Stream& StreamFor(void* handle);
   int NewEvent();
   void Ref(int e) { ++events_[static_cast<std::size_t>(e)].refs; }
@@ -482,6 +521,8 @@ class FenceTracker {
   std::unordered_map<int, Epoch> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
   std::uint64_t next_seq_ = 0;  // segments fenced so far (Segment::seq, Ticket)
+  FastLane fast_;
+  Draw draw_;
   Stats stats_;
 };
 

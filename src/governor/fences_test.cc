@@ -3,6 +3,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@ class OneStreamGpu final : public TimestampEvents {
     return true;
   }
   int records = 0;
+  std::uint64_t busy_until() const { return busy_until_; }
 
  private:
   std::uint64_t busy_until_ = 0;
@@ -868,6 +870,93 @@ TEST(FenceTracker, AnUntimedSegmentEndsTheLearningAllTheSame) {
   EXPECT_EQ(t.errors(), 1u);
   EXPECT_FALSE(t.Learning());
   EXPECT_FALSE(t.OverDepth(2'000'000, 0));
+}
+
+// The short path (TryContinue, ContinuedLaunch) decides nothing the usual one would not. Two
+// trackers on two identical simulated GPUs see the same random program (two streams, three
+// kinds of kernel, host gaps, synchronizes, polls, fences of one stream, idle fences); one takes
+// the short path wherever it is offered, the other never does (the hook's depth wait included:
+// fence, let time pass, poll). They must fence, probe, wait and charge alike, and the short
+// path must carry most launches.
+TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
+  struct Side {
+    explicit Side(FenceOptions o) : t(&gpu, o) {}
+    OneStreamGpu gpu;
+    FenceTracker t;
+    std::uint64_t charged = 0;
+  };
+  // Probes no sooner than 100 us apart on a stream, so that many of them are drawn.
+  const FenceOptions options{400'000, 512, 32, 0x9e3779b97f4a7c15ULL, 100'000};
+  Side usual(options), fast(options);
+  // A third stream appears late: its first segments are in flight before it has an estimate
+  // (Learning), while the first stream's short path is armed.
+  void* const streams[] = {kStream, reinterpret_cast<void*>(0x20), reinterpret_cast<void*>(0x30)};
+  const std::uint64_t keys[] = {11, 22, 33};
+  const std::uint64_t kernel_ns[] = {3'000, 20'000, 250'000};
+  constexpr std::uint64_t kDepthNs = 1'500'000;
+  std::mt19937_64 rng(21);
+  int launches = 0, continued = 0;
+  // A kernel's time varies by up to 10 % from launch to launch, so that probes move the
+  // estimates the short path must not keep.
+  const auto launch = [&](Side& side, bool try_short, void* stream, int kind, std::uint64_t ns) {
+    FenceTracker& t = side.t;
+    if (try_short && t.TryContinue(stream, keys[kind], side.gpu.now, kDepthNs)) {
+      side.gpu.Launch(ns);
+      t.ContinuedLaunch(side.gpu.now, kDepthNs);
+      ++continued;
+      return;
+    }
+    while (t.OverDepth(kDepthNs, side.gpu.now)) {  // the hook's depth wait
+      t.FenceAll(side.gpu.now);
+      side.gpu.now += 50'000;
+      side.charged += t.Poll();
+    }
+    ASSERT_TRUE(t.BeforeLaunch(stream, side.gpu.now, keys[kind]));
+    side.gpu.Launch(ns);
+    t.AfterLaunch(stream, side.gpu.now, kDepthNs);
+  };
+  for (int step = 0; step < 30'000; ++step) {
+    const std::uint64_t r = rng() % 1000;
+    const std::uint64_t gap = rng() % 4'000;
+    void* const stream = streams[step >= 20'000 && rng() % 500 == 0 ? 2 : rng() % 10 == 0 ? 1 : 0];
+    const int kind = static_cast<int>(rng() % 20 == 0 ? 1 + rng() % 2 : 0);
+    const std::uint64_t ns = kernel_ns[kind] + rng() % (kernel_ns[kind] / 10);
+    for (Side* side : {&usual, &fast}) {
+      side->gpu.now += gap;
+      FenceTracker& t = side->t;
+      if (r < 940) {
+        launch(*side, side == &fast, stream, kind, ns);
+        if (stream == streams[2]) t.Fence(stream, side->gpu.now);  // in flight, not learned
+      } else if (r < 960) {
+        side->charged += t.Poll();
+      } else if (r < 975) {  // a synchronize of the context
+        t.FenceAll(side->gpu.now);
+        const std::uint64_t ticket = t.Ticket();
+        side->gpu.now = std::max(side->gpu.now, side->gpu.busy_until());
+        t.CompletedAll(ticket);
+      } else if (r < 985) {
+        t.Fence(stream, side->gpu.now);
+      } else {
+        t.FenceIdle(side->gpu.now, 200'000, FenceTracker::AlwaysRecord);
+      }
+    }
+    if (r < 940) ++launches;
+    ASSERT_EQ(usual.gpu.now, fast.gpu.now) << "step " << step;  // the same depth waits
+    ASSERT_EQ(usual.gpu.records, fast.gpu.records) << "step " << step;
+    ASSERT_EQ(usual.charged, fast.charged) << "step " << step;
+    ASSERT_EQ(usual.t.InFlightEstimateNs(usual.gpu.now), fast.t.InFlightEstimateNs(fast.gpu.now))
+        << "step " << step;
+  }
+  for (Side* side : {&usual, &fast}) side->charged += Drain(side->t, side->gpu);
+  EXPECT_EQ(usual.charged, fast.charged);
+  const FenceTracker::Stats& a = usual.t.stats();
+  const FenceTracker::Stats& b = fast.t.stats();
+  EXPECT_EQ(a.segments, b.segments);
+  EXPECT_EQ(a.probes_exact + a.probes_inexact, b.probes_exact + b.probes_inexact);
+  EXPECT_GT(a.probes_exact + a.probes_inexact, 20u);  // draws were made on the short path too
+  EXPECT_EQ(a.span_ns, b.span_ns);
+  EXPECT_EQ(a.estimate_launches, b.estimate_launches);
+  EXPECT_GT(continued, launches / 2) << continued << " of " << launches;
 }
 
 }  // namespace

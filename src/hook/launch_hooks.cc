@@ -371,6 +371,10 @@ struct Governor {
 struct GovernorStats {
   std::atomic<std::uint64_t> launches{0}, total_ns{0}, real_ns{0}, gate_ns{0}, depth_ns{0},
       capture_ns{0}, lock_ns{0}, fences_ns{0};
+  // Fenced waits (synchronizes): the fences before, the real wait, the completion marks after.
+  std::atomic<std::uint64_t> waits{0}, wait_fences_ns{0}, wait_real_ns{0}, wait_after_ns{0};
+  // The watcher's polls of work in flight (the mutex held but for its driver calls).
+  std::atomic<std::uint64_t> polls{0}, poll_ns{0};
 };
 GovernorStats g_governor_stats;
 Governor* g_governor = new Governor();
@@ -586,9 +590,13 @@ void Publish(DeviceGovernor& d, shm::Compute& c, shm::BusyLog& log, std::uint64_
   // time order: the log keeps its newest 60 spans, and a span older than all of them counts
   // whole, so one stream's many laid pieces must not push out another's of the same moment.
   lock.unlock();
-  std::sort(
-      d.measured.spans.begin(), d.measured.spans.end(),
-      [](const governor::Span& a, const governor::Span& b) { return a.begin_ns < b.begin_ns; });
+  // One stream's spans come in order already (a launch-bound loop lays one a launch).
+  const auto by_begin = [](const governor::Span& a, const governor::Span& b) {
+    return a.begin_ns < b.begin_ns;
+  };
+  if (!std::is_sorted(d.measured.spans.begin(), d.measured.spans.end(), by_begin)) {
+    std::sort(d.measured.spans.begin(), d.measured.spans.end(), by_begin);
+  }
   bool contended = false;
   const std::uint64_t busy =
       governor::AddSpans(log, d.measured.spans, &contended) + d.measured.unplaced_ns;
@@ -635,6 +643,7 @@ void* WatcherMain(Governor* g, shm::Region* region) {
   std::unique_lock<std::mutex> lock(g->mu);
   for (;;) {
     bool any = false;
+    const std::uint64_t poll_began = g_stats_enabled ? NowNs() : 0;
     for (std::uint32_t i = 0; i < shm::kMaxDevices; ++i) {
       DeviceGovernor* d = g->devices[i];
       if (d == nullptr || !d->tracker.HasWork()) continue;
@@ -648,6 +657,10 @@ void* WatcherMain(Governor* g, shm::Region* region) {
       KeepControl(*g, *d, lock);
       Publish(*d, region->compute[i], region->busy[i], now, lock);
       PublishLaunches(*d, region->compute[i]);
+    }
+    if (g_stats_enabled && any) {
+      g_governor_stats.polls.fetch_add(1, std::memory_order_relaxed);
+      g_governor_stats.poll_ns.fetch_add(NowNs() - poll_began, std::memory_order_relaxed);
     }
     g->completed.NotifyAll();
     if (!any) {
@@ -759,6 +772,7 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   std::unique_lock<std::mutex> lock(g.mu, std::defer_lock);
   std::uint64_t depth_ns = kDefaultDepthNs;
   DeviceGovernor* device = nullptr;
+  bool continued = false;  // the tracker's short path (TryContinue): no depth wait, no new segment
   for (;;) {
     const std::uint64_t at_gate = g_stats_enabled ? NowNs() : 0;
     if (GateOf(c) != shm::Gate::kOpen) {
@@ -776,6 +790,11 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
     DeviceGovernor& waiting = *device;
     const std::uint32_t depth_us = c.depth_us.load(std::memory_order_relaxed);
     depth_ns = depth_us != 0 ? depth_us * 1000ULL : kDefaultDepthNs;
+    if (GateOf(c) == shm::Gate::kOpen &&
+        waiting.tracker.TryContinue(StreamKey(stream, per_thread), key, now, depth_ns)) {
+      continued = true;
+      break;
+    }
     const std::uint64_t started = now;
     while (waiting.tracker.OverDepth(depth_ns, now)) {
       // Normal: a few times the pending work's expected length (a 100 ms kernel is waited for).
@@ -815,8 +834,8 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   DeviceGovernor& d = *device;
   void* stream_key = StreamKey(stream, per_thread);
   const std::uint64_t before_fences = g_stats_enabled ? now : 0;
-  const bool measured = d.tracker.BeforeLaunch(stream_key, now, key);
-  const bool probe = measured && d.tracker.LaunchIsProbe(stream_key);
+  const bool measured = continued || d.tracker.BeforeLaunch(stream_key, now, key);
+  const bool probe = !continued && measured && d.tracker.LaunchIsProbe(stream_key);
   const std::uint64_t before_real = g_stats_enabled ? NowNs() : 0;
   const CUresult r = launch();
   // One clock reading a launch (before it) but for a probe, whose AfterLaunch needs the time
@@ -824,7 +843,9 @@ __attribute__((noinline)) CUresult Governed(shm::Region* region, CUstream stream
   const std::uint64_t after_real = g_stats_enabled ? NowNs() : 0;
   if (probe) now = g_stats_enabled ? after_real : NowNs();
   if (measured) {
-    if (r == CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS && continued) {
+      d.tracker.ContinuedLaunch(now, depth_ns);
+    } else if (r == CUDA_SUCCESS) {
       d.tracker.AfterLaunch(stream_key, now, depth_ns);
     } else {
       d.tracker.Fence(stream_key, now);  // nothing was launched: the start event is dropped
@@ -977,6 +998,21 @@ void PrintGovernorStats() {
               static_cast<unsigned long long>(n), per(st.total_ns), per(st.real_ns),
               per(st.capture_ns), per(st.lock_ns), per(st.fences_ns), per(st.gate_ns),
               per(st.depth_ns));
+  if (const std::uint64_t w = st.waits.load(); w != 0) {
+    const auto per_wait = [w](const std::atomic<std::uint64_t>& v) {
+      return static_cast<double>(v.load()) / static_cast<double>(w);
+    };
+    TESSERA_LOG(kWarn, kHook,
+                "stats: fenced waits %llu: the fences before %.0f ns each, the wait %.0f, the "
+                "completion marks after %.0f",
+                static_cast<unsigned long long>(w), per_wait(st.wait_fences_ns),
+                per_wait(st.wait_real_ns), per_wait(st.wait_after_ns));
+  }
+  if (const std::uint64_t p = st.polls.load(); p != 0) {
+    TESSERA_LOG(kWarn, kHook, "stats: the watcher's polls %llu: %.0f ns each",
+                static_cast<unsigned long long>(p),
+                static_cast<double>(st.poll_ns.load()) / static_cast<double>(p));
+  }
   TESSERA_LOG(
       kWarn, kHook, "stats: stream captures open at exit: %u%s", g_captures.load(),
       g_captures_untracked.load() ? " (an unintercepted capture entry point was used)" : "");
@@ -1181,16 +1217,33 @@ TESSERA_CAPTURE(cuStreamEndCapture_ptsz,
 #undef TESSERA_BEGIN_CAPTURE
 #undef TESSERA_CAPTURE
 
-#define TESSERA_FENCED_WAIT(hook, stream, per_thread, waited, params, args)  \
-  template <>                                                                \
-  CUresult Intercept<CudaHook::hook> params {                                \
-    EnsureInitialized();                                                     \
-    const auto real = Real<CudaHook::hook>();                                \
-    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                        \
-    const WaitTickets tickets = FenceBeforeWait(stream, per_thread, waited); \
-    const CUresult r = real args;                                            \
-    if (r == CUDA_SUCCESS) CompletedAfterWait(tickets, stream, per_thread);  \
-    return r;                                                                \
+// A wait fenced before (FenceBeforeWait) and, once it returned success, its work marked
+// completed (CompletedAfterWait); timed with TESSERA_HOOK_STATS=1.
+template <typename Wait>
+CUresult FencedWait(CUstream stream, bool per_thread, Waited waited, const Wait& wait) {
+  const std::uint64_t entered = g_stats_enabled ? NowNs() : 0;
+  const WaitTickets tickets = FenceBeforeWait(stream, per_thread, waited);
+  const std::uint64_t fenced = g_stats_enabled ? NowNs() : 0;
+  const CUresult r = wait();
+  const std::uint64_t returned = g_stats_enabled ? NowNs() : 0;
+  if (r == CUDA_SUCCESS) CompletedAfterWait(tickets, stream, per_thread);
+  if (g_stats_enabled) {
+    GovernorStats& st = g_governor_stats;
+    st.waits.fetch_add(1, std::memory_order_relaxed);
+    st.wait_fences_ns.fetch_add(fenced - entered, std::memory_order_relaxed);
+    st.wait_real_ns.fetch_add(returned - fenced, std::memory_order_relaxed);
+    st.wait_after_ns.fetch_add(NowNs() - returned, std::memory_order_relaxed);
+  }
+  return r;
+}
+
+#define TESSERA_FENCED_WAIT(hook, stream, per_thread, waited, params, args)   \
+  template <>                                                                 \
+  CUresult Intercept<CudaHook::hook> params {                                 \
+    EnsureInitialized();                                                      \
+    const auto real = Real<CudaHook::hook>();                                 \
+    if (real == nullptr) return CUDA_ERROR_NOT_FOUND;                         \
+    return FencedWait(stream, per_thread, waited, [&] { return real args; }); \
   }
 TESSERA_FENCED_WAIT(cuStreamSynchronize, stream, false, Waited::kStream, (CUstream stream),
                     (stream))

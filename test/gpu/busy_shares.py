@@ -33,6 +33,12 @@ Shapes (all from PyTorch, none tuned to tessera):
                elementwise step on an array of 2^23 floats (kernels of ~15 us) dispatched back to
                back from Python (~35 us a dispatch), blocked on every 64 steps; run only where
                SHAPES names it
+  decode       a transformer decode step at batch 1 (PyTorch, fp16: six layers of layer norm, a
+               fused QKV product, attention over a 256-token cache, an MLP), one token a step,
+               its argmax read back each token (kernels of 3-20 us, ~100 a token); run only
+               where SHAPES names it
+  cupy8        CuPy on eight non-blocking streams of its own, an elementwise op on 2^20 floats
+               on each in turn, a device synchronize every 64 rounds; run only where SHAPES names it
 
 drive: per shape, the solo rate (mean of the per-second units over the middle of the run) and
 b = busy time per unit from the solo trace (independent of tessera: CUPTI's kernel records) x the
@@ -145,6 +151,40 @@ def workload(shape):
                 v = f(v)
             state[0] = v.block_until_ready()
         return step, 64
+    if shape == "decode":
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        d, heads, ctx, layers = 1024, 16, 256, 6
+        half = dict(device="cuda", dtype=torch.float16)
+        weights = [[torch.randn(d, 3 * d, **half) * 0.02, torch.randn(d, d, **half) * 0.02,
+                    torch.randn(d, 4 * d, **half) * 0.02, torch.randn(4 * d, d, **half) * 0.02]
+                   for _ in range(layers)]
+        keys = torch.randn(layers, heads, ctx, d // heads, **half)
+        values = torch.randn(layers, heads, ctx, d // heads, **half)
+        x = torch.randn(1, d, **half)
+
+        def step():
+            h = x
+            for layer, (wqkv, wo, w1, w2) in enumerate(weights):
+                q, _, _ = (F.layer_norm(h, (d,)) @ wqkv).split(d, dim=-1)
+                att = torch.softmax(q.view(heads, 1, d // heads) @ keys[layer].transpose(-1, -2)
+                                    * (d // heads) ** -0.5, dim=-1)
+                h = h + (att @ values[layer]).reshape(1, d) @ wo
+                h = h + F.gelu(F.layer_norm(h, (d,)) @ w1) @ w2
+            int(h.argmax())  # the next token's id, read back as a sampler does
+        return step, 1
+    if shape == "cupy8":
+        import cupy as cp
+        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(8)]
+        arrays = [cp.ones(1 << 20, dtype=cp.float32) for _ in streams]
+
+        def step():
+            for _ in range(64):
+                for stream, a in zip(streams, arrays):
+                    with stream:
+                        cp.multiply(a, cp.float32(1.0001), out=a)
+            cp.cuda.Device().synchronize()
+        return step, 512
     raise SystemExit(f"unknown shape {shape}")
 
 
@@ -459,7 +499,7 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("work", "trace"):
         q = sub.add_parser(name)
-        q.add_argument("shape", choices=SHAPES + ("gemm", "jaxlb"))
+        q.add_argument("shape", choices=SHAPES + ("gemm", "jaxlb", "decode", "cupy8"))
         q.add_argument("--seconds", type=float, default=8)
         q.add_argument("--tag", default="")
         q.add_argument("--barrier", help="trace: a folder where PARTIES processes meet")
