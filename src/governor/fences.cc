@@ -137,6 +137,7 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   std::size_t i = SlotOf(key);
   if (!kinds_[i].used) {
     if (kind_count_ >= kMaxKinds) {  // the estimates start again
+      DisarmAll();                   // (every kind's first probes come again)
       std::fill(kinds_.begin(), kinds_.end(), KindSlot{});
       kind_count_ = 0;
       i = SlotOf(key);
@@ -212,8 +213,8 @@ bool FenceTracker::FewLaunchesInFlight(bool* asked) {
 }
 
 bool FenceTracker::BeforeLaunch(void* stream, std::uint64_t now_ns, std::uint64_t key) {
-  Disarm();
   Stream& s = StreamFor(stream);
+  Disarm(s);                  // (and the bound: what is in flight grows by this launch)
   Kind& kind = KindFor(key);  // one lookup a launch
   s.next_key = key;
   const bool probe = ShouldProbe(kind, s, now_ns);
@@ -354,53 +355,64 @@ bool FenceTracker::ReleaseHold(Stream& s) {
   return intact;
 }
 
+FenceTracker::Stream* FenceTracker::FindStream(void* handle) {
+  if (last_stream_ < streams_.size() && streams_[last_stream_].handle == handle)
+    return &streams_[last_stream_];
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].handle == handle) {
+      last_stream_ = i;
+      return &streams_[i];
+    }
+  }
+  return nullptr;
+}
+
 bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns,
                                std::uint64_t depth_ns) {
-  if (!fast_.armed || stream != fast_.stream || key != fast_.key || depth_ns != fast_.depth_ns ||
-      draw_.taken) {
+  if (draw_.taken) return false;
+  Stream* s = FindStream(stream);
+  if (s == nullptr || s->lane_generation != lane_generation_ || s->lane_key != key ||
+      s->lane_depth_ns != depth_ns) {
     return false;
   }
-  // OverDepth, asked once (the first launch after arming, so that a launch that goes elsewhere
-  // pays nothing for it): HasPending and Learning cannot change while the lane is armed (a
-  // fence or a poll disarms it); InFlightEstimateNs grows by the launches since and, on each
-  // aging stream (fenced work not known completed), by at most the time since.
-  if (!fast_.bounded) {
-    fast_.bounded = true;
-    fast_.pending = HasPending();
-    if (fast_.pending) {
-      if (Learning()) {
-        Disarm();
-        return false;
-      }
-      fast_.in_flight_ns = static_cast<double>(InFlightEstimateNs(now_ns));
-      fast_.aging =
+  // OverDepth by a bound taken once for all lanes (at the first launch that needs it, so that a
+  // launch that goes elsewhere pays nothing for it): HasPending and Learning can only fall until
+  // a fence, a poll or a usual launch invalidates it; InFlightEstimateNs grows by the launches
+  // since (ContinuedLaunch adds them) and, on each aging stream (fenced work not known
+  // completed), by at most the time since.
+  if (!bound_.valid) {
+    bound_.pending = HasPending();
+    if (bound_.pending) {
+      if (Learning()) return false;
+      bound_.in_flight_ns = static_cast<double>(InFlightEstimateNs(now_ns));
+      bound_.aging =
           static_cast<double>(std::count_if(streams_.begin(), streams_.end(), [](const Stream& t) {
             return t.done < t.fenced.size();
           }));
-      fast_.bounded_ns = now_ns;
+      bound_.at_ns = now_ns;
     }
+    bound_.valid = true;
   }
-  if (fast_.pending &&
-      fast_.in_flight_ns +
-              fast_.aging *
-                  static_cast<double>(now_ns > fast_.bounded_ns ? now_ns - fast_.bounded_ns : 0) >=
+  if (bound_.pending &&
+      bound_.in_flight_ns + bound_.aging * static_cast<double>(
+                                               now_ns > bound_.at_ns ? now_ns - bound_.at_ns : 0) >=
           static_cast<double>(depth_ns)) {
     return false;
   }
   // ShouldProbe of a kind past its first probes (Arm): the same draw.
-  Stream& s = streams_[fast_.stream_index];
   if (options_.probe_period > 0 && NextRandom() % options_.probe_period == 0 &&
-      (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns)) {
+      (s->last_probe_ns == 0 || now_ns >= s->last_probe_ns + options_.min_probe_gap_ns)) {
     draw_ = Draw{true, stream, key};
     return false;
   }
-  return true;  // s.next_* hold this launch's already: the previous launch was the same kind
+  lane_stream_ = static_cast<std::size_t>(s - streams_.data());
+  return true;  // s->next_* hold this launch's already: the previous launch was the same kind
 }
 
 void FenceTracker::ContinuedLaunch(std::uint64_t now_ns, std::uint64_t depth_ns) {
-  Stream& s = streams_[fast_.stream_index];
+  Stream& s = streams_[lane_stream_];
+  bound_.in_flight_ns += s.next_estimate_ns;  // (before Append, whose fence may invalidate it)
   Append(s, now_ns, depth_ns);
-  fast_.in_flight_ns += s.next_estimate_ns;
 }
 
 void FenceTracker::Arm(Stream& s, std::uint64_t depth_ns) {
@@ -410,16 +422,12 @@ void FenceTracker::Arm(Stream& s, std::uint64_t depth_ns) {
       !s.next_kind_drawn || OneLaunch(depth_ns)) {
     return;
   }
-  fast_.armed = true;
-  fast_.bounded = false;
-  fast_.stream = s.handle;
-  fast_.key = s.next_key;
-  fast_.depth_ns = depth_ns;
-  fast_.stream_index = static_cast<std::size_t>(&s - streams_.data());
+  s.lane_generation = lane_generation_;
+  s.lane_key = s.next_key;
+  s.lane_depth_ns = depth_ns;
 }
 
 void FenceTracker::AfterLaunch(void* stream, std::uint64_t now_ns, std::uint64_t depth_ns) {
-  Disarm();
   Stream& s = StreamFor(stream);
   if (s.open_begin < 0) return;  // BeforeLaunch failed: unmeasured
   if (s.next_is_probe && s.open_launches == 0) {
@@ -470,7 +478,7 @@ void FenceTracker::Append(Stream& s, std::uint64_t now_ns, std::uint64_t depth_n
 
 void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
   if (s.open_begin < 0) return;
-  Disarm();
+  Disarm(s);
   if (s.open_launches == 0) {  // a start with nothing after it
     Drop(s);
     return;
@@ -519,7 +527,7 @@ void FenceTracker::Close(Stream& s, std::uint64_t now_ns) {
 }
 
 void FenceTracker::Drop(Stream& s) {
-  Disarm();
+  Disarm(s);
   s.open_submissions.clear();
   ReleaseHold(s);
   Unref(s.open_begin);
@@ -751,7 +759,7 @@ void FenceTracker::EndPoll(const PollBatch& batch, Measured* out) {
   Stream* sp = nullptr;
   for (const PollBatch::Item& item : batch.items) {
     if (item.state == EventApi::State::kPending) continue;  // (and the rest of its stream waits)
-    Disarm();  // what is in flight, and the estimates, change
+    DisarmAll();  // what is in flight, and the estimates, change
     if (sp == nullptr || sp->handle != item.stream) {  // a stream's items are consecutive
       sp = nullptr;
       for (Stream& s : streams_) {

@@ -393,6 +393,11 @@ class FenceTracker {
     std::uint64_t next_key = 0;
     double next_estimate_ns = 0;
     bool next_kind_drawn = false;  // that kind is past its first probes: its probes are drawn
+    // The short path's lane (TryContinue): armed by AfterLaunch for the kind `lane_key` under
+    // `lane_depth_ns` while lane_generation is the tracker's (0: not armed).
+    std::uint64_t lane_generation = 0;
+    std::uint64_t lane_key = 0;
+    std::uint64_t lane_depth_ns = 0;
     std::uint64_t last_launch_ns = 0;
     std::uint64_t open_first_ns = 0;           // host clock, the open segment's first launch
     std::vector<Submission> open_submissions;  // the open segment's launches (not a probe's)
@@ -428,21 +433,15 @@ class FenceTracker {
     void* handle = nullptr;
     int refs = 0;
   };
-  // What TryContinue needs, set by AfterLaunch where a plain segment stays open, and dropped by
-  // anything else that changes the tracker (Disarm).
-  struct FastLane {
-    bool armed = false;
-    bool bounded = false;  // the depth's bound was taken (TryContinue's first launch)
-    bool pending = false;  // fenced work in flight then: the bound counts
-    void* stream = nullptr;
-    std::uint64_t key = 0;
-    std::uint64_t depth_ns = 0;
-    std::size_t stream_index = 0;
-    std::uint64_t bounded_ns = 0;
-    // InFlightEstimateNs when bounded plus the launches since; each aging stream (fenced work
-    // not known completed) adds at most the time since to it.
+  // TryContinue's bound on InFlightEstimateNs, shared by the streams' lanes: taken at the first
+  // launch that needs it, then grown by the launches the lanes carry and by the time since on
+  // each aging stream; invalid after anything else changes what is in flight.
+  struct Bound {
+    bool valid = false;
+    bool pending = false;  // HasPending when taken (else OverDepth cannot hold)
     double in_flight_ns = 0;
     double aging = 0;
+    std::uint64_t at_ns = 0;
   };
   // A probe's draw TryContinue made for a launch that then took the usual path: ShouldProbe
   // takes it instead of drawing again.
@@ -451,7 +450,17 @@ class FenceTracker {
     void* stream = nullptr;
     std::uint64_t key = 0;
   };
-  void Disarm() { fast_.armed = false; }
+  // A stream's lane ends with its segment (Close, Drop), or with the usual path's launch on it;
+  // every lane ends when the estimates change (a poll's results, the kinds starting again).
+  void Disarm(Stream& s) {
+    s.lane_generation = 0;
+    bound_.valid = false;
+  }
+  void DisarmAll() {
+    ++lane_generation_;
+    bound_.valid = false;
+  }
+  Stream* FindStream(void* handle);  // (never adds one)
   void Arm(Stream& s, std::uint64_t depth_ns);
   // AfterLaunch's part once the launch is known to belong to the open segment: it joins it, and
   // the segment is fenced where it is long enough.
@@ -520,8 +529,10 @@ class FenceTracker {
   };
   std::unordered_map<int, Epoch> epoch_hosts_;  // live epoch events -> their host time
   std::uint64_t errors_ = 0;
-  std::uint64_t next_seq_ = 0;  // segments fenced so far (Segment::seq, Ticket)
-  FastLane fast_;
+  std::uint64_t next_seq_ = 0;         // segments fenced so far (Segment::seq, Ticket)
+  std::uint64_t lane_generation_ = 1;  // a stream's lane is armed while it holds this
+  std::size_t lane_stream_ = 0;        // TryContinue's stream, for ContinuedLaunch
+  Bound bound_;
   Draw draw_;
   Stats stats_;
 };

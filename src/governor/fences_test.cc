@@ -891,11 +891,14 @@ TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
   // A third stream appears late: its first segments are in flight before it has an estimate
   // (Learning), while the first stream's short path is armed.
   void* const streams[] = {kStream, reinterpret_cast<void*>(0x20), reinterpret_cast<void*>(0x30)};
+  // From step 8,000 to 16,000 four streams take turns, launch by launch (each its own lane).
+  void* const turns[] = {kStream, reinterpret_cast<void*>(0x20), reinterpret_cast<void*>(0x40),
+                         reinterpret_cast<void*>(0x50)};
   const std::uint64_t keys[] = {11, 22, 33};
   const std::uint64_t kernel_ns[] = {3'000, 20'000, 250'000};
   constexpr std::uint64_t kDepthNs = 1'500'000;
   std::mt19937_64 rng(21);
-  int launches = 0, continued = 0;
+  int launches = 0, continued = 0, turn_launches = 0, turns_continued = 0;
   // A kernel's time varies by up to 10 % from launch to launch, so that probes move the
   // estimates the short path must not keep.
   const auto launch = [&](Side& side, bool try_short, void* stream, int kind, std::uint64_t ns) {
@@ -918,7 +921,12 @@ TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
   for (int step = 0; step < 30'000; ++step) {
     const std::uint64_t r = rng() % 1000;
     const std::uint64_t gap = rng() % 4'000;
-    void* const stream = streams[step >= 20'000 && rng() % 500 == 0 ? 2 : rng() % 10 == 0 ? 1 : 0];
+    const bool taking_turns = step >= 8'000 && step < 16'000;
+    void* const stream = taking_turns ? turns[step % 4]
+                                      : streams[step >= 20'000 && rng() % 500 == 0 ? 2
+                                                : rng() % 10 == 0                  ? 1
+                                                                                   : 0];
+    const int continued_before = continued;
     const int kind = static_cast<int>(rng() % 20 == 0 ? 1 + rng() % 2 : 0);
     const std::uint64_t ns = kernel_ns[kind] + rng() % (kernel_ns[kind] / 10);
     for (Side* side : {&usual, &fast}) {
@@ -941,6 +949,10 @@ TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
       }
     }
     if (r < 940) ++launches;
+    if (r < 940 && taking_turns) {
+      ++turn_launches;
+      turns_continued += continued - continued_before;
+    }
     ASSERT_EQ(usual.gpu.now, fast.gpu.now) << "step " << step;  // the same depth waits
     ASSERT_EQ(usual.gpu.records, fast.gpu.records) << "step " << step;
     ASSERT_EQ(usual.charged, fast.charged) << "step " << step;
@@ -957,6 +969,7 @@ TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
   EXPECT_EQ(a.span_ns, b.span_ns);
   EXPECT_EQ(a.estimate_launches, b.estimate_launches);
   EXPECT_GT(continued, launches / 2) << continued << " of " << launches;
+  EXPECT_GT(turns_continued, turn_launches / 2) << turns_continued << " of " << turn_launches;
 }
 
 }  // namespace
