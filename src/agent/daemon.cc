@@ -342,7 +342,11 @@ class PluginSide {
     std::mutex mu;
     std::condition_variable_any cv;
     while (!stop.stop_requested()) {
-      if (dra_ == nullptr) DevicePluginSlotsPass();
+      if (dra_ == nullptr) {
+        DevicePluginSlotsPass();
+      } else {
+        ClaimSlotsPass();
+      }
       drift_->Pass();
       cdi_check_->Pass();
       std::unique_lock<std::mutex> lock(mu);
@@ -365,6 +369,19 @@ class PluginSide {
       } else if (*restored > 0) {
         TESSERA_LOG(kWarn, kAgent, "wrote the limits of %d held slot(s) again", *restored);
       }
+    }
+  }
+
+  // The claim slots kubelet will not release (their claim left the node while it lost its
+  // checkpoint).
+  void ClaimSlotsPass() {
+    auto released = preparer_->ReleaseOrphans();
+    if (!released.ok()) {
+      TESSERA_LOG(kDebug, kAgent, "claim slot clean-up: %s", released.status().ToString().c_str());
+    } else if (*released > 0) {
+      TESSERA_LOG(kInfo, kAgent,
+                  "released %d claim slot(s) whose claim left this node (kubelet did not)",
+                  *released);
     }
   }
 

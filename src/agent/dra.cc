@@ -418,4 +418,65 @@ Status ClaimPreparer::Unprepare(std::string_view uid) {
   return binder_->ReleaseClaim(ClaimSlot(uid));
 }
 
+namespace {
+
+// Whether the claim (read as `uid`) still needs a slot on `node`: the same object, allocated a
+// device of this driver on the node's pool, and reserved for a pod.
+bool ClaimStillHere(const Json& claim, std::string_view uid, std::string_view node) {
+  const Json* meta = Find(claim, "metadata");
+  if (meta == nullptr || StringAt(*meta, "uid") != uid) return false;
+  const Json* status = Find(claim, "status");
+  const Json* allocation = status != nullptr ? Find(*status, "allocation") : nullptr;
+  const Json* devices = allocation != nullptr ? Find(*allocation, "devices") : nullptr;
+  const Json* results = devices != nullptr ? Find(*devices, "results") : nullptr;
+  const bool allocated_here =
+      results != nullptr && results->is_array() &&
+      std::any_of(results->begin(), results->end(), [&](const Json& r) {
+        return StringAt(r, "driver") == names::kDraDriver && StringAt(r, "pool") == node;
+      });
+  const Json* reserved = status != nullptr ? Find(*status, "reservedFor") : nullptr;
+  const bool reserved_for_pod =
+      reserved != nullptr && reserved->is_array() &&
+      std::any_of(reserved->begin(), reserved->end(), [](const Json& c) {
+        return StringAt(c, "resource") == "pods" && StringAt(c, "apiGroup").empty();
+      });
+  return allocated_here && reserved_for_pod;
+}
+
+}  // namespace
+
+StatusOr<int> ClaimPreparer::ReleaseOrphans() {
+  std::set<std::string> orphans;
+  for (const auto& [slot, limits] : binder_->ClaimSlots()) {
+    const auto uid = ParseClaimSlot(slot);
+    // The claim's namespace and name as ClaimLimits wrote them: pod "NS/POD", container
+    // "claim/NAME".
+    constexpr std::string_view kClaimPrefix = "claim/";
+    if (!uid.ok() || !limits.has_value() || !limits->container.starts_with(kClaimPrefix) ||
+        limits->pod.find('/') == std::string::npos) {
+      continue;
+    }
+    const std::string ns = limits->pod.substr(0, limits->pod.find('/'));
+    const std::string name = limits->container.substr(kClaimPrefix.size());
+    auto claim = api_->GetClaim(ns, name);
+    if (!claim.ok() && !k8s::IsNotFound(claim.status())) continue;  // unknown: kept
+    if (claim.ok() && ClaimStillHere(*claim, *uid, node_)) continue;
+    orphans.insert(slot);
+  }
+  int released = 0;
+  std::set<std::string> still;  // found this pass and not released: the next pass decides
+  for (const std::string& slot : orphans) {
+    if (orphans_before_.count(slot) != 0) {
+      const std::lock_guard<std::mutex> judging(judge_mu_);
+      if (binder_->ReleaseClaim(slot).ok()) {
+        ++released;
+        continue;
+      }
+    }
+    still.insert(slot);
+  }
+  orphans_before_ = std::move(still);
+  return released;
+}
+
 }  // namespace tessera::agent::dra

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -144,6 +145,14 @@ class ClaimPreparer {
   };
   StatusOr<Prepared> Prepare(std::string_view ns, std::string_view name, std::string_view uid);
   Status Unprepare(std::string_view uid);
+  // Claim slots kubelet will not release: their claim is gone (deleted, or made again under
+  // another UID), no longer allocated on this node's pool, or reserved for no pod. kubelet
+  // releases a claim's slot (NodeUnprepareResources) once the claim's last pod here is gone, but
+  // not if it lost its checkpoint meanwhile (its state wiped under the same node name). A slot
+  // is released on the second pass in a row that finds it so; one whose claim cannot be read (an
+  // API error other than NotFound) or whose limits file names no claim is kept. Returns how many
+  // were released. One caller at a time (the clean-up loop).
+  StatusOr<int> ReleaseOrphans();
 
  private:
   const std::string node_;
@@ -156,6 +165,7 @@ class ClaimPreparer {
   // Held from reading the other slots through writing this claim's: two prepares (kubelet calls
   // them from each pod's worker) must not both judge a GPU without seeing each other.
   std::mutex judge_mu_;
+  std::set<std::string> orphans_before_;  // ReleaseOrphans' previous findings
 };
 
 }  // namespace tessera::agent::dra

@@ -1,6 +1,7 @@
 #include "agent/dra.h"
 
 #include <filesystem>
+#include <functional>
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
@@ -322,7 +323,9 @@ TEST_F(ClaimLimitsTest, TheTierDecidesTheModeAndMpsNeedsItsUser) {
 class TableClaims : public ClaimApi {
  public:
   std::map<std::string, Json> claims;  // "ns/name"
+  bool unavailable = false;            // the API server cannot be reached
   StatusOr<Json> GetClaim(std::string_view ns, std::string_view name) override {
+    if (unavailable) return UnavailableError("connection refused");
     auto it = claims.find(std::string(ns) + "/" + std::string(name));
     if (it == claims.end())
       return NotFoundError("resourceclaims \"" + std::string(name) + "\" not found");
@@ -424,6 +427,67 @@ TEST_F(ClaimPreparerTest, PreparesTheClaimsSlotOnceAndReleasesIt) {
   EXPECT_FALSE(std::filesystem::exists(paths_.dir));
   EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec));
   EXPECT_OK(preparer_->Unprepare(kUid));  // again: nothing left, no error
+}
+
+// A claim slot kubelet will never release (it lost its checkpoint): the claim deleted, made
+// again under another UID, deallocated, or reserved for no pod. Released on the second pass in a
+// row that finds it so; kept while the claim still needs it, when it came back between passes,
+// and when the claim cannot be read.
+TEST_F(ClaimPreparerTest, ASlotWhoseClaimLeftTheNodeIsReleasedOnTheSecondPass) {
+  const auto prepared_then = [&](const std::function<void(Json&)>& change) {
+    claims_.claims["ml/c1"] = Claim();
+    EXPECT_OK(preparer_->Prepare("ml", "c1", kUid));
+    Json claim = Claim();
+    change(claim);
+    if (claim.is_null()) {
+      claims_.claims.erase("ml/c1");
+    } else {
+      claims_.claims["ml/c1"] = claim;
+    }
+  };
+  const std::vector<std::pair<const char*, std::function<void(Json&)>>> gone = {
+      {"deleted", [](Json& c) { c = Json(); }},
+      {"made again", [](Json& c) { c["metadata"]["uid"] = "0000aaaa-0000-4000-8000-00000000000f"; }},
+      {"deallocated", [](Json& c) { c["status"].erase("allocation"); }},
+      {"on another node", [](Json& c) {
+         c["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2";
+       }},
+      {"reserved for no pod", [](Json& c) { c["status"]["reservedFor"] = Json::array(); }},
+  };
+  for (const auto& [what, change] : gone) {
+    prepared_then(change);
+    auto first = preparer_->ReleaseOrphans();
+    ASSERT_OK(first);
+    EXPECT_EQ(*first, 0) << what;
+    EXPECT_TRUE(std::filesystem::exists(paths_.limits)) << what;
+    auto second = preparer_->ReleaseOrphans();
+    ASSERT_OK(second);
+    EXPECT_EQ(*second, 1) << what;
+    EXPECT_FALSE(std::filesystem::exists(paths_.dir)) << what;
+    EXPECT_FALSE(std::filesystem::exists(paths_.cdi_spec)) << what;
+  }
+
+  // Still allocated here and reserved: kept, pass after pass.
+  prepared_then([](Json&) {});
+  for (int pass = 0; pass < 3; ++pass) EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);
+  EXPECT_TRUE(std::filesystem::exists(paths_.limits));
+
+  // Gone in one pass, back in the next: kept (two passes in a row decide).
+  claims_.claims.erase("ml/c1");
+  EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);
+  claims_.claims["ml/c1"] = Claim();
+  EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);
+  claims_.claims.erase("ml/c1");
+  EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);
+  EXPECT_TRUE(std::filesystem::exists(paths_.limits));
+
+  // The API cannot say: kept however long it cannot.
+  claims_.unavailable = true;
+  for (int pass = 0; pass < 3; ++pass) EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);
+  EXPECT_TRUE(std::filesystem::exists(paths_.limits));
+  claims_.unavailable = false;
+  EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 0);  // gone: the first pass of two
+  EXPECT_EQ(preparer_->ReleaseOrphans().value_or(-1), 1);
 }
 
 TEST_F(ClaimPreparerTest, AClaimOfACustomerBesideAnotherNamespaceIsRefused) {

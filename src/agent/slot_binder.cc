@@ -345,6 +345,22 @@ std::vector<Limits> SlotBinder::OtherSlotLimits(std::string_view except_slot) co
   return out;
 }
 
+std::vector<std::pair<std::string, std::optional<Limits>>> SlotBinder::ClaimSlots() const {
+  std::vector<std::pair<std::string, std::optional<Limits>>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/slots", ec)) {
+    const std::string slot = entry.path().filename().string();
+    if (!ParseClaimSlot(slot).ok()) continue;
+    std::optional<Limits> limits;
+    auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
+    if (text.ok()) {
+      if (auto parsed = ParseLimitsFile(*text); parsed.ok()) limits = std::move(*parsed);
+    }
+    out.emplace_back(slot, std::move(limits));
+  }
+  return out;
+}
+
 StatusOr<int> SlotBinder::RestoreHeld() {
   auto held = owners_->HeldDevices(names::kResourceGpuSlot);
   if (!held.ok()) return held.status();

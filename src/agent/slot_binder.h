@@ -129,6 +129,9 @@ class SlotBinder {
   // The limits of every slot on this node (claims' and device-plugin ones) but `except_slot`
   // (unreadable ones left out).
   std::vector<Limits> OtherSlotLimits(std::string_view except_slot) const;
+  // The claim slots on this node ("claim-<uid>") and the limits their files hold (nullopt: none
+  // readable).
+  std::vector<std::pair<std::string, std::optional<Limits>>> ClaimSlots() const;
   // Removes the files of slots no container holds and nobody allocated or prepared within
   // `release_grace`; returns how many were removed.
   StatusOr<int> RemoveReleased();
