@@ -447,11 +447,11 @@ TEST_F(ClaimPreparerTest, ASlotWhoseClaimLeftTheNodeIsReleasedOnTheSecondPass) {
   };
   const std::vector<std::pair<const char*, std::function<void(Json&)>>> gone = {
       {"deleted", [](Json& c) { c = Json(); }},
-      {"made again", [](Json& c) { c["metadata"]["uid"] = "0000aaaa-0000-4000-8000-00000000000f"; }},
+      {"made again",
+       [](Json& c) { c["metadata"]["uid"] = "0000aaaa-0000-4000-8000-00000000000f"; }},
       {"deallocated", [](Json& c) { c["status"].erase("allocation"); }},
-      {"on another node", [](Json& c) {
-         c["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2";
-       }},
+      {"on another node",
+       [](Json& c) { c["status"]["allocation"]["devices"]["results"][0]["pool"] = "n2"; }},
       {"reserved for no pod", [](Json& c) { c["status"]["reservedFor"] = Json::array(); }},
   };
   for (const auto& [what, change] : gone) {
