@@ -156,5 +156,55 @@ TEST_F(BusyLogTest, ABatchAddsWhatOneSpanAtATimeWould) {
   }
 }
 
+// The same from arbitrary valid logs (empty and touching spans, gaps at the horizon, times near
+// the clock's end, full logs) and batches in any order.
+TEST_F(BusyLogTest, AnyLogAndAnyBatchAddWhatOneSpanAtATimeWould) {
+  std::mt19937_64 rng(99);
+  for (int round = 0; round < 20000; ++round) {
+    // An arbitrary valid log: zero-length spans, touching spans, gaps near the horizon.
+    log_.count = static_cast<std::uint32_t>(rng() % (shm::kBusySpans + 1));
+    std::uint64_t t = rng() % 3 == 0 ? (~0ULL - 1'000'000'000ULL) : rng() % 1'000'000;
+    for (std::uint32_t i = 0; i < log_.count; ++i) {
+      const std::uint64_t g = rng() % 4;
+      t += g == 0 ? 0 : g == 1 ? rng() % 100 : g == 2 ? kBusyHorizonNs - 50 + rng() % 100 : 1000;
+      const std::uint64_t len = rng() % 3 == 0 ? 0 : rng() % 500;
+      log_.spans[i] = {t, t + len};
+      t += len;
+    }
+    shm::BusyLog one;
+    std::memcpy(static_cast<void*>(&one), static_cast<const void*>(&log_), sizeof(log_));
+    std::vector<Span> spans;
+    const int n = static_cast<int>(rng() % 130);
+    std::uint64_t now = log_.count > 0 && rng() % 2 ? log_.spans[log_.count - 1].end_ns : t;
+    for (int i = 0; i < n; ++i) {
+      const std::uint64_t k = rng() % 10;
+      if (k < 6) {
+        now += rng() % 3 == 0 ? rng() % 2 : rng() % (k < 2 ? kBusyHorizonNs + 100 : 300);
+        spans.push_back({now, now + rng() % 300});
+        now = spans.back().end_ns;
+      } else if (k < 8) {
+        const std::uint64_t b = now - std::min<std::uint64_t>(now, rng() % 2'000);
+        spans.push_back({b, b + rng() % 3'000});
+      } else {
+        const std::uint64_t b = rng() % (now + 1);
+        spans.push_back({b, b + rng() % 3'000});
+      }
+    }
+    if (rng() % 2) {
+      std::sort(spans.begin(), spans.end(),
+                [](const Span& a, const Span& b) { return a.begin_ns < b.begin_ns; });
+    }
+    std::uint64_t expected = 0;
+    for (const Span& sp : spans) expected += AddToUnion(one, sp);
+    bool contended = false;
+    ASSERT_EQ(AddSpans(log_, spans, &contended), expected) << round;
+    ASSERT_EQ(log_.count, one.count) << round;
+    for (std::uint32_t i = 0; i < log_.count; ++i) {
+      ASSERT_EQ(log_.spans[i].begin_ns, one.spans[i].begin_ns) << round << " " << i;
+      ASSERT_EQ(log_.spans[i].end_ns, one.spans[i].end_ns) << round << " " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tessera::governor

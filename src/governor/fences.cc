@@ -149,21 +149,22 @@ FenceTracker::Kind& FenceTracker::KindFor(std::uint64_t key) {
   return kinds_[i].kind;
 }
 
+std::uint64_t FenceTracker::PeekRandom() const {
+  std::uint64_t next = rng_;
+  next ^= next << 13;
+  next ^= next >> 7;
+  next ^= next << 17;
+  return next;
+}
+
 std::uint64_t FenceTracker::NextRandom() {
-  rng_ ^= rng_ << 13;
-  rng_ ^= rng_ >> 7;
-  rng_ ^= rng_ << 17;
+  rng_ = PeekRandom();
   return rng_;
 }
 
 bool FenceTracker::ShouldProbe(Kind& k, Stream& s, std::uint64_t now_ns) {
   bool probe = k.probes < kFirstProbes;
-  // TryContinue drew for this launch (it keeps a probe's draw only): the draw stands.
-  const bool drawn = draw_.taken && draw_.stream == s.handle && draw_.key == s.next_key;
-  draw_.taken = false;
-  if (drawn) {
-    probe = true;
-  } else if (!probe && options_.probe_period > 0) {
+  if (!probe && options_.probe_period > 0) {
     probe = NextRandom() % options_.probe_period == 0 &&
             (s.last_probe_ns == 0 || now_ns >= s.last_probe_ns + options_.min_probe_gap_ns);
   }
@@ -369,7 +370,6 @@ FenceTracker::Stream* FenceTracker::FindStream(void* handle) {
 
 bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns,
                                std::uint64_t depth_ns) {
-  if (draw_.taken) return false;
   Stream* s = FindStream(stream);
   if (s == nullptr || s->lane_generation != lane_generation_ || s->lane_key != key ||
       s->lane_depth_ns != depth_ns) {
@@ -384,7 +384,8 @@ bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t no
     bound_.pending = HasPending();
     if (bound_.pending) {
       if (Learning()) return false;
-      bound_.in_flight_ns = static_cast<double>(InFlightEstimateNs(now_ns));
+      // (+2: InFlightEstimateNs truncates its sum, and ours adds in another order.)
+      bound_.in_flight_ns = static_cast<double>(InFlightEstimateNs(now_ns)) + 2.0;
       bound_.aging =
           static_cast<double>(std::count_if(streams_.begin(), streams_.end(), [](const Stream& t) {
             return t.done < t.fenced.size();
@@ -399,11 +400,16 @@ bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t no
           static_cast<double>(depth_ns)) {
     return false;
   }
-  // ShouldProbe of a kind past its first probes (Arm): the same draw.
-  if (options_.probe_period > 0 && NextRandom() % options_.probe_period == 0 &&
-      (s->last_probe_ns == 0 || now_ns >= s->last_probe_ns + options_.min_probe_gap_ns)) {
-    draw_ = Draw{true, stream, key};
-    return false;
+  // ShouldProbe of a kind past its first probes (Arm): the same draw, taken only where it is no
+  // probe. A probe's is left for whoever draws next (this launch's usual path, or another
+  // thread's launch that takes the mutex first), as the usual path alone would have drawn.
+  if (options_.probe_period > 0) {
+    const std::uint64_t draw = PeekRandom();
+    if (draw % options_.probe_period == 0 &&
+        (s->last_probe_ns == 0 || now_ns >= s->last_probe_ns + options_.min_probe_gap_ns)) {
+      return false;
+    }
+    rng_ = draw;
   }
   lane_stream_ = static_cast<std::size_t>(s - streams_.data());
   return true;  // s->next_* hold this launch's already: the previous launch was the same kind

@@ -197,7 +197,7 @@ class FenceTracker {
   // probe's draw included, the depth by a bound on InFlightEstimateNs (where the bound reaches
   // `depth_ns`, OverDepth is asked): true, the launch continues the open segment (the caller
   // launches, then calls ContinuedLaunch, or Fence if the launch failed); false, the usual path
-  // (OverDepth, BeforeLaunch, AfterLaunch), which takes any draw made here.
+  // (OverDepth, BeforeLaunch, AfterLaunch), which draws where this would have drawn a probe.
   bool TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns, std::uint64_t depth_ns);
   void ContinuedLaunch(std::uint64_t now_ns, std::uint64_t depth_ns);
   // Whether the launch BeforeLaunch just prepared on `stream` is a probe: only a probe's
@@ -443,13 +443,6 @@ class FenceTracker {
     double aging = 0;
     std::uint64_t at_ns = 0;
   };
-  // A probe's draw TryContinue made for a launch that then took the usual path: ShouldProbe
-  // takes it instead of drawing again.
-  struct Draw {
-    bool taken = false;
-    void* stream = nullptr;
-    std::uint64_t key = 0;
-  };
   // A stream's lane ends with its segment (Close, Drop), or with the usual path's launch on it;
   // every lane ends when the estimates change (a poll's results, the kinds starting again).
   void Disarm(Stream& s) {
@@ -482,7 +475,8 @@ class FenceTracker {
   double FencedPendingNs(const Stream& s) const;  // PendingNs of all its fenced segments
   Kind& KindFor(std::uint64_t key);  // (past kMaxKinds kinds, the estimates start again)
   bool ShouldProbe(Kind& kind, Stream& s, std::uint64_t now_ns);
-  std::uint64_t NextRandom();  // xorshift64
+  std::uint64_t NextRandom();        // xorshift64
+  std::uint64_t PeekRandom() const;  // what NextRandom would return
   // Makes the held probe just started on `s` a control: the empty kernel and the reserved fence
   // behind its start, the gate released, and the launch to come begun at that fence as a plain
   // segment. false: no control could be launched (it stays a probe).
@@ -533,7 +527,6 @@ class FenceTracker {
   std::uint64_t lane_generation_ = 1;  // a stream's lane is armed while it holds this
   std::size_t lane_stream_ = 0;        // TryContinue's stream, for ContinuedLaunch
   Bound bound_;
-  Draw draw_;
   Stats stats_;
 };
 

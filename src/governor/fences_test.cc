@@ -428,6 +428,7 @@ class LatencyGpu final : public TimestampEvents {
     ++control_launches;
     return true;
   }
+  std::uint64_t busy_until() const { return busy_until_; }
   bool controls = false;
   std::uint64_t control_ns = 0;
   std::uint64_t extra_ns = 0;  // added to every launch now (waiting for SMs, another context)
@@ -970,6 +971,259 @@ TEST(FenceTracker, TheShortPathDecidesWhatTheUsualOneWould) {
   EXPECT_EQ(a.estimate_launches, b.estimate_launches);
   EXPECT_GT(continued, launches / 2) << continued << " of " << launches;
   EXPECT_GT(turns_continued, turn_launches / 2) << turns_continued << " of " << turn_launches;
+}
+
+// ---- The short path against the usual one, wider: held probes and controls (LatencyGpu with a
+// gate), launches that fail, the watcher's poll split around a launch, one stream's waits,
+// segments dropped on a stream that may not record, epochs, offsets, depths down to one launch.
+
+struct RSide {
+  RSide(FenceOptions o, bool gate) : gpu(1'000, 2'000, gate, 500, 300), t(&gpu, o) {
+    gpu.controls = true;
+    gpu.control_ns = 400;
+  }
+  LatencyGpu gpu;
+  FenceTracker t;
+  std::uint64_t charged = 0;
+  int probes = 0;
+};
+bool NoRecord(void*) { return false; }
+
+struct RStats {
+  int violations = 0, continued = 0, launches = 0, first_diff = -1;
+  std::string what;
+};
+
+RStats RunFuzz(std::uint64_t seed, bool gate, int steps) {
+  RStats st;
+  const FenceOptions options{400'000, 512, 8, 0x9e3779b97f4a7c15ULL ^ seed, 50'000};
+  RSide usual(options, gate), fast(options, gate);
+  std::mt19937_64 rng(seed);
+  const std::uint64_t depths[] = {1'500'000, 300'000, 120'000, 2'000, 1'000};
+  std::uint64_t depth = depths[0];
+  auto launch = [&](RSide& side, bool try_short, void* stream, std::uint64_t key, std::uint64_t ns,
+                    bool fail) {
+    FenceTracker& t = side.t;
+    if (try_short && t.TryContinue(stream, key, side.gpu.now, depth)) {
+      if (t.OverDepth(depth, side.gpu.now)) ++st.violations;
+      ++st.continued;
+      if (!fail) {
+        side.gpu.Launch(ns);
+        t.ContinuedLaunch(side.gpu.now, depth);
+      } else {
+        t.Fence(stream, side.gpu.now);
+      }
+      return;
+    }
+    int waited = 0;
+    while (t.OverDepth(depth, side.gpu.now) && waited++ < 100) {
+      t.FenceAll(side.gpu.now);
+      side.gpu.now += 20'000;
+      side.charged += t.Poll();
+    }
+    const bool m = t.BeforeLaunch(stream, side.gpu.now, key);
+    if (m && t.LaunchIsProbe(stream)) ++side.probes;
+    if (!fail) side.gpu.Launch(ns);
+    if (m) {
+      if (!fail)
+        t.AfterLaunch(stream, side.gpu.now, depth);
+      else
+        t.Fence(stream, side.gpu.now);
+    }
+  };
+  for (int step = 0; step < steps; ++step) {
+    const std::uint64_t r = rng() % 1000;
+    const std::uint64_t gap = rng() % 5'000;
+    void* const stream = reinterpret_cast<void*>(0x10 * (1 + (rng() % 10 < 7 ? 0 : rng() % 6)));
+    const std::uint64_t key = 100 + (rng() % 10 < 8 ? 0 : rng() % 4);
+    const std::uint64_t ns = 1'000 + (key - 100) * 7'000 + rng() % 1'500;
+    const bool fail = rng() % 200 == 0;
+    if (rng() % 300 == 0) depth = depths[rng() % 5];
+    const std::uint64_t offset = rng() % 50 == 0 ? rng() % 3'000 : ~0ULL;
+    void* const other = reinterpret_cast<void*>(0x10 * (1 + rng() % 6));
+    for (RSide* side : {&usual, &fast}) {
+      const bool f = side == &fast;
+      side->gpu.now += gap;
+      FenceTracker& t = side->t;
+      if (offset != ~0ULL) t.SetProbeOffsetNs(offset);
+      if (r < 900) {
+        launch(*side, f, stream, key, ns, fail);
+      } else if (r < 930) {  // the watcher's poll, a launch in its window
+        FenceTracker::PollBatch batch;
+        t.BeginPoll(&batch);
+        launch(*side, f, stream, key, ns, false);
+        FenceTracker::QueryBatch(&side->gpu, &batch);
+        Measured m;
+        t.EndPoll(batch, &m);
+        side->charged += m.total_ns();
+      } else if (r < 945) {  // a context synchronize
+        t.FenceAll(side->gpu.now);
+        const std::uint64_t ticket = t.Ticket();
+        side->gpu.now = std::max(side->gpu.now, side->gpu.busy_until());
+        t.CompletedAll(ticket);
+      } else if (r < 960) {  // a stream synchronize
+        t.Fence(stream, side->gpu.now);
+        const std::uint64_t ticket = t.Ticket();
+        side->gpu.now = std::max(side->gpu.now, side->gpu.busy_until());
+        t.Completed(stream, ticket);
+      } else if (r < 970) {
+        t.Fence(other, side->gpu.now, NoRecord);  // captured: dropped
+      } else if (r < 985) {
+        t.FenceIdle(side->gpu.now, 100'000, FenceTracker::AlwaysRecord);
+      } else if (r < 990) {
+        std::uint64_t* clock = &side->gpu.now;
+        t.Calibrate(reinterpret_cast<void*>(0x999), [clock] { return *clock += 500; });
+      } else {
+        side->gpu.now += 500'000;
+      }
+    }
+    if (r < 900) ++st.launches;
+    auto diff = [&](const char* w) {
+      if (st.first_diff < 0) {
+        st.first_diff = step;
+        st.what = w;
+      }
+    };
+    if (usual.gpu.now != fast.gpu.now)
+      diff("now");
+    else if (usual.charged != fast.charged)
+      diff("charged");
+    else if (usual.probes != fast.probes)
+      diff("probes");
+    else if (usual.gpu.control_launches != fast.gpu.control_launches)
+      diff("controls");
+    else if (usual.t.InFlightEstimateNs(usual.gpu.now) != fast.t.InFlightEstimateNs(fast.gpu.now))
+      diff("inflight");
+    else if (usual.t.stats().segments != fast.t.stats().segments)
+      diff("segments");
+    if (st.first_diff >= 0) break;
+  }
+  return st;
+}
+
+TEST(FenceTracker, TheShortPathHoldsBesideHoldsControlsFailuresAndSplitPolls) {
+  int total_viol = 0, diffs = 0;
+  for (std::uint64_t seed = 1; seed <= 100; ++seed) {
+    for (bool gate : {false, true}) {
+      RStats st = RunFuzz(seed, gate, 6'000);
+      total_viol += st.violations;
+      if (st.first_diff >= 0) {
+        ++diffs;
+        if (diffs < 10)
+          printf("seed %llu gate %d: diverged at step %d (%s); continued %d of %d\n",
+                 static_cast<unsigned long long>(seed), gate, st.first_diff, st.what.c_str(),
+                 st.continued, st.launches);
+      }
+      if (seed == 1)
+        printf("seed 1 gate %d: continued %d of %d launches\n", gate, st.continued, st.launches);
+    }
+  }
+  printf("violations (TryContinue true while OverDepth) %d, diverging runs %d\n", total_viol,
+         diffs);
+  EXPECT_EQ(total_viol, 0);
+  EXPECT_EQ(diffs, 0);
+}
+
+// The bound starts from InFlightEstimateNs, which truncates its sum, and adds fractional
+// estimates: it must not fall below what OverDepth sees (found in review).
+TEST(FenceTracker, TheShortPathsDepthBoundRoundsUp) {
+  OneStreamGpu gpu;
+  FenceOptions o;
+  o.probe_period = 0;  // no draws: only the two first probes of the kind
+  FenceTracker t(&gpu, o);
+  void* const s2 = reinterpret_cast<void*>(0x20);
+  const std::uint64_t key = 7;
+  constexpr std::uint64_t kDepth = 8'007'000;  // 8,007 us
+  for (std::uint64_t ns : {1'000u, 1'007u}) {
+    ASSERT_TRUE(t.BeforeLaunch(s2, gpu.now, key));
+    gpu.Launch(ns);
+    t.AfterLaunch(s2, gpu.now, kDepth);
+    gpu.now += 1'000'000;
+    t.Poll();
+  }
+  ASSERT_DOUBLE_EQ(t.KindEstimateNs(key), 1000.875);
+  for (int i = 0; i < 7992; ++i) {
+    ASSERT_TRUE(t.BeforeLaunch(s2, gpu.now, key));
+    gpu.Launch(1'000);
+    t.AfterLaunch(s2, gpu.now, kDepth);
+  }
+  t.Fence(s2, gpu.now);
+  ASSERT_TRUE(t.BeforeLaunch(kStream, gpu.now, key));  // the lane's first launch (usual path)
+  gpu.Launch(1'000);
+  t.AfterLaunch(kStream, gpu.now, kDepth);
+  EXPECT_EQ(t.InFlightEstimateNs(gpu.now), 7'999'993u);  // 7,993 x 1,000.875 = 7,999,993.875
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(t.TryContinue(kStream, key, gpu.now, kDepth)) << i;
+    gpu.Launch(1'000);
+    t.ContinuedLaunch(gpu.now, kDepth);
+  }
+  // 8,000 launches: 8,007,000 ns in flight, the depth reached: the usual path would wait now.
+  EXPECT_EQ(t.InFlightEstimateNs(gpu.now), 8'007'000u);
+  EXPECT_TRUE(t.OverDepth(kDepth, gpu.now));
+  const bool shortcut = t.TryContinue(kStream, key, gpu.now, kDepth);
+  EXPECT_FALSE(shortcut) << "the short path continues past the depth OverDepth enforces";
+}
+
+// Thread A's TryContinue meets a probe's draw and falls to the usual path; the gate closes before
+// its BeforeLaunch, A waits at the gate without the mutex, and thread B launches meanwhile. The
+// usual path would have drawn for B first, then for A: the draw must be left to whoever draws
+// next (found in review).
+TEST(FenceTracker, AProbesDrawIsLeftForWhoeverDrawsNext) {
+  FenceOptions o;
+  o.probe_period = 4;
+  o.min_probe_gap_ns = 0;
+  struct Side {
+    explicit Side(FenceOptions opt) : t(&gpu, opt) {}
+    OneStreamGpu gpu;
+    FenceTracker t;
+    std::vector<int> probed;  // the launches that were probes, by number
+  };
+  Side usual(o), fast(o);
+  void* const a = kStream;
+  void* const b = reinterpret_cast<void*>(0x20);
+  constexpr std::uint64_t kDepth = 100'000'000;
+  int n = 0;
+  const auto hook = [&](Side& side, bool try_short, void* stream, int id) {
+    if (try_short && side.t.TryContinue(stream, 5, side.gpu.now, kDepth)) {
+      side.gpu.Launch(1'000);
+      side.t.ContinuedLaunch(side.gpu.now, kDepth);
+      return;
+    }
+    ASSERT_TRUE(side.t.BeforeLaunch(stream, side.gpu.now, 5));
+    if (side.t.LaunchIsProbe(stream)) side.probed.push_back(id);
+    side.gpu.Launch(1'000);
+    side.t.AfterLaunch(stream, side.gpu.now, kDepth);
+  };
+  int interleaved = 0;
+  for (int step = 0; step < 400; ++step) {
+    for (Side* side : {&usual, &fast}) side->gpu.now += 1'000;
+    const int id_a = n++, id_b = n++;
+    // fast: A tries the short path first; where it falls back, B gets the mutex before A's
+    // BeforeLaunch (A waits at the gate that closed).
+    if (fast.t.TryContinue(a, 5, fast.gpu.now, kDepth)) {
+      fast.gpu.Launch(1'000);
+      fast.t.ContinuedLaunch(fast.gpu.now, kDepth);
+      hook(fast, true, b, id_b);
+      hook(usual, false, a, id_a);
+      hook(usual, false, b, id_b);
+    } else {
+      ++interleaved;
+      hook(fast, true, b, id_b);
+      hook(fast, true, a, id_a);
+      hook(usual, false, b, id_b);
+      hook(usual, false, a, id_a);
+    }
+    if (step % 50 == 49) {
+      for (Side* side : {&usual, &fast}) {
+        side->t.FenceAll(side->gpu.now);
+        side->gpu.now += 10'000'000;
+        side->t.Poll();
+      }
+    }
+  }
+  printf("interleaved %d; probes usual %zu fast %zu\n", interleaved, usual.probed.size(),
+         fast.probed.size());
+  EXPECT_EQ(usual.probed, fast.probed);
 }
 
 }  // namespace
