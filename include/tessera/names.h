@@ -44,10 +44,13 @@ inline constexpr std::string_view kDomain = "tessera.dev";
     "KAI-Scheduler compatible: share of one GPU's memory, (0, 1] (\"0.5\")")
 
 // Labels.
-#define TESSERA_LABELS(X)                                                            \
-  X(kLabelTrust, "tessera.dev/trust",                                                \
-    "Namespace label naming a trust tier; honoured only if the policy file says so") \
-  X(kLabelGpuNode, "tessera.dev/gpu-node", "Node label: the node runs tessera-node (\"true\")")
+#define TESSERA_LABELS(X)                                                                       \
+  X(kLabelTrust, "tessera.dev/trust",                                                           \
+    "Namespace label naming a trust tier; honoured only if the policy file says so")            \
+  X(kLabelGpuNode, "tessera.dev/gpu-node", "Node label: the node runs tessera-node (\"true\")") \
+  X(kLabelAllocationPath, "tessera.dev/path",                                                   \
+    "Node label: how tessera-node hands out the node's GPUs: \"device-plugin\" or \"dra\" "     \
+    "(ResourceClaims of gpu.tessera.dev; the extender's ledger leaves such a node out)")
 
 // Dynamic Resource Allocation (resource.k8s.io/v1, docs/design/0022-dra-driver.md): the driver,
 // its DeviceClasses, the capacities and attributes of its devices, its opaque config and taint.

@@ -32,6 +32,7 @@
 #include "e2e/scheduler_harness.h"
 #include "e2e/testcluster.h"
 #include "k8s/client.h"
+#include "k8s/object.h"
 #include "k8s/paths.h"
 #include "testutil/status_matchers.h"
 
@@ -244,7 +245,9 @@ TEST_F(DraE2E, TheApiServerAcceptsTheSliceOfEachManagedGpuWithItsCapacities) {
                               "tessera.dev/gpu-slot"}) {
           if (a.value(r, "") != "0") return false;
         }
-        return true;
+        // ... and the extender's ledger leaves it out by its label.
+        return k8s::StringAt((*node)["metadata"].value("labels", json::object()),
+                             names::kLabelAllocationPath) == "dra";
       },
       30s));
   // kubelet deletes a node's slices when it starts: the agent publishes it again.

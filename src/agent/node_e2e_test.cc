@@ -103,6 +103,7 @@ TEST(NodeE2e, PublishesInventoryAndHealthToTheNode) {
     EXPECT_EQ(gpu.sm_count, 108u);
   }
   EXPECT_EQ(node["metadata"]["labels"][std::string(names::kLabelGpuNode)], "true");
+  EXPECT_EQ(node["metadata"]["labels"][std::string(names::kLabelAllocationPath)], "device-plugin");
   EXPECT_EQ(node["metadata"]["annotations"]["keep.me/a"], "1");
   EXPECT_EQ(Quantity(Allocatable(node, "tessera.dev/gpu")), 3u);
   EXPECT_EQ(Quantity(Allocatable(node, "tessera.dev/gpu-memory")), 3 * kGpuMemory);

@@ -57,6 +57,10 @@ StatusOr<PublishResult> Publisher::Publish(const Inventory& inventory) {
   if (StringChild(labels, names::kLabelGpuNode) != "true") {
     meta_patch["metadata"]["labels"][std::string(names::kLabelGpuNode)] = "true";
   }
+  const char* allocation_path = advertise_none_ ? "dra" : "device-plugin";
+  if (StringChild(labels, names::kLabelAllocationPath) != allocation_path) {
+    meta_patch["metadata"]["labels"][std::string(names::kLabelAllocationPath)] = allocation_path;
+  }
   if (!meta_patch.empty()) {
     TESSERA_RETURN_IF_ERROR(client_.Patch(path, meta_patch, k8s::PatchType::kMerge).status());
     result.patched_metadata = true;

@@ -34,7 +34,8 @@ class Publisher {
   // two writers cannot disagree.
   void LeaveToKubelet(std::string resource) { kubelet_owned_.insert(std::move(resource)); }
   // The DRA path (ADR 0022): the node-level sums are all 0, so that no device-plugin pod is placed
-  // on (or admitted by kubelet to) a node whose GPUs kube-scheduler's allocator hands out.
+  // on (or admitted by kubelet to) a node whose GPUs kube-scheduler's allocator hands out, and the
+  // Node is labelled tessera.dev/path=dra (else device-plugin) for the extender's ledger.
   void AdvertiseNoResources() { advertise_none_ = true; }
 
  private:

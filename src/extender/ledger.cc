@@ -84,6 +84,17 @@ void Ledger::UpsertNode(const json& node) {
   std::lock_guard lock(mu_);
   const std::string name = NodeName(node);
   if (name.empty()) return;
+  // A node on the DRA path: kube-scheduler's allocator hands its GPUs out (ADR 0022), so the
+  // ledger must not count them too.
+  const json* meta = Find(node, "metadata");
+  const json* labels = meta != nullptr ? Find(*meta, "labels") : nullptr;
+  if (labels != nullptr && StringAt(*labels, names::kLabelAllocationPath) == "dra") {
+    dra_nodes_.insert(name);
+    bad_nodes_.erase(name);
+    if (nodes_.erase(name) != 0) dirty_ = true;
+    return;
+  }
+  dra_nodes_.erase(name);
   auto parsed = ParseNodeInventory(node);
   if (!parsed.ok()) {
     if (parsed.status().code() != StatusCode::kNotFound) {
@@ -136,6 +147,7 @@ void Ledger::UpsertNode(const json& node) {
 void Ledger::DeleteNode(const std::string& name) {
   std::lock_guard lock(mu_);
   bad_nodes_.erase(name);
+  dra_nodes_.erase(name);
   if (nodes_.erase(name) != 0) dirty_ = true;
 }
 
@@ -144,6 +156,7 @@ void Ledger::ReplaceNodes(const std::vector<json>& nodes) {
     std::lock_guard lock(mu_);
     nodes_.clear();
     bad_nodes_.clear();
+    dra_nodes_.clear();
     dirty_ = true;
   }
   for (const json& n : nodes) UpsertNode(n);
@@ -470,6 +483,10 @@ FilterOutcome Ledger::Filter(const json& pod, const std::vector<std::string>& no
   for (const std::string& n : nodes) {
     if (auto it = node_index_.find(n); it != node_index_.end()) {
       candidates.push_back(it->second);
+    } else if (dra_nodes_.contains(n)) {
+      out.unresolvable[n] = "tessera: the node hands out its GPUs through DRA (ResourceClaims of " +
+                            std::string(names::kDraDriver) +
+                            "), not to tessera.dev resource requests";
     } else if (auto bad = bad_nodes_.find(n);
                bad != bad_nodes_.end() && bad->second.find("missing") == std::string::npos) {
       out.unresolvable[n] = "tessera: the node's GPU inventory is unusable";

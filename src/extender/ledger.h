@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -153,7 +154,8 @@ class Ledger {
   mutable std::mutex mu_;
   std::map<std::string, placement::Node> nodes_;  // by name, parsed inventories
   std::map<std::string, std::string> bad_nodes_;  // name -> why the inventory is unusable
-  bool dirty_ = true;                             // nodes_ changed: rebuild the cluster
+  std::set<std::string> dra_nodes_;  // labelled tessera.dev/path=dra: left out (ADR 0022)
+  bool dirty_ = true;                // nodes_ changed: rebuild the cluster
   std::unique_ptr<placement::Cluster> cluster_;
   std::unique_ptr<placement::PlacementPolicy> placement_;
   std::unique_ptr<placement::Scheduler> scheduler_;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tessera/names.h"
+
 #include "contract/contract_testing.h"
 #include "testutil/fake_clock.h"
 #include "testutil/status_matchers.h"
@@ -111,6 +113,27 @@ TEST_F(LedgerTest, OnlyTheOfferedNodesAreCandidates) {
   FilterOutcome o = ledger_.Filter(FractionalPod("a", "1Gi"), {"g2", "cpu-node"});
   EXPECT_EQ(o.nodes, std::vector<std::string>{"g2"});
   EXPECT_EQ(o.unresolvable["cpu-node"], "tessera: no tessera GPUs on the node");
+}
+
+// A node on the DRA path (labelled by its agent) is kube-scheduler's allocator's to fill: the
+// ledger leaves its GPUs out and its filter says why; labelled back, it is counted again.
+TEST_F(LedgerTest, ANodeOnTheDraPathIsLeftOutAndTheFilterSaysWhy) {
+  nlohmann::json node = MakeNode("g1", 1, 16 * kGiB);
+  node["metadata"]["labels"][std::string(names::kLabelAllocationPath)] = "dra";
+  ledger_.UpsertNode(node);
+  ledger_.UpsertNode(MakeNode("g2", 1, 16 * kGiB));
+  FilterOutcome o = ledger_.Filter(FractionalPod("a", "1Gi"), {"g1", "g2"});
+  EXPECT_EQ(o.nodes, std::vector<std::string>{"g2"});
+  EXPECT_NE(o.unresolvable["g1"].find("through DRA"), std::string::npos) << o.unresolvable["g1"];
+  for (const GpuBooks& b : ledger_.Books()) EXPECT_NE(b.node, "g1");
+  ledger_.FinishBind("uid-a", false);
+
+  node["metadata"]["labels"][std::string(names::kLabelAllocationPath)] = "device-plugin";
+  ledger_.UpsertNode(node);
+  EXPECT_EQ(Place(FractionalPod("b", "12Gi"), {"g1"}), "g1");
+  ledger_.DeleteNode("g1");
+  EXPECT_EQ(ledger_.Filter(FractionalPod("c", "1Gi"), {"g1"}).unresolvable["g1"],
+            "tessera: no tessera GPUs on the node");
 }
 
 TEST_F(LedgerTest, UnhealthyAndCordonedGpusAreExcluded) {
