@@ -89,7 +89,12 @@ void Ledger::UpsertNode(const json& node) {
   const json* meta = Find(node, "metadata");
   const json* labels = meta != nullptr ? Find(*meta, "labels") : nullptr;
   if (labels != nullptr && StringAt(*labels, names::kLabelAllocationPath) == "dra") {
-    dra_nodes_.insert(name);
+    // Its GPUs still bound what admission lets a claim or a pod ask (LargestGpuMemory).
+    std::uint64_t largest = 0;
+    if (auto parsed = ParseNodeInventory(node); parsed.ok()) {
+      for (const placement::Gpu& g : parsed->gpus) largest = std::max(largest, g.memory_bytes);
+    }
+    dra_nodes_[name] = largest;
     bad_nodes_.erase(name);
     if (nodes_.erase(name) != 0) dirty_ = true;
     return;
@@ -756,6 +761,7 @@ std::uint64_t Ledger::LargestGpuMemory() const {
   for (const auto& [name, node] : nodes_) {
     for (const placement::Gpu& g : node.gpus) largest = std::max(largest, g.memory_bytes);
   }
+  for (const auto& [name, dra_largest] : dra_nodes_) largest = std::max(largest, dra_largest);
   return largest;
 }
 

@@ -154,8 +154,10 @@ class Ledger {
   mutable std::mutex mu_;
   std::map<std::string, placement::Node> nodes_;  // by name, parsed inventories
   std::map<std::string, std::string> bad_nodes_;  // name -> why the inventory is unusable
-  std::set<std::string> dra_nodes_;  // labelled tessera.dev/path=dra: left out (ADR 0022)
-  bool dirty_ = true;                // nodes_ changed: rebuild the cluster
+  // Nodes labelled tessera.dev/path=dra, left out of the books (ADR 0022) -> their largest GPU's
+  // memory (0: no usable inventory), which still bounds admission.
+  std::map<std::string, std::uint64_t> dra_nodes_;
+  bool dirty_ = true;  // nodes_ changed: rebuild the cluster
   std::unique_ptr<placement::Cluster> cluster_;
   std::unique_ptr<placement::PlacementPolicy> placement_;
   std::unique_ptr<placement::Scheduler> scheduler_;

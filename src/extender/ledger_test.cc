@@ -127,6 +127,13 @@ TEST_F(LedgerTest, ANodeOnTheDraPathIsLeftOutAndTheFilterSaysWhy) {
   EXPECT_NE(o.unresolvable["g1"].find("through DRA"), std::string::npos) << o.unresolvable["g1"];
   for (const GpuBooks& b : ledger_.Books()) EXPECT_NE(b.node, "g1");
   ledger_.FinishBind("uid-a", false);
+  // Its GPUs still bound what admission lets a claim ask.
+  nlohmann::json big = MakeNode("g3", 1, 141 * kGiB);
+  big["metadata"]["labels"][std::string(names::kLabelAllocationPath)] = "dra";
+  ledger_.UpsertNode(big);
+  EXPECT_EQ(ledger_.LargestGpuMemory(), 141 * kGiB);
+  ledger_.DeleteNode("g3");
+  EXPECT_EQ(ledger_.LargestGpuMemory(), 16 * kGiB);
 
   node["metadata"]["labels"][std::string(names::kLabelAllocationPath)] = "device-plugin";
   ledger_.UpsertNode(node);
