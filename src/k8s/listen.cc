@@ -1,5 +1,6 @@
 #include "k8s/listen.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <charconv>
 #include <cstdint>
@@ -62,12 +63,13 @@ int FreeLoopbackPort() {
   // Below the ephemeral range: a port the kernel hands out for port 0 is also the next source
   // port of any outgoing connection on the machine, which took the demo's extender port between
   // this check and tessera-scheduler's bind once in CI (tests run in parallel). Ports from
-  // 10,000 up to the range are named only by listeners like this one.
-  const int floor = EphemeralPortFloor();
-  if (floor > 10'000 + 64) {
+  // 20,000 up to the range (and below Kubernetes' NodePorts, 30,000) are named only by listeners
+  // like this one; the kubelet's and the control plane's own (10,248-10,259) stay clear.
+  const int top = std::min(EphemeralPortFloor(), 30'000);
+  if (top > 20'000 + 64) {
     std::random_device seed;
     std::mt19937 rng(seed());
-    std::uniform_int_distribution<int> pick(10'000, floor - 1);
+    std::uniform_int_distribution<int> pick(20'000, top - 1);
     for (int attempt = 0; attempt < 64; ++attempt) {
       const int port = BindAndRelease(pick(rng));
       if (port > 0) return port;
