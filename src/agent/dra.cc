@@ -18,6 +18,10 @@ using k8s::Find;
 using k8s::Json;
 using k8s::StringAt;
 
+// A claim slot's limits file names its claim as the container "claim/NAME" (ClaimLimits), which
+// ReleaseOrphans reads back.
+constexpr std::string_view kClaimContainerPrefix = "claim/";
+
 // A label value (a taint's value): [A-Za-z0-9._-], at most 63, alphanumeric at both ends.
 std::string LabelValue(std::string_view text) {
   std::string out;
@@ -327,7 +331,7 @@ StatusOr<PreparedClaim> ClaimLimits(const Json& claim, std::string_view uid,
   }
   if (out.limits.pod_uid.empty())
     return FailedPreconditionError(self + ": status.reservedFor: no pod");
-  out.limits.container = "claim/" + name;
+  out.limits.container = std::string(kClaimContainerPrefix) + name;
   out.limits.fail_closed = rule.enforcement == policy::Enforcement::kFailClosed;
   out.limits.priority = config.priority;
   out.limits.mode = *mode;
@@ -451,13 +455,12 @@ StatusOr<int> ClaimPreparer::ReleaseOrphans() {
     const auto uid = ParseClaimSlot(slot);
     // The claim's namespace and name as ClaimLimits wrote them: pod "NS/POD", container
     // "claim/NAME".
-    constexpr std::string_view kClaimPrefix = "claim/";
-    if (!uid.ok() || !limits.has_value() || !limits->container.starts_with(kClaimPrefix) ||
+    if (!uid.ok() || !limits.has_value() || !limits->container.starts_with(kClaimContainerPrefix) ||
         limits->pod.find('/') == std::string::npos) {
       continue;
     }
     const std::string ns = limits->pod.substr(0, limits->pod.find('/'));
-    const std::string name = limits->container.substr(kClaimPrefix.size());
+    const std::string name = limits->container.substr(kClaimContainerPrefix.size());
     auto claim = api_->GetClaim(ns, name);
     if (!claim.ok() && !k8s::IsNotFound(claim.status())) continue;  // unknown: kept
     if (claim.ok() && ClaimStillHere(*claim, *uid, node_)) continue;

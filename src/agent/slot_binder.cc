@@ -331,16 +331,21 @@ Status SlotBinder::ReleaseClaim(std::string_view slot) {
   return Status::Ok();
 }
 
+std::optional<Limits> SlotBinder::SlotLimits(std::string_view slot) const {
+  auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
+  if (!text.ok()) return std::nullopt;
+  auto limits = ParseLimitsFile(*text);
+  if (!limits.ok()) return std::nullopt;
+  return std::move(*limits);
+}
+
 std::vector<Limits> SlotBinder::OtherSlotLimits(std::string_view except_slot) const {
   std::vector<Limits> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/slots", ec)) {
     const std::string slot = entry.path().filename().string();
     if (slot == except_slot || !CheckSlotName(slot).ok()) continue;
-    auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
-    if (!text.ok()) continue;
-    auto limits = ParseLimitsFile(*text);
-    if (limits.ok()) out.push_back(std::move(*limits));
+    if (auto limits = SlotLimits(slot)) out.push_back(std::move(*limits));
   }
   return out;
 }
@@ -350,13 +355,7 @@ std::vector<std::pair<std::string, std::optional<Limits>>> SlotBinder::ClaimSlot
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/slots", ec)) {
     const std::string slot = entry.path().filename().string();
-    if (!ParseClaimSlot(slot).ok()) continue;
-    std::optional<Limits> limits;
-    auto text = ReadFile(PathsOf(options_.state_dir, "", slot).limits, kMaxLimitsFileBytes);
-    if (text.ok()) {
-      if (auto parsed = ParseLimitsFile(*text); parsed.ok()) limits = std::move(*parsed);
-    }
-    out.emplace_back(slot, std::move(limits));
+    if (ParseClaimSlot(slot).ok()) out.emplace_back(slot, SlotLimits(slot));
   }
   return out;
 }

@@ -148,6 +148,8 @@ class SlotBinder {
   StatusOr<int> RestoreHeld();
 
  private:
+  // The limits a slot's file holds (nullopt: none readable).
+  std::optional<Limits> SlotLimits(std::string_view slot) const;
   StatusOr<Limits> VerifiedLimits(const k8s::Json& pod, const DeviceOwner& owner);
   // Prepare; with `restore` (RestoreHeld: the container runs), an existing region is kept, and
   // nothing is done (kAborted) if the slot was prepared since the pass looked.

@@ -67,6 +67,13 @@ std::string NodeName(const json& node) {
   return meta != nullptr ? StringAt(*meta, "name") : std::string();
 }
 
+// The memory of the node's largest GPU (0: none).
+std::uint64_t LargestOn(const placement::Node& node) {
+  std::uint64_t largest = 0;
+  for (const placement::Gpu& g : node.gpus) largest = std::max(largest, g.memory_bytes);
+  return largest;
+}
+
 std::string DecisionText(const json& pod) {
   return AnnotationOf(pod, names::kAnnotationDecision).value_or("");
 }
@@ -90,11 +97,8 @@ void Ledger::UpsertNode(const json& node) {
   const json* labels = meta != nullptr ? Find(*meta, "labels") : nullptr;
   if (labels != nullptr && StringAt(*labels, names::kLabelAllocationPath) == "dra") {
     // Its GPUs still bound what admission lets a claim or a pod ask (LargestGpuMemory).
-    std::uint64_t largest = 0;
-    if (auto parsed = ParseNodeInventory(node); parsed.ok()) {
-      for (const placement::Gpu& g : parsed->gpus) largest = std::max(largest, g.memory_bytes);
-    }
-    dra_nodes_[name] = largest;
+    const auto parsed = ParseNodeInventory(node);
+    dra_nodes_[name] = parsed.ok() ? LargestOn(*parsed) : 0;
     bad_nodes_.erase(name);
     if (nodes_.erase(name) != 0) dirty_ = true;
     return;
@@ -758,9 +762,7 @@ std::size_t Ledger::bound() const {
 std::uint64_t Ledger::LargestGpuMemory() const {
   std::lock_guard lock(mu_);
   std::uint64_t largest = 0;
-  for (const auto& [name, node] : nodes_) {
-    for (const placement::Gpu& g : node.gpus) largest = std::max(largest, g.memory_bytes);
-  }
+  for (const auto& [name, node] : nodes_) largest = std::max(largest, LargestOn(node));
   for (const auto& [name, dra_largest] : dra_nodes_) largest = std::max(largest, dra_largest);
   return largest;
 }

@@ -22,42 +22,6 @@ void EraseAt(shm::BusyLog& log, std::uint32_t i) {
 }
 
 // AddToUnion of a log known valid.
-std::uint64_t Add(shm::BusyLog& log, Span span);
-
-// Spans each beginning after the previous one's end and after everything kept, as AddToUnion
-// would add them one by one (each new whole, the log kept to its newest kBusySpans within the
-// horizon of the newest end) in one pass: a launch-bound loop lays a span a launch, and adding
-// them one by one (a shift of the log each) took ~30 % of a core on its own (perf, fake driver).
-std::uint64_t Append(shm::BusyLog& log, const Span* run, std::size_t n) {
-  std::uint64_t total = 0;
-  for (std::size_t i = 0; i < n; ++i) total += run[i].end_ns - run[i].begin_ns;
-  // Both rules keep a suffix of the old spans followed by the run: the longer one drops.
-  const std::size_t all = log.count + n;
-  std::size_t from = all > shm::kBusySpans ? all - shm::kBusySpans : 0;
-  const std::uint64_t newest = run[n - 1].end_ns;
-  const auto end_at = [&](std::size_t i) {
-    return i < log.count ? log.spans[i].end_ns : run[i - log.count].end_ns;
-  };
-  while (from + 1 < all && end_at(from) + kBusyHorizonNs < newest) ++from;
-  std::uint32_t count = 0;
-  for (std::size_t i = from; i < log.count; ++i) log.spans[count++] = log.spans[i];
-  for (std::size_t i = std::max(from, static_cast<std::size_t>(log.count)); i < all; ++i) {
-    const Span& s = run[i - log.count];
-    log.spans[count++] = shm::BusySpan{s.begin_ns, s.end_ns};
-  }
-  log.count = count;
-  return total;
-}
-
-}  // namespace
-
-std::uint64_t AddToUnion(shm::BusyLog& log, Span span) {
-  if (!Valid(log)) log.count = 0;
-  return Add(log, span);
-}
-
-namespace {
-
 std::uint64_t Add(shm::BusyLog& log, Span span) {
   if (span.end_ns <= span.begin_ns) return 0;
   const std::uint64_t length = span.end_ns - span.begin_ns;
@@ -103,7 +67,37 @@ std::uint64_t Add(shm::BusyLog& log, Span span) {
   return length - std::min(length, covered);
 }
 
+// Spans each beginning after the previous one's end and after everything kept, as AddToUnion
+// would add them one by one (each new whole, the log kept to its newest kBusySpans within the
+// horizon of the newest end) in one pass: a launch-bound loop lays a span a launch, and adding
+// them one by one (a shift of the log each) took ~30 % of a core on its own (perf, fake driver).
+std::uint64_t Append(shm::BusyLog& log, const Span* run, std::size_t n) {
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += run[i].end_ns - run[i].begin_ns;
+  // Both rules keep a suffix of the old spans followed by the run: the longer one drops.
+  const std::size_t all = log.count + n;
+  std::size_t from = all > shm::kBusySpans ? all - shm::kBusySpans : 0;
+  const std::uint64_t newest = run[n - 1].end_ns;
+  const auto end_at = [&](std::size_t i) {
+    return i < log.count ? log.spans[i].end_ns : run[i - log.count].end_ns;
+  };
+  while (from + 1 < all && end_at(from) + kBusyHorizonNs < newest) ++from;
+  std::uint32_t count = 0;
+  for (std::size_t i = from; i < log.count; ++i) log.spans[count++] = log.spans[i];
+  for (std::size_t i = std::max(from, static_cast<std::size_t>(log.count)); i < all; ++i) {
+    const Span& s = run[i - log.count];
+    log.spans[count++] = shm::BusySpan{s.begin_ns, s.end_ns};
+  }
+  log.count = count;
+  return total;
+}
+
 }  // namespace
+
+std::uint64_t AddToUnion(shm::BusyLog& log, Span span) {
+  if (!Valid(log)) log.count = 0;
+  return Add(log, span);
+}
 
 std::uint64_t AddSpans(shm::BusyLog& log, const std::vector<Span>& spans, bool* contended,
                        std::uint64_t patience_ns) {

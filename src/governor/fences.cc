@@ -60,20 +60,25 @@ FenceTracker::~FenceTracker() {
 }
 
 FenceTracker::Stream& FenceTracker::StreamFor(void* handle) {
-  // The stream of the previous call first: a launch asks twice (Before and AfterLaunch).
-  if (last_stream_ < streams_.size() && streams_[last_stream_].handle == handle)
-    return streams_[last_stream_];
-  for (std::size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].handle == handle) {
-      last_stream_ = i;
-      return streams_[i];
-    }
-  }
+  if (Stream* s = FindStream(handle)) return *s;
   streams_.push_back(Stream{});
   streams_.back().handle = handle;
   streams_.back().ordered = options_.shared_key == nullptr || handle != options_.shared_key;
   last_stream_ = streams_.size() - 1;
   return streams_.back();
+}
+
+FenceTracker::Stream* FenceTracker::FindStream(void* handle) {
+  // The stream of the previous call first: a launch asks twice (Before and AfterLaunch).
+  if (last_stream_ < streams_.size() && streams_[last_stream_].handle == handle)
+    return &streams_[last_stream_];
+  for (std::size_t i = 0; i < streams_.size(); ++i) {
+    if (streams_[i].handle == handle) {
+      last_stream_ = i;
+      return &streams_[i];
+    }
+  }
+  return nullptr;
 }
 
 int FenceTracker::NewEvent() {
@@ -354,18 +359,6 @@ bool FenceTracker::ReleaseHold(Stream& s) {
     s.reserved_end = -1;
   }
   return intact;
-}
-
-FenceTracker::Stream* FenceTracker::FindStream(void* handle) {
-  if (last_stream_ < streams_.size() && streams_[last_stream_].handle == handle)
-    return &streams_[last_stream_];
-  for (std::size_t i = 0; i < streams_.size(); ++i) {
-    if (streams_[i].handle == handle) {
-      last_stream_ = i;
-      return &streams_[i];
-    }
-  }
-  return nullptr;
 }
 
 bool FenceTracker::TryContinue(void* stream, std::uint64_t key, std::uint64_t now_ns,
